@@ -1,0 +1,114 @@
+"""Shared bench helpers: generated trees, a daemon subprocess, the git-CLI peer, medians."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from snapshotd_client import Client
+
+
+def make_tree(root: Path, files: int, *, git_init: bool = True, per_dir: int = 100) -> Path:
+    """``files`` small text files in directories of ``per_dir``, optionally a committed repo."""
+    root.mkdir(parents=True, exist_ok=True)
+    for i in range(files):
+        d = root / f"d{i // per_dir:04d}" / f"s{(i // 10) % 10}"
+        if i % 10 == 0:
+            d.mkdir(parents=True, exist_ok=True)
+        (d / f"f{i}.txt").write_text(f"file {i}\n" + "x" * (i % 200) + "\n")
+    if git_init:
+        env = git_env()
+        subprocess.run(["git", "init", "-q"], cwd=root, check=True, env=env)
+        subprocess.run(["git", "add", "-A"], cwd=root, check=True, env=env)
+        subprocess.run(["git", "commit", "-q", "-m", "init"], cwd=root, check=True, env=env)
+    return root
+
+
+def git_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_AUTHOR_NAME="b", GIT_AUTHOR_EMAIL="b@b", GIT_COMMITTER_NAME="b",
+               GIT_COMMITTER_EMAIL="b@b")
+    env.update(extra)
+    return env
+
+
+class GitPeer:
+    """The Cline/Roo Code shadow-index approach: git add -A, write-tree, commit-tree,
+    update-ref, with a private index and a separate git dir."""
+
+    def __init__(self, worktree: Path, gitdir: Path) -> None:
+        self.worktree = worktree
+        self.gitdir = gitdir
+        self.index = gitdir / "peer-index"
+        subprocess.run(["git", "init", "-q", "--bare", str(gitdir)], check=True, env=git_env())
+        self.parent: str | None = None
+
+    def _git(self, *args: str, stdin: bytes | None = None) -> str:
+        env = git_env(GIT_DIR=str(self.gitdir), GIT_WORK_TREE=str(self.worktree),
+                      GIT_INDEX_FILE=str(self.index))
+        out = subprocess.run(["git", *args], cwd=self.worktree, env=env, input=stdin,
+                             capture_output=True, check=True)
+        return out.stdout.decode().strip()
+
+    def capture(self) -> float:
+        started = time.perf_counter()
+        self._git("add", "-A", ".")
+        tree = self._git("write-tree")
+        args = ["commit-tree", tree, "-m", "checkpoint"]
+        if self.parent:
+            args += ["-p", self.parent]
+        commit = self._git(*args)
+        self._git("update-ref", "refs/heads/shadow", commit)
+        self.parent = commit
+        return (time.perf_counter() - started) * 1000
+
+
+class DaemonProc:
+    """A snapshotd daemon in a private home and socket."""
+
+    def __init__(self, extra_env: dict[str, str] | None = None) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="sdb", dir="/tmp"))
+        self.home = self.dir / "home"
+        self.socket = self.dir / "s.sock"
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("SNAPSHOTD_")}
+        self.env.update(SNAPSHOTD_HOME=str(self.home), SNAPSHOTD_SOCKET=str(self.socket),
+                        SNAPSHOTD_AUTOSTART="0", XDG_CONFIG_HOME=str(self.dir / "config"))
+        self.env.update(extra_env or {})
+        self.proc = subprocess.Popen([sys.executable, "-m", "snapshotd", "serve"], env=self.env,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                with Client(self.socket, timeout=2) as c:
+                    c.ping()
+                return
+            except (OSError, Exception):
+                time.sleep(0.05)
+        raise RuntimeError("daemon did not start")
+
+    def client(self) -> Client:
+        return Client(self.socket, timeout=600)
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def median(values: list[float]) -> float:
+    return round(statistics.median(values), 3) if values else float("nan")
+
+
+def unix_socket_ok() -> bool:
+    return hasattr(socket, "AF_UNIX")

@@ -1,0 +1,340 @@
+"""The Python client of the snapshotd daemon: one Unix-socket connection, many requests.
+
+Owns request/reply exchange over the v1 wire protocol (docs/protocol.md) and the mapping of
+every way it can fail onto ``SnapshotdError`` codes:
+- ``daemon-unavailable`` (``DaemonUnavailable``): nothing accepts on the socket, or the daemon
+  went away without replying;
+- ``timeout`` (``DaemonTimeout``): no complete reply within the client's timeout/deadline;
+- ``protocol-error``: the reply broke the wire format or did not echo the request id;
+- ``frame-too-large``: the request itself is over the frame limit (never sent);
+- any daemon error code, with ``remote=True``, for an ``ok: false`` reply.
+
+Promises: connects lazily, keeps the connection across requests and reconnects once when the
+daemon closed it between calls; after a failure mid-request the connection is dropped (the stream
+may be out of step), never reused. Safe to share between threads (requests are serialized) and
+across ``fork`` (a child opens its own connection). Imports only the stdlib and msgpack.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket as _socket
+import time
+
+# `_thread` rather than `threading`: a plain lock is all we need, and the hook saves the import.
+from _thread import allocate_lock
+
+from .paths import socket_path as _default_socket_path
+from .protocol import (
+    DAEMON_UNAVAILABLE,
+    FRAME_TOO_LARGE,
+    PROTOCOL_ERROR,
+    PROTOCOL_VERSION,
+    TIMEOUT,
+    UNATTRIBUTED_CODES,
+    ProtocolError,
+    encode_frame,
+    read_frame,
+)
+
+# Annotations are never evaluated (PEP 563); `typing` costs milliseconds on the hook's path.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+
+class SnapshotdError(Exception):
+    """A request that did not succeed; ``code`` is a protocol error code or a client-side one."""
+
+    def __init__(self, code: str, message: str, *, remote: bool = False) -> None:
+        super().__init__(code, message)
+        self.code = code
+        self.message = message
+        # True when the daemon itself answered ok:false (as opposed to a client-side failure).
+        self.remote = remote
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+    @property
+    def daemon_recorded(self) -> bool:
+        """Whether the daemon has already written a gap for this failure (so callers must not)."""
+        return self.remote and self.code not in UNATTRIBUTED_CODES
+
+
+class DaemonUnavailable(SnapshotdError):
+    """No daemon accepts on the socket (missing socket file, refused, gone mid-request)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(DAEMON_UNAVAILABLE, message)
+
+
+class DaemonTimeout(SnapshotdError):
+    """The daemon did not reply within the allowed time."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(TIMEOUT, message)
+
+
+class Client:
+    """A connection to snapshotd.
+
+    ``timeout`` bounds each request (connect + send + reply). ``deadline``, a
+    ``time.monotonic()`` value, additionally bounds every request of this client's life: the hook
+    uses it to keep one total budget across connect, retry and reply.
+    """
+
+    def __init__(self, socket: str | os.PathLike[str] | None = None, timeout: float = 30.0,
+                 *, deadline: float | None = None) -> None:
+        self.socket_path = str(_default_socket_path(socket))
+        self.timeout = timeout
+        self.deadline = deadline
+        self._sock: _socket.socket | None = None
+        self._pid = 0
+        self._next_id = 0
+        self._lock = allocate_lock()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
+
+    def request(self, op: str, **fields: Any) -> dict:
+        """Send one request (fields whose value is None are left out) and return its result."""
+        with self._lock:
+            self._next_id += 1
+            request_id = self._next_id
+            message: dict[str, Any] = {"v": PROTOCOL_VERSION, "op": op, "id": request_id}
+            for key, value in fields.items():
+                if value is not None:
+                    message[key] = _plain(value)
+            try:
+                frame = encode_frame(message)
+            except ValueError as exc:
+                raise SnapshotdError(FRAME_TOO_LARGE, str(exc)) from None
+            reply = self._exchange(frame, self._request_deadline())
+            try:
+                return _result(reply, request_id)
+            except SnapshotdError as exc:
+                if exc.code == PROTOCOL_ERROR:
+                    self._drop()  # replies may be out of step with requests now
+                raise
+
+    # -- ops (docs/protocol.md, "Ops") ---------------------------------------------------------
+
+    def ping(self) -> dict:
+        return self.request("ping")
+
+    def snapshot(self, cwd: str | os.PathLike[str], run_id: str | None = None,
+                 node_id: str | None = None, iteration: int = 0, attempt: int | None = None,
+                 tier: int = 1, source: str = "wrap", label: str | None = None,
+                 tool_use_id: str | None = None, fallback: dict | None = None) -> dict:
+        return self.request("snapshot", cwd=_abs(cwd), run_id=run_id, node_id=node_id,
+                            iteration=iteration, attempt=attempt, tier=tier, source=source,
+                            label=label, tool_use_id=tool_use_id, fallback=fallback)
+
+    def attempt_begin(self, run_id: str, node_id: str, cwd: str | os.PathLike[str],
+                      iteration: int = 0, attempt: int | None = None,
+                      owner_pid: int | None = None, settle_ms: int | None = None,
+                      max_wait_ms: int | None = None, resume: bool = False) -> dict:
+        return self.request("attempt_begin", run_id=run_id, node_id=node_id, cwd=_abs(cwd),
+                            iteration=iteration, attempt=attempt, owner_pid=owner_pid,
+                            settle_ms=settle_ms, max_wait_ms=max_wait_ms, resume=resume)
+
+    def attempt_end(self, run_id: str, node_id: str, iteration: int = 0,
+                    attempt: int | None = None, status: str = "finished") -> dict:
+        return self.request("attempt_end", run_id=run_id, node_id=node_id, iteration=iteration,
+                            attempt=attempt, status=status)
+
+    def flush(self, cwd: str | os.PathLike[str]) -> dict:
+        return self.request("flush", cwd=_abs(cwd))
+
+    def status(self) -> dict:
+        return self.request("status")
+
+    def list(self, run_id: str, node_id: str | None = None, attempt: int | None = None) -> dict:
+        return self.request("list", run_id=run_id, node_id=node_id, attempt=attempt)
+
+    def restore(self, **fields: Any) -> dict:
+        return self.request("restore", **_abs_paths(fields))
+
+    def diff(self, **fields: Any) -> dict:
+        return self.request("diff", **_abs_paths(fields))
+
+    # -- connection ----------------------------------------------------------------------------
+
+    def _request_deadline(self) -> float:
+        deadline = time.monotonic() + self.timeout
+        return deadline if self.deadline is None else min(deadline, self.deadline)
+
+    def _exchange(self, frame: bytes, deadline: float) -> dict:
+        sock, reused = self._connection(deadline)
+        try:
+            _send(sock, frame, deadline)
+        except TimeoutError:
+            self._drop()
+            raise DaemonTimeout(self._timeout_message()) from None
+        except OSError as exc:
+            self._drop()
+            if not reused:
+                raise DaemonUnavailable(self._unavailable_message(exc)) from None
+            # The daemon closed the kept connection before reading anything of ours (idle
+            # timeout, restart): nothing was processed, so one resend on a fresh one is safe.
+            sock = self._connect(deadline)
+            try:
+                _send(sock, frame, deadline)
+            except TimeoutError:
+                self._drop()
+                raise DaemonTimeout(self._timeout_message()) from None
+            except OSError as exc2:
+                self._drop()
+                raise DaemonUnavailable(self._unavailable_message(exc2)) from None
+        try:
+            reply = read_frame(sock, deadline)
+        except TimeoutError:
+            self._drop()
+            raise DaemonTimeout(self._timeout_message()) from None
+        except ProtocolError as exc:
+            self._drop()
+            raise SnapshotdError(PROTOCOL_ERROR, f"bad reply from {self.socket_path}: {exc}") \
+                from None
+        except OSError as exc:
+            self._drop()
+            raise DaemonUnavailable(self._unavailable_message(exc)) from None
+        if reply is None:
+            # The request may or may not have been processed: not retried (attempt_begin is not
+            # idempotent); the caller sees the daemon as gone.
+            self._drop()
+            raise DaemonUnavailable(
+                f"snapshotd at {self.socket_path} closed the connection without replying")
+        return reply
+
+    def _connection(self, deadline: float) -> tuple[_socket.socket, bool]:
+        sock = self._sock
+        if sock is not None and self._pid == os.getpid() and _still_open(sock):
+            return sock, True
+        self._drop()
+        return self._connect(deadline), False
+
+    def _connect(self, deadline: float) -> _socket.socket:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise DaemonTimeout(
+                    f"could not connect to snapshotd at {self.socket_path} in time")
+            sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+            sock.settimeout(remaining)
+            try:
+                sock.connect(self.socket_path)
+            except TimeoutError:
+                sock.close()
+                raise DaemonTimeout(
+                    f"could not connect to snapshotd at {self.socket_path} in time") from None
+            except BlockingIOError:
+                # EAGAIN: the daemon's accept backlog is full. It is alive, just busy: wait a
+                # little within the deadline instead of calling it unavailable.
+                sock.close()
+                time.sleep(min(0.005, max(0.0, deadline - time.monotonic())))
+                continue
+            except OSError as exc:
+                sock.close()
+                raise DaemonUnavailable(self._unavailable_message(exc)) from None
+            self._sock = sock
+            self._pid = os.getpid()
+            return sock
+
+    def _drop(self) -> None:
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            # In a forked child this only closes the child's copy of the descriptor: the
+            # parent's connection is untouched (no shutdown()).
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+    def _unavailable_message(self, exc: OSError) -> str:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        name = errno.errorcode.get(exc.errno or 0, "")
+        suffix = f" ({name})" if name else ""
+        return f"cannot reach snapshotd at {self.socket_path}: {reason}{suffix}"
+
+    def _timeout_message(self) -> str:
+        return f"snapshotd at {self.socket_path} did not reply in time"
+
+
+def _send(sock: _socket.socket, frame: bytes, deadline: float) -> None:
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise TimeoutError("deadline passed before sending")
+    # Since Python 3.5 a socket timeout bounds the whole sendall, not each chunk.
+    sock.settimeout(remaining)
+    sock.sendall(frame)
+
+
+def _still_open(sock: _socket.socket) -> bool:
+    # A peek that would block means the peer is alive and silent, which is the only healthy
+    # state between requests. EOF, an error, or unsolicited bytes mean: do not reuse.
+    try:
+        # Non-blocking mode first: with a timeout set, Python would wait for readability
+        # (up to that timeout) before even trying the peek.
+        sock.setblocking(False)
+        sock.recv(1, _socket.MSG_PEEK | _socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    return False  # b"" (EOF) or stray bytes
+
+
+def _result(reply: dict, request_id: int) -> dict:
+    ok = reply.get("ok")
+    error = reply.get("error")
+    # A daemon that could not parse our frame cannot echo its id; its error is still the most
+    # useful thing to report.
+    if reply.get("id") != request_id and not (ok is False and reply.get("id") is None):
+        raise SnapshotdError(
+            PROTOCOL_ERROR, f"reply id {reply.get('id')!r} does not echo request id {request_id}")
+    if ok is True:
+        result = reply.get("result")
+        if not isinstance(result, dict):
+            raise SnapshotdError(PROTOCOL_ERROR, "ok reply without a result map")
+        return result
+    if ok is False:
+        if not isinstance(error, dict):
+            error = {}
+        code = error.get("code")
+        message = error.get("message")
+        raise SnapshotdError(str(code) if code else "internal", str(message or ""), remote=True)
+    raise SnapshotdError(PROTOCOL_ERROR, f"reply has no boolean 'ok' (got {ok!r})")
+
+
+def _plain(value: Any) -> Any:
+    # msgpack cannot pack Path objects; callers naturally pass them (cwd, worktree, to).
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _abs(path: str | os.PathLike[str]) -> str:
+    # The daemon has its own cwd: a relative path must be resolved here, where it was meant.
+    return os.path.abspath(os.fspath(path))
+
+
+def _abs_paths(fields: dict[str, Any]) -> dict[str, Any]:
+    out = dict(fields)
+    for key in ("cwd", "to"):
+        if out.get(key) is not None:
+            out[key] = _abs(out[key])
+    return out
+

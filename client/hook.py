@@ -1,0 +1,384 @@
+"""``snapshot-hook``: the after-tool hook of Claude Code, Codex and Gemini CLI (tier 1, ``hook``).
+
+Owns: reading the agent's hook payload from stdin, telling the agent apart, deriving the tool
+call id and label, choosing the attribution (DESIGN §6), asking the daemon for a capture within
+one time budget, starting the daemon on first use, and recording a gap when the capture could not
+be asked for.
+
+Promises (DESIGN §10):
+- exits 0 and prints nothing, whatever happens: stdout and stderr are pointed at /dev/null first
+  thing, so not even a warning at interpreter exit can reach the agent (exit 2 + stderr would be
+  fed to the model);
+- returns within ``SNAPSHOTD_HOOK_TIMEOUT_MS`` (default 5000) of starting, covering stdin,
+  connect, daemon start, send and reply; with no daemon and autostart off, in a few tens of ms;
+- writes a gap when it could not get a capture and the daemon has not recorded one itself;
+- never leaves a child holding the agent's stdout/stderr (Gemini waits for them to close).
+
+Runs after every tool call, so it imports only what the path taken needs: module level is
+``os``/``sys``/``time``; json, the client, hashlib and subprocess are imported when used.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+# Annotations are never evaluated (PEP 563); `typing` costs milliseconds on the hook's path.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
+DEFAULT_TIMEOUT_MS = 5000
+LABEL_PART_MAX = 60
+_PATCH_PREFIXES = ("*** Update File: ", "*** Add File: ", "*** Delete File: ")
+
+
+def main() -> None:
+    """Entry point of the ``snapshot-hook`` console script."""
+    try:
+        start = time.monotonic()
+        _silence_output()
+        budget_ms = _budget_ms(os.environ)
+        deadline = start + budget_ms / 1000.0
+        handle(_read_stdin(deadline), deadline=deadline, budget_ms=budget_ms)
+    except BaseException:  # noqa: B036 - the hook's contract is exit 0, even on ^C
+        pass
+    sys.exit(0)
+
+
+def handle(data: bytes | None, *, deadline: float, budget_ms: int) -> str:
+    """Process one payload (``None``: stdin did not close in time). Returns the outcome: ``"ok"``
+    or the reason of the failure (also the gap's reason when one was written)."""
+    import json
+
+    from .protocol import BAD_PAYLOAD, INTERNAL
+
+    env = os.environ
+    try:
+        payload = json.loads(data) if data is not None else None
+    except Exception:  # ValueError, and RecursionError for absurdly nested input
+        payload = None
+    if not isinstance(payload, dict):
+        if data is None:
+            detail = f"stdin was not closed within {budget_ms} ms"
+        else:
+            detail = f"stdin is not a JSON object ({len(data)} bytes)"
+        _write_gap(_gap_attribution(None, env, {}), tool_use_id=None, reason=BAD_PAYLOAD,
+                   detail=detail)
+        return BAD_PAYLOAD
+
+    fields: dict[str, Any] = {}
+    try:
+        fields = snapshot_fields(payload, env)
+        return _capture(fields, deadline=deadline, budget_ms=budget_ms)
+    except Exception as exc:  # a hook bug must still leave a trace of the missed capture
+        _write_gap(_gap_attribution(payload, env, fields), tool_use_id=fields.get("tool_use_id"),
+                   reason=INTERNAL, detail=f"snapshot-hook failed: {type(exc).__name__}: {exc}")
+        return INTERNAL
+
+
+def detect_agent(payload: Mapping[str, Any]) -> str:
+    """``gemini``, ``codex`` or ``claude``, told from the payload alone.
+
+    Gemini is checked first: it also sets ``CLAUDE_PROJECT_DIR`` for compatibility, so the
+    environment cannot tell it apart; its event name can.
+    """
+    if payload.get("hook_event_name") == "AfterTool":
+        return "gemini"
+    if "turn_id" in payload:
+        return "codex"
+    return "claude"
+
+
+def tool_use_id_for(payload: Mapping[str, Any], agent: str) -> str | None:
+    """The payload's ``tool_use_id``; for Gemini, which has none, a stable derived one, so a
+    retried hook for the same call stays idempotent."""
+    given = payload.get("tool_use_id")
+    if isinstance(given, str) and given:
+        return given
+    if agent != "gemini":
+        # No timestamp to tell two identical calls apart: a derived id could merge them.
+        return None
+    import hashlib
+    import json
+
+    parts = [
+        _text(payload.get("session_id")),
+        _text(payload.get("timestamp")),
+        _text(payload.get("tool_name")),
+        json.dumps(payload.get("tool_input"), sort_keys=True, ensure_ascii=False,
+                   separators=(",", ":"), default=str),
+    ]
+    digest = hashlib.sha256("\0".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
+    return "gemini-" + digest[:24]
+
+
+def label_for(payload: Mapping[str, Any]) -> str | None:
+    """``"<tool_name> <path-or-command>"``: the file the tool touched, else the first 60
+    characters of its command on one line; for ``apply_patch`` the patched paths."""
+    tool = _text(payload.get("tool_name")).strip()
+    tool_input = payload.get("tool_input")
+    if not isinstance(tool_input, dict):
+        tool_input = {}
+    part = ""
+    if tool == "apply_patch":
+        patch = tool_input.get("command") or tool_input.get("input") or tool_input.get("patch")
+        part = _patch_paths(patch)[:LABEL_PART_MAX] if isinstance(patch, str) else ""
+    if not part:
+        for key in ("file_path", "notebook_path", "path"):
+            value = tool_input.get(key)
+            if isinstance(value, str) and value:
+                part = value  # kept as given: Gemini's may be relative to cwd
+                break
+    if not part:
+        command = tool_input.get("command")
+        if isinstance(command, list):  # older Codex: argv, e.g. ["bash", "-lc", "..."]
+            command = " ".join(_text(arg) for arg in command)
+        if isinstance(command, str):
+            part = _one_line(command)[:LABEL_PART_MAX].rstrip()
+    label = f"{tool} {part}" if tool and part else (tool or part)
+    return label or None
+
+
+def snapshot_fields(payload: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    """The keyword arguments of ``Client.snapshot`` for this payload and environment."""
+    agent = detect_agent(payload)
+    cwd = payload.get("cwd")
+    fields: dict[str, Any] = {
+        "cwd": cwd if isinstance(cwd, str) and cwd else os.getcwd(),
+        "tier": 1,
+        "source": "hook",
+        "label": label_for(payload),
+        "tool_use_id": tool_use_id_for(payload, agent),
+    }
+    run_id, node_id = env.get("SNAPSHOTD_RUN_ID"), env.get("SNAPSHOTD_NODE_ID")
+    if run_id and node_id:
+        # Set by `snapshotd exec` or an engine for the agent process; the hook inherits it.
+        # A malformed number is sent as given: the daemon's bad-request reply becomes a gap.
+        fields.update(run_id=run_id, node_id=node_id,
+                      iteration=_env_int(env.get("SNAPSHOTD_ITERATION"), 0),
+                      attempt=_env_int(env.get("SNAPSHOTD_ATTEMPT"), None))
+    else:
+        # Zero-setup: the daemon uses this only if no attempt is registered for the worktree.
+        session = _text(payload.get("session_id")) or "unknown"
+        # No iteration either: the hook names no attempt, so it must not claim part of one.
+        fields["iteration"] = None
+        fields["fallback"] = {
+            "run_id": f"{agent}-{session}",
+            "node_id": "session",
+            "iteration": 0,
+            "attempt": 1,
+            "worktree": _worktree_guess(payload, agent, env),
+        }
+    return fields
+
+
+def _try_autostart(socket_path: str, deadline: float, argv: list[str] | None = None) -> bool:
+    """Start the daemon when none answers; True once its socket accepts connections.
+
+    Off when ``SNAPSHOTD_AUTOSTART=0``. Runs ``<this python> -m snapshotd serve`` (``argv``
+    overrides, for tests) as a separate process: the daemon is never imported here. The child
+    gets its own session and /dev/null for stdin/stdout/stderr, so it holds neither the agent's
+    terminal nor its pipes, and cwd ``/`` so it pins no project directory.
+    """
+    if os.environ.get("SNAPSHOTD_AUTOSTART") == "0":
+        return False
+    if argv is None:
+        if not sys.executable:
+            return False
+        argv = [sys.executable, "-m", "snapshotd", "serve"]
+    import subprocess
+
+    env = dict(os.environ)
+    # Pin the daemon to the socket this hook will poll, and make path settings survive cwd "/".
+    env["SNAPSHOTD_SOCKET"] = socket_path
+    for name in ("SNAPSHOTD_HOME", "SNAPSHOTD_GAPS", "SNAPSHOTD_CONFIG"):
+        if env.get(name):
+            env[name] = os.path.abspath(os.path.expanduser(env[name]))
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, cwd="/", env=env,
+                                start_new_session=True, close_fds=True)
+    except OSError:
+        return False
+    # Leave part of the budget for the capture itself once the daemon is up.
+    margin = min(1.0, 0.25 * max(0.0, deadline - time.monotonic()))
+    give_up = deadline - margin
+    while time.monotonic() < give_up:
+        if _accepts(socket_path, give_up):
+            return True
+        if proc.poll() is not None and proc.returncode != 0:
+            # It failed (not installed, bad config) or lost a start race to another daemon:
+            # one last look, then stop burning the agent's time.
+            return _accepts(socket_path, give_up)
+        time.sleep(0.02)
+    return False
+
+
+def _capture(fields: dict[str, Any], *, deadline: float, budget_ms: int) -> str:
+    from .client import Client, DaemonUnavailable, SnapshotdError
+    from .protocol import DAEMON_UNAVAILABLE, TIMEOUT
+
+    env = os.environ
+    client = Client(timeout=budget_ms / 1000.0, deadline=deadline)
+    autostart_note = ""
+    try:
+        try:
+            client.snapshot(**fields)
+        except DaemonUnavailable:
+            if not _try_autostart(client.socket_path, deadline):
+                autostart_note = ("; autostart off (SNAPSHOTD_AUTOSTART=0)"
+                                  if env.get("SNAPSHOTD_AUTOSTART") == "0"
+                                  else "; autostart did not bring the daemon up")
+                raise
+            autostart_note = "; daemon was autostarted"
+            client.snapshot(**fields)  # the one retry
+    except SnapshotdError as exc:
+        if exc.daemon_recorded:
+            return exc.code
+        if exc.code == TIMEOUT:
+            detail = f"no reply from snapshotd at {client.socket_path} within {budget_ms} ms"
+        else:
+            detail = exc.message
+        if exc.code in (DAEMON_UNAVAILABLE, TIMEOUT):
+            detail += autostart_note
+        _write_gap(_gap_attribution(None, env, fields), tool_use_id=fields.get("tool_use_id"),
+                   reason=exc.code, detail=detail)
+        return exc.code
+    finally:
+        client.close()
+    return "ok"
+
+
+def _gap_attribution(payload: Mapping[str, Any] | None, env: Mapping[str, str],
+                     fields: Mapping[str, Any]) -> dict[str, Any]:
+    # The attempt the capture was meant for: explicit ids when sent, else the fallback's.
+    fallback = fields.get("fallback")
+    if isinstance(fallback, dict):
+        return {k: fallback.get(k) for k in ("run_id", "node_id", "iteration", "attempt",
+                                               "worktree")}
+    if fields.get("run_id"):
+        source: Mapping[str, Any] = fields
+    else:  # no usable payload: the environment is all we have
+        source = {}
+        if env.get("SNAPSHOTD_RUN_ID") and env.get("SNAPSHOTD_NODE_ID"):
+            source = {"run_id": env["SNAPSHOTD_RUN_ID"], "node_id": env["SNAPSHOTD_NODE_ID"],
+                      "iteration": _env_int(env.get("SNAPSHOTD_ITERATION"), 0),
+                      "attempt": _env_int(env.get("SNAPSHOTD_ATTEMPT"), None)}
+    agent = detect_agent(payload) if payload is not None else ""
+    return {
+        "run_id": source.get("run_id"),
+        "node_id": source.get("node_id"),
+        "iteration": source.get("iteration"),
+        "attempt": source.get("attempt"),
+        "worktree": _worktree_guess(payload or {}, agent, env),
+    }
+
+
+def _write_gap(attribution: Mapping[str, Any], *, tool_use_id: str | None, reason: str,
+               detail: str) -> None:
+    from .gaps import append_gap, make_gap
+
+    try:
+        append_gap(make_gap(
+            run_id=attribution.get("run_id"), node_id=attribution.get("node_id"),
+            iteration=attribution.get("iteration"), attempt=attribution.get("attempt"),
+            worktree=attribution.get("worktree"), tier=1, source="hook",
+            tool_use_id=tool_use_id, reason=reason, detail=detail))
+    except Exception:  # nowhere left to report to; the agent must still not be disturbed
+        pass
+
+
+def _worktree_guess(payload: Mapping[str, Any], agent: str, env: Mapping[str, str]) -> str:
+    names = (("GEMINI_PROJECT_DIR", "CLAUDE_PROJECT_DIR") if agent == "gemini"
+             else ("CLAUDE_PROJECT_DIR",))
+    for name in names:
+        if env.get(name):
+            return env[name]
+    cwd = payload.get("cwd")
+    return cwd if isinstance(cwd, str) and cwd else os.getcwd()
+
+
+def _accepts(socket_path: str, give_up: float) -> bool:
+    import socket
+
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(max(0.01, min(0.2, give_up - time.monotonic())))
+        sock.connect(socket_path)
+        return True
+    except OSError:
+        return False
+    finally:
+        sock.close()
+
+
+def _read_stdin(deadline: float) -> bytes | None:
+    # Bounded by the deadline: an agent that never closes stdin must not hang its own turn.
+    import select
+
+    chunks: list[bytes] = []
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return None
+        try:
+            ready, _, _ = select.select([0], [], [], remaining)
+            if not ready:
+                return None
+            chunk = os.read(0, 1 << 16)
+        except OSError:  # stdin closed or unreadable: what we have is the payload
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _silence_output() -> None:
+    # Point fds 1 and 2 at /dev/null: nothing (warnings, tracebacks at exit, a child process)
+    # can write to the agent's stdout/stderr or keep its pipes open.
+    fd = os.open(os.devnull, os.O_WRONLY)
+    for target in (1, 2):
+        if fd != target:
+            os.dup2(fd, target)
+    if fd > 2:
+        os.close(fd)
+
+
+def _budget_ms(env: Mapping[str, str]) -> int:
+    try:
+        value = int(env.get("SNAPSHOTD_HOOK_TIMEOUT_MS", ""))
+    except ValueError:
+        return DEFAULT_TIMEOUT_MS
+    return value if value > 0 else DEFAULT_TIMEOUT_MS
+
+
+def _env_int(raw: str | None, default: int | None) -> int | str | None:
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        return raw
+
+
+def _patch_paths(patch: str) -> str:
+    paths: list[str] = []
+    for line in patch.splitlines():
+        for prefix in _PATCH_PREFIXES:
+            if line.startswith(prefix):
+                path = line[len(prefix):].strip()
+                if path and path not in paths:
+                    paths.append(path)
+    return ", ".join(paths)
+
+
+def _one_line(text: str) -> str:
+    return text.strip().replace("\r\n", " ").replace("\r", " ").replace("\n", " ")
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ("" if value is None else str(value))

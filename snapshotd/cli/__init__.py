@@ -1,0 +1,22 @@
+"""The ``snapshotd`` command line: one module per command group.
+
+Promises (DESIGN §10): every command has ``--help``; read commands take ``--json``; errors go to
+stderr with a non-zero exit and a sentence that says what to do.
+"""
+
+from __future__ import annotations
+
+import click
+
+from snapshotd import __version__
+from snapshotd.cli import serve, snapshots, status
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="snapshotd")
+def main() -> None:
+    """Durable, restorable history of the worktrees where coding agents work."""
+
+
+for _module in (serve, snapshots, status):
+    _module.register(main)

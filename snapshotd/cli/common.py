@@ -1,0 +1,77 @@
+"""Shared pieces of the CLI: where the home and socket are, how to talk to the daemon,
+how to fail."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from snapshotd_client import Client, DaemonUnavailable, SnapshotdError
+from snapshotd_client.paths import home_dir, socket_path
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def home_option(fn: F) -> F:
+    return click.option("--home", type=click.Path(path_type=Path), default=None,
+                        help="State directory (default $SNAPSHOTD_HOME or "
+                             "$XDG_STATE_HOME/snapshotd).")(fn)
+
+
+def socket_option(fn: F) -> F:
+    return click.option("--socket", "socket_", type=click.Path(path_type=Path), default=None,
+                        help="Control socket (default $SNAPSHOTD_SOCKET or "
+                             "$XDG_RUNTIME_DIR/snapshotd/snapshotd.sock).")(fn)
+
+
+def json_option(fn: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON.")(fn)
+
+
+def resolve_home(home: Path | None) -> Path:
+    return (home or home_dir()).expanduser()
+
+
+def resolve_socket(sock: Path | None) -> Path:
+    return sock or socket_path()
+
+
+def fail(message: str, code: int = 1) -> None:
+    """Print one sentence to stderr and exit non-zero."""
+    click.echo(f"snapshotd: {message}", err=True)
+    sys.exit(code)
+
+
+def print_json(value: object) -> None:
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+
+
+def daemon_client(sock: Path | None, timeout: float = 60.0) -> Client:
+    return Client(resolve_socket(sock), timeout=timeout)
+
+
+def try_daemon(sock: Path | None, op: str, **fields: Any) -> dict | None:
+    """Ask the daemon; None when no daemon answers (callers then work on the files)."""
+    try:
+        with daemon_client(sock) as client:
+            return client.request(op, **fields)
+    except DaemonUnavailable:
+        return None
+
+
+def call_daemon(sock: Path | None, op: str, **fields: Any) -> dict:
+    """Ask the daemon or fail with a sentence that says what to do."""
+    try:
+        with daemon_client(sock) as client:
+            return client.request(op, **fields)
+    except DaemonUnavailable:
+        fail(f"no daemon answers on {resolve_socket(sock)}; start it with `snapshotd serve` "
+             "(or `snapshotd install-service`)", 3)
+    except SnapshotdError as exc:
+        fail(f"{exc.message} ({exc.code})")
+    raise AssertionError("unreachable")

@@ -1,0 +1,141 @@
+"""Daemon configuration: embedded defaults < config file < environment < command-line flags.
+
+Owns the reading of ``$XDG_CONFIG_HOME/snapshotd/config.toml`` (override ``SNAPSHOTD_CONFIG``).
+
+Promises: every effective value knows where it came from (``Config.sources``); an unknown key or
+a bad value is a ``ConfigError`` naming the key and what is accepted.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+try:  # Python 3.11+
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+DURABILITY_MODES = ("process", "full")
+
+
+class ConfigError(ValueError):
+    """A configuration key or value that cannot be used."""
+
+
+@dataclass
+class Config:
+    settle_ms: int = 200
+    max_wait_ms: int = 2000
+    max_file_bytes: int = 64 << 20
+    excludes: tuple[str, ...] = ()
+    hook_timeout_ms: int = 5000
+    durability: str = "process"
+    max_zero_setup_files: int = 200_000
+    idle_timeout_s: float = 300.0
+    max_connections: int = 1024
+    scan_interval_s: float = 2.0
+    log_level: str = "info"
+    sources: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "sources"}
+
+
+_ENV = {
+    "settle_ms": "SNAPSHOTD_SETTLE_MS",
+    "max_wait_ms": "SNAPSHOTD_MAX_WAIT_MS",
+    "max_file_bytes": "SNAPSHOTD_MAX_FILE_BYTES",
+    "excludes": "SNAPSHOTD_EXCLUDES",
+    "hook_timeout_ms": "SNAPSHOTD_HOOK_TIMEOUT_MS",
+    "durability": "SNAPSHOTD_DURABILITY",
+    "max_zero_setup_files": "SNAPSHOTD_MAX_ZERO_SETUP_FILES",
+    "idle_timeout_s": "SNAPSHOTD_IDLE_TIMEOUT_S",
+    "max_connections": "SNAPSHOTD_MAX_CONNECTIONS",
+    "scan_interval_s": "SNAPSHOTD_SCAN_INTERVAL_S",
+    "log_level": "SNAPSHOTD_LOG_LEVEL",
+}
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def config_path(environ: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if environ is None else environ
+    if env.get("SNAPSHOTD_CONFIG"):
+        return Path(env["SNAPSHOTD_CONFIG"])
+    base = env.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "snapshotd" / "config.toml"
+
+
+def load_config(flags: Mapping[str, object] | None = None,
+                environ: Mapping[str, str] | None = None,
+                path: Path | None = None) -> Config:
+    """The effective configuration, each value tagged with its source."""
+    env = os.environ if environ is None else environ
+    config = Config()
+    names = {f.name for f in fields(Config)} - {"sources"}
+    for name in names:
+        config.sources[name] = "default"
+    path = path or config_path(env)
+    if path.is_file():
+        try:
+            data = tomllib.loads(path.read_text())
+        except (tomllib.TOMLDecodeError, OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: cannot be read as TOML: {exc}") from exc
+        for key, value in data.items():
+            if key not in names:
+                raise ConfigError(
+                    f"{path}: unknown key {key!r}; known keys: {', '.join(sorted(names))}")
+            _set(config, key, value, f"file {path}")
+    for key, var in _ENV.items():
+        if var in env and env[var] != "":
+            _set(config, key, env[var], f"env {var}")
+    for key, value in (flags or {}).items():
+        if value is not None:
+            if key not in names:
+                raise ConfigError(f"unknown setting {key!r}")
+            _set(config, key, value, "flag")
+    return config
+
+
+def _set(config: Config, key: str, value: object, source: str) -> None:
+    setattr(config, key, _coerce(key, value, source))
+    config.sources[key] = source
+
+
+def _coerce(key: str, value: object, source: str) -> object:
+    where = f"{key} (from {source})"
+    if key == "excludes":
+        if isinstance(value, str):
+            items = [v.strip() for v in value.split(",") if v.strip()]
+        elif isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+            items = list(value)
+        else:
+            raise ConfigError(f"{where}: expected a list of gitignore patterns, got {value!r}")
+        return tuple(items)
+    if key == "durability":
+        if value not in DURABILITY_MODES:
+            raise ConfigError(f"{where}: expected one of {', '.join(DURABILITY_MODES)}, got {value!r}")
+        return value
+    if key == "log_level":
+        if not isinstance(value, str) or value.lower() not in LOG_LEVELS:
+            raise ConfigError(f"{where}: expected one of {', '.join(LOG_LEVELS)}, got {value!r}")
+        return value.lower()
+    if key in ("idle_timeout_s", "scan_interval_s"):
+        try:
+            number = float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: expected a number of seconds, got {value!r}") from None
+        if number <= 0:
+            raise ConfigError(f"{where}: must be positive, got {value!r}")
+        return number
+    if isinstance(value, bool):
+        raise ConfigError(f"{where}: expected a whole number, got {value!r}")
+    try:
+        number = int(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}: expected a whole number, got {value!r}") from None
+    if number < 0 or (number == 0 and key != "max_zero_setup_files"):
+        raise ConfigError(f"{where}: must be positive, got {value!r}")
+    return number

@@ -1,0 +1,94 @@
+"""Assembling and running the daemon: home, lock, logging, service, server, watcher.
+
+Owns the order of start-up (lock the home, open store and ledger, reconcile, bind or adopt the
+socket, then serve) and of shutdown (stop accepting, finish in-flight work, capture pending
+tier-2 windows, persist stat caches, release the lock).
+
+Promises: one daemon per home; a second one exits non-zero naming the pid that holds it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+from pathlib import Path
+
+from snapshotd.config import Config
+from snapshotd.server import HomeLock, Server, bind_socket
+from snapshotd.service import Service
+
+log = logging.getLogger("snapshotd")
+
+
+def prepare_home(home: Path) -> Path:
+    home = home.expanduser()
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(home, 0o700)
+    return home.resolve()
+
+
+def setup_logging(level: str) -> None:
+    under_systemd = bool(os.environ.get("JOURNAL_STREAM") or os.environ.get("INVOCATION_ID"))
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_JournalFormatter() if under_systemd else logging.Formatter(
+        "%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("snapshotd")
+    root.handlers[:] = [handler]
+    root.setLevel(getattr(logging, level.upper(), logging.INFO))
+    root.propagate = False
+
+
+def run_daemon(home: Path, socket_path: Path, config: Config,
+               listener: socket.socket | None = None) -> int:
+    """Serve until stopped; returns the process exit status."""
+    home = prepare_home(home)
+    lock = HomeLock(home)
+    lock.acquire()
+    try:
+        service = Service(home, config)
+        if listener is None:
+            listener = bind_socket(socket_path)
+            owned_path: Path | None = socket_path
+        else:
+            owned_path = None
+        server = Server(service, listener, idle_timeout_s=config.idle_timeout_s,
+                        max_connections=config.max_connections)
+        _attach_optional_parts(service, server, config)
+        try:
+            server.run()
+        finally:
+            service.close()
+            if owned_path is not None:
+                try:
+                    owned_path.unlink()
+                except OSError:
+                    pass
+    finally:
+        lock.release()
+    log.info("stopped")
+    return 0
+
+
+def _attach_optional_parts(service: Service, server: Server, config: Config) -> None:
+    """Wire the parts that extend the core (watcher, restore, engine) when present."""
+    for name in ("snapshotd.watcher", "snapshotd.restore", "snapshotd.engine",
+                 "snapshotd.notify"):
+        try:
+            module = __import__(name, fromlist=["attach"])
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue
+            raise
+        attach = getattr(module, "attach", None)
+        if attach is not None:
+            attach(service, server, config)
+
+
+class _JournalFormatter(logging.Formatter):
+    _PRIORITY = {logging.ERROR: 3, logging.CRITICAL: 2, logging.WARNING: 4, logging.INFO: 6,
+                 logging.DEBUG: 7}
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"<{self._PRIORITY.get(record.levelno, 6)}>{record.name}: {record.getMessage()}"

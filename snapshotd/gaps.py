@@ -1,0 +1,54 @@
+"""The daemon's side of the gap spool: every capture it could not take, on record.
+
+Owns the counting of gaps by reason (for ``status``) and the reading of the spool for listings.
+The record format and the torn-line-free append are ``snapshotd_client.gaps``'s: one definition.
+
+Promises: ``record`` never raises (a gap that cannot be written is logged, and the capture's own
+error still reaches the caller); ``for_run`` returns a run's gaps in spool order.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from pathlib import Path
+
+from snapshotd_client.gaps import append_gap, make_gap, read_gaps
+
+log = logging.getLogger("snapshotd.gaps")
+
+
+class GapSpool:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def record(self, *, reason: str, detail: str, run_id: str | None = None,
+               node_id: str | None = None, iteration: int | None = None,
+               attempt: int | None = None, worktree: str | None = None, tier: int | None = None,
+               source: str | None = None, tool_use_id: str | None = None) -> dict:
+        gap = make_gap(run_id=run_id, node_id=node_id, iteration=iteration, attempt=attempt,
+                       worktree=worktree, tier=tier, source=source, tool_use_id=tool_use_id,
+                       reason=reason, detail=detail)
+        with self._lock:
+            self.counts[reason] += 1
+        try:
+            append_gap(gap, self.path)
+        except OSError as exc:
+            log.error("could not write gap %s for %s: %s", reason, worktree, exc)
+        else:
+            log.warning("gap %s run=%s node=%s worktree=%s: %s", reason, run_id, node_id,
+                        worktree, detail)
+        return gap
+
+    def for_run(self, run_id: str) -> list[dict]:
+        if not self.path.exists():
+            return []
+        return [g for g in read_gaps(self.path) if g.get("run_id") == run_id]
+
+    def all(self) -> list[dict]:
+        if not self.path.exists():
+            return []
+        return read_gaps(self.path)

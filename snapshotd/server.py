@@ -1,0 +1,299 @@
+"""The control socket: framed msgpack requests in, service calls out (DESIGN §5).
+
+Owns the Unix socket, the peer-uid check, frame limits, per-connection idle timeouts, the cap on
+concurrent connections, the one-daemon-per-home lock, and graceful shutdown.
+
+Promises:
+- The socket lives in a 0700 directory and is created 0600; a peer of another uid is refused
+  (SO_PEERCRED) before any request is read.
+- A malformed frame, a frame over 1 MiB, an unknown op or an ill-typed field gets an error reply
+  (and, for framing errors, a closed connection); the daemon keeps serving everyone else.
+- SIGTERM: stop accepting, let in-flight requests finish, run shutdown hooks, exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import fcntl
+import logging
+import os
+import signal
+import socket
+import stat
+import struct
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import msgpack
+
+from snapshotd.service import Service, ServiceError
+from snapshotd_client import protocol
+
+log = logging.getLogger("snapshotd.server")
+
+Handler = Callable[[dict], dict]
+
+
+class DaemonLockError(Exception):
+    """Another daemon already serves this home."""
+
+
+class HomeLock:
+    """An exclusive ``flock`` on ``<home>/daemon.lock`` holding the owner's pid."""
+
+    def __init__(self, home: Path) -> None:
+        self.path = home / "daemon.lock"
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            try:
+                pid = os.read(fd, 32).decode().strip() or "unknown"
+            finally:
+                os.close(fd)
+            if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise DaemonLockError(
+                    f"another snapshotd (pid {pid}) already serves {self.path.parent}; stop it "
+                    "first or use another --home") from None
+            raise
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def prepare_socket_dir(path: Path) -> None:
+    """Create the socket's directory 0700 (or check that an existing one is ours and private)."""
+    directory = path.parent
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = directory.stat()
+    if st.st_uid != os.getuid():
+        raise PermissionError(f"socket directory {directory} belongs to uid {st.st_uid}, not us")
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        os.chmod(directory, 0o700)
+
+
+def bind_socket(path: Path) -> socket.socket:
+    """Bind a fresh listening socket at ``path`` (mode 0600), replacing a stale one."""
+    prepare_socket_dir(path)
+    if path.exists() or path.is_symlink():
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        probe.settimeout(1.0)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            path.unlink()  # stale: nobody listens
+        else:
+            raise DaemonLockError(f"a daemon already listens on {path}; stop it or pass --socket")
+        finally:
+            probe.close()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(str(path))
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    sock.listen(128)
+    return sock
+
+
+def peer_uid(sock: socket.socket) -> int | None:
+    """The connecting process's uid (SO_PEERCRED on Linux, getpeereid elsewhere)."""
+    if hasattr(socket, "SO_PEERCRED"):
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        _pid, uid, _gid = struct.unpack("3i", creds)
+        return uid
+    getpeereid = getattr(os, "getpeereid", None)
+    if getpeereid is not None:  # pragma: no cover - macOS
+        return getpeereid(sock.fileno())[0]
+    return None
+
+
+class Server:
+    """Serves the protocol on a listening socket until ``stop()``."""
+
+    def __init__(self, service: Service, listener: socket.socket, *,
+                 idle_timeout_s: float = 300.0, max_connections: int = 1024,
+                 workers: int = 16) -> None:
+        self.service = service
+        self.listener = listener
+        self.idle_timeout_s = idle_timeout_s
+        self.max_connections = max_connections
+        self.handlers: dict[str, Handler] = {
+            "ping": service.ping,
+            "snapshot": service.snapshot,
+            "attempt_begin": service.attempt_begin,
+            "attempt_end": service.attempt_end,
+            "list": service.list_run,
+            "status": self._status,
+            "flush": self._flush,
+        }
+        self.status_extras: list[Callable[[], dict]] = []
+        self.flush_hook: Callable[[Path], None] | None = None
+        self.shutdown_hooks: list[Callable[[], None]] = []
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="snapshotd")
+        self._connections: set[asyncio.Task] = set()
+        self._in_flight = 0
+        self._stopping: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.refused_connections = 0
+
+    def register(self, op: str, handler: Handler) -> None:
+        self.handlers[op] = handler
+
+    def run(self, on_ready: Callable[[], None] | None = None) -> None:
+        """Serve until SIGTERM/SIGINT, then shut down gracefully."""
+        asyncio.run(self._main(on_ready))
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stopping is not None:
+            self._loop.call_soon_threadsafe(self._stopping.set)
+
+    def call_in_loop(self, fn: Callable[[], Awaitable[None]]) -> None:
+        if self._loop is not None:
+            asyncio.run_coroutine_threadsafe(fn(), self._loop)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    async def _main(self, on_ready: Callable[[], None] | None) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._loop.add_signal_handler(sig, self._stopping.set)
+        self.listener.setblocking(False)
+        server = await asyncio.start_unix_server(self._accept, sock=self.listener,
+                                                 limit=protocol.MAX_FRAME + 8)
+        if on_ready is not None:
+            on_ready()
+        log.info("serving on %s", self.listener.getsockname())
+        await self._stopping.wait()
+        log.info("stopping: finishing in-flight requests")
+        server.close()
+        # In-flight requests finish and their replies go out before connections are cut.
+        while self._in_flight:
+            await asyncio.sleep(0.01)
+        for task in list(self._connections):
+            task.cancel()
+        for hook in self.shutdown_hooks:
+            try:
+                await self._loop.run_in_executor(self._executor, hook)
+            except Exception:  # noqa: BLE001
+                log.exception("shutdown hook failed")
+        self._executor.shutdown(wait=True)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        sock = writer.get_extra_info("socket")
+        try:
+            if len(self._connections) >= self.max_connections:
+                self.refused_connections += 1
+                await self._send(writer, _error(None, "busy", "too many connections; retry"))
+                return
+            uid = peer_uid(sock) if sock is not None else None
+            if uid is None or uid != os.getuid():
+                log.warning("refused a connection from uid %s", uid)
+                await self._send(writer, _error(None, "forbidden",
+                                                "this daemon serves only its own user"))
+                return
+            self._connections.add(task)
+            await self._serve_connection(reader, writer)
+        except (asyncio.CancelledError, ConnectionError):
+            pass
+        finally:
+            self._connections.discard(task)
+            writer.close()
+
+    async def _serve_connection(self, reader: asyncio.StreamReader,
+                                writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                header = await asyncio.wait_for(reader.readexactly(4), self.idle_timeout_s)
+            except (asyncio.IncompleteReadError, asyncio.TimeoutError):
+                return
+            (length,) = struct.unpack(">I", header)
+            if length > protocol.MAX_FRAME:
+                await self._send(writer, _error(None, "frame-too-large",
+                                                f"frame of {length} bytes exceeds the "
+                                                f"{protocol.MAX_FRAME}-byte limit"))
+                return
+            try:
+                body = await asyncio.wait_for(reader.readexactly(length), self.idle_timeout_s)
+            except (asyncio.IncompleteReadError, asyncio.TimeoutError):
+                return
+            try:
+                request = protocol.decode_body(body)
+            except Exception as exc:  # noqa: BLE001 - hostile bytes of any kind
+                await self._send(writer, _error(None, "bad-frame", f"not a msgpack map: {exc}"))
+                return
+            reply = await self._dispatch(request)
+            await self._send(writer, reply)
+
+    async def _dispatch(self, request: dict) -> dict:
+        req_id = request.get("id")
+        if not isinstance(req_id, (int, str)) or isinstance(req_id, bool):
+            return _error(None, "bad-request", "every request needs an id (int or str)")
+        if request.get("v") != protocol.PROTOCOL_VERSION:
+            return _error(req_id, "unsupported-version",
+                          f"protocol version {request.get('v')!r} is not supported; use 1")
+        op = request.get("op")
+        handler = self.handlers.get(op) if isinstance(op, str) else None
+        if handler is None:
+            return _error(req_id, "unknown-op", f"unknown op {op!r}; known ops: "
+                          + ", ".join(sorted(self.handlers)))
+        fields = {k: v for k, v in request.items() if k not in ("v", "op", "id")}
+        assert self._loop is not None and self._stopping is not None
+        if self._stopping.is_set():
+            return _error(req_id, "shutting-down", "the daemon is stopping; retry shortly")
+        self._in_flight += 1
+        try:
+            result = await asyncio.shield(
+                self._loop.run_in_executor(self._executor, handler, fields))
+        except ServiceError as exc:
+            return _error(req_id, exc.code, exc.message)
+        except Exception as exc:  # noqa: BLE001 - never let one request kill the daemon
+            log.exception("op %s failed", op)
+            return _error(req_id, "internal", f"{type(exc).__name__}: {exc}")
+        finally:
+            self._in_flight -= 1
+        return {"id": req_id, "ok": True, "result": result}
+
+    async def _send(self, writer: asyncio.StreamWriter, message: dict) -> None:
+        try:
+            writer.write(protocol.encode_frame(message))
+        except (ValueError, TypeError, msgpack.PackException) as exc:
+            writer.write(protocol.encode_frame(_error(message.get("id"), "internal",
+                                                      f"reply could not be encoded: {exc}")))
+        await writer.drain()
+
+    def _status(self, fields: dict) -> dict:
+        out = self.service.status(fields)
+        out["socket"] = str(self.listener.getsockname())
+        out["connections"] = len(self._connections)
+        out["refused_connections"] = self.refused_connections
+        for extra in self.status_extras:
+            out.update(extra())
+        return out
+
+    def _flush(self, fields: dict) -> dict:
+        cwd = fields.get("cwd")
+        if not isinstance(cwd, str) or not os.path.isabs(cwd):
+            raise ServiceError("bad-request", "flush needs an absolute cwd")
+        root = Path(cwd).resolve()
+        if self.flush_hook is not None:
+            self.flush_hook(root)
+        return {"worktree": str(root), "flushed": True}
+
+
+def _error(req_id: object, code: str, message: str) -> dict:
+    return {"id": req_id, "ok": False, "error": {"code": code, "message": message}}

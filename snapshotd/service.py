@@ -1,0 +1,636 @@
+"""The snapshot service: turns capture requests into numbered checkpoints, or gaps.
+
+Owns attribution (which attempt a capture belongs to, DESIGN §6), the per-worktree
+serialization of captures, deduplication, idempotency by tool call, fencing of superseded and
+ended attempts, and start-up reconciliation of the ledger with the store's refs.
+
+Promises:
+- Captures of one worktree are strictly serialized; different worktrees proceed concurrently.
+- Write order is objects → commit → ref → ledger row → reply. A crash before the ref leaves
+  only unreferenced objects; a crash between ref and row is repaired at start-up from the commit
+  trailers, so an acknowledged seq is never reused.
+- A capture that fails raises ``ServiceError`` and leaves a gap record; it never takes the
+  daemon down.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pygit2
+
+from snapshotd import __version__
+from snapshotd.config import Config
+from snapshotd.gaps import GapSpool
+from snapshotd.ledger import ACTIVE, Attempt, Ledger
+from snapshotd.store import AttemptKey, CheckpointMeta, Store, StoreError, parse_trailers
+from snapshotd_client.paths import gaps_path
+from snapshotd_client.protocol import validate_id, validate_int
+
+log = logging.getLogger("snapshotd.service")
+
+SOURCES = ("hook", "wrap", "watch", "restore", "cli")
+
+
+class ServiceError(Exception):
+    """An error with a protocol error code (docs/protocol.md)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass
+class SnapshotRequest:
+    cwd: Path
+    tier: int = 1
+    source: str = "wrap"
+    run_id: str | None = None
+    node_id: str | None = None
+    iteration: int = 0
+    attempt: int | None = None
+    label: str | None = None
+    tool_use_id: str | None = None
+    fallback: dict | None = None
+
+    @classmethod
+    def from_fields(cls, fields: dict) -> SnapshotRequest:
+        """Validate a request's fields; raises ServiceError(bad-request | bad-id)."""
+        cwd = fields.get("cwd")
+        if not isinstance(cwd, str) or not cwd or "\0" in cwd:
+            raise ServiceError("bad-request", "cwd must be a non-empty path string")
+        if not os.path.isabs(cwd):
+            raise ServiceError("bad-request", f"cwd must be an absolute path, got {cwd!r}")
+        tier = _int_field(fields, "tier", 1, 1)
+        if tier not in (1, 2):
+            raise ServiceError("bad-request", f"tier must be 1 or 2, got {tier}")
+        source = fields.get("source", "wrap")
+        if source not in SOURCES:
+            raise ServiceError("bad-request", f"source must be one of {', '.join(SOURCES)}")
+        req = cls(cwd=Path(cwd), tier=tier, source=source)
+        run_id, node_id = fields.get("run_id"), fields.get("node_id")
+        if (run_id is None) != (node_id is None):
+            raise ServiceError("bad-request", "run_id and node_id go together: name both or neither")
+        if run_id is not None:
+            req.run_id = _id_field("run_id", run_id)
+            req.node_id = _id_field("node_id", node_id)
+        req.iteration = _int_field(fields, "iteration", 0, 0)
+        if fields.get("attempt") is not None:
+            req.attempt = _int_field(fields, "attempt", 1, 1)
+        for name in ("label", "tool_use_id"):
+            value = fields.get(name)
+            if value is not None:
+                if not isinstance(value, str) or len(value.encode()) > 1000 or "\0" in value:
+                    raise ServiceError("bad-request", f"{name} must be a string under 1000 bytes")
+                setattr(req, name, value)
+        fallback = fields.get("fallback")
+        if fallback is not None:
+            if not isinstance(fallback, dict):
+                raise ServiceError("bad-request", "fallback must be a map")
+            wt = fallback.get("worktree")
+            if not isinstance(wt, str) or not os.path.isabs(wt) or "\0" in wt:
+                raise ServiceError("bad-request", "fallback.worktree must be an absolute path")
+            req.fallback = {
+                "run_id": _id_field("fallback.run_id", fallback.get("run_id")),
+                "node_id": _id_field("fallback.node_id", fallback.get("node_id")),
+                "iteration": _int_field(fallback, "iteration", 0, 0),
+                "attempt": _int_field(fallback, "attempt", 1, 1),
+                "worktree": wt,
+            }
+        return req
+
+
+class Service:
+    """Everything the daemon does to the store and the ledger, callable from any thread."""
+
+    def __init__(self, home: Path, config: Config, *, gaps_file: Path | None = None) -> None:
+        self.home = home
+        self.config = config
+        self.started_at = time.time()
+        self.store = Store(home, excludes=config.excludes, max_file_bytes=config.max_file_bytes)
+        self.ledger = Ledger(home / "snapshotd.db")
+        self.ledger.set_full_durability(config.durability == "full")
+        self.gaps = GapSpool(gaps_file or gaps_path(home))
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+        self.counters: dict[str, int] = {"captures_tier1": 0, "captures_tier2": 0,
+                                         "dedups": 0, "repeats": 0, "errors": 0}
+        self.latencies: dict[int, list[float]] = {1: [], 2: []}
+        # Called with (attempt) when an attempt starts or stops being active (tier-2 watcher).
+        self.on_attempt_active: Callable[[Attempt], None] | None = None
+        self.on_attempt_inactive: Callable[[Attempt], None] | None = None
+        self.reconciliation = self.reconcile()
+
+    # -- public entry points ---------------------------------------------------------------
+
+    def snapshot(self, fields: dict) -> dict:
+        """Capture a worktree for the attempt the request names or implies (DESIGN §6)."""
+        started = time.perf_counter()
+        req = SnapshotRequest.from_fields(fields)
+        attempt = self._attribute(req)
+        root = Path(attempt.worktree)
+        with self.worktree_lock(root):
+            # Re-read under the lock: an attempt_begin may have fenced this attempt meanwhile.
+            current = self.ledger.get_attempt(attempt.key)
+            if current is None or current.state != ACTIVE:
+                self._fenced(req, attempt, current)
+            return self._capture_locked(current, req, started)
+
+    def capture_attempt(self, attempt: Attempt, *, tier: int, source: str,
+                        label: str | None = None) -> dict:
+        """A capture the daemon takes by itself (tier 2, restore safety) for a known attempt."""
+        req = SnapshotRequest(cwd=Path(attempt.worktree), tier=tier, source=source, label=label,
+                              run_id=attempt.key.run_id, node_id=attempt.key.node_id,
+                              iteration=attempt.key.iteration, attempt=attempt.key.attempt)
+        started = time.perf_counter()
+        with self.worktree_lock(Path(attempt.worktree)):
+            current = self.ledger.get_attempt(attempt.key)
+            if current is None:
+                raise ServiceError("not-found", f"attempt {attempt.key} is not in the ledger")
+            return self._capture_locked(current, req, started)
+
+    def worktree_lock(self, root: Path) -> threading.Lock:
+        key = str(root)
+        with self._locks_guard:
+            lock = self._locks.get(key)
+            if lock is None:
+                lock = self._locks[key] = threading.Lock()
+            return lock
+
+    def ping(self, _fields: dict | None = None) -> dict:
+        return {"pid": os.getpid(), "version": __version__, "home": str(self.home)}
+
+    def attempt_begin(self, fields: dict) -> dict:
+        """Register an attempt on a worktree, superseding the active one there (DESIGN §7)."""
+        run_id = _id_field("run_id", fields.get("run_id"))
+        node_id = _id_field("node_id", fields.get("node_id"))
+        iteration = _int_field(fields, "iteration", 0, 0)
+        root = self._worktree_from_cwd(fields.get("cwd"))
+        number = fields.get("attempt")
+        owner_pid = fields.get("owner_pid")
+        if owner_pid is not None and (not isinstance(owner_pid, int) or isinstance(owner_pid, bool)
+                                      or owner_pid <= 0):
+            raise ServiceError("bad-request", "owner_pid must be a positive integer")
+        settle_ms = _opt_positive(fields, "settle_ms")
+        max_wait_ms = _opt_positive(fields, "max_wait_ms")
+        with self.worktree_lock(root):
+            if number is None:
+                number = self.ledger.last_attempt_number(run_id, node_id, iteration) + 1
+            else:
+                number = _int_field(fields, "attempt", 1, 1)
+            key = AttemptKey(run_id, node_id, iteration, number)
+            existing = self.ledger.get_attempt(key)
+            if existing is not None and existing.state != ACTIVE:
+                raise ServiceError("conflict", f"attempt {_fmt(key)} already ended "
+                                   f"({existing.state}); begin a new attempt number")
+            if existing is not None and existing.worktree != str(root):
+                raise ServiceError("conflict", f"attempt {_fmt(key)} works in "
+                                   f"{existing.worktree}, not {root}")
+            self.ledger.ensure_worktree(self.store.worktree(root).id, str(root))
+            superseded = [a for a in self.ledger.active_attempts(str(root)) if a.key != key]
+            for old in superseded:
+                self.ledger.set_attempt_state(old.key, "superseded", ended=True,
+                                              final_commit=self._head_commit(old))
+            epoch = self.ledger.bump_epoch(str(root))
+            if existing is None:
+                attempt = self.ledger.create_attempt(
+                    key, str(root), epoch=epoch, owner_pid=owner_pid,
+                    settle_ms=settle_ms, max_wait_ms=max_wait_ms)
+            else:
+                attempt = existing
+        for old in superseded:
+            self._notify_inactive(old)
+        self._notify_active(attempt)
+        result = attempt.as_dict()
+        result["superseded"] = [_fmt(a.key) for a in superseded]
+        return result
+
+    def attempt_end(self, fields: dict, *, flush: Callable[[Path], None] | None = None) -> dict:
+        """End an attempt: flush pending work, record the final pointer and the end time."""
+        run_id = _id_field("run_id", fields.get("run_id"))
+        node_id = _id_field("node_id", fields.get("node_id"))
+        iteration = _int_field(fields, "iteration", 0, 0)
+        status = fields.get("status", "finished")
+        if status not in ("finished", "failed", "cancelled"):
+            raise ServiceError("bad-request", "status must be finished, failed or cancelled")
+        attempt = self._find_attempt(run_id, node_id, iteration, fields.get("attempt"))
+        if attempt.state == ACTIVE and flush is not None:
+            flush(Path(attempt.worktree))
+        with self.worktree_lock(Path(attempt.worktree)):
+            current = self.ledger.get_attempt(attempt.key)
+            assert current is not None
+            if current.state == ACTIVE:
+                self.ledger.set_attempt_state(current.key, status, ended=True,
+                                              final_commit=self._head_commit(current))
+            ended = self.ledger.get_attempt(attempt.key)
+        assert ended is not None
+        self._notify_inactive(ended)
+        return ended.as_dict()
+
+    def list_run(self, fields: dict) -> dict:
+        """A run's checkpoints and gaps (the ``snapshots --json`` shape)."""
+        run_id = _id_field("run_id", fields.get("run_id"))
+        node_id = fields.get("node_id")
+        if node_id is not None:
+            node_id = _id_field("node_id", node_id)
+        attempt = fields.get("attempt")
+        if attempt is not None:
+            attempt = _int_field(fields, "attempt", 1, 1)
+        return list_run(self.ledger, self.gaps, run_id, node_id, attempt)
+
+    def status(self, _fields: dict | None = None) -> dict:
+        counts = self.ledger.counts()
+        return {
+            "pid": os.getpid(), "version": __version__, "home": str(self.home),
+            "uptime_s": round(time.time() - self.started_at, 3),
+            "counters": dict(self.counters), "checkpoints": counts,
+            "gaps_by_reason": dict(self.gaps.counts),
+            "latency_ms": {f"tier{t}": _percentiles(v) for t, v in self.latencies.items()},
+            "active_attempts": [a.as_dict() for a in self.ledger.active_attempts()],
+            "reconciliation": self.reconciliation,
+        }
+
+    def close(self) -> None:
+        self.store.persist_all()
+        self.ledger.close()
+
+    def reconcile(self) -> dict:
+        """Bring the ledger level with the refs: rows the ref holds but the ledger lacks (a crash
+        between ref and row) are rebuilt from the commit trailers."""
+        rebuilt = 0
+        for key, tip in self.store.attempt_refs():
+            attempt = self.ledger.get_attempt(key)
+            known = self.ledger.seqs(attempt.pk) if attempt else set()
+            missing: list[pygit2.Commit] = []
+            commit = self.store.read_commit(tip)
+            while True:
+                trailers = parse_trailers(commit.message)
+                seq = int(trailers.get("Snapshotd-Seq", "-1"))
+                if seq in known or seq < 0:
+                    break
+                missing.append(commit)
+                if not commit.parents:
+                    break
+                commit = commit.parents[0]
+            if not missing:
+                continue
+            if attempt is None:
+                worktree = parse_trailers(missing[-1].message).get("Snapshotd-Worktree", "")
+                attempt = self.ledger.create_attempt(key, worktree, state="interrupted")
+            for c in reversed(missing):
+                t = parse_trailers(c.message)
+                self.ledger.record_checkpoint(attempt, {
+                    "seq": int(t["Snapshotd-Seq"]), "commit": str(c.id), "tree": str(c.tree_id),
+                    "parent": str(c.parents[0].id) if c.parents else None,
+                    "source": t.get("Snapshotd-Source", "hook"),
+                    "tier": int(t.get("Snapshotd-Tier", "1")), "label": t.get("Snapshotd-Label"),
+                    "tool_use_id": t.get("Snapshotd-Tool-Use-Id"),
+                    "worktree": t.get("Snapshotd-Worktree", attempt.worktree),
+                    "created_at": float(c.commit_time),
+                })
+                rebuilt += 1
+        if rebuilt:
+            log.warning("reconciliation rebuilt %d checkpoint rows from store refs", rebuilt)
+        return {"rebuilt_rows": rebuilt, "at": time.time()}
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _capture_locked(self, attempt: Attempt, req: SnapshotRequest, started: float) -> dict:
+        if req.tool_use_id:
+            previous = self.ledger.tool_call(attempt.pk, req.tool_use_id)
+            if previous is not None:
+                self.counters["repeats"] += 1
+                return self._reply(attempt, previous, deduped=True, repeated=True,
+                                   started=started)
+        root = Path(attempt.worktree)
+        index = self.store.worktree(root)
+        try:
+            capture = index.capture()
+        except StoreError as exc:
+            self._gap(req, attempt, exc.reason, exc.message)
+            raise ServiceError("worktree-missing" if exc.reason == "worktree-missing"
+                               else "capture-failed", exc.message) from exc
+        except Exception as exc:  # noqa: BLE001 - any failure becomes a gap, never a crash
+            index.drop_cache()
+            self._gap(req, attempt, "capture-failed", f"{type(exc).__name__}: {exc}")
+            raise ServiceError("capture-failed", f"capture of {root} failed: {exc}") from exc
+        head = self.store.head(attempt.key)
+        last = self.ledger.last_checkpoint(attempt.pk)
+        if head is not None and str(head.tree_id) == capture.tree:
+            seq = int(parse_trailers(head.message).get("Snapshotd-Seq", "0"))
+            if last is not None and last["seq"] == seq:
+                if req.tool_use_id:
+                    self.ledger.record_tool_call(attempt, req.tool_use_id, seq)
+                self.counters["dedups"] += 1
+                return self._reply(attempt, {"seq": seq, "commit": str(head.id),
+                                             "tree": capture.tree}, deduped=True,
+                                   started=started, skipped=capture.skipped, tier=req.tier)
+        seq = self._next_seq(head, last)
+        added, modified, deleted = self._changes(head, capture.tree)
+        meta = CheckpointMeta(key=attempt.key, seq=seq, tier=req.tier, source=req.source,
+                              worktree=str(root), label=req.label, tool_use_id=req.tool_use_id)
+        try:
+            commit = self.store.commit(meta, capture.tree, str(head.id) if head else None)
+            row = {"seq": seq, "commit": commit, "tree": capture.tree,
+                   "parent": str(head.id) if head else None, "source": req.source,
+                   "tier": req.tier, "label": req.label, "tool_use_id": req.tool_use_id,
+                   "worktree": str(root), "added": added, "modified": modified,
+                   "deleted": deleted, "created_at": time.time(),
+                   "skipped": _json(capture.skipped) if capture.skipped else None}
+            self.ledger.record_checkpoint(attempt, row)
+        except Exception as exc:  # noqa: BLE001
+            self._gap(req, attempt, "commit-failed", f"{type(exc).__name__}: {exc}")
+            raise ServiceError("capture-failed", f"could not record the checkpoint: {exc}") from exc
+        self.counters[f"captures_tier{req.tier}"] += 1
+        return self._reply(attempt, {"seq": seq, "commit": commit, "tree": capture.tree},
+                           deduped=False, started=started, skipped=capture.skipped,
+                           changes={"added": added, "modified": modified, "deleted": deleted},
+                           tier=req.tier)
+
+    def _reply(self, attempt: Attempt, cp: dict, *, deduped: bool, started: float,
+               repeated: bool = False, skipped: list | None = None,
+               changes: dict | None = None, tier: int | None = None) -> dict:
+        elapsed = (time.perf_counter() - started) * 1000
+        if tier is not None:
+            samples = self.latencies[tier]
+            samples.append(elapsed)
+            if len(samples) > 2000:
+                del samples[:1000]
+        out = attempt.key.as_dict()
+        out.update(seq=cp["seq"], commit=cp["commit"], tree=cp["tree"], deduped=deduped,
+                   elapsed_ms=round(elapsed, 3), worktree=attempt.worktree,
+                   skipped=skipped or [],
+                   changes=changes or {"added": 0, "modified": 0, "deleted": 0})
+        if repeated:
+            out["repeated"] = True
+        return out
+
+    def _attribute(self, req: SnapshotRequest) -> Attempt:
+        """Which attempt a capture belongs to: explicit, registered worktree, or zero-setup."""
+        if req.run_id is not None:
+            assert req.node_id is not None
+            if req.attempt is None:
+                found = self._newest_attempt(req.run_id, req.node_id, req.iteration)
+                if found is not None:
+                    return found
+                key = AttemptKey(req.run_id, req.node_id, req.iteration, 1)
+            else:
+                key = AttemptKey(req.run_id, req.node_id, req.iteration, req.attempt)
+                found = self.ledger.get_attempt(key)
+                if found is not None:
+                    return found
+            root = self._registered_ancestor(req.cwd) or self._checked_root(req.cwd, req)
+            return self._new_attempt(key, root, zero_setup=False)
+        registered = self._active_for(req.cwd)
+        if registered is not None:
+            return registered
+        if req.fallback is None:
+            raise ServiceError(
+                "bad-request", f"no attempt is registered for {req.cwd}: name run_id and "
+                "node_id, or run `snapshotd attempt begin` for this worktree")
+        fb = req.fallback
+        key = AttemptKey(fb["run_id"], fb["node_id"], fb["iteration"], fb["attempt"])
+        found = self.ledger.get_attempt(key)
+        if found is not None:
+            return found
+        req.run_id, req.node_id, req.attempt = key.run_id, key.node_id, key.attempt
+        root = self._checked_root(Path(fb["worktree"]), req)
+        self._refuse_zero_setup(root, req)
+        return self._new_attempt(key, root, zero_setup=True)
+
+    def _new_attempt(self, key: AttemptKey, root: Path, *, zero_setup: bool) -> Attempt:
+        self.ledger.ensure_worktree(self.store.worktree(root).id, str(root))
+        attempt = self.ledger.create_attempt(key, str(root), zero_setup=zero_setup)
+        self._notify_active(attempt)
+        return attempt
+
+    def _newest_attempt(self, run_id: str, node_id: str, iteration: int) -> Attempt | None:
+        number = self.ledger.last_attempt_number(run_id, node_id, iteration)
+        if number == 0:
+            return None
+        return self.ledger.get_attempt(AttemptKey(run_id, node_id, iteration, number))
+
+    def _find_attempt(self, run_id: str, node_id: str, iteration: int,
+                      number: object) -> Attempt:
+        if number is None:
+            attempt = self._newest_attempt(run_id, node_id, iteration)
+        else:
+            n = _int_field({"attempt": number}, "attempt", 1, 1)
+            attempt = self.ledger.get_attempt(AttemptKey(run_id, node_id, iteration, n))
+        if attempt is None:
+            raise ServiceError("not-found", f"no attempt for run {run_id!r} node {node_id!r} "
+                               f"iteration {iteration}" + (f" attempt {number}" if number else ""))
+        return attempt
+
+    def _active_for(self, cwd: Path) -> Attempt | None:
+        """The active attempt whose worktree is ``cwd`` or its nearest registered ancestor."""
+        path = _resolve(cwd)
+        best: Attempt | None = None
+        for attempt in self.ledger.active_attempts():
+            root = Path(attempt.worktree)
+            if path == root or root in path.parents:
+                if best is None or len(str(root)) > len(best.worktree) or (
+                        str(root) == best.worktree and attempt.pk > best.pk):
+                    best = attempt
+        return best
+
+    def _registered_ancestor(self, cwd: Path) -> Path | None:
+        attempt = self._active_for(cwd)
+        return Path(attempt.worktree) if attempt else None
+
+    def _worktree_from_cwd(self, cwd: object) -> Path:
+        if not isinstance(cwd, str) or not os.path.isabs(cwd) or "\0" in cwd:
+            raise ServiceError("bad-request", "cwd must be an absolute path")
+        return self._checked_root(Path(cwd), None)
+
+    def _checked_root(self, path: Path, req: SnapshotRequest | None) -> Path:
+        root = _resolve(path)
+        if not root.is_dir():
+            if req is not None:
+                self._gap(req, None, "worktree-missing", f"{path} is not a directory")
+            raise ServiceError("worktree-missing", f"{path} does not exist or is not a directory")
+        home = _resolve(self.home)
+        if root == home or root in home.parents or home in root.parents:
+            if req is not None:
+                self._gap(req, None, "worktree-refused",
+                          f"{root} holds or is inside the snapshotd home {home}")
+            raise ServiceError("worktree-refused", f"{root} holds or is inside the snapshotd "
+                               f"home {home}; set SNAPSHOTD_HOME elsewhere")
+        return root
+
+    def _refuse_zero_setup(self, root: Path, req: SnapshotRequest) -> None:
+        reason = None
+        if root == Path("/"):
+            reason = "it is the filesystem root"
+        elif root == _resolve(Path.home()):
+            reason = "it is your home directory"
+        else:
+            limit = self.config.max_zero_setup_files
+            if _count_files(root, limit) > limit:
+                reason = (f"it holds more than {limit} files (raise max_zero_setup_files in "
+                          "config.toml, or run `snapshotd attempt begin` for it)")
+        if reason is not None:
+            detail = (f"refusing to adopt {root} as a zero-setup worktree: {reason}; begin an "
+                      "attempt for a project directory instead")
+            self._gap(req, None, "worktree-refused", detail)
+            raise ServiceError("worktree-refused", detail)
+
+    def _fenced(self, req: SnapshotRequest, attempt: Attempt, current: Attempt | None) -> None:
+        state = current.state if current else "missing"
+        detail = f"attempt {_fmt(attempt.key)} is {state}; its captures are refused"
+        self._gap(req, attempt, "fenced", detail)
+        raise ServiceError("fenced", detail)
+
+    def _gap(self, req: SnapshotRequest, attempt: Attempt | None, reason: str,
+             detail: str) -> None:
+        self.counters["errors"] += reason != "fenced"
+        key = attempt.key if attempt else None
+        fb = req.fallback or {}
+        self.gaps.record(
+            reason=reason, detail=detail,
+            run_id=key.run_id if key else (req.run_id or fb.get("run_id")),
+            node_id=key.node_id if key else (req.node_id or fb.get("node_id")),
+            iteration=key.iteration if key else req.iteration,
+            attempt=key.attempt if key else (req.attempt or fb.get("attempt")),
+            worktree=attempt.worktree if attempt else str(fb.get("worktree") or req.cwd),
+            tier=req.tier, source=req.source, tool_use_id=req.tool_use_id)
+
+    def _next_seq(self, head: pygit2.Commit | None, last: dict | None) -> int:
+        candidates = [-1]
+        if last is not None:
+            candidates.append(int(last["seq"]))
+        if head is not None:
+            candidates.append(int(parse_trailers(head.message).get("Snapshotd-Seq", "-1")))
+        return max(candidates) + 1
+
+    def _changes(self, head: pygit2.Commit | None, tree: str) -> tuple[int, int, int]:
+        repo = self.store.repo
+        with self.store._lock:
+            new_tree = repo[tree].peel(pygit2.Tree)
+            if head is None:
+                diff = new_tree.diff_to_tree(swap=True)
+            else:
+                diff = repo.diff(head.tree, new_tree)
+            added = modified = deleted = 0
+            for delta in diff.deltas:
+                ch = delta.status_char()
+                if ch == "A":
+                    added += 1
+                elif ch == "D":
+                    deleted += 1
+                else:
+                    modified += 1
+        return added, modified, deleted
+
+    def _head_commit(self, attempt: Attempt) -> str | None:
+        head = self.store.head(attempt.key)
+        return str(head.id) if head else None
+
+    def _notify_active(self, attempt: Attempt) -> None:
+        if self.on_attempt_active is not None:
+            try:
+                self.on_attempt_active(attempt)
+            except Exception:  # noqa: BLE001
+                log.exception("watch start failed for %s", attempt.worktree)
+
+    def _notify_inactive(self, attempt: Attempt) -> None:
+        if self.on_attempt_inactive is not None:
+            try:
+                self.on_attempt_inactive(attempt)
+            except Exception:  # noqa: BLE001
+                log.exception("watch stop failed for %s", attempt.worktree)
+
+
+def list_run(ledger: Ledger, gaps: GapSpool, run_id: str, node_id: str | None = None,
+             attempt: int | None = None) -> dict:
+    """A run's checkpoints and its gaps; a gap whose tool call later got a checkpoint is
+    marked resolved."""
+    checkpoints = ledger.checkpoints(run_id, node_id, attempt)
+    covered = ledger.tool_use_ids(run_id)
+    gap_rows = []
+    for gap in gaps.for_run(run_id):
+        if node_id is not None and gap.get("node_id") != node_id:
+            continue
+        if attempt is not None and gap.get("attempt") not in (None, attempt):
+            continue
+        gap = dict(gap)
+        gap["resolved"] = bool(gap.get("tool_use_id")) and gap["tool_use_id"] in covered
+        gap_rows.append(gap)
+    return {"run_id": run_id, "checkpoints": checkpoints, "gaps": gap_rows}
+
+
+def _fmt(key: AttemptKey) -> str:
+    return f"{key.run_id}/{key.node_id}/{key.iteration}/{key.attempt}"
+
+
+def _resolve(path: Path) -> Path:
+    try:
+        return path.resolve(strict=False)
+    except (OSError, RuntimeError):
+        return Path(os.path.abspath(path))
+
+
+def _id_field(name: str, value: object) -> str:
+    try:
+        return validate_id(name, value)
+    except ValueError as exc:
+        raise ServiceError("bad-id", str(exc)) from None
+
+
+def _int_field(fields: dict, name: str, default: int, minimum: int) -> int:
+    value = fields.get(name, default)
+    if value is None:
+        value = default
+    try:
+        return validate_int(name, value, minimum)
+    except ValueError as exc:
+        raise ServiceError("bad-request", str(exc)) from None
+
+
+def _opt_positive(fields: dict, name: str) -> int | None:
+    if fields.get(name) is None:
+        return None
+    return _int_field(fields, name, 1, 1)
+
+
+def _count_files(root: Path, limit: int) -> int:
+    """Files under root (skipping .git and dependency folders), counting stops past ``limit``."""
+    skip = {".git", "node_modules", ".venv", "venv", "__pycache__", ".tox", ".mypy_cache"}
+    count = 0
+    stack = [str(root)]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for entry in it:
+                    if entry.is_dir(follow_symlinks=False):
+                        if entry.name not in skip:
+                            stack.append(entry.path)
+                    else:
+                        count += 1
+                        if count > limit:
+                            return count
+        except OSError:
+            continue
+    return count
+
+
+def _percentiles(samples: list[float]) -> dict:
+    if not samples:
+        return {"count": 0, "p50": None, "p99": None}
+    ordered = sorted(samples)
+    def at(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
+    return {"count": len(ordered), "p50": at(0.5), "p99": at(0.99)}
+
+
+def _json(value: object) -> str:
+    import json
+
+    return json.dumps(value, ensure_ascii=False)

@@ -1,0 +1,553 @@
+"""The object store: one shared bare git repository for every worktree on the host.
+
+Owns ``<home>/store.git`` and the per-worktree stat caches under ``<home>/worktrees/<id>/``.
+
+Promises:
+- A capture is the worktree's tree as ``git add -A`` would stage it: ``.gitignore`` files (nested
+  too), the worktree's own ``info/exclude``, the user's global excludes, the daemon's exclude
+  list, and, in a plain directory with no root ``.gitignore``, a default list of dependency and
+  cache folders. No ``.git`` is ever captured.
+- The user's repository is never written: we only read its ``info/exclude`` and index.
+- Each worktree's stat cache is a git index kept in memory (``WorktreeIndex``); unchanged files are
+  never re-hashed. The cache lives in a small git dir that shares the store's objects and refs
+  through a ``commondir`` file (what ``git worktree`` does), so ``libgit2`` honours ignore rules
+  for that worktree with its own ``core.excludesFile`` from ``config.worktree``.
+- Checkpoints of one attempt form a commit chain whose newest commit is named by
+  ``refs/snapshotd/runs/<run>/<node>/<iteration>/<attempt>``; commit messages carry trailers from
+  which the ledger can be rebuilt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote, unquote
+
+import pygit2
+from pygit2.enums import DeltaStatus, DiffOption, FileMode
+
+DEFAULT_PLAIN_EXCLUDES = (
+    "node_modules/",
+    ".venv/",
+    "venv/",
+    "__pycache__/",
+    ".tox/",
+    ".mypy_cache/",
+    ".pytest_cache/",
+    ".DS_Store",
+)
+REF_PREFIX = "refs/snapshotd/runs/"
+SIGNATURE_NAME = "snapshotd"
+SIGNATURE_EMAIL = "snapshotd@localhost"
+# Files whose mtime is this close to a capture may change again within the same filesystem
+# clock tick without a visible stat change; they are re-hashed at the next capture.
+RACY_WINDOW_NS = 50_000_000
+
+_DIFF_FLAGS = (
+    DiffOption.INCLUDE_UNTRACKED
+    | DiffOption.RECURSE_UNTRACKED_DIRS
+    | DiffOption.INCLUDE_TYPECHANGE
+    | DiffOption.INCLUDE_UNREADABLE
+    | DiffOption.UPDATE_INDEX
+    | DiffOption.SKIP_BINARY_CHECK
+    | DiffOption.DISABLE_PATHSPEC_MATCH
+)
+
+
+class StoreError(Exception):
+    """A store operation failed; ``reason`` is a short gap reason."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+@dataclass(frozen=True)
+class AttemptKey:
+    """Who a checkpoint belongs to: ``(run_id, node_id, iteration, attempt)``."""
+
+    run_id: str
+    node_id: str
+    iteration: int
+    attempt: int
+
+    @property
+    def ref(self) -> str:
+        parts = (self.run_id, self.node_id, str(self.iteration), str(self.attempt))
+        return REF_PREFIX + "/".join(_ref_component(p) for p in parts)
+
+    @classmethod
+    def from_ref(cls, ref: str) -> AttemptKey:
+        run, node, iteration, attempt = ref[len(REF_PREFIX):].split("/")
+        return cls(unquote(run), unquote(node), int(iteration), int(attempt))
+
+    def as_dict(self) -> dict:
+        return {"run_id": self.run_id, "node_id": self.node_id,
+                "iteration": self.iteration, "attempt": self.attempt}
+
+
+@dataclass
+class Capture:
+    """The result of scanning a worktree into its index and writing the tree."""
+
+    tree: str
+    added: int = 0
+    modified: int = 0
+    deleted: int = 0
+    skipped: list[dict] = field(default_factory=list)
+    full_scan: bool = True
+
+
+@dataclass
+class CheckpointMeta:
+    """What goes into a checkpoint commit's trailers."""
+
+    key: AttemptKey
+    seq: int
+    tier: int
+    source: str
+    worktree: str
+    label: str | None = None
+    tool_use_id: str | None = None
+
+
+class Store:
+    """The shared bare repository and the per-worktree stat caches."""
+
+    def __init__(self, home: Path, *, excludes: tuple[str, ...] = (),
+                 max_file_bytes: int = 64 << 20) -> None:
+        self.home = home
+        self.path = home / "store.git"
+        self.excludes = tuple(excludes)
+        self.max_file_bytes = max_file_bytes
+        self._lock = threading.Lock()
+        self._indexes: dict[str, WorktreeIndex] = {}
+        self._init_repository()
+        self.repo = pygit2.Repository(str(self.path))
+
+    # -- worktrees -------------------------------------------------------------------------
+
+    def worktree(self, root: Path) -> WorktreeIndex:
+        """The stat cache of ``root`` (created on first use). Callers serialize per worktree."""
+        wt_id = worktree_id(root)
+        with self._lock:
+            index = self._indexes.get(wt_id)
+            if index is None:
+                index = WorktreeIndex(self, wt_id, root)
+                self._indexes[wt_id] = index
+            return index
+
+    def forget_worktree(self, root: Path) -> None:
+        with self._lock:
+            index = self._indexes.pop(worktree_id(root), None)
+        if index is not None:
+            index.persist()
+
+    def persist_all(self) -> None:
+        with self._lock:
+            indexes = list(self._indexes.values())
+        for index in indexes:
+            index.persist()
+
+    # -- commits and refs ------------------------------------------------------------------
+
+    def head(self, key: AttemptKey) -> pygit2.Commit | None:
+        """The newest checkpoint commit of an attempt, or None."""
+        try:
+            ref = self.repo.references.get(key.ref)
+        except (pygit2.GitError, ValueError):
+            return None
+        if ref is None:
+            return None
+        return self.repo[ref.target].peel(pygit2.Commit)
+
+    def commit(self, meta: CheckpointMeta, tree: str, parent: str | None) -> str:
+        """Write a checkpoint commit and move the attempt's ref to it. Returns the commit id."""
+        when = int(time.time())
+        offset = -time.timezone // 60 if time.localtime().tm_isdst == 0 else -time.altzone // 60
+        sig = pygit2.Signature(SIGNATURE_NAME, SIGNATURE_EMAIL, when, offset)
+        message = build_message(meta)
+        parents = [pygit2.Oid(hex=parent)] if parent else []
+        with self._lock:
+            oid = self.repo.create_commit(None, sig, sig, message, pygit2.Oid(hex=tree), parents)
+            self.repo.references.create(meta.key.ref, oid, force=True)
+        return str(oid)
+
+    def attempt_refs(self) -> Iterator[tuple[AttemptKey, str]]:
+        """Every attempt ref in the store with its target commit id."""
+        with self._lock:
+            names = [r for r in self.repo.references if r.startswith(REF_PREFIX)]
+            targets = [(n, str(self.repo.references[n].target)) for n in names]
+        for name, target in targets:
+            try:
+                yield AttemptKey.from_ref(name), target
+            except ValueError:
+                continue
+
+    def read_commit(self, commit_id: str) -> pygit2.Commit:
+        with self._lock:
+            return self.repo[commit_id].peel(pygit2.Commit)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _init_repository(self) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        if not (self.path / "HEAD").exists():
+            repo = pygit2.init_repository(str(self.path), bare=True)
+            config = repo.config
+            # Worktree config carries each worktree's excludes file; gc stays ours to run.
+            config["core.repositoryformatversion"] = 1
+            config["extensions.worktreeConfig"] = True
+            config["gc.auto"] = 0
+            config["core.logAllRefUpdates"] = False
+            del repo
+        (self.home / "worktrees").mkdir(exist_ok=True)
+
+
+class WorktreeIndex:
+    """One worktree's in-memory stat cache, and the capture that uses it.
+
+    Not thread-safe: the service serializes every call for one worktree.
+    """
+
+    def __init__(self, store: Store, wt_id: str, root: Path) -> None:
+        self.store = store
+        self.id = wt_id
+        self.root = root
+        self.gitdir = store.home / "worktrees" / wt_id
+        self._repo: pygit2.Repository | None = None
+        self._index: pygit2.Index | None = None
+        self._exclude_sources: tuple = ()
+        self._racy: set[str] = set()
+        self._dirty = False
+
+    def capture(self) -> Capture:
+        """Bring the index up to date with the worktree and write its tree (objects included)."""
+        if not self.root.is_dir():
+            raise StoreError("worktree-missing", f"worktree {self.root} does not exist or is not a directory")
+        self._ensure_gitdir()
+        index = self._load_index()
+        result = Capture(tree="")
+        started_ns = time.time_ns()
+        touched: list[str] = []
+        for path in sorted(self._racy):
+            self._update_path(index, path, result, touched, racy_recheck=True)
+        self._racy.clear()
+        try:
+            diff = index.diff_to_workdir(int(_DIFF_FLAGS))
+        except pygit2.GitError as exc:
+            raise StoreError("scan-failed", f"could not scan {self.root}: {exc}") from exc
+        for delta in diff.deltas:
+            status = delta.status
+            if status == DeltaStatus.DELETED:
+                path = delta.old_file.path
+                if _remove_entry(index, path):
+                    result.deleted += 1
+                continue
+            path = delta.new_file.path
+            if status == DeltaStatus.UNREADABLE:
+                result.skipped.append({"path": path, "reason": "unreadable"})
+                continue
+            if status in (DeltaStatus.UNTRACKED, DeltaStatus.ADDED, DeltaStatus.MODIFIED,
+                          DeltaStatus.TYPECHANGE):
+                self._update_path(index, path, result, touched,
+                                  new=status in (DeltaStatus.UNTRACKED, DeltaStatus.ADDED))
+        self._racy = {p for p in touched if _is_racy(self.root / p, started_ns)}
+        try:
+            result.tree = str(index.write_tree())
+        except pygit2.GitError as exc:
+            raise StoreError("object-write-failed", f"could not write the tree: {exc}") from exc
+        self._dirty = True
+        return result
+
+    def persist(self) -> None:
+        """Write the stat cache to disk (a cache, not a record: losing it costs one full hash)."""
+        if self._index is not None and self._dirty:
+            try:
+                self._index.write()
+                self._dirty = False
+            except (pygit2.GitError, OSError):
+                pass
+
+    def drop_cache(self) -> None:
+        """Forget the in-memory index so the next capture rebuilds it from disk or cold."""
+        self._index = None
+        self._repo = None
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _update_path(self, index: pygit2.Index, path: str, result: Capture, touched: list[str],
+                     *, new: bool = False, racy_recheck: bool = False) -> None:
+        full = self.root / path
+        if path.endswith("/"):
+            # libgit2 reports a nested repository as an untracked directory; its own history
+            # is not ours to copy.
+            result.skipped.append({"path": path.rstrip("/"), "reason": "nested-repository"})
+            return
+        try:
+            st = full.lstat()
+        except FileNotFoundError:
+            if _remove_entry(index, path) and not racy_recheck:
+                result.deleted += 1
+            return
+        except OSError as exc:
+            result.skipped.append({"path": path, "reason": "unreadable", "detail": str(exc)})
+            return
+        if stat.S_ISREG(st.st_mode) and st.st_size > self.store.max_file_bytes:
+            _remove_entry(index, path)
+            result.skipped.append({"path": path, "reason": "too-large", "bytes": st.st_size})
+            return
+        before = _entry_id(index, path)
+        try:
+            index.add(path)
+        except (pygit2.GitError, OSError) as exc:
+            result.skipped.append({"path": path, "reason": "unreadable", "detail": str(exc)})
+            return
+        touched.append(path)
+        after = _entry_id(index, path)
+        if racy_recheck:
+            if before is None:
+                result.added += 1
+            elif before != after:
+                result.modified += 1
+        elif new or before is None:
+            result.added += 1
+        else:
+            result.modified += 1
+
+    def _load_index(self) -> pygit2.Index:
+        if self._index is not None:
+            self._refresh_excludes()
+            return self._index
+        self._refresh_excludes(force=True)
+        self._repo = pygit2.Repository(str(self.gitdir))
+        index = self._repo.index
+        try:
+            index.read(False)
+        except pygit2.GitError:
+            # A corrupt cache is rebuilt, never trusted.
+            (self.gitdir / "index").unlink(missing_ok=True)
+            self._repo = pygit2.Repository(str(self.gitdir))
+            index = self._repo.index
+        if len(index) == 0:
+            index = self._prime_cold(index)
+        self._index = index
+        return index
+
+    def _prime_cold(self, index: pygit2.Index) -> pygit2.Index:
+        """Build an empty cache with the git CLI (several times faster than libgit2 cold)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+        env.update(GIT_DIR=str(self.gitdir), GIT_WORK_TREE=str(self.root),
+                   GIT_CONFIG_NOSYSTEM="1", GIT_OPTIONAL_LOCKS="0")
+        proc = subprocess.run(
+            ["git", "-c", "core.quotePath=false", "add", "-A", "--ignore-errors", "."],
+            cwd=str(self.root), env=env, capture_output=True, timeout=3600,
+        )
+        if proc.returncode not in (0, 1):
+            return index  # fall back to the libgit2 path inside capture()
+        self._repo = pygit2.Repository(str(self.gitdir))
+        index = self._repo.index
+        self._add_tracked_ignored(index)
+        return index
+
+    def _add_tracked_ignored(self, index: pygit2.Index) -> None:
+        """Files the user's repository tracks although they match an ignore rule are captured,
+        as ``git add -A`` in that repository would keep them."""
+        user_index = self.root / ".git" / "index"
+        if not user_index.is_file():
+            return
+        try:
+            entries = pygit2.Index(str(user_index))
+        except (pygit2.GitError, OSError):
+            return
+        for entry in entries:
+            if entry.path in index or entry.mode == FileMode.COMMIT:
+                continue
+            if (self.root / entry.path).is_symlink() or (self.root / entry.path).is_file():
+                try:
+                    index.add(entry.path)
+                except (pygit2.GitError, OSError):
+                    continue
+
+    def _ensure_gitdir(self) -> None:
+        gitdir = self.gitdir
+        if (gitdir / "commondir").exists():
+            return
+        gitdir.mkdir(parents=True, exist_ok=True)
+        (gitdir / "commondir").write_text(str(self.store.path) + "\n")
+        # libgit2 takes the workdir from the parent of the path in ``gitdir``.
+        (gitdir / "gitdir").write_text(str(self.root / ".git") + "\n")
+        (gitdir / "HEAD").write_text("ref: refs/heads/snapshotd-unborn\n")
+
+    def _refresh_excludes(self, force: bool = False) -> None:
+        sources = _exclude_sources(self.root)
+        if not force and sources == self._exclude_sources:
+            return
+        self._exclude_sources = sources
+        lines: list[str] = ["# written by snapshotd; regenerated when its sources change"]
+        for path, _mtime in sources[0]:
+            if path is None:
+                continue
+            try:
+                lines.append(Path(path).read_text(errors="replace"))
+            except OSError:
+                continue
+        lines.extend(self.store.excludes)
+        if not (self.root / ".git").exists() and not (self.root / ".gitignore").exists():
+            lines.extend(DEFAULT_PLAIN_EXCLUDES)
+        exclude_file = self.gitdir / "exclude"
+        tmp = self.gitdir / "exclude.tmp"
+        tmp.write_text("\n".join(lines) + "\n")
+        os.replace(tmp, exclude_file)
+        config = (
+            "[core]\n"
+            f"\texcludesFile = {_config_quote(str(exclude_file))}\n"
+            "\tfilemode = true\n"
+            "\tsymlinks = true\n"
+        )
+        (self.gitdir / "config.worktree").write_text(config)
+        if self._repo is not None and not force:
+            # libgit2 reads core.excludesFile once per repository object: reopen, keep the index.
+            index = self._index
+            self._repo = pygit2.Repository(str(self.gitdir))
+            if index is not None:
+                self._index = _rebind_index(self._repo, index)
+
+
+def worktree_id(root: Path) -> str:
+    """A stable id for a worktree path (its stat cache directory name)."""
+    digest = hashlib.sha256(os.fsencode(str(root))).hexdigest()[:16]
+    name = "".join(c if c.isalnum() or c in "-_." else "-" for c in root.name)[:40] or "root"
+    return f"{name}-{digest}"
+
+
+def build_message(meta: CheckpointMeta) -> str:
+    label = _one_line(meta.label) if meta.label else ""
+    subject = f"snapshotd: {meta.source} seq {meta.seq}" + (f" {label}" if label else "")
+    trailers = [
+        ("Snapshotd-Run", meta.key.run_id),
+        ("Snapshotd-Node", meta.key.node_id),
+        ("Snapshotd-Iteration", str(meta.key.iteration)),
+        ("Snapshotd-Attempt", str(meta.key.attempt)),
+        ("Snapshotd-Seq", str(meta.seq)),
+        ("Snapshotd-Tier", str(meta.tier)),
+        ("Snapshotd-Source", meta.source),
+    ]
+    if meta.tool_use_id:
+        trailers.append(("Snapshotd-Tool-Use-Id", _one_line(meta.tool_use_id)))
+    if label:
+        trailers.append(("Snapshotd-Label", label))
+    trailers.append(("Snapshotd-Worktree", _one_line(meta.worktree)))
+    return subject + "\n\n" + "".join(f"{k}: {v}\n" for k, v in trailers)
+
+
+def parse_trailers(message: str) -> dict[str, str]:
+    """The ``Snapshotd-*`` trailers of a checkpoint commit message."""
+    out: dict[str, str] = {}
+    for line in message.splitlines():
+        if line.startswith("Snapshotd-") and ": " in line:
+            key, value = line.split(": ", 1)
+            out[key] = value
+    return out
+
+
+def _ref_component(value: str) -> str:
+    # Percent-encoding keeps any validated id a legal ref name component.
+    encoded = quote(value, safe="-_")
+    return encoded.replace(".", "%2E")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())[:300]
+
+
+def _config_quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _entry_id(index: pygit2.Index, path: str) -> str | None:
+    try:
+        entry = index[path]
+    except KeyError:
+        return None
+    return f"{entry.id}:{entry.mode}"
+
+
+def _remove_entry(index: pygit2.Index, path: str) -> bool:
+    try:
+        index.remove(path)
+        return True
+    except (pygit2.GitError, OSError, KeyError):
+        try:
+            index.remove_directory(path)
+            return True
+        except (pygit2.GitError, OSError, KeyError):
+            return False
+
+
+def _is_racy(path: Path, started_ns: int) -> bool:
+    try:
+        return path.lstat().st_mtime_ns >= started_ns - RACY_WINDOW_NS
+    except OSError:
+        return False
+
+
+def _exclude_sources(root: Path) -> tuple:
+    """What a worktree's exclude list is made of: the files with their mtimes, and the markers
+    that decide whether the plain-directory defaults apply."""
+    files = []
+    for p in (_global_excludes_file(), _repo_info_exclude(root)):
+        try:
+            files.append((p, os.stat(p).st_mtime_ns) if p else (None, None))
+        except OSError:
+            files.append((None, None))
+    markers = ((root / ".gitignore").exists(), (root / ".git").exists())
+    return tuple(files), markers
+
+
+def _global_excludes_file() -> str | None:
+    try:
+        value = pygit2.Config.get_global_config()["core.excludesFile"]
+        return os.path.expanduser(value)
+    except (KeyError, OSError, pygit2.GitError):
+        pass
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config")
+    candidate = os.path.join(base, "git", "ignore")
+    return candidate if os.path.isfile(candidate) else None
+
+
+def _repo_info_exclude(root: Path) -> str | None:
+    dot_git = root / ".git"
+    try:
+        if dot_git.is_dir():
+            return str(dot_git / "info" / "exclude")
+        if dot_git.is_file():
+            text = dot_git.read_text().strip()
+            if text.startswith("gitdir:"):
+                gitdir = Path(text[len("gitdir:"):].strip())
+                if not gitdir.is_absolute():
+                    gitdir = root / gitdir
+                common = gitdir / "commondir"
+                if common.is_file():
+                    c = Path(common.read_text().strip())
+                    gitdir = c if c.is_absolute() else gitdir / c
+                return str(gitdir / "info" / "exclude")
+    except OSError:
+        return None
+    return None
+
+
+def _rebind_index(repo: pygit2.Repository, old: pygit2.Index) -> pygit2.Index:
+    """Carry an in-memory index over to a reopened repository object."""
+    old.write()
+    index = repo.index
+    index.read(True)
+    return index
