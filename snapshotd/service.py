@@ -123,9 +123,9 @@ class Service:
         self.counters: dict[str, int] = {"captures_tier1": 0, "captures_tier2": 0,
                                          "dedups": 0, "repeats": 0, "errors": 0}
         self.latencies: dict[int, list[float]] = {1: [], 2: []}
-        # Called with (attempt) when an attempt starts or stops being active (tier-2 watcher).
-        self.on_attempt_active: Callable[[Attempt], None] | None = None
-        self.on_attempt_inactive: Callable[[Attempt], None] | None = None
+        # Called with the attempt when it starts or stops being active (watcher, engine).
+        self.on_attempt_active: list[Callable[[Attempt], None]] = []
+        self.on_attempt_inactive: list[Callable[[Attempt], None]] = []
         self.reconciliation = self.reconcile()
 
     # -- public entry points ---------------------------------------------------------------
@@ -206,8 +206,8 @@ class Service:
             else:
                 attempt = existing
         for old in superseded:
-            self._notify_inactive(old)
-        self._notify_active(attempt)
+            self.notify_inactive(old)
+        self.notify_active(attempt)
         result = attempt.as_dict()
         result["superseded"] = [_fmt(a.key) for a in superseded]
         return result
@@ -231,7 +231,7 @@ class Service:
                                               final_commit=self._head_commit(current))
             ended = self.ledger.get_attempt(attempt.key)
         assert ended is not None
-        self._notify_inactive(ended)
+        self.notify_inactive(ended)
         return ended.as_dict()
 
     def list_run(self, fields: dict) -> dict:
@@ -408,7 +408,7 @@ class Service:
     def _new_attempt(self, key: AttemptKey, root: Path, *, zero_setup: bool) -> Attempt:
         self.ledger.ensure_worktree(self.store.worktree(root).id, str(root))
         attempt = self.ledger.create_attempt(key, str(root), zero_setup=zero_setup)
-        self._notify_active(attempt)
+        self.notify_active(attempt)
         return attempt
 
     def _newest_attempt(self, run_id: str, node_id: str, iteration: int) -> Attempt | None:
@@ -533,19 +533,19 @@ class Service:
         head = self.store.head(attempt.key)
         return str(head.id) if head else None
 
-    def _notify_active(self, attempt: Attempt) -> None:
-        if self.on_attempt_active is not None:
+    def notify_active(self, attempt: Attempt) -> None:
+        for listener in self.on_attempt_active:
             try:
-                self.on_attempt_active(attempt)
+                listener(attempt)
             except Exception:  # noqa: BLE001
-                log.exception("watch start failed for %s", attempt.worktree)
+                log.exception("attempt-active listener failed for %s", attempt.worktree)
 
-    def _notify_inactive(self, attempt: Attempt) -> None:
-        if self.on_attempt_inactive is not None:
+    def notify_inactive(self, attempt: Attempt) -> None:
+        for listener in self.on_attempt_inactive:
             try:
-                self.on_attempt_inactive(attempt)
+                listener(attempt)
             except Exception:  # noqa: BLE001
-                log.exception("watch stop failed for %s", attempt.worktree)
+                log.exception("attempt-inactive listener failed for %s", attempt.worktree)
 
 
 def list_run(ledger: Ledger, gaps: GapSpool, run_id: str, node_id: str | None = None,
