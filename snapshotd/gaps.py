@@ -14,6 +14,7 @@ import threading
 from collections import Counter
 from pathlib import Path
 
+from snapshotd import faults
 from snapshotd_client.gaps import append_gap, make_gap, read_gaps
 
 log = logging.getLogger("snapshotd.gaps")
@@ -35,6 +36,7 @@ class GapSpool:
         with self._lock:
             self.counts[reason] += 1
         try:
+            faults.check("gaps")
             append_gap(gap, self.path)
         except OSError as exc:
             log.error("could not write gap %s for %s: %s", reason, worktree, exc)

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from snapshotd import faults
 from snapshotd.store import AttemptKey
 
 SCHEMA_VERSION = 1
@@ -258,6 +259,7 @@ class Ledger:
     def record_checkpoint(self, attempt: Attempt, row: dict) -> None:
         """Insert one checkpoint row (and its tool call) in one transaction."""
         with self.transaction() as db:
+            faults.check("ledger")
             last = db.execute("SELECT MAX(seq) AS s FROM checkpoints WHERE attempt_pk=?",
                               (attempt.pk,)).fetchone()["s"]
             if last is not None and row["seq"] <= last:
@@ -293,7 +295,7 @@ class Ledger:
             sql += " AND attempt=?"
             args.append(attempt)
         with self._lock:
-            rows = self._db.execute(sql + " ORDER BY created_at, attempt_pk, seq", args).fetchall()
+            rows = self._db.execute(sql + " ORDER BY attempt_pk, seq", args).fetchall()
         return [_checkpoint(r) for r in rows]
 
     def tool_use_ids(self, run_id: str) -> set[str]:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pygit2
 
-from snapshotd import __version__
+from snapshotd import __version__, faults
 from snapshotd.config import Config
 from snapshotd.gaps import GapSpool
 from snapshotd.ledger import ACTIVE, Attempt, Ledger
@@ -117,6 +117,9 @@ class Service:
         self.store = Store(home, excludes=config.excludes, max_file_bytes=config.max_file_bytes)
         self.ledger = Ledger(home / "snapshotd.db")
         self.ledger.set_full_durability(config.durability == "full")
+        if config.durability == "full":
+            # Objects and refs are fsynced by libgit2 before a checkpoint is acknowledged.
+            pygit2.option(pygit2.enums.Option.ENABLE_FSYNC_GITDIR, True)
         self.gaps = GapSpool(gaps_file or gaps_path(home))
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
@@ -141,7 +144,9 @@ class Service:
             current = self.ledger.get_attempt(attempt.key)
             if current is None or current.state != ACTIVE:
                 self._fenced(req, attempt, current)
-            return self._capture_locked(current, req, started)
+            result = self._capture_locked(current, req, started)
+        faults.crash_point("before-reply")
+        return result
 
     def capture_attempt(self, attempt: Attempt, *, tier: int, source: str,
                         label: str | None = None) -> dict:
@@ -266,41 +271,44 @@ class Service:
         between ref and row) are rebuilt from the commit trailers."""
         rebuilt = 0
         for key, tip in self.store.attempt_refs():
-            attempt = self.ledger.get_attempt(key)
-            known = self.ledger.seqs(attempt.pk) if attempt else set()
-            missing: list[pygit2.Commit] = []
-            commit = self.store.read_commit(tip)
-            while True:
-                trailers = parse_trailers(commit.message)
-                seq = int(trailers.get("Snapshotd-Seq", "-1"))
-                if seq in known or seq < 0:
-                    break
-                missing.append(commit)
-                if not commit.parents:
-                    break
-                commit = commit.parents[0]
-            if not missing:
-                continue
-            if attempt is None:
-                worktree = parse_trailers(missing[-1].message).get("Snapshotd-Worktree", "")
-                attempt = self.ledger.create_attempt(key, worktree, state="interrupted")
-            for c in reversed(missing):
-                t = parse_trailers(c.message)
-                self.ledger.record_checkpoint(attempt, {
-                    "seq": int(t["Snapshotd-Seq"]), "commit": str(c.id), "tree": str(c.tree_id),
-                    "parent": str(c.parents[0].id) if c.parents else None,
-                    "source": t.get("Snapshotd-Source", "hook"),
-                    "tier": int(t.get("Snapshotd-Tier", "1")), "label": t.get("Snapshotd-Label"),
-                    "tool_use_id": t.get("Snapshotd-Tool-Use-Id"),
-                    "worktree": t.get("Snapshotd-Worktree", attempt.worktree),
-                    "created_at": float(c.commit_time),
-                })
-                rebuilt += 1
+            rebuilt += self._reconcile_attempt(key, tip)
         if rebuilt:
             log.warning("reconciliation rebuilt %d checkpoint rows from store refs", rebuilt)
         return {"rebuilt_rows": rebuilt, "at": time.time()}
 
     # -- helpers ---------------------------------------------------------------------------
+
+    def _reconcile_attempt(self, key: AttemptKey, tip: str) -> int:
+        """Insert the rows of the commits on ``tip``'s chain that the ledger lacks."""
+        attempt = self.ledger.get_attempt(key)
+        known = self.ledger.seqs(attempt.pk) if attempt else set()
+        missing: list[pygit2.Commit] = []
+        commit = self.store.read_commit(tip)
+        while True:
+            seq = int(parse_trailers(commit.message).get("Snapshotd-Seq", "-1"))
+            if seq in known or seq < 0:
+                break
+            missing.append(commit)
+            if not commit.parents:
+                break
+            commit = commit.parents[0]
+        if not missing:
+            return 0
+        if attempt is None:
+            worktree = parse_trailers(missing[-1].message).get("Snapshotd-Worktree", "")
+            attempt = self.ledger.create_attempt(key, worktree, state="interrupted")
+        for c in reversed(missing):
+            t = parse_trailers(c.message)
+            self.ledger.record_checkpoint(attempt, {
+                "seq": int(t["Snapshotd-Seq"]), "commit": str(c.id), "tree": str(c.tree_id),
+                "parent": str(c.parents[0].id) if c.parents else None,
+                "source": t.get("Snapshotd-Source", "hook"),
+                "tier": int(t.get("Snapshotd-Tier", "1")), "label": t.get("Snapshotd-Label"),
+                "tool_use_id": t.get("Snapshotd-Tool-Use-Id"),
+                "worktree": t.get("Snapshotd-Worktree", attempt.worktree),
+                "created_at": float(c.commit_time),
+            })
+        return len(missing)
 
     def _capture_locked(self, attempt: Attempt, req: SnapshotRequest, started: float) -> dict:
         if req.tool_use_id:
@@ -323,6 +331,14 @@ class Service:
             raise ServiceError("capture-failed", f"capture of {root} failed: {exc}") from exc
         head = self.store.head(attempt.key)
         last = self.ledger.last_checkpoint(attempt.pk)
+        if head is not None and (last is None or last["commit"] != str(head.id)):
+            # The ref moved but its row was not written (a ledger fault): repair it now.
+            try:
+                self._reconcile_attempt(attempt.key, str(head.id))
+            except Exception as exc:  # noqa: BLE001
+                self._gap(req, attempt, "ledger-failed", f"{type(exc).__name__}: {exc}")
+                raise ServiceError("capture-failed", f"the ledger cannot be written: {exc}") from exc
+            last = self.ledger.last_checkpoint(attempt.pk)
         if head is not None and str(head.tree_id) == capture.tree:
             seq = int(parse_trailers(head.message).get("Snapshotd-Seq", "0"))
             if last is not None and last["seq"] == seq:
@@ -345,6 +361,7 @@ class Service:
                    "deleted": deleted, "created_at": time.time(),
                    "skipped": _json(capture.skipped) if capture.skipped else None}
             self.ledger.record_checkpoint(attempt, row)
+            faults.crash_point("after-row")
         except Exception as exc:  # noqa: BLE001
             self._gap(req, attempt, "commit-failed", f"{type(exc).__name__}: {exc}")
             raise ServiceError("capture-failed", f"could not record the checkpoint: {exc}") from exc

@@ -33,6 +33,8 @@ from urllib.parse import quote, unquote
 import pygit2
 from pygit2.enums import DeltaStatus, DiffOption, FileMode
 
+from snapshotd import faults
+
 DEFAULT_PLAIN_EXCLUDES = (
     "node_modules/",
     ".venv/",
@@ -177,8 +179,11 @@ class Store:
         message = build_message(meta)
         parents = [pygit2.Oid(hex=parent)] if parent else []
         with self._lock:
+            faults.check("objects")
             oid = self.repo.create_commit(None, sig, sig, message, pygit2.Oid(hex=tree), parents)
+            faults.crash_point("after-commit")
             self.repo.references.create(meta.key.ref, oid, force=True)
+            faults.crash_point("after-ref")
         return str(oid)
 
     def attempt_refs(self) -> Iterator[tuple[AttemptKey, str]]:
@@ -234,6 +239,10 @@ class WorktreeIndex:
         if not self.root.is_dir():
             raise StoreError("worktree-missing", f"worktree {self.root} does not exist or is not a directory")
         self._ensure_gitdir()
+        try:
+            faults.check("objects")
+        except OSError as exc:
+            raise StoreError("object-write-failed", f"could not write objects: {exc}") from exc
         index = self._load_index()
         result = Capture(tree="")
         started_ns = time.time_ns()
@@ -261,10 +270,12 @@ class WorktreeIndex:
                 self._update_path(index, path, result, touched,
                                   new=status in (DeltaStatus.UNTRACKED, DeltaStatus.ADDED))
         self._racy = {p for p in touched if _is_racy(self.root / p, started_ns)}
+        faults.crash_point("after-blobs")
         try:
             result.tree = str(index.write_tree())
         except pygit2.GitError as exc:
             raise StoreError("object-write-failed", f"could not write the tree: {exc}") from exc
+        faults.crash_point("after-tree")
         self._dirty = True
         return result
 
@@ -328,10 +339,11 @@ class WorktreeIndex:
             self._refresh_excludes()
             return self._index
         self._refresh_excludes(force=True)
-        self._repo = pygit2.Repository(str(self.gitdir))
-        index = self._repo.index
         try:
+            self._repo = pygit2.Repository(str(self.gitdir))
+            index = self._repo.index
             index.read(False)
+            _drop_entries_without_objects(self._repo, index)
         except pygit2.GitError:
             # A corrupt cache is rebuilt, never trusted.
             (self.gitdir / "index").unlink(missing_ok=True)
@@ -491,6 +503,15 @@ def _remove_entry(index: pygit2.Index, path: str) -> bool:
             return True
         except (pygit2.GitError, OSError, KeyError):
             return False
+
+
+def _drop_entries_without_objects(repo: pygit2.Repository, index: pygit2.Index) -> None:
+    """A cached entry whose blob the store lacks (a damaged or foreign cache) would produce a
+    tree with a hole: such entries are dropped so their files are hashed again."""
+    odb = repo.odb
+    missing = [e.path for e in index if e.mode != FileMode.COMMIT and e.id not in odb]
+    for path in missing:
+        index.remove(path)
 
 
 def _is_racy(path: Path, started_ns: int) -> bool:

@@ -1,0 +1,66 @@
+"""Test-only seams for crashes and write faults; inert unless their environment is set.
+
+Owns ``SNAPSHOTD_CRASH_AT`` and ``SNAPSHOTD_FAULT_FILE``.
+
+- ``SNAPSHOTD_CRASH_AT=<point>[:<n>]`` (read once at start): the process ``os._exit``s the ``n``-th
+  time (default the first) execution reaches ``crash_point(<point>)``. Points of a capture:
+  ``after-blobs``, ``after-tree``, ``after-commit``, ``after-ref``, ``after-row``,
+  ``before-reply``; of a restore: ``restore-mid``.
+- ``SNAPSHOTD_FAULT_FILE=<path>``: while that file exists, each line ``<seam>=<ERRNO>`` (seams
+  ``objects``, ``ledger``, ``gaps``; errno names such as ``ENOSPC`` or ``EIO``) makes
+  ``check(<seam>)`` raise that ``OSError``. Deleting the file clears the fault at once, so a test
+  can show that the next capture after the fault succeeds.
+
+Promises: with neither variable set, ``crash_point`` and ``check`` cost one comparison.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+
+CRASH_POINTS = ("after-blobs", "after-tree", "after-commit", "after-ref", "after-row",
+                "before-reply", "restore-mid")
+SEAMS = ("objects", "ledger", "gaps")
+CRASH_EXIT_STATUS = 86
+
+
+def _parse_crash(value: str | None) -> tuple[str | None, int]:
+    if not value:
+        return None, 0
+    point, _, count = value.partition(":")
+    return point, int(count) if count.isdigit() and int(count) > 0 else 1
+
+
+_CRASH_POINT, _CRASH_AFTER = _parse_crash(os.environ.get("SNAPSHOTD_CRASH_AT"))
+_FAULT_FILE = os.environ.get("SNAPSHOTD_FAULT_FILE") or None
+_hits = 0
+_lock = threading.Lock()
+
+
+def crash_point(name: str) -> None:
+    """Die here, abruptly, if this is the armed crash point (no cleanup, like ``kill -9``)."""
+    global _hits
+    if _CRASH_POINT is None or name != _CRASH_POINT:
+        return
+    with _lock:
+        _hits += 1
+        if _hits >= _CRASH_AFTER:
+            os._exit(CRASH_EXIT_STATUS)
+
+
+def check(seam: str) -> None:
+    """Raise the injected ``OSError`` for ``seam`` while the fault file names it."""
+    if _FAULT_FILE is None:
+        return
+    try:
+        with open(_FAULT_FILE) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return
+    for line in lines:
+        name, _, code = line.partition("=")
+        if name.strip() == seam:
+            number = getattr(errno, code.strip(), errno.EIO)
+            raise OSError(number, f"{os.strerror(number)} (injected at {seam})")

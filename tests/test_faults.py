@@ -1,0 +1,130 @@
+"""Write faults (injected through our own seam) and a corrupt stat cache: a gap where possible,
+the daemon keeps serving, the ledger stays sound, the next capture after the fault succeeds."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from conftest import Daemon, Env, claude_payload, git, make_git_worktree, run_hook
+from snapshotd_client import SnapshotdError
+
+RUN_ENV = {"SNAPSHOTD_RUN_ID": "faulty", "SNAPSHOTD_NODE_ID": "n"}
+
+
+def integrity_ok(env: Env) -> bool:
+    db = sqlite3.connect(env.home / "snapshotd.db")
+    try:
+        return db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        db.close()
+
+
+@pytest.fixture
+def fault_file(tmp_path: Path) -> Path:
+    return tmp_path / "faults"
+
+
+@pytest.fixture
+def faulty_daemon(sd_env: Env, fault_file: Path):
+    d = Daemon(sd_env, extra_env={"SNAPSHOTD_FAULT_FILE": str(fault_file)}).start()
+    yield d
+    d.stop()
+
+
+@pytest.mark.parametrize("seam, errno_name, reason", [
+    ("objects", "ENOSPC", "object-write-failed"),
+    ("objects", "EIO", "object-write-failed"),
+    ("ledger", "ENOSPC", "commit-failed"),
+    ("ledger", "EIO", "commit-failed"),
+])
+def test_write_fault_leaves_a_gap_and_the_next_capture_succeeds(
+        sd_env: Env, faulty_daemon: Daemon, fault_file: Path, tmp_path: Path,
+        seam: str, errno_name: str, reason: str) -> None:
+    wt = make_git_worktree(tmp_path / "wt")
+    (wt / "a.txt").write_text("before\n")
+    assert run_hook(sd_env, claude_payload(wt, "toolu_ok1"), **RUN_ENV).returncode == 0
+    fault_file.write_text(f"{seam}={errno_name}\n")
+    (wt / "a.txt").write_text("during the fault\n")
+    with faulty_daemon.client() as c:
+        with pytest.raises(SnapshotdError) as err:
+            c.snapshot(str(wt), run_id="faulty", node_id="n", tool_use_id="toolu_fault")
+        assert err.value.code == "capture-failed"
+        import errno
+        import os
+        assert os.strerror(getattr(errno, errno_name)) in err.value.message
+        assert c.ping()["pid"] == faulty_daemon.proc.pid
+    gaps = [g for g in sd_env.read_gaps() if g["tool_use_id"] == "toolu_fault"]
+    assert [g["reason"] for g in gaps] == [reason]
+    assert gaps[0]["run_id"] == "faulty" and gaps[0]["attempt"] == 1
+    assert integrity_ok(sd_env)
+
+    fault_file.unlink()
+    (wt / "a.txt").write_text("after the fault\n")
+    assert run_hook(sd_env, claude_payload(wt, "toolu_ok2"), **RUN_ENV).returncode == 0
+    with faulty_daemon.client() as c:
+        listing = c.list("faulty")
+    cps = listing["checkpoints"]
+    seqs = [cp["seq"] for cp in cps]
+    assert seqs == list(range(len(seqs)))
+    assert cps[-1]["tool_use_id"] == "toolu_ok2"
+    store = ["--git-dir", str(sd_env.home / "store.git")]
+    assert git(wt, *store, "show", f"{cps[-1]['commit']}:a.txt") == "after the fault\n"
+    git(wt, *store, "fsck", "--strict")
+    assert integrity_ok(sd_env)
+    if seam == "ledger":
+        # The commit whose row could not be written was repaired into the ledger, not lost.
+        assert "toolu_fault" in {cp["tool_use_id"] for cp in cps}
+        [gap] = [g for g in listing["gaps"] if g["tool_use_id"] == "toolu_fault"]
+        assert gap["resolved"] is True
+
+
+def test_full_gap_spool_does_not_stop_the_daemon(sd_env: Env, faulty_daemon: Daemon,
+                                                 fault_file: Path, tmp_path: Path) -> None:
+    wt = make_git_worktree(tmp_path / "wt")
+    fault_file.write_text("gaps=ENOSPC\nobjects=ENOSPC\n")
+    with faulty_daemon.client() as c:
+        with pytest.raises(SnapshotdError):
+            c.snapshot(str(wt), run_id="faulty", node_id="n")
+        assert c.ping()
+    fault_file.unlink()
+    with faulty_daemon.client() as c:
+        assert c.snapshot(str(wt), run_id="faulty", node_id="n")["seq"] == 0
+    assert "could not write gap" in faulty_daemon.log.read_text()
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "missing", "truncated"])
+def test_damaged_stat_cache_is_rebuilt_not_trusted(sd_env: Env, tmp_path: Path,
+                                                   damage: str) -> None:
+    wt = make_git_worktree(tmp_path / "wt")
+    for i in range(20):
+        (wt / f"f{i}.txt").write_text(f"{i}\n")
+    d = Daemon(sd_env).start()
+    with d.client() as c:
+        c.snapshot(str(wt), run_id="r", node_id="n")
+    d.stop()
+    [index] = list((sd_env.home / "worktrees").glob("*/index"))
+    if damage == "corrupt":
+        index.write_bytes(b"DIRC" + b"\xff" * 200)
+    elif damage == "missing":
+        index.unlink()
+    else:
+        index.write_bytes(index.read_bytes()[:60])
+    (wt / "f3.txt").write_text("changed while the daemon was down\n")
+    (wt / "f4.txt").unlink()
+    d = Daemon(sd_env).start()
+    try:
+        with d.client() as c:
+            r = c.snapshot(str(wt), run_id="r", node_id="n")
+    finally:
+        d.stop()
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    for p in wt.iterdir():
+        if p.name != ".git":
+            (scratch / p.name).write_bytes(p.read_bytes())
+    git(scratch, "init", "-q")
+    git(scratch, "add", "-A")
+    assert r["tree"] == git(scratch, "write-tree").strip()
