@@ -103,7 +103,7 @@ def bind_socket(path: Path) -> socket.socket:
     finally:
         os.umask(old)
     os.chmod(path, 0o600)
-    sock.listen(128)
+    sock.listen(1024)
     return sock
 
 
@@ -141,6 +141,9 @@ class Server:
         self.status_extras: list[Callable[[], dict]] = []
         self.flush_hook: Callable[[Path], None] | None = None
         self.shutdown_hooks: list[Callable[[], None]] = []
+        # Run in the loop once the listener accepts (sd_notify READY=1) and as stopping begins.
+        self.on_ready: list[Callable[[], None]] = []
+        self.on_stopping: list[Callable[[], None]] = []
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="snapshotd")
         self._connections: set[asyncio.Task] = set()
         self._in_flight = 0
@@ -175,9 +178,11 @@ class Server:
                                                  limit=protocol.MAX_FRAME + 8)
         if on_ready is not None:
             on_ready()
+        _call_each(self.on_ready, "ready")
         log.info("serving on %s", self.listener.getsockname())
         await self._stopping.wait()
         log.info("stopping: finishing in-flight requests")
+        _call_each(self.on_stopping, "stopping")
         server.close()
         # In-flight requests finish and their replies go out before connections are cut.
         while self._in_flight:
@@ -287,12 +292,20 @@ class Server:
 
     def _flush(self, fields: dict) -> dict:
         cwd = fields.get("cwd")
-        if not isinstance(cwd, str) or not os.path.isabs(cwd):
+        if not isinstance(cwd, str) or not os.path.isabs(cwd) or "\0" in cwd:
             raise ServiceError("bad-request", "flush needs an absolute cwd")
         root = Path(cwd).resolve()
         if self.flush_hook is not None:
             self.flush_hook(root)
         return {"worktree": str(root), "flushed": True}
+
+
+def _call_each(callbacks: list[Callable[[], None]], what: str) -> None:
+    for callback in callbacks:
+        try:
+            callback()
+        except Exception:  # noqa: BLE001 - a listener never takes the daemon down
+            log.exception("%s callback failed", what)
 
 
 def _error(req_id: object, code: str, message: str) -> dict:

@@ -36,6 +36,7 @@ from snapshotd_client.protocol import validate_id, validate_int
 log = logging.getLogger("snapshotd.service")
 
 SOURCES = ("hook", "wrap", "watch", "restore", "cli")
+_PSEUDO_FS = (Path("/proc"), Path("/sys"), Path("/dev"))
 
 
 class ServiceError(Exception):
@@ -149,8 +150,10 @@ class Service:
         return result
 
     def capture_attempt(self, attempt: Attempt, *, tier: int, source: str,
-                        label: str | None = None) -> dict:
-        """A capture the daemon takes by itself (tier 2, restore safety) for a known attempt."""
+                        label: str | None = None, require_active: bool = False) -> dict:
+        """A capture the daemon takes by itself (tier 2, restore safety) for a known attempt.
+        With ``require_active`` an attempt that ended or was fenced meanwhile is refused
+        (``fenced``, no gap: nothing was owed to it), checked under the worktree lock."""
         req = SnapshotRequest(cwd=Path(attempt.worktree), tier=tier, source=source, label=label,
                               run_id=attempt.key.run_id, node_id=attempt.key.node_id,
                               iteration=attempt.key.iteration, attempt=attempt.key.attempt)
@@ -159,6 +162,8 @@ class Service:
             current = self.ledger.get_attempt(attempt.key)
             if current is None:
                 raise ServiceError("not-found", f"attempt {attempt.key} is not in the ledger")
+            if require_active and current.state != ACTIVE:
+                raise ServiceError("fenced", f"attempt {_fmt(current.key)} is {current.state}")
             return self._capture_locked(current, req, started)
 
     def worktree_lock(self, root: Path) -> threading.Lock:
@@ -323,8 +328,9 @@ class Service:
             capture = index.capture()
         except StoreError as exc:
             self._gap(req, attempt, exc.reason, exc.message)
-            raise ServiceError("worktree-missing" if exc.reason == "worktree-missing"
-                               else "capture-failed", exc.message) from exc
+            code = exc.reason if exc.reason in ("worktree-missing", "worktree-replaced") \
+                else "capture-failed"
+            raise ServiceError(code, exc.message) from exc
         except Exception as exc:  # noqa: BLE001 - any failure becomes a gap, never a crash
             index.drop_cache()
             self._gap(req, attempt, "capture-failed", f"{type(exc).__name__}: {exc}")
@@ -473,6 +479,11 @@ class Service:
             if req is not None:
                 self._gap(req, None, "worktree-missing", f"{path} is not a directory")
             raise ServiceError("worktree-missing", f"{path} does not exist or is not a directory")
+        if root == Path("/") or any(root == p or p in root.parents for p in _PSEUDO_FS):
+            detail = f"{root} is the filesystem root or a pseudo filesystem; it cannot be captured"
+            if req is not None:
+                self._gap(req, None, "worktree-refused", detail)
+            raise ServiceError("worktree-refused", detail)
         home = _resolve(self.home)
         if root == home or root in home.parents or home in root.parents:
             if req is not None:

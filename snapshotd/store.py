@@ -236,8 +236,7 @@ class WorktreeIndex:
 
     def capture(self) -> Capture:
         """Bring the index up to date with the worktree and write its tree (objects included)."""
-        if not self.root.is_dir():
-            raise StoreError("worktree-missing", f"worktree {self.root} does not exist or is not a directory")
+        self._check_root()
         self._ensure_gitdir()
         try:
             faults.check("objects")
@@ -279,6 +278,24 @@ class WorktreeIndex:
         self._dirty = True
         return result
 
+    def _check_root(self) -> None:
+        """The worktree must still be the real directory it was registered as: a root (or a
+        parent) swapped for a symlink could point the capture at ``/``."""
+        try:
+            st = os.lstat(self.root)
+        except FileNotFoundError:
+            raise StoreError("worktree-missing", f"worktree {self.root} no longer exists") from None
+        except OSError as exc:
+            raise StoreError("worktree-missing", f"worktree {self.root}: {exc}") from None
+        if not stat.S_ISDIR(st.st_mode):
+            kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a directory"
+            raise StoreError("worktree-replaced", f"worktree {self.root} is now {kind}; "
+                             "begin a new attempt for the directory you mean")
+        if os.path.realpath(self.root) != str(self.root):
+            raise StoreError("worktree-replaced", f"worktree {self.root} now resolves to "
+                             f"{os.path.realpath(self.root)} through a symlink; begin a new "
+                             "attempt for the directory you mean")
+
     def persist(self) -> None:
         """Write the stat cache to disk (a cache, not a record: losing it costs one full hash)."""
         if self._index is not None and self._dirty:
@@ -292,6 +309,14 @@ class WorktreeIndex:
         """Forget the in-memory index so the next capture rebuilds it from disk or cold."""
         self._index = None
         self._repo = None
+
+    def ignore_matcher(self) -> pygit2.Repository:
+        """A repository object of its own on this worktree's stat-cache git dir, whose
+        ``path_is_ignored(rel)`` applies the capture's ignore rules; another thread (the watcher)
+        may use it while captures run. Call under the worktree lock (it writes the excludes)."""
+        self._ensure_gitdir()
+        self._refresh_excludes(force=self._repo is None)
+        return pygit2.Repository(str(self.gitdir))
 
     # -- helpers ---------------------------------------------------------------------------
 
