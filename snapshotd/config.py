@@ -38,6 +38,11 @@ class Config:
     max_connections: int = 1024
     scan_interval_s: float = 2.0
     log_level: str = "info"
+    gc_keep_last: int = 0
+    gc_older_than: str = ""
+    gc_max_store_size: str = ""
+    store_size_warn: str = "50G"
+    gc_interval_s: float = 3600.0
     sources: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def as_dict(self) -> dict:
@@ -56,6 +61,11 @@ _ENV = {
     "max_connections": "SNAPSHOTD_MAX_CONNECTIONS",
     "scan_interval_s": "SNAPSHOTD_SCAN_INTERVAL_S",
     "log_level": "SNAPSHOTD_LOG_LEVEL",
+    "gc_keep_last": "SNAPSHOTD_GC_KEEP_LAST",
+    "gc_older_than": "SNAPSHOTD_GC_OLDER_THAN",
+    "gc_max_store_size": "SNAPSHOTD_GC_MAX_STORE_SIZE",
+    "store_size_warn": "SNAPSHOTD_STORE_SIZE_WARN",
+    "gc_interval_s": "SNAPSHOTD_GC_INTERVAL_S",
 }
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -122,7 +132,18 @@ def _coerce(key: str, value: object, source: str) -> object:
         if not isinstance(value, str) or value.lower() not in LOG_LEVELS:
             raise ConfigError(f"{where}: expected one of {', '.join(LOG_LEVELS)}, got {value!r}")
         return value.lower()
-    if key in ("idle_timeout_s", "scan_interval_s"):
+    if key in ("gc_older_than", "gc_max_store_size", "store_size_warn"):
+        from snapshotd.gc import parse_duration, parse_size
+
+        if value in ("", None):
+            return ""
+        parse = parse_duration if key == "gc_older_than" else parse_size
+        try:
+            parse(str(value))
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        return str(value)
+    if key in ("idle_timeout_s", "scan_interval_s", "gc_interval_s"):
         try:
             number = float(value)  # type: ignore[arg-type]
         except (TypeError, ValueError):
@@ -136,6 +157,6 @@ def _coerce(key: str, value: object, source: str) -> object:
         number = int(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         raise ConfigError(f"{where}: expected a whole number, got {value!r}") from None
-    if number < 0 or (number == 0 and key != "max_zero_setup_files"):
+    if number < 0 or (number == 0 and key not in ("max_zero_setup_files", "gc_keep_last")):
         raise ConfigError(f"{where}: must be positive, got {value!r}")
     return number

@@ -24,7 +24,7 @@ from pathlib import Path
 from snapshotd import faults
 from snapshotd.store import AttemptKey
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _MIGRATIONS: dict[int, str] = {
     1: """
@@ -84,6 +84,11 @@ _MIGRATIONS: dict[int, str] = {
         created_at   REAL NOT NULL,
         PRIMARY KEY (attempt_pk, tool_use_id)
     );
+    """,
+    # 2: retention. Pruned checkpoints keep their row (shown as pruned, with when and why).
+    2: """
+    ALTER TABLE checkpoints ADD COLUMN pruned_at REAL;
+    ALTER TABLE checkpoints ADD COLUMN pruned_reason TEXT
     """,
 }
 
@@ -242,7 +247,8 @@ class Ledger:
     def last_checkpoint(self, attempt_pk: int) -> dict | None:
         with self._lock:
             row = self._db.execute(
-                "SELECT * FROM checkpoints WHERE attempt_pk=? ORDER BY seq DESC LIMIT 1",
+                "SELECT * FROM checkpoints WHERE attempt_pk=? AND pruned_at IS NULL"
+                " ORDER BY seq DESC LIMIT 1",
                 (attempt_pk,)).fetchone()
         return _checkpoint(row) if row else None
 
@@ -311,6 +317,52 @@ class Ledger:
                                     (attempt_pk,)).fetchall()
         return {r["seq"] for r in rows}
 
+    def attempt_checkpoints(self, attempt_pk: int) -> list[dict]:
+        """Every row of one attempt (pruned ones too), by seq."""
+        with self._lock:
+            rows = self._db.execute("SELECT * FROM checkpoints WHERE attempt_pk=? ORDER BY seq",
+                                    (attempt_pk,)).fetchall()
+        return [_checkpoint(r) for r in rows]
+
+    def apply_prune(self, attempt: Attempt, pruned: list[int], remap: dict[int, tuple[str, str | None]],
+                    reason: str, final_commit: str | None) -> None:
+        """Mark seqs pruned and move kept rows to their rewritten commits, in one transaction."""
+        now = time.time()
+        with self.transaction() as db:
+            faults.check("ledger")
+            for seq in pruned:
+                db.execute("UPDATE checkpoints SET pruned_at=COALESCE(pruned_at, ?), pruned_reason="
+                           "COALESCE(pruned_reason, ?) WHERE attempt_pk=? AND seq=?",
+                           (now, reason, attempt.pk, seq))
+            for seq, (commit, parent) in remap.items():
+                db.execute("UPDATE checkpoints SET commit_id=?, parent=? WHERE attempt_pk=? AND seq=?",
+                           (commit, parent, attempt.pk, seq))
+            if final_commit is not None:
+                db.execute("UPDATE attempts SET final_commit=? WHERE pk=?", (final_commit, attempt.pk))
+
+    def delete_run(self, run_id: str) -> int:
+        """Remove a run's attempts, checkpoints and tool calls; returns the checkpoints removed."""
+        with self.transaction() as db:
+            faults.check("ledger")
+            pks = [r["pk"] for r in db.execute("SELECT pk FROM attempts WHERE run_id=?", (run_id,))]
+            removed = 0
+            for pk in pks:
+                removed += db.execute("DELETE FROM checkpoints WHERE attempt_pk=?", (pk,)).rowcount
+                db.execute("DELETE FROM tool_calls WHERE attempt_pk=?", (pk,))
+                db.execute("DELETE FROM attempts WHERE pk=?", (pk,))
+            return removed
+
+    def run_activity(self) -> list[dict]:
+        """Per run: last activity and whether any attempt is still active."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT a.run_id AS run_id, MAX(COALESCE(c.created_at, a.started_at)) AS last,"
+                " SUM(a.state = 'active') AS active FROM attempts a"
+                " LEFT JOIN checkpoints c ON c.attempt_pk = a.pk GROUP BY a.run_id ORDER BY last"
+            ).fetchall()
+        return [{"run_id": r["run_id"], "last_activity": r["last"], "active": bool(r["active"])}
+                for r in rows]
+
     def counts(self) -> dict:
         with self._lock:
             row = self._db.execute(
@@ -362,4 +414,6 @@ def _checkpoint(row: sqlite3.Row) -> dict:
         "deleted": row["deleted"],
         "skipped": json.loads(row["skipped"]) if row["skipped"] else [],
         "created_at": row["created_at"],
+        "pruned_at": row["pruned_at"],
+        "pruned_reason": row["pruned_reason"],
     }

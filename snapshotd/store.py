@@ -305,6 +305,16 @@ class WorktreeIndex:
             except (pygit2.GitError, OSError):
                 pass
 
+    def cached_tree(self) -> str | None:
+        """The tree the in-memory stat cache describes (None when not loaded)."""
+        if self._index is None:
+            return None
+        try:
+            return str(self._index.write_tree())
+        except pygit2.GitError:
+            self.drop_cache()
+            return None
+
     def drop_cache(self) -> None:
         """Forget the in-memory index so the next capture rebuilds it from disk or cold."""
         self._index = None

@@ -75,3 +75,42 @@ def call_daemon(sock: Path | None, op: str, **fields: Any) -> dict:
     except SnapshotdError as exc:
         fail(f"{exc.message} ({exc.code})")
     raise AssertionError("unreachable")
+
+
+def daemon_or_local(sock: Path | None, home: Path | None, op: str,
+                    local: Callable[[Any], dict], **fields: Any) -> dict:
+    """Run ``op`` in the daemon when one answers (so it serializes with captures); otherwise
+    open the home directly under the daemon's own lock and call ``local(service)``."""
+    from snapshotd.config import ConfigError, load_config
+    from snapshotd.daemon import prepare_home
+    from snapshotd.server import DaemonLockError, HomeLock
+    from snapshotd.service import Service, ServiceError
+
+    try:
+        with daemon_client(sock) as client:
+            return client.request(op, **fields)
+    except DaemonUnavailable:
+        pass
+    except SnapshotdError as exc:
+        fail(f"{exc.message} ({exc.code})")
+    home_path = prepare_home(resolve_home(home))
+    lock = HomeLock(home_path)
+    try:
+        lock.acquire()
+    except DaemonLockError as exc:
+        fail(f"{exc} (it does not answer on {resolve_socket(sock)}; pass the same --socket)")
+    try:
+        try:
+            config = load_config()
+        except ConfigError as exc:
+            fail(str(exc), 2)
+        service = Service(home_path, config)
+        try:
+            return local(service)
+        except ServiceError as exc:
+            fail(f"{exc.message} ({exc.code})")
+        finally:
+            service.close()
+    finally:
+        lock.release()
+    raise AssertionError("unreachable")

@@ -1,0 +1,527 @@
+"""Retention: which checkpoints may go, dropping them consistently, and reclaiming the space.
+
+Owns the retention policy (``Policy``), the pruning of checkpoints and whole runs, the gc
+journal (``<home>/gc-journal.json``), the stat-cache keep refs (``refs/snapshotd/cache/<id>``),
+reclaiming space with ``git gc``, and the daemon's automatic policy thread.
+
+Promises:
+- Never dropped: any checkpoint of an active attempt; the newest checkpoint of every attempt; a
+  checkpoint named as an attempt's final pointer; the safety checkpoint of a restore younger
+  than the policy's age (``--older-than``, else 7 days). Whole runs go only when asked
+  (``--run R --all``) or for ``--max-store-size``, and never while one of their attempts is active.
+- Pruning a middle checkpoint rewrites the attempt's kept checkpoints after it into a fresh chain
+  (same trees, messages and trailers; new parents). That is why commit ids of kept checkpoints
+  after a pruned one change, while their seq, tree and content do not: the seq is the identity.
+  The chain design is kept because ``git log`` on an attempt ref then shows exactly the kept
+  checkpoints, and a rewrite costs one small commit object per kept checkpoint.
+- Crash safety: the new commits are written, then a journal, then the ledger transaction, then
+  the ref; a journal left by a crash is completed at the next start. Objects younger than the
+  safety interval (default 1 hour) are never pruned, so a capture in flight never loses one.
+- Pruned rows stay in the ledger, marked with when and why.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pygit2
+
+from snapshotd.ledger import ACTIVE, Attempt
+from snapshotd.service import Service, ServiceError
+from snapshotd.store import AttemptKey
+
+log = logging.getLogger("snapshotd.gc")
+
+CACHE_REF_PREFIX = "refs/snapshotd/cache/"
+RESTORE_PROTECT_S = 7 * 86400
+SAFETY_INTERVAL_S = 3600.0
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+
+
+@dataclass
+class Policy:
+    keep_last: int | None = None
+    older_than_s: float | None = None
+    max_store_bytes: int | None = None
+    run_id: str | None = None
+    whole_run: bool = False
+    safety_interval_s: float = SAFETY_INTERVAL_S
+
+    def describe(self) -> dict:
+        return {"keep_last": self.keep_last, "older_than_s": self.older_than_s,
+                "max_store_bytes": self.max_store_bytes, "run_id": self.run_id,
+                "whole_run": self.whole_run, "safety_interval_s": self.safety_interval_s}
+
+    @property
+    def empty(self) -> bool:
+        return (self.keep_last is None and self.older_than_s is None
+                and self.max_store_bytes is None and not self.whole_run)
+
+
+@dataclass
+class AttemptPlan:
+    attempt: Attempt
+    prune: list[int]
+    reasons: dict[int, str] = field(default_factory=dict)
+
+
+def parse_duration(text: str) -> float:
+    """``90s``, ``30m``, ``12h``, ``7d``, ``2w`` (bare numbers are seconds)."""
+    m = _DURATION.match(str(text))
+    if not m:
+        raise ValueError(f"{text!r} is not a duration; use e.g. 90s, 30m, 12h, 7d or 2w")
+    unit = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[m.group(2)]
+    return float(m.group(1)) * unit
+
+
+def parse_size(text: str) -> int:
+    """``500M``, ``2G``, ``1.5GiB``, ``4096`` (bytes)."""
+    m = _SIZE.match(str(text))
+    if not m:
+        raise ValueError(f"{text!r} is not a size; use e.g. 500M, 2G or 1.5GiB")
+    unit = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[m.group(2).lower()]
+    return int(float(m.group(1)) * unit)
+
+
+def run_gc(service: Service, policy: Policy, *, dry_run: bool = False) -> dict:
+    """Apply ``policy``: plan, prune (unless ``dry_run``), reclaim. Returns a report."""
+    if policy.empty:
+        raise ServiceError("bad-request", "name a policy: --keep-last N, --older-than DURATION, "
+                           "--max-store-size SIZE, or --run R --all")
+    recover_journal(service)
+    size_before = store_bytes(service)
+    report: dict = {"policy": policy.describe(), "dry_run": dry_run, "pruned": [],
+                    "deleted_runs": [], "store_bytes_before": size_before}
+    if policy.whole_run:
+        if policy.run_id is None:
+            raise ServiceError("bad-request", "--all deletes a whole run: name it with --run R")
+        _check_run_deletable(service, policy.run_id)
+        report["deleted_runs"].append(_run_summary(service, policy.run_id))
+        if not dry_run:
+            delete_run(service, policy.run_id)
+    elif policy.keep_last is not None or policy.older_than_s is not None:
+        for plan in plan_prune(service, policy):
+            report["pruned"].append({**plan.attempt.key.as_dict(), "seqs": plan.prune,
+                                     "reasons": {str(k): v for k, v in plan.reasons.items()}})
+            if not dry_run:
+                prune_attempt(service, plan)
+    if not dry_run:
+        reclaim(service, policy.safety_interval_s)
+    if policy.max_store_bytes is not None:
+        report["deleted_runs"].extend(
+            _enforce_size(service, policy, dry_run=dry_run))
+    report["checkpoints_pruned"] = sum(len(p["seqs"]) for p in report["pruned"])
+    report["store_bytes_after"] = store_bytes(service)
+    return report
+
+
+def plan_prune(service: Service, policy: Policy) -> list[AttemptPlan]:
+    """The checkpoints the policy drops, attempt by attempt (protected ones excluded)."""
+    now = time.time()
+    plans = []
+    restore_protect = policy.older_than_s if policy.older_than_s is not None else RESTORE_PROTECT_S
+    for attempt in service.ledger.attempts(policy.run_id):
+        if attempt.state == ACTIVE:
+            continue
+        rows = [r for r in service.ledger.attempt_checkpoints(attempt.pk) if r["pruned_at"] is None]
+        if len(rows) <= 1:
+            continue
+        keep: set[int] = {rows[-1]["seq"]}
+        keep |= {r["seq"] for r in rows if attempt.final_commit and r["commit"] == attempt.final_commit}
+        keep |= {r["seq"] for r in rows
+                 if r["source"] == "restore" and now - r["created_at"] < restore_protect}
+        if policy.keep_last is not None:
+            keep |= {r["seq"] for r in rows[-policy.keep_last:]} if policy.keep_last > 0 else set()
+        prune, reasons = [], {}
+        for r in rows:
+            if r["seq"] in keep:
+                continue
+            if policy.older_than_s is not None and now - r["created_at"] < policy.older_than_s:
+                continue
+            prune.append(r["seq"])
+            reasons[r["seq"]] = _reason(policy)
+        if prune:
+            plans.append(AttemptPlan(attempt, prune, reasons))
+    return plans
+
+
+def prune_attempt(service: Service, plan: AttemptPlan) -> None:
+    """Drop ``plan.prune`` from an ended attempt: rewrite the chain, ledger, then the ref."""
+    attempt = plan.attempt
+    with service.worktree_lock(Path(attempt.worktree)):
+        current = service.ledger.get_attempt(attempt.key)
+        if current is None or current.state == ACTIVE:
+            return  # it became active again: never prune it
+        rows = [r for r in service.ledger.attempt_checkpoints(current.pk) if r["pruned_at"] is None]
+        dropping = set(plan.prune)
+        repo = service.store.repo
+        remap: dict[int, tuple[str, str | None]] = {}
+        parent: str | None = None
+        rewriting = False
+        with service.store._lock:
+            for row in rows:
+                if row["seq"] in dropping:
+                    rewriting = True
+                    continue
+                if not rewriting:
+                    parent = row["commit"]
+                    continue
+                old = repo[row["commit"]].peel(pygit2.Commit)
+                oid = repo.create_commit(None, old.author, old.committer, old.message,
+                                         old.tree_id, [pygit2.Oid(hex=parent)] if parent else [])
+                remap[row["seq"]] = (str(oid), parent)
+                parent = str(oid)
+        final = current.final_commit
+        new_final = None
+        if final is not None:
+            for row in rows:
+                if row["commit"] == final and row["seq"] in remap:
+                    new_final = remap[row["seq"]][0]
+        old_tip = rows[-1]["commit"]
+        journal = {"ref": attempt.key.ref, "key": attempt.key.as_dict(), "old_tip": old_tip,
+                   "new_tip": parent, "pruned": sorted(dropping),
+                   "remap": {str(k): list(v) for k, v in remap.items()},
+                   "reason": plan.reasons.get(next(iter(dropping))) if dropping else "policy",
+                   "final_commit": new_final, "at": time.time()}
+        _write_journal(service, journal)
+        _complete(service, journal)
+        _journal_path(service).unlink(missing_ok=True)
+
+
+def delete_run(service: Service, run_id: str) -> int:
+    """Remove a whole run: refs, ledger rows and its gap records."""
+    _check_run_deletable(service, run_id)
+    keys = [a.key for a in service.ledger.attempts(run_id)]
+    removed = service.ledger.delete_run(run_id)
+    with service.store._lock:
+        for key in keys:
+            try:
+                service.store.repo.references.delete(key.ref)
+            except (KeyError, pygit2.GitError):
+                pass
+    drop_run_gaps(service.gaps.path, {run_id})
+    return removed
+
+
+def drop_run_gaps(path: Path, run_ids: set[str]) -> int:
+    """Rewrite the gap spool without the given runs' records, in place under its flock (so a
+    concurrent appender, which locks the same file, is never lost)."""
+    import fcntl
+
+    if not path.exists():
+        return 0
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        data = b""
+        while chunk := os.read(fd, 1 << 20):
+            data += chunk
+        kept, dropped = [], 0
+        for line in data.splitlines(keepends=True):
+            try:
+                record = json.loads(line)
+            except ValueError:
+                kept.append(line)
+                continue
+            if isinstance(record, dict) and record.get("run_id") in run_ids:
+                dropped += 1
+            else:
+                kept.append(line)
+        if dropped:
+            body = b"".join(kept)
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.write(fd, body)
+            os.ftruncate(fd, len(body))
+        return dropped
+    finally:
+        os.close(fd)
+
+
+def reclaim(service: Service, safety_interval_s: float = SAFETY_INTERVAL_S) -> None:
+    """Keep every stat cache's blobs reachable, then let git drop unreachable objects older
+    than the safety interval."""
+    _refresh_cache_refs(service)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env["GIT_CONFIG_NOSYSTEM"] = "1"
+    # Refs stay loose: packing them could race the daemon's ref updates.
+    cmd = ["git", "-C", str(service.store.path), "-c", "gc.packRefs=false",
+           "-c", "gc.autoDetach=false", "-c", "gc.reflogExpire=now",
+           "-c", "gc.reflogExpireUnreachable=now", "gc", "--quiet",
+           f"--prune={int(safety_interval_s)}.seconds.ago"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ServiceError("internal", f"git gc failed: {proc.stderr.strip()}")
+
+
+def recover_journal(service: Service) -> bool:
+    """Finish a prune that a crash interrupted (idempotent)."""
+    path = _journal_path(service)
+    if not path.exists():
+        return False
+    try:
+        journal = json.loads(path.read_text())
+    except (OSError, ValueError):
+        path.unlink(missing_ok=True)
+        return False
+    _complete(service, journal)
+    path.unlink(missing_ok=True)
+    log.warning("completed an interrupted gc of %s", journal.get("ref"))
+    return True
+
+
+def store_bytes(service: Service) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(service.store.path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                continue
+    return total
+
+
+def reclaimable_bytes(service: Service, policy: Policy) -> int:
+    """Bytes on disk held only by the checkpoints ``policy`` would prune."""
+    plans = plan_prune(service, policy)
+    doomed = [cp["commit"] for p in plans for cp in service.ledger.attempt_checkpoints(p.attempt.pk)
+              if cp["seq"] in set(p.prune)]
+    if not doomed:
+        return 0
+    doomed_set = set(doomed)
+    kept = [cp["commit"] for a in service.ledger.attempts() for cp in
+            service.ledger.attempt_checkpoints(a.pk)
+            if cp["pruned_at"] is None and cp["commit"] not in doomed_set]
+    cmd = ["git", "-C", str(service.store.path), "rev-list", "--objects", "--disk-usage",
+           "--no-walk", "--stdin"]
+    stdin = "\n".join(doomed + [f"^{c}" for c in kept]) + "\n"
+    proc = subprocess.run(cmd, input=stdin, capture_output=True, text=True)
+    if proc.returncode != 0:
+        return 0
+    try:
+        return int(proc.stdout.strip() or 0)
+    except ValueError:
+        return 0
+
+
+def attach(service: Service, server, config) -> None:
+    """Serve the ``gc`` op, finish an interrupted gc, and run the automatic policy."""
+    recover_journal(service)
+    server.register("gc", lambda fields: run_gc(service, policy_from_fields(fields),
+                                                 dry_run=bool(fields.get("dry_run"))))
+    auto = policy_from_config(config)
+    state: dict = {"policy": auto.describe() if auto else None, "last_run": None,
+                   "last_error": None, "store_bytes": None, "warn_bytes": None}
+    warn = getattr(config, "store_size_warn", "")
+    try:
+        state["warn_bytes"] = parse_size(warn) if warn else None
+    except ValueError:
+        state["warn_bytes"] = None
+    stop = threading.Event()
+    interval = float(getattr(config, "gc_interval_s", 3600.0))
+
+    def loop() -> None:
+        while not stop.wait(interval):
+            tick(service, auto, state)
+
+    threading.Thread(target=loop, name="snapshotd-gc", daemon=True).start()
+    server.shutdown_hooks.append(stop.set)
+    cache: dict = {"at": 0.0, "value": None}
+
+    def status() -> dict:
+        # Walking the store and the reachability of prunable commits is not free: once a minute.
+        if time.time() - cache["at"] > 60:
+            state["store_bytes"] = store_bytes(service)
+            cache["value"] = reclaimable_bytes(service, auto) if auto else None
+            cache["at"] = time.time()
+        out = {k: v for k, v in state.items() if k != "last_report"}
+        out["reclaimable_bytes"] = cache["value"]
+        return {"retention": out}
+
+    server.status_extras.append(status)
+
+
+def tick(service: Service, auto: Policy | None, state: dict) -> None:
+    """One pass of the automatic policy: warn over the size cap, prune when configured."""
+    try:
+        size = store_bytes(service)
+        state["store_bytes"] = size
+        if state.get("warn_bytes") and size > state["warn_bytes"]:
+            log.warning("store %s is %d bytes, over the %d-byte warning cap; run `snapshotd gc`",
+                        service.store.path, size, state["warn_bytes"])
+        if auto is not None:
+            state["last_report"] = run_gc(service, auto)
+        state["last_run"] = time.time()
+        state["last_error"] = None
+    except Exception as exc:  # noqa: BLE001 - a failed pass is reported, never fatal
+        state["last_error"] = f"{type(exc).__name__}: {exc}"
+        log.error("automatic gc failed: %s", exc)
+
+
+def policy_from_fields(fields: dict) -> Policy:
+    """A policy from request fields (``keep_last``, ``older_than``, ``max_store_size``,
+    ``run_id``, ``all``, ``safety_interval_s``)."""
+    try:
+        policy = Policy(
+            keep_last=_opt_int(fields.get("keep_last")),
+            older_than_s=parse_duration(fields["older_than"]) if fields.get("older_than") else None,
+            max_store_bytes=parse_size(fields["max_store_size"]) if fields.get("max_store_size")
+            else None,
+            run_id=fields.get("run_id"),
+            whole_run=bool(fields.get("all")),
+        )
+        if fields.get("safety_interval_s") is not None:
+            policy.safety_interval_s = float(fields["safety_interval_s"])
+    except (ValueError, TypeError) as exc:
+        raise ServiceError("bad-request", str(exc)) from None
+    if policy.run_id is not None:
+        from snapshotd_client.protocol import validate_id
+
+        try:
+            validate_id("run_id", policy.run_id)
+        except ValueError as exc:
+            raise ServiceError("bad-id", str(exc)) from None
+    return policy
+
+
+def policy_from_config(config) -> Policy | None:
+    keep = getattr(config, "gc_keep_last", 0) or None
+    older = getattr(config, "gc_older_than", "") or None
+    size = getattr(config, "gc_max_store_size", "") or None
+    if keep is None and older is None and size is None:
+        return None
+    return Policy(keep_last=keep, older_than_s=parse_duration(older) if older else None,
+                  max_store_bytes=parse_size(size) if size else None)
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _reason(policy: Policy) -> str:
+    parts = []
+    if policy.keep_last is not None:
+        parts.append(f"keep-last {policy.keep_last}")
+    if policy.older_than_s is not None:
+        parts.append(f"older-than {int(policy.older_than_s)}s")
+    return "gc " + ", ".join(parts)
+
+
+def _complete(service: Service, journal: dict) -> None:
+    key = AttemptKey(**journal["key"])
+    attempt = service.ledger.get_attempt(key)
+    if attempt is None:
+        return
+    remap = {int(k): (v[0], v[1]) for k, v in journal["remap"].items()}
+    service.ledger.apply_prune(attempt, [int(s) for s in journal["pruned"]], remap,
+                               journal.get("reason") or "gc", journal.get("final_commit"))
+    if journal.get("new_tip"):
+        with service.store._lock:
+            service.store.repo.references.create(journal["ref"], pygit2.Oid(hex=journal["new_tip"]),
+                                                 force=True)
+
+
+def _write_journal(service: Service, journal: dict) -> None:
+    path = _journal_path(service)
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as f:
+        json.dump(journal, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _journal_path(service: Service) -> Path:
+    return service.home / "gc-journal.json"
+
+
+def _refresh_cache_refs(service: Service) -> None:
+    """Point ``refs/snapshotd/cache/<worktree>`` at the tree of each stat cache, so git gc keeps
+    the blobs a cache may still vouch for."""
+    seen: set[str] = set()
+    for index in list(service.store._indexes.values()):
+        with service.worktree_lock(index.root):
+            tree = index.cached_tree()
+        if tree is not None:
+            _set_cache_ref(service, index.id, tree)
+            seen.add(index.id)
+    root = service.home / "worktrees"
+    for gitdir in root.iterdir() if root.is_dir() else []:
+        if gitdir.name in seen or not (gitdir / "index").is_file():
+            continue
+        try:
+            disk_index = pygit2.Index(str(gitdir / "index"))
+            tree = str(disk_index.write_tree(service.store.repo))
+        except (pygit2.GitError, OSError, ValueError):
+            # A cache that cannot vouch for its blobs is dropped; it is rebuilt on next use.
+            (gitdir / "index").unlink(missing_ok=True)
+            continue
+        _set_cache_ref(service, gitdir.name, tree)
+    existing = {index.id for index in service.store._indexes.values()}
+    if root.is_dir():
+        existing |= {p.name for p in root.iterdir()}
+    with service.store._lock:
+        for name in list(service.store.repo.references):
+            if name.startswith(CACHE_REF_PREFIX) and name[len(CACHE_REF_PREFIX):] not in existing:
+                service.store.repo.references.delete(name)
+
+
+def _set_cache_ref(service: Service, wt_id: str, tree: str) -> None:
+    with service.store._lock:
+        service.store.repo.references.create(CACHE_REF_PREFIX + wt_id, pygit2.Oid(hex=tree),
+                                             force=True)
+
+
+def _check_run_deletable(service: Service, run_id: str) -> None:
+    attempts = service.ledger.attempts(run_id)
+    if not attempts:
+        known = ", ".join(service.ledger.run_ids()[-20:]) or "none"
+        raise ServiceError("not-found", f"unknown run {run_id!r}; known runs: {known}")
+    active = [a for a in attempts if a.state == ACTIVE]
+    if active:
+        a = active[0]
+        raise ServiceError("conflict", f"run {run_id!r} has an active attempt "
+                           f"({a.key.node_id} attempt {a.key.attempt}); end it first with "
+                           "`snapshotd attempt end`")
+
+
+def _run_summary(service: Service, run_id: str) -> dict:
+    attempts = service.ledger.attempts(run_id)
+    return {"run_id": run_id, "attempts": len(attempts),
+            "checkpoints": len(service.ledger.checkpoints(run_id))}
+
+
+def _enforce_size(service: Service, policy: Policy, *, dry_run: bool) -> list[dict]:
+    """Delete the oldest fully ended runs until the store is under the cap."""
+    deleted: list[dict] = []
+    assert policy.max_store_bytes is not None
+    candidates = [r for r in service.ledger.run_activity() if not r["active"]]
+    if policy.run_id is not None:
+        candidates = [r for r in candidates if r["run_id"] == policy.run_id]
+    for run in candidates:
+        if store_bytes(service) <= policy.max_store_bytes:
+            break
+        summary = _run_summary(service, run["run_id"])
+        summary["reason"] = f"max-store-size {policy.max_store_bytes}"
+        deleted.append(summary)
+        if dry_run:
+            continue
+        delete_run(service, run["run_id"])
+        reclaim(service, policy.safety_interval_s)
+    return deleted
+
+
+def _opt_int(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"keep_last must be a whole number ≥ 0, got {value!r}")
+    return value
+
