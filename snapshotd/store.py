@@ -25,7 +25,7 @@ import stat
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote, unquote
@@ -277,6 +277,103 @@ class WorktreeIndex:
         faults.crash_point("after-tree")
         self._dirty = True
         return result
+
+    def capture_changed(self, paths: Iterable[str]) -> Capture | None:
+        """Update only ``paths`` (worktree-relative, as a watcher reported them) and write the
+        tree: cost follows the change, not the tree. A path that is now a directory is crawled
+        (a new directory's files may predate its watch); a vanished one drops every entry
+        under it. Returns None when only a full scan can be trusted (no cache loaded yet, or
+        an ignore file changed) — the caller then runs ``capture()``."""
+        if self._index is None or self._repo is None:
+            return None
+        self._check_root()
+        try:
+            faults.check("objects")
+        except OSError as exc:
+            raise StoreError("object-write-failed", f"could not write objects: {exc}") from exc
+        wanted = {p.strip("/") for p in paths} | self._racy
+        wanted.discard("")
+        if any(p == ".gitignore" or p.endswith("/.gitignore") for p in wanted):
+            return None
+        if self._exclude_sources != _exclude_sources(self.root):
+            return None
+        index = self._index
+        repo = self._repo
+        result = Capture(tree="", full_scan=False)
+        started_ns = time.time_ns()
+        touched: list[str] = []
+        self._racy = set()
+        for rel in sorted(wanted):
+            if ".git" in rel.split("/"):
+                continue
+            full = self.root / rel
+            try:
+                st = os.lstat(full)
+            except FileNotFoundError:
+                if _remove_entry(index, rel):
+                    result.deleted += 1
+                continue
+            except OSError as exc:
+                result.skipped.append({"path": rel, "reason": "unreadable", "detail": str(exc)})
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                self._crawl(index, repo, rel, result, touched)
+                continue
+            if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+                continue  # sockets and FIFOs are not content, as in the full scan
+            if rel not in index and repo.path_is_ignored(rel):
+                continue
+            self._update_path(index, rel, result, touched)
+        self._racy = {p for p in touched if _is_racy(self.root / p, started_ns)}
+        faults.crash_point("after-blobs")
+        try:
+            result.tree = str(index.write_tree())
+        except pygit2.GitError as exc:
+            raise StoreError("object-write-failed", f"could not write the tree: {exc}") from exc
+        faults.crash_point("after-tree")
+        self._dirty = True
+        return result
+
+    def _crawl(self, index: pygit2.Index, repo: pygit2.Repository, rel: str, result: Capture,
+               touched: list[str]) -> None:
+        """Add every non-ignored file under directory ``rel`` and drop cached entries under it
+        that are gone (a directory replaced wholesale, e.g. by ``git checkout``)."""
+        if repo.path_is_ignored(rel + "/"):
+            return
+        if (self.root / rel / ".git").exists():
+            result.skipped.append({"path": rel, "reason": "nested-repository"})
+            return
+        present: set[str] = set()
+        stack = [rel]
+        while stack:
+            current = stack.pop()
+            try:
+                entries = list(os.scandir(self.root / current))
+            except OSError as exc:
+                result.skipped.append({"path": current, "reason": "unreadable",
+                                       "detail": str(exc)})
+                continue
+            for entry in entries:
+                child = f"{current}/{entry.name}"
+                if entry.name == ".git":
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    if repo.path_is_ignored(child + "/"):
+                        continue
+                    if os.path.lexists(os.path.join(entry.path, ".git")):
+                        result.skipped.append({"path": child, "reason": "nested-repository"})
+                        continue
+                    stack.append(child)
+                    continue
+                if child not in index and repo.path_is_ignored(child):
+                    continue
+                present.add(child)
+                self._update_path(index, child, result, touched)
+        prefix = rel + "/"
+        for entry in [e.path for e in index if e.path.startswith(prefix)]:
+            if entry not in present and not os.path.lexists(self.root / entry):
+                if _remove_entry(index, entry):
+                    result.deleted += 1
 
     def _check_root(self) -> None:
         """The worktree must still be the real directory it was registered as: a root (or a
