@@ -62,6 +62,11 @@ class Env:
         return [json.loads(line) for line in self.gaps.read_text().splitlines() if line]
 
 
+# Tier-2 captures land whenever writes settle; tests that count tier-1 checkpoints exactly make
+# the settle window longer than the test (the watcher's own tests set their windows).
+QUIET_WATCHER = {"SNAPSHOTD_SETTLE_MS": "60000", "SNAPSHOTD_MAX_WAIT_MS": "120000"}
+
+
 class Daemon:
     """``snapshotd serve`` as a real subprocess."""
 
@@ -127,7 +132,7 @@ def sd_env(tmp_path: Path) -> Iterator[Env]:
 
 @pytest.fixture
 def daemon(sd_env: Env) -> Iterator[Daemon]:
-    d = Daemon(sd_env).start()
+    d = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
     yield d
     d.stop()
 

@@ -12,7 +12,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from conftest import Daemon, Env, claude_payload, git, make_git_worktree, run_hook
+from conftest import QUIET_WATCHER, Daemon, Env, claude_payload, git, make_git_worktree, run_hook
 
 
 def store_git(env: Env, *args: str) -> str:
@@ -167,14 +167,14 @@ def test_same_tool_use_id_twice_is_one_checkpoint(sd_env: Env, daemon: Daemon,
 
 def test_kill_9_then_restart_never_reuses_a_seq(sd_env: Env, tmp_path: Path) -> None:
     wt = make_git_worktree(tmp_path / "wt")
-    first = Daemon(sd_env).start()
+    first = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
     acked = []
     with first.client() as c:
         for i in range(3):
             (wt / "f").write_text(str(i))
             acked.append(c.snapshot(str(wt), run_id="r", node_id="n")["seq"])
     first.kill9()
-    second = Daemon(sd_env).start()
+    second = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
     try:
         (wt / "f").write_text("after restart")
         with second.client() as c:

@@ -16,7 +16,7 @@ from random import Random
 
 import pytest
 
-from conftest import Daemon, Env, claude_payload, git, make_git_worktree, run_hook
+from conftest import QUIET_WATCHER, Daemon, Env, claude_payload, git, make_git_worktree, run_hook
 from snapshotd.faults import CRASH_EXIT_STATUS
 from snapshotd_client import SnapshotdError
 
@@ -40,7 +40,15 @@ def test_crash_at_every_capture_boundary(point: str, sd_env: Env, tmp_path: Path
     step = 0
     for run in range(RUNS):
         k = rng.randint(1, 3)
-        daemon = Daemon(sd_env, extra_env={"SNAPSHOTD_CRASH_AT": f"{point}:{k}"}).start()
+        daemon = Daemon(sd_env, extra_env={**QUIET_WATCHER,
+                                           "SNAPSHOTD_CRASH_AT": f"{point}:{k}"})
+        try:
+            daemon.start()
+        except RuntimeError:
+            # The start-up capture of a settle window the previous crash left open reached the
+            # crash point: that is one more crash at this boundary, before serving.
+            assert daemon.proc is not None and daemon.proc.returncode == CRASH_EXIT_STATUS
+            continue
         assert daemon.proc is not None
         while daemon.proc.poll() is None and step < 10_000:
             step += 1
@@ -61,7 +69,7 @@ def test_crash_at_every_capture_boundary(point: str, sd_env: Env, tmp_path: Path
                 hook_ids.append(tool_id)
         assert daemon.proc.wait(timeout=20) == CRASH_EXIT_STATUS
 
-    final = Daemon(sd_env).start()
+    final = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
     try:
         with final.client() as c:
             listing = c.list("crash")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Daemon, Env, claude_payload, git, make_git_worktree, run_hook
+from conftest import QUIET_WATCHER, Daemon, Env, claude_payload, git, make_git_worktree, run_hook
 from snapshotd_client import SnapshotdError
 
 RUN_ENV = {"SNAPSHOTD_RUN_ID": "faulty", "SNAPSHOTD_NODE_ID": "n"}
@@ -29,7 +29,7 @@ def fault_file(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def faulty_daemon(sd_env: Env, fault_file: Path):
-    d = Daemon(sd_env, extra_env={"SNAPSHOTD_FAULT_FILE": str(fault_file)}).start()
+    d = Daemon(sd_env, extra_env={**QUIET_WATCHER, "SNAPSHOTD_FAULT_FILE": str(fault_file)}).start()
     yield d
     d.stop()
 
@@ -101,7 +101,7 @@ def test_damaged_stat_cache_is_rebuilt_not_trusted(sd_env: Env, tmp_path: Path,
     wt = make_git_worktree(tmp_path / "wt")
     for i in range(20):
         (wt / f"f{i}.txt").write_text(f"{i}\n")
-    d = Daemon(sd_env).start()
+    d = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
     with d.client() as c:
         c.snapshot(str(wt), run_id="r", node_id="n")
     d.stop()
@@ -114,7 +114,7 @@ def test_damaged_stat_cache_is_rebuilt_not_trusted(sd_env: Env, tmp_path: Path,
         index.write_bytes(index.read_bytes()[:60])
     (wt / "f3.txt").write_text("changed while the daemon was down\n")
     (wt / "f4.txt").unlink()
-    d = Daemon(sd_env).start()
+    d = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
     try:
         with d.client() as c:
             r = c.snapshot(str(wt), run_id="r", node_id="n")
