@@ -37,6 +37,7 @@ class Config:
     idle_timeout_s: float = 300.0
     max_connections: int = 1024
     scan_interval_s: float = 2.0
+    verify_interval_s: float = 60.0
     log_level: str = "info"
     gc_keep_last: int = 0
     gc_older_than: str = ""
@@ -60,6 +61,7 @@ _ENV = {
     "idle_timeout_s": "SNAPSHOTD_IDLE_TIMEOUT_S",
     "max_connections": "SNAPSHOTD_MAX_CONNECTIONS",
     "scan_interval_s": "SNAPSHOTD_SCAN_INTERVAL_S",
+    "verify_interval_s": "SNAPSHOTD_VERIFY_INTERVAL_S",
     "log_level": "SNAPSHOTD_LOG_LEVEL",
     "gc_keep_last": "SNAPSHOTD_GC_KEEP_LAST",
     "gc_older_than": "SNAPSHOTD_GC_OLDER_THAN",
@@ -143,7 +145,7 @@ def _coerce(key: str, value: object, source: str) -> object:
         except ValueError as exc:
             raise ConfigError(f"{where}: {exc}") from None
         return str(value)
-    if key in ("idle_timeout_s", "scan_interval_s", "gc_interval_s"):
+    if key in ("idle_timeout_s", "scan_interval_s", "gc_interval_s", "verify_interval_s"):
         try:
             number = float(value)  # type: ignore[arg-type]
         except (TypeError, ValueError):

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import pygit2
 
@@ -37,6 +38,21 @@ log = logging.getLogger("snapshotd.service")
 
 SOURCES = ("hook", "wrap", "watch", "restore", "cli")
 _PSEUDO_FS = (Path("/proc"), Path("/sys"), Path("/dev"))
+
+
+class ChangeSource(Protocol):
+    """Knows which paths of a worktree changed since its last capture (the watcher)."""
+
+    def take(self, root: Path, mode: str) -> set[str] | None:
+        """The worktree-relative paths changed since the last capture, once every earlier
+        change has been observed; None when it cannot vouch (then a full scan runs). ``mode``
+        is ``fast`` or ``verify`` (a full scan follows; the set is used to detect drift)."""
+
+    def failed(self, root: Path) -> None:
+        """The capture that took the paths failed: stop vouching until a full scan."""
+
+    def drift(self, root: Path, missed: list[str]) -> None:
+        """A full scan found changes no event reported."""
 
 
 class ServiceError(Exception):
@@ -60,6 +76,7 @@ class SnapshotRequest:
     label: str | None = None
     tool_use_id: str | None = None
     fallback: dict | None = None
+    full: bool = False  # internal: force a full stat scan (never set from the wire)
 
     @classmethod
     def from_fields(cls, fields: dict) -> SnapshotRequest:
@@ -125,7 +142,10 @@ class Service:
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self.counters: dict[str, int] = {"captures_tier1": 0, "captures_tier2": 0,
-                                         "dedups": 0, "repeats": 0, "errors": 0}
+                                         "dedups": 0, "repeats": 0, "errors": 0,
+                                         "fast_captures": 0, "full_scans": 0}
+        # What changed since the last capture, when a watcher can vouch for it (fastpath).
+        self.change_source: ChangeSource | None = None
         self.latencies: dict[int, list[float]] = {1: [], 2: []}
         # Called with the attempt when it starts or stops being active (watcher, engine).
         self.on_attempt_active: list[Callable[[Attempt], None]] = []
@@ -150,13 +170,16 @@ class Service:
         return result
 
     def capture_attempt(self, attempt: Attempt, *, tier: int, source: str,
-                        label: str | None = None, require_active: bool = False) -> dict:
+                        label: str | None = None, require_active: bool = False,
+                        full: bool = False) -> dict:
         """A capture the daemon takes by itself (tier 2, restore safety) for a known attempt.
         With ``require_active`` an attempt that ended or was fenced meanwhile is refused
-        (``fenced``, no gap: nothing was owed to it), checked under the worktree lock."""
+        (``fenced``, no gap: nothing was owed to it), checked under the worktree lock.
+        ``full`` forces a stat scan of the whole tree (a verification of the watcher)."""
         req = SnapshotRequest(cwd=Path(attempt.worktree), tier=tier, source=source, label=label,
                               run_id=attempt.key.run_id, node_id=attempt.key.node_id,
-                              iteration=attempt.key.iteration, attempt=attempt.key.attempt)
+                              iteration=attempt.key.iteration, attempt=attempt.key.attempt,
+                              full=full)
         started = time.perf_counter()
         with self.worktree_lock(Path(attempt.worktree)):
             current = self.ledger.get_attempt(attempt.key)
@@ -324,17 +347,34 @@ class Service:
                                    started=started)
         root = Path(attempt.worktree)
         index = self.store.worktree(root)
+        source = self.change_source
+        mode = "verify" if req.full else "fast"
         try:
-            capture = index.capture()
+            reported = source.take(root, mode) if source is not None else None
+            capture = None
+            if reported is not None and mode == "fast":
+                capture = index.capture_changed(reported)
+            if capture is None:
+                capture = index.capture()
+                if reported is not None and mode == "verify":
+                    # What the full scan found that no event reported: the watcher drifted.
+                    missed = set(capture.paths) - reported
+                    if missed and source is not None:
+                        source.drift(root, sorted(missed))
         except StoreError as exc:
+            if source is not None:
+                source.failed(root)
             self._gap(req, attempt, exc.reason, exc.message)
             code = exc.reason if exc.reason in ("worktree-missing", "worktree-replaced") \
                 else "capture-failed"
             raise ServiceError(code, exc.message) from exc
         except Exception as exc:  # noqa: BLE001 - any failure becomes a gap, never a crash
+            if source is not None:
+                source.failed(root)
             index.drop_cache()
             self._gap(req, attempt, "capture-failed", f"{type(exc).__name__}: {exc}")
             raise ServiceError("capture-failed", f"capture of {root} failed: {exc}") from exc
+        self.counters["fast_captures" if not capture.full_scan else "full_scans"] += 1
         head = self.store.head(attempt.key)
         last = self.ledger.last_checkpoint(attempt.pk)
         if head is not None and (last is None or last["commit"] != str(head.id)):
@@ -539,23 +579,16 @@ class Service:
         return max(candidates) + 1
 
     def _changes(self, head: pygit2.Commit | None, tree: str) -> tuple[int, int, int]:
+        """Files added, modified and deleted against the previous checkpoint: walks only the
+        subtrees whose ids differ, so the cost follows the change."""
         repo = self.store.repo
         with self.store._lock:
             new_tree = repo[tree].peel(pygit2.Tree)
             if head is None:
-                diff = new_tree.diff_to_tree(swap=True)
-            else:
-                diff = repo.diff(head.tree, new_tree)
-            added = modified = deleted = 0
-            for delta in diff.deltas:
-                ch = delta.status_char()
-                if ch == "A":
-                    added += 1
-                elif ch == "D":
-                    deleted += 1
-                else:
-                    modified += 1
-        return added, modified, deleted
+                return _count_blobs(repo, new_tree), 0, 0
+            counts = [0, 0, 0]
+            _tree_changes(repo, head.tree, new_tree, counts)
+        return counts[0], counts[1], counts[2]
 
     def _head_commit(self, attempt: Attempt) -> str | None:
         head = self.store.head(attempt.key)
@@ -574,6 +607,39 @@ class Service:
                 listener(attempt)
             except Exception:  # noqa: BLE001
                 log.exception("attempt-inactive listener failed for %s", attempt.worktree)
+
+
+def _tree_changes(repo: pygit2.Repository, old: pygit2.Tree, new: pygit2.Tree,
+                  counts: list[int]) -> None:
+    """Add (added, modified, deleted) file counts between two trees into ``counts``."""
+    before = {e.name: e for e in old}
+    after = {e.name: e for e in new}
+    for name, entry in after.items():
+        prev = before.get(name)
+        if prev is None:
+            counts[0] += _count_blobs(repo, entry) if entry.type_str == "tree" else 1
+        elif prev.id != entry.id or prev.filemode != entry.filemode:
+            if prev.type_str == "tree" and entry.type_str == "tree":
+                _tree_changes(repo, repo[prev.id], repo[entry.id], counts)
+            elif prev.type_str == "tree":
+                counts[2] += _count_blobs(repo, prev)
+                counts[0] += 1
+            elif entry.type_str == "tree":
+                counts[2] += 1
+                counts[0] += _count_blobs(repo, entry)
+            else:
+                counts[1] += 1
+    for name, entry in before.items():
+        if name not in after:
+            counts[2] += _count_blobs(repo, entry) if entry.type_str == "tree" else 1
+
+
+def _count_blobs(repo: pygit2.Repository, obj: pygit2.Object) -> int:
+    tree = repo[obj.id] if not isinstance(obj, pygit2.Tree) else obj
+    total = 0
+    for entry in tree:
+        total += _count_blobs(repo, entry) if entry.type_str == "tree" else 1
+    return total
 
 
 def list_run(ledger: Ledger, gaps: GapSpool, run_id: str, node_id: str | None = None,

@@ -106,6 +106,7 @@ class Capture:
     deleted: int = 0
     skipped: list[dict] = field(default_factory=list)
     full_scan: bool = True
+    paths: list[str] = field(default_factory=list)  # what a full scan found changed
 
 
 @dataclass
@@ -257,10 +258,12 @@ class WorktreeIndex:
             status = delta.status
             if status == DeltaStatus.DELETED:
                 path = delta.old_file.path
+                result.paths.append(path)
                 if _remove_entry(index, path):
                     result.deleted += 1
                 continue
             path = delta.new_file.path
+            result.paths.append(path.rstrip("/"))
             if status == DeltaStatus.UNREADABLE:
                 result.skipped.append({"path": path, "reason": "unreadable"})
                 continue
@@ -291,7 +294,9 @@ class WorktreeIndex:
             faults.check("objects")
         except OSError as exc:
             raise StoreError("object-write-failed", f"could not write objects: {exc}") from exc
-        wanted = {p.strip("/") for p in paths} | self._racy
+        # Racy entries are not re-hashed here: a write after their hash raised an event, so it
+        # is in ``paths``. They stay marked for the next full scan, which has only stats.
+        wanted = {p.strip("/") for p in paths}
         wanted.discard("")
         if any(p == ".gitignore" or p.endswith("/.gitignore") for p in wanted):
             return None
@@ -302,7 +307,6 @@ class WorktreeIndex:
         result = Capture(tree="", full_scan=False)
         started_ns = time.time_ns()
         touched: list[str] = []
-        self._racy = set()
         for rel in sorted(wanted):
             if ".git" in rel.split("/"):
                 continue
@@ -324,7 +328,7 @@ class WorktreeIndex:
             if rel not in index and repo.path_is_ignored(rel):
                 continue
             self._update_path(index, rel, result, touched)
-        self._racy = {p for p in touched if _is_racy(self.root / p, started_ns)}
+        self._racy |= {p for p in touched if _is_racy(self.root / p, started_ns)}
         faults.crash_point("after-blobs")
         try:
             result.tree = str(index.write_tree())
@@ -666,7 +670,22 @@ def _exclude_sources(root: Path) -> tuple:
     return tuple(files), markers
 
 
+_GLOBAL_EXCLUDES: tuple[float, str | None] = (0.0, None)
+
+
 def _global_excludes_file() -> str | None:
+    """The user's global excludes file (looked up at most once a second: it is on every
+    capture's path and reading the global git config is not free)."""
+    global _GLOBAL_EXCLUDES
+    now = time.monotonic()
+    if now - _GLOBAL_EXCLUDES[0] < 1.0:
+        return _GLOBAL_EXCLUDES[1]
+    found = _lookup_global_excludes()
+    _GLOBAL_EXCLUDES = (now, found)
+    return found
+
+
+def _lookup_global_excludes() -> str | None:
     try:
         value = pygit2.Config.get_global_config()["core.excludesFile"]
         return os.path.expanduser(value)

@@ -1,0 +1,108 @@
+"""Issue 8: tier-1 captures take the watcher's changed paths (after a cookie round trip) instead
+of a stat scan of the whole tree; after every step of a long randomized workload the fast
+path's tree equals ``git add -A && git write-tree`` into a fresh private index."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+from random import Random
+
+from test_fastpath_store import Workload, full_tree
+
+from conftest import QUIET_WATCHER, Daemon, Env, git, make_git_worktree
+
+STEPS = 150
+SEED = 11
+
+
+def test_fast_path_tier1_matches_a_full_capture_every_step(sd_env: Env, tmp_path: Path) -> None:
+    wt = make_git_worktree(tmp_path / "wt")
+    (wt / ".gitignore").write_text("ignored_dir/\n*.log\n")
+    (wt / "src").mkdir()
+    for i in range(30):
+        (wt / "src" / f"s{i}.py").write_text(f"x = {i}\n")
+    git(wt, "add", "-A")
+    git(wt, "commit", "-q", "-m", "base")
+    git(wt, "checkout", "-q", "-b", "side")
+    shutil.rmtree(wt / "src")
+    (wt / "lib" / "deep").mkdir(parents=True)
+    for i in range(10):
+        (wt / "lib" / "deep" / f"l{i}.py").write_text(f"side {i}\n")
+    git(wt, "add", "-A")
+    git(wt, "commit", "-q", "-m", "side")
+    git(wt, "checkout", "-q", "main")
+    daemon = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
+    try:
+        with daemon.client() as c:
+            c.attempt_begin("fast", "n", str(wt))
+            c.snapshot(str(wt), run_id="fast", node_id="n")  # the full scan that makes a baseline
+            work = Workload(wt, Random(SEED))
+            branch = "main"
+            for step in range(STEPS):
+                if step % 25 == 24:
+                    # A branch switch rewrites whole directories under the watcher.
+                    git(wt, "add", "-A")
+                    git(wt, "commit", "-q", "-m", f"step {step}", "--allow-empty")
+                    branch = "side" if branch == "main" else "main"
+                    git(wt, "checkout", "-q", branch)
+                else:
+                    work.step()
+                r = c.snapshot(str(wt), run_id="fast", node_id="n", tool_use_id=f"t{step}")
+                expected = full_tree(wt, tmp_path / "oracle-index")
+                assert r["tree"] == expected, f"step {step}: the fast path diverged"
+            status = c.status()
+    finally:
+        daemon.stop()
+    assert status["counters"]["fast_captures"] >= STEPS * 0.8, status["counters"]
+    [row] = [w for w in status["watched"] if w["path"] == str(wt)]
+    assert row["drifts"] == 0
+    assert [g for g in sd_env.read_gaps() if g["reason"] == "watcher-drift"] == []
+
+
+def test_drift_is_found_recorded_and_turns_the_fast_path_off(sd_env: Env, tmp_path: Path) -> None:
+    """A write the watcher cannot see (through a hard link outside the watched tree, which
+    inotify reports only to the directory it was made through) is caught by the periodic
+    verification scan: gap ``watcher-drift``, a checkpoint with the change, and full scans for
+    that worktree afterwards."""
+    wt = make_git_worktree(tmp_path / "wt")
+    (wt / "a.txt").write_text("before\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.link(wt / "a.txt", outside / "alias.txt")
+    env = {"SNAPSHOTD_SETTLE_MS": "200", "SNAPSHOTD_MAX_WAIT_MS": "1000",
+           "SNAPSHOTD_VERIFY_INTERVAL_S": "1"}
+    daemon = Daemon(sd_env, extra_env=env).start()
+    try:
+        with daemon.client() as c:
+            c.attempt_begin("drift", "n", str(wt))
+            c.snapshot(str(wt), run_id="drift", node_id="n")
+            (wt / "b.txt").write_text("b\n")
+            r = c.snapshot(str(wt), run_id="drift", node_id="n")
+            assert r["changes"]["added"] == 1
+            before = c.status()["counters"]
+            assert before["fast_captures"] >= 1
+            with open(outside / "alias.txt", "w") as f:  # same inode, unwatched directory
+                f.write("changed behind the watcher's back\n")
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                if any(g["reason"] == "watcher-drift" for g in sd_env.read_gaps()):
+                    break
+                time.sleep(0.2)
+            [gap] = [g for g in sd_env.read_gaps() if g["reason"] == "watcher-drift"]
+            assert "a.txt" in gap["detail"] and gap["run_id"] == "drift"
+            cps = c.list("drift")["checkpoints"]
+            store = ["--git-dir", str(sd_env.home / "store.git")]
+            assert git(wt, *store, "show", f"{cps[-1]['commit']}:a.txt") == \
+                "changed behind the watcher's back\n"
+            status = c.status()
+            [row] = [w for w in status["watched"] if w["path"] == str(wt)]
+            assert row["fast_path"] == "off" and row["drifts"] == 1
+            (wt / "c.txt").write_text("c\n")
+            full_before = status["counters"]["full_scans"]
+            c.snapshot(str(wt), run_id="drift", node_id="n")
+            assert c.status()["counters"]["full_scans"] == full_before + 1
+    finally:
+        daemon.stop()
