@@ -1,19 +1,28 @@
-"""``snapshotd snapshots RUN``: a run's checkpoints with its gaps in line."""
+"""``snapshotd snapshots RUN``: a run's checkpoints with its gaps in line.
+
+Owns the human listing of a run: one row per checkpoint (seq, node, iteration, attempt,
+tier/source, age, short commit, files changed against the previous checkpoint, label) and one
+row per gap at its place in time (reason, tool call id, and whether a checkpoint covered it).
+Reads the ledger and the gap spool directly (safe beside a running daemon).
+
+Promises: ``--json`` prints the complete listing of the filters given (``--node``, ``--attempt``)
+in the ``list`` op's shape, whatever ``--all`` says; the table shows, unless ``--all``, the newest
+attempt of each node and its last ``DEFAULT_ROWS`` rows, and says what it left out. An unknown
+run exits 1 naming the known runs.
+"""
 
 from __future__ import annotations
 
+import calendar
 import time
 from pathlib import Path
 
 import click
 
-from snapshotd.cli.common import (
-    fail,
-    home_option,
-    json_option,
-    print_json,
-    resolve_home,
-)
+from snapshotd.cli.common import fail, home_option, json_option, print_json, resolve_home
+from snapshotd.cli.runs import age
+
+DEFAULT_ROWS = 200
 
 
 def register(group: click.Group) -> None:
@@ -23,11 +32,15 @@ def register(group: click.Group) -> None:
 @click.command()
 @click.argument("run_id")
 @click.option("--node", "node_id", default=None, help="Only this node.")
-@click.option("--attempt", type=int, default=None, help="Only this attempt number.")
+@click.option("--attempt", type=click.IntRange(min=1), default=None,
+              help="Only this attempt number.")
+@click.option("--all", "show_all", is_flag=True,
+              help="Every attempt of every node and every row (default: the newest attempt "
+                   f"of each node, its last {DEFAULT_ROWS} rows).")
 @home_option
 @json_option
-def snapshots(run_id: str, node_id: str | None, attempt: int | None, home: Path | None,
-              as_json: bool) -> None:
+def snapshots(run_id: str, node_id: str | None, attempt: int | None, show_all: bool,
+              home: Path | None, as_json: bool) -> None:
     """List the checkpoints and gaps of RUN."""
     from snapshotd.gaps import GapSpool
     from snapshotd.ledger import Ledger
@@ -37,44 +50,119 @@ def snapshots(run_id: str, node_id: str | None, attempt: int | None, home: Path 
     home_path = resolve_home(home)
     db = home_path / "snapshotd.db"
     if not db.exists():
-        fail(f"no ledger at {db}: nothing has been captured with this home yet")
+        fail(f"no ledger at {db}: nothing has been captured with this home yet (pass --home, "
+             "or set SNAPSHOTD_HOME)")
     ledger = Ledger(db)
     try:
         known = ledger.run_ids()
         if run_id not in known:
             names = ", ".join(known[-20:]) or "none"
-            fail(f"unknown run {run_id!r}; known runs: {names}")
+            more = f" (and {len(known) - 20} older; see `snapshotd runs`)" if len(known) > 20 else ""
+            fail(f"unknown run {run_id!r}; known runs: {names}{more}")
         listing = list_run(ledger, GapSpool(gaps_path(home_path)), run_id, node_id, attempt)
     finally:
         ledger.close()
     if as_json:
         print_json(listing)
         return
-    _print_table(listing)
+    print_listing(listing, show_all=show_all, attempt_given=attempt is not None)
 
 
-def _print_table(listing: dict) -> None:
-    rows = [("SEQ", "NODE", "IT", "ATT", "TIER/SOURCE", "AGE", "COMMIT", "CHANGES", "LABEL")]
+def print_listing(listing: dict, *, show_all: bool, attempt_given: bool = False) -> None:
+    checkpoints = listing["checkpoints"]
+    gaps = listing["gaps"]
+    notes: list[str] = []
+    if not show_all and not attempt_given:
+        newest: dict[str, tuple[int, int]] = {}
+        for cp in checkpoints:
+            k = (cp["iteration"], cp["attempt"])
+            newest[cp["node_id"]] = max(newest.get(cp["node_id"], k), k)
+        kept = [cp for cp in checkpoints if (cp["iteration"], cp["attempt"]) == newest[cp["node_id"]]]
+        hidden = len(checkpoints) - len(kept)
+        if hidden:
+            notes.append(f"{hidden} checkpoint(s) of earlier attempts hidden")
+        checkpoints = kept
+        gaps = [g for g in gaps if g.get("node_id") not in newest or g.get("attempt") is None
+                or (g.get("iteration") or 0, g.get("attempt")) == newest[g["node_id"]]]
+    events = [(cp["created_at"], 0, cp) for cp in checkpoints]
+    events += [(_gap_time(g), 1, g) for g in gaps]
+    events.sort(key=lambda e: (e[0], e[1]))
+    if not show_all and len(events) > DEFAULT_ROWS:
+        notes.append(f"{len(events) - DEFAULT_ROWS} older row(s) hidden")
+        events = events[-DEFAULT_ROWS:]
     now = time.time()
-    for cp in listing["checkpoints"]:
-        rows.append((str(cp["seq"]), cp["node_id"], str(cp["iteration"]), str(cp["attempt"]),
-                     f"{cp['tier']}/{cp['source']}", _age(now - cp["created_at"]),
-                     cp["commit"][:10],
-                     f"+{cp['added']} ~{cp['modified']} -{cp['deleted']}", cp["label"] or ""))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    for r in rows:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1])
-    for gap in listing["gaps"]:
-        state = "resolved" if gap.get("resolved") else "UNRESOLVED"
-        click.echo(f"gap  {gap.get('ts')}  {gap.get('reason')}  tool={gap.get('tool_use_id')}  "
-                   f"{state}  {gap.get('detail')}")
+    header = ("SEQ", "NODE", "IT", "ATT", "TIER/SOURCE", "AGE", "COMMIT", "FILES", "LABEL")
+    rows: list[tuple[str, ...]] = [header]
+    for when, kind, item in events:
+        if kind == 0:
+            rows.append(_checkpoint_row(item, now))
+        else:
+            rows.append(_gap_row(item, when, now, listing["checkpoints"]))
+    total_gaps = len(listing["gaps"])
+    open_gaps = sum(1 for g in listing["gaps"] if not g.get("resolved"))
+    click.echo(f"run {listing['run_id']}: {len(listing['checkpoints'])} checkpoint(s), "
+               f"{total_gaps} gap(s)" + (f", {open_gaps} unresolved" if open_gaps else ""))
+    if len(rows) == 1:
+        click.echo("(no checkpoints or gaps match)")
+    else:
+        widths = [max(len(r[i]) for r in rows) for i in range(len(header) - 1)]
+        for r in rows:
+            line = "  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True))
+            click.echo((line + "  " + r[-1]).rstrip())
+    if notes:
+        click.echo("(" + "; ".join(notes) + "; --all shows everything)")
 
 
-def _age(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f}s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f}m"
-    if seconds < 129600:
-        return f"{seconds / 3600:.0f}h"
-    return f"{seconds / 86400:.0f}d"
+def _checkpoint_row(cp: dict, now: float) -> tuple[str, ...]:
+    label = cp.get("label") or ""
+    worktree = cp.get("worktree") or ""
+    if worktree and label:
+        label = label.replace(worktree.rstrip("/") + "/", "")  # paths relative to the worktree
+    if cp.get("tool_use_id"):
+        label = (label + "  " if label else "") + f"[{cp['tool_use_id']}]"
+    if cp.get("skipped"):
+        label += f"  ({len(cp['skipped'])} skipped)"
+    commit = "pruned" if cp.get("pruned_at") else cp["commit"][:10]
+    return (str(cp["seq"]), cp["node_id"], str(cp["iteration"]), str(cp["attempt"]),
+            f"{cp['tier']}/{cp['source']}", age(now - cp["created_at"]), commit,
+            f"+{cp['added']} ~{cp['modified']} -{cp['deleted']}", label)
+
+
+def _gap_row(gap: dict, when: float, now: float, checkpoints: list[dict]) -> tuple[str, ...]:
+    tool = gap.get("tool_use_id")
+    covered = None
+    if tool:
+        covered = next((c for c in checkpoints if c.get("tool_use_id") == tool), None)
+    if covered is not None:
+        state = f"resolved: seq {covered['seq']} captured this tool call"
+    elif gap.get("resolved"):
+        state = "resolved: a later capture holds this tool call"
+    else:
+        later = next((c for c in checkpoints if c["created_at"] >= when
+                      and c["node_id"] == gap.get("node_id")
+                      and (gap.get("attempt") is None or c["attempt"] == gap.get("attempt"))),
+                     None)
+        state = ("UNRESOLVED" if later is None
+                 else f"UNRESOLVED (later seq {later['seq']} captured the tree after it)")
+    label = f"GAP {gap.get('reason')}" + (f" [{tool}]" if tool else "") + f"  {state}"
+    if gap.get("detail"):
+        label += f": {gap['detail']}"
+    tier = gap.get("tier")
+    source = gap.get("source")
+    return ("gap", str(gap.get("node_id") or "-"), _dash(gap.get("iteration")),
+            _dash(gap.get("attempt")), f"{_dash(tier)}/{source or '-'}", age(now - when), "-",
+            "-", label)
+
+
+def _gap_time(gap: dict) -> float:
+    ts = str(gap.get("ts") or "")
+    try:
+        base, _, frac = ts.rstrip("Z").partition(".")
+        seconds = calendar.timegm(time.strptime(base, "%Y-%m-%dT%H:%M:%S"))
+        return seconds + (int(frac[:3].ljust(3, "0")) / 1000 if frac.isdigit() else 0.0)
+    except ValueError:
+        return 0.0
+
+
+def _dash(value: object) -> str:
+    return "-" if value is None else str(value)

@@ -1,0 +1,88 @@
+"""``snapshotd diff RUN --node X --seq A``: what changed, as a git-style patch.
+
+Owns the command line of diff. Through the daemon when one answers (a ``--worktree`` diff then
+captures the worktree under its lock), else directly on the home (``cli.restore.run_op``).
+A patch or file list too large for one reply is rendered here from the two tree ids the reply
+names, reading the store read-only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from snapshotd.cli.common import home_option, json_option, print_json, socket_option
+from snapshotd.cli.restore import run_op
+
+
+def register(group: click.Group) -> None:
+    group.add_command(diff)
+
+
+@click.command()
+@click.argument("run_id")
+@click.option("--node", "node_id", required=True, help="The node whose checkpoints to compare.")
+@click.option("--seq", type=click.IntRange(min=0), required=True,
+              help="The checkpoint to start from.")
+@click.option("--to-seq", type=click.IntRange(min=0), default=None,
+              help="Compare with this checkpoint of the same attempt.")
+@click.option("--worktree", is_flag=True, help="Compare with the worktree as it is now.")
+@click.option("--stat", "show_stat", is_flag=True, help="A diffstat instead of the patch.")
+@click.option("--name-status", is_flag=True, help="One 'STATUS<TAB>path' line per file.")
+@click.option("--iteration", type=click.IntRange(min=0), default=None,
+              help="Iteration (default: the newest with checkpoints).")
+@click.option("--attempt", type=click.IntRange(min=1), default=None,
+              help="Attempt number (default: the newest with checkpoints).")
+@home_option
+@socket_option
+@json_option
+def diff(run_id: str, node_id: str, seq: int, to_seq: int | None, worktree: bool,
+         show_stat: bool, name_status: bool, iteration: int | None, attempt: int | None,
+         home: Path | None, socket_: Path | None, as_json: bool) -> None:
+    """Show the changes from checkpoint --seq to --to-seq, to the worktree now (--worktree),
+    or, with neither, what checkpoint --seq changed against the previous one."""
+    if to_seq is not None and worktree:
+        raise click.UsageError("give --to-seq or --worktree, not both")
+    if show_stat and name_status:
+        raise click.UsageError("give --stat or --name-status, not both")
+    want_patch = not (show_stat or name_status) or as_json
+    fields: dict[str, Any] = {"run_id": run_id, "node_id": node_id, "seq": seq,
+                              "to_seq": to_seq, "worktree": worktree, "iteration": iteration,
+                              "attempt": attempt, "patch": want_patch}
+
+    def direct(service: Any) -> dict:
+        from snapshotd.diff import diff_checkpoints
+
+        return diff_checkpoints(service, **fields)
+
+    result = run_op(home, socket_, lambda c: c.request("diff", **fields), direct)
+    if result.get("patch_omitted") or result.get("files_truncated"):
+        result = _render_locally(result, want_patch)
+    if as_json:
+        print_json(result)
+    elif show_stat:
+        click.echo(result["stat"], nl=False)
+    elif name_status:
+        for f in result["files"]:
+            if f["old_path"]:
+                click.echo(f"{f['status']}\t{f['old_path']}\t{f['path']}")
+            else:
+                click.echo(f"{f['status']}\t{f['path']}")
+    else:
+        click.echo(result["patch"] or "", nl=False)
+
+
+def _render_locally(result: dict, want_patch: bool) -> dict:
+    import pygit2
+
+    from snapshotd.diff import render_trees
+
+    repo = pygit2.Repository(result["store"])
+    out = dict(result)
+    out.update(render_trees(repo, result["from"]["tree"], result["to"]["tree"],
+                            patch=want_patch))
+    for key in ("patch_omitted", "files_truncated", "files_total"):
+        out.pop(key, None)
+    return out

@@ -1,0 +1,135 @@
+"""``snapshotd runs``: every run the ledger knows, newest activity last.
+
+Owns the run summary: per run its nodes, attempts (by state), checkpoints, gaps (and how many are
+unresolved), worktrees and last activity. Reads the ledger (SQLite WAL, safe beside a running
+daemon) and the gap spool; needs no daemon.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import click
+
+from snapshotd.cli.common import fail, home_option, json_option, print_json, resolve_home
+
+
+def register(group: click.Group) -> None:
+    group.add_command(runs)
+
+
+@click.command()
+@home_option
+@json_option
+def runs(home: Path | None, as_json: bool) -> None:
+    """List runs with their node and attempt counts, worktrees and last activity."""
+    home_path = resolve_home(home)
+    db = home_path / "snapshotd.db"
+    summary = collect_runs(home_path) if db.exists() else []
+    if as_json:
+        print_json({"runs": summary})
+        return
+    if not summary:
+        click.echo(f"no runs yet in {home_path}")
+        return
+    _print_table(summary)
+
+
+def collect_runs(home: Path) -> list[dict]:
+    """The run summaries, oldest activity first."""
+    from snapshotd.gaps import GapSpool
+    from snapshotd.ledger import Ledger
+    from snapshotd_client.paths import gaps_path
+
+    ledger = Ledger(home / "snapshotd.db")
+    try:
+        attempts = ledger.attempts()
+    finally:
+        ledger.close()
+    stats = _checkpoint_stats(home / "snapshotd.db")
+    covered = _covered_tool_calls(home / "snapshotd.db")
+    gaps: dict[str, list[dict]] = defaultdict(list)
+    try:
+        for gap in GapSpool(gaps_path(home)).all():
+            if gap.get("run_id"):
+                gaps[gap["run_id"]].append(gap)
+    except OSError as exc:
+        fail(f"could not read the gap spool: {exc}")
+    by_run: dict[str, list] = defaultdict(list)
+    for a in attempts:
+        by_run[a.key.run_id].append(a)
+    out = []
+    for run_id, items in by_run.items():
+        count, last_cp = stats.get(run_id, (0, None))
+        times = [a.started_at for a in items] + [a.ended_at for a in items if a.ended_at]
+        if last_cp:
+            times.append(last_cp)
+        run_gaps = gaps.get(run_id, [])
+        unresolved = sum(1 for g in run_gaps
+                         if not (g.get("tool_use_id") and (run_id, g["tool_use_id"]) in covered))
+        out.append({
+            "run_id": run_id,
+            "nodes": len({a.key.node_id for a in items}),
+            "attempts": len(items),
+            "states": dict(Counter(a.state for a in items)),
+            "checkpoints": count,
+            "gaps": len(run_gaps),
+            "unresolved_gaps": unresolved,
+            "worktrees": sorted({a.worktree for a in items}),
+            "started_at": min(a.started_at for a in items),
+            "last_activity": max(times),
+        })
+    out.sort(key=lambda r: r["last_activity"])
+    return out
+
+
+def _checkpoint_stats(db: Path) -> dict[str, tuple[int, float | None]]:
+    """Checkpoint count and newest time per run: one aggregate query on a read-only handle."""
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+    try:
+        rows = con.execute("SELECT run_id, COUNT(*), MAX(created_at) FROM checkpoints "
+                           "GROUP BY run_id").fetchall()
+    finally:
+        con.close()
+    return {r[0]: (r[1], r[2]) for r in rows}
+
+
+def _covered_tool_calls(db: Path) -> set[tuple[str, str]]:
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+    try:
+        rows = con.execute("SELECT a.run_id, t.tool_use_id FROM tool_calls t "
+                           "JOIN attempts a ON a.pk = t.attempt_pk").fetchall()
+    finally:
+        con.close()
+    return {(r[0], r[1]) for r in rows}
+
+
+def _print_table(summary: list[dict]) -> None:
+    now = time.time()
+    rows = [("RUN", "NODES", "ATTEMPTS", "STATES", "CHECKPOINTS", "GAPS", "LAST", "WORKTREE")]
+    for r in summary:
+        states = ",".join(f"{k}={v}" for k, v in sorted(r["states"].items()))
+        gaps = str(r["gaps"]) + (f" ({r['unresolved_gaps']} open)" if r["unresolved_gaps"] else "")
+        worktree = r["worktrees"][0] if len(r["worktrees"]) == 1 else (
+            f"{r['worktrees'][0]} (+{len(r['worktrees']) - 1})" if r["worktrees"] else "-")
+        rows.append((r["run_id"], str(r["nodes"]), str(r["attempts"]), states,
+                     str(r["checkpoints"]), gaps, age(now - r["last_activity"]) + " ago",
+                     worktree))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row[:-1], widths, strict=True))
+                   + "  " + row[-1])
+
+
+def age(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{seconds:.0f}s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 129600:
+        return f"{seconds / 3600:.0f}h"
+    return f"{seconds / 86400:.0f}d"
