@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 DEFAULT_TIMEOUT_MS = 5000
 LABEL_PART_MAX = 60
 _PATCH_PREFIXES = ("*** Update File: ", "*** Add File: ", "*** Delete File: ")
+# A lock file written this recently belongs to a daemon still starting up.
+_LOCK_FRESH_S = 30.0
 
 
 def main() -> None:
@@ -209,12 +211,34 @@ def _try_autostart(socket_path: str, deadline: float, argv: list[str] | None = N
     while time.monotonic() < give_up:
         if _accepts(socket_path, give_up):
             return True
-        if proc.poll() is not None and proc.returncode != 0:
-            # It failed (not installed, bad config) or lost a start race to another daemon:
-            # one last look, then stop burning the agent's time.
+        if proc.poll() is not None and proc.returncode != 0 and not _daemon_starting():
+            # It failed (not installed, bad config): one last look, then stop burning the
+            # agent's time. (One that lost the start race to another hook's daemon leaves that
+            # winner starting up: we keep polling for it until the deadline.)
             return _accepts(socket_path, give_up)
         time.sleep(0.02)
     return False
+
+
+def _daemon_starting() -> bool:
+    """Whether another daemon for this home has just taken its lock (it writes its pid into
+    ``<home>/daemon.lock`` once it holds it) and is alive: the winner of a start race, still
+    opening its store. An old lock of a live daemon that does not answer on our socket does
+    not count: waiting for it would only cost the agent its whole hook budget."""
+    from .paths import home_dir
+
+    lock = home_dir() / "daemon.lock"
+    try:
+        if time.time() - os.stat(lock).st_mtime > _LOCK_FRESH_S:
+            return False
+        with open(lock, "rb") as f:
+            pid = int(f.read(32).split()[0])
+        os.kill(pid, 0)
+    except PermissionError:  # alive, under another uid: not a daemon of ours starting
+        return False
+    except (OSError, ValueError, IndexError):
+        return False
+    return True
 
 
 def _capture(fields: dict[str, Any], *, deadline: float, budget_ms: int) -> str:

@@ -1,0 +1,286 @@
+"""The thin engine inside the daemon: attempt liveness, ``--resume``, and the final flush.
+
+Owns, for attempts that name an owner process (``attempt_begin … owner_pid``, and every attempt
+``snapshotd exec`` opens), the watch over that process: once it is gone, the daemon takes one last
+capture of what it left, marks the attempt ``abandoned`` (with its final pointer), stops watching
+the worktree, and from then on the service fences captures naming it (DESIGN §7). Owns
+``attempt_begin … resume: true``: the worktree is first put back to the newest checkpoint of the
+node's previous attempt (through ``snapshotd.restore``), then the new attempt begins. Owns giving
+``attempt_end`` the server's flush hook, so pending tier-2 work lands before the final pointer.
+
+Promises:
+- An owner is gone when its pid no longer exists or now belongs to a process started after the
+  attempt began (pid reuse); an owner we may not inspect counts as alive. An owner that exited
+  but is not reaped yet (a zombie) keeps its attempt for ``ZOMBIE_GRACE_S``, so that
+  ``snapshotd exec``, which reaps its command only after ending the attempt, is never raced.
+- A dead owner is noticed within ``LIVENESS_INTERVAL_S`` plus one capture; the attempt is then
+  ``abandoned`` and listed among active attempts no more.
+- Abandoning never races a begin or an end: the state changes under the worktree's lock, and
+  only an attempt still ``active`` is touched.
+- ``resume`` restores exactly the previous attempt's newest seq as it stood when the request
+  arrived; with no earlier attempt holding a checkpoint, the attempt begins as usual and the
+  reply says ``resumed_from: null``. When ``snapshotd.restore`` is not installed the request
+  fails with ``restore-failed`` and no attempt is begun.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+
+from snapshotd.config import Config
+from snapshotd.ledger import ACTIVE, Attempt
+from snapshotd.server import Server
+from snapshotd.service import Service, ServiceError
+from snapshotd.store import AttemptKey
+from snapshotd_client.protocol import validate_id, validate_int
+
+log = logging.getLogger("snapshotd.engine")
+
+LIVENESS_INTERVAL_S = 0.5
+# How long an exited but unreaped owner (a zombie) still holds its attempt.
+ZOMBIE_GRACE_S = 5.0
+ALIVE, ZOMBIE, GONE = "alive", "zombie", "gone"
+_RESTORE_SUMMARY = ("applied", "counts", "safety", "undo_command", "elapsed_ms")
+# psutil derives a process's start time from the boot time, which /proc gives in whole seconds:
+# a process older than the attempt can look up to a second or so younger than it is.
+_START_SLACK_S = 2.0
+
+
+def attach(service: Service, server: Server, config: Config) -> None:
+    """Wire the engine into a daemon: liveness monitor, ``resume`` on begin, flush on end."""
+    engine = Engine(service, server)
+    previous_begin = server.handlers["attempt_begin"]
+    server.register("attempt_begin", lambda fields: engine.attempt_begin(fields, previous_begin))
+    # The core registers attempt_end without a flush; give it the server's (set by the watcher
+    # when present), read at call time so attach order does not matter. A handler some other
+    # part already wrapped is left alone.
+    if server.handlers.get("attempt_end") == service.attempt_end:
+        server.register("attempt_end",
+                        lambda fields: service.attempt_end(fields, flush=server.flush_hook))
+    server.status_extras.append(engine.status)
+    server.shutdown_hooks.append(engine.stop)
+    engine.start()
+
+
+class Engine:
+    """The liveness monitor thread and the ``resume`` step of ``attempt_begin``."""
+
+    def __init__(self, service: Service, server: Server | None = None, *,
+                 interval_s: float = LIVENESS_INTERVAL_S) -> None:
+        self.service = service
+        self.server = server
+        self.interval_s = interval_s
+        self.abandoned = 0
+        self.resumed = 0
+        self._zombies: dict[int, float] = {}  # owner pid -> when first seen exited, unreaped
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- public entry points ---------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="snapshotd-liveness", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def status(self) -> dict:
+        owned = [a for a in self.service.ledger.active_attempts() if a.owner_pid]
+        return {"engine": {"liveness_interval_s": self.interval_s,
+                           "watched_owners": len(owned), "abandoned": self.abandoned,
+                           "resumed": self.resumed}}
+
+    def attempt_begin(self, fields: dict, begin: Callable[[dict], dict]) -> dict:
+        """``attempt_begin`` with ``resume`` support; ``begin`` is the handler it extends."""
+        resume = fields.get("resume", False)
+        if not isinstance(resume, bool):
+            raise ServiceError("bad-request", "resume must be true or false")
+        resumed_from = self.resume(fields) if resume else None
+        result = begin(fields)
+        result["resumed_from"] = resumed_from
+        if resumed_from is not None:
+            self.resumed += 1
+        return result
+
+    def resume(self, fields: dict) -> dict | None:
+        """Restore the worktree named by ``fields["cwd"]`` to the newest checkpoint of the
+        node's previous attempt. Returns what was restored, or None when nothing was there."""
+        run_id = _valid_id("run_id", fields.get("run_id"))
+        node_id = _valid_id("node_id", fields.get("node_id"))
+        iteration = _valid_int(fields, "iteration", 0, 0)
+        cwd = fields.get("cwd")
+        if not isinstance(cwd, str) or not os.path.isabs(cwd) or "\0" in cwd:
+            raise ServiceError("bad-request", "cwd must be an absolute path")
+        ledger = self.service.ledger
+        if fields.get("attempt") is None:
+            number = ledger.last_attempt_number(run_id, node_id, iteration) + 1
+        else:
+            number = _valid_int(fields, "attempt", 1, 1)
+        previous = self._previous_with_checkpoint(run_id, node_id, iteration, number)
+        if previous is None:
+            return None
+        attempt, checkpoint = previous
+        restore_checkpoint = _load_restore()
+        target = Path(cwd).resolve()
+        # Same directory: restore in place (with the restore's safety checkpoint). An engine
+        # that gives each attempt a fresh worktree gets the state copied into the new one.
+        to = None if target == Path(attempt.worktree) else str(target)
+        try:
+            outcome = restore_checkpoint(
+                self.service, run_id=run_id, node_id=node_id, iteration=iteration,
+                attempt=attempt.key.attempt, seq=checkpoint["seq"], to=to, force=True)
+        except ServiceError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - reported to the caller, never a daemon crash
+            log.exception("resume of %s/%s failed", run_id, node_id)
+            raise ServiceError("restore-failed", f"could not restore attempt "
+                               f"{attempt.key.attempt} seq {checkpoint['seq']} into {target}: "
+                               f"{type(exc).__name__}: {exc}") from exc
+        log.info("resumed %s/%s/%d from attempt %d seq %d into %s", run_id, node_id, iteration,
+                 attempt.key.attempt, checkpoint["seq"], target)
+        # A summary only: the restore's full plan lists every path and could overflow a frame.
+        summary = {k: outcome.get(k) for k in _RESTORE_SUMMARY} if isinstance(outcome, dict) \
+            else None
+        return {"attempt": attempt.key.attempt, "seq": checkpoint["seq"],
+                "commit": checkpoint["commit"], "tree": checkpoint["tree"],
+                "worktree": str(target), "restore": summary}
+
+    def check_owners(self) -> list[Attempt]:
+        """One pass of the monitor: abandon every active attempt whose owner is gone."""
+        abandoned = []
+        zombies: dict[int, float] = {}
+        now = time.monotonic()
+        for attempt in self.service.ledger.active_attempts():
+            pid = attempt.owner_pid
+            if not pid:
+                continue
+            state = owner_state(pid, attempt.started_at)
+            if state == ALIVE:
+                continue
+            if state == ZOMBIE:
+                # Exited but not yet reaped: `snapshotd exec` keeps its command so while it
+                # takes the last capture and ends the attempt itself. A parent that never reaps
+                # gets the attempt abandoned after a grace period.
+                first = zombies[pid] = self._zombies.get(pid, now)
+                if now - first < ZOMBIE_GRACE_S:
+                    continue
+            ended = self._abandon(attempt)
+            if ended is not None:
+                abandoned.append(ended)
+        self._zombies = zombies
+        return abandoned
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.check_owners()
+            except Exception:  # noqa: BLE001 - the monitor must outlive any one bad pass
+                log.exception("liveness pass failed")
+
+    def _abandon(self, attempt: Attempt) -> Attempt | None:
+        root = Path(attempt.worktree)
+        label = f"owner process {attempt.owner_pid} exited"
+        # What the dead owner left is exactly what a crash must not cost: commit pending
+        # tier-2 work, then one last capture (deduplicated when nothing changed since).
+        # Both take the worktree lock themselves, so they run before we take it below.
+        flush = self.server.flush_hook if self.server is not None else None
+        if flush is not None:
+            try:
+                flush(root)
+            except Exception:  # noqa: BLE001
+                log.exception("flush before abandoning %s failed", _fmt(attempt.key))
+        try:
+            self.service.capture_attempt(attempt, tier=2, source="watch", label=label)
+        except ServiceError as exc:
+            log.warning("last capture of %s failed: %s", _fmt(attempt.key), exc.message)
+        except Exception:  # noqa: BLE001
+            log.exception("last capture of %s failed", _fmt(attempt.key))
+        with self.service.worktree_lock(root):
+            current = self.service.ledger.get_attempt(attempt.key)
+            if current is None or current.state != ACTIVE:
+                return None  # ended or superseded meanwhile: its owner's fate no longer matters
+            head = self.service.store.head(current.key)
+            self.service.ledger.set_attempt_state(
+                current.key, "abandoned", ended=True,
+                final_commit=str(head.id) if head is not None else None)
+            ended = self.service.ledger.get_attempt(current.key)
+        assert ended is not None
+        self.abandoned += 1
+        log.warning("attempt %s abandoned: %s", _fmt(ended.key), label)
+        self.service.notify_inactive(ended)
+        return ended
+
+    def _previous_with_checkpoint(self, run_id: str, node_id: str, iteration: int,
+                                  number: int) -> tuple[Attempt, dict] | None:
+        """The newest attempt of the node before ``number`` that holds a checkpoint, with its
+        newest checkpoint."""
+        candidates = [a for a in self.service.ledger.attempts(run_id)
+                      if a.key.node_id == node_id and a.key.iteration == iteration
+                      and a.key.attempt < number]
+        for attempt in sorted(candidates, key=lambda a: a.key.attempt, reverse=True):
+            last = self.service.ledger.last_checkpoint(attempt.pk)
+            if last is not None:
+                return attempt, last
+        return None
+
+
+def owner_state(pid: int, since: float) -> str:
+    """``ALIVE``, ``ZOMBIE`` (exited, not yet reaped) or ``GONE`` for the process ``pid`` that
+    owned an attempt begun at ``since``."""
+    try:
+        proc = psutil.Process(pid)
+        # A process started after the attempt began cannot be its owner: the pid was reused.
+        if proc.create_time() > since + _START_SLACK_S:
+            return GONE
+        return ZOMBIE if proc.status() == psutil.STATUS_ZOMBIE else ALIVE
+    except psutil.NoSuchProcess:
+        return GONE
+    except psutil.AccessDenied:
+        return ALIVE
+
+
+def _load_restore() -> Callable[..., dict]:
+    try:
+        from snapshotd.restore import restore_checkpoint
+    except ModuleNotFoundError as exc:
+        if exc.name != "snapshotd.restore":
+            raise
+        raise ServiceError("restore-failed", "resume needs the restore of checkpoints, which "
+                           "this snapshotd does not have (no snapshotd.restore); begin the "
+                           "attempt without --resume") from None
+    except ImportError as exc:
+        raise ServiceError("restore-failed", f"resume needs snapshotd.restore."
+                           f"restore_checkpoint, which could not be loaded: {exc}; begin the "
+                           "attempt without --resume") from None
+    return restore_checkpoint
+
+
+def _valid_id(name: str, value: object) -> str:
+    try:
+        return validate_id(name, value)
+    except ValueError as exc:
+        raise ServiceError("bad-id", str(exc)) from None
+
+
+def _valid_int(fields: dict, name: str, default: int, minimum: int) -> int:
+    value = fields.get(name)
+    try:
+        return validate_int(name, default if value is None else value, minimum)
+    except ValueError as exc:
+        raise ServiceError("bad-request", str(exc)) from None
+
+
+def _fmt(key: AttemptKey) -> str:
+    return f"{key.run_id}/{key.node_id}/{key.iteration}/{key.attempt}"
