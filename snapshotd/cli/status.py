@@ -1,7 +1,14 @@
-"""``snapshotd status``: what the running daemon is doing."""
+"""``snapshotd status``: what the running daemon is doing.
+
+Promises: ``--json`` prints the daemon's status map unchanged plus ``running: true``; the text
+form shows every field of it (process, sizes, worktrees, counters, gaps, latencies, policy) in
+one screen. With no daemon answering: a sentence naming the socket (or ``{"running": false}``
+with ``--json``) and exit 3, so scripts can tell "not running" from "broken".
+"""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import click
@@ -16,6 +23,8 @@ from snapshotd.cli.common import (
 )
 from snapshotd_client import DaemonUnavailable, SnapshotdError
 
+NOT_RUNNING = 3
+
 
 def register(group: click.Group) -> None:
     group.add_command(status)
@@ -25,7 +34,8 @@ def register(group: click.Group) -> None:
 @socket_option
 @json_option
 def status(socket_: Path | None, as_json: bool) -> None:
-    """Show the daemon's pid, uptime, worktrees, counters and latencies (exit 3 if none runs)."""
+    """Show the daemon's pid, uptime, sizes, worktrees, counters and latencies (exit 3 if none
+    runs)."""
     try:
         with daemon_client(socket_, timeout=10) as client:
             info = client.status()
@@ -33,7 +43,7 @@ def status(socket_: Path | None, as_json: bool) -> None:
         if as_json:
             print_json({"running": False, "socket": str(resolve_socket(socket_))})
         fail(f"no daemon is running on {resolve_socket(socket_)}; start it with "
-             "`snapshotd serve` or `snapshotd install-service`", 3)
+             "`snapshotd serve` or `snapshotd install-service`", NOT_RUNNING)
         return
     except SnapshotdError as exc:
         fail(f"{exc.message} ({exc.code})")
@@ -42,14 +52,117 @@ def status(socket_: Path | None, as_json: bool) -> None:
     if as_json:
         print_json(info)
         return
-    click.echo(f"snapshotd {info['version']}  pid {info['pid']}  up {info['uptime_s']:.0f}s")
-    click.echo(f"home    {info['home']}")
-    click.echo(f"socket  {info.get('socket')}")
-    c = info["counters"]
-    click.echo(f"captures tier1={c['captures_tier1']} tier2={c['captures_tier2']} "
-               f"dedups={c['dedups']} errors={c['errors']}")
+    for line in render(info):
+        click.echo(line)
+
+
+def render(info: dict) -> list[str]:
+    """The status map as text, one fact per line, missing fields shown as '-'."""
+    out = [f"snapshotd {info.get('version', '?')}  pid {info.get('pid', '?')}  "
+           f"up {human_duration(info.get('uptime_s'))}  log level {info.get('log_level', '-')}"]
+    out.append(f"home      {info.get('home', '-')}")
+    out.append(f"socket    {info.get('socket', '-')}  ({info.get('connections', 0)} open "
+               f"connections, {info.get('refused_connections', 0)} refused)")
+    spool = info.get("gap_spool") or {}
+    out.append(f"store     {human_bytes(info.get('store_bytes'))}   stat caches "
+               f"{human_bytes(info.get('stat_cache_bytes'))}   ledger "
+               f"{human_bytes(info.get('ledger_bytes'))}   gap spool "
+               f"{human_bytes(spool.get('bytes'))}")
+    proc = info.get("process") or {}
+    if "error" in proc:
+        out.append(f"process   unavailable: {proc['error']}")
+    elif proc:
+        out.append(f"process   RSS {human_bytes(proc.get('rss_bytes'))}   CPU "
+                   f"{proc.get('cpu_percent', '-')}% now, {proc.get('cpu_percent_avg', '-')}% "
+                   f"average ({proc.get('cpu_user_s', '-')}s user, "
+                   f"{proc.get('cpu_system_s', '-')}s system)   {proc.get('threads', '-')} "
+                   f"threads   {proc.get('open_fds', '-')} fds")
+    checkpoints = info.get("checkpoints") or {}
+    if checkpoints:
+        out.append(f"stored    {checkpoints.get('checkpoints', 0)} checkpoints "
+                   f"(tier 1: {checkpoints.get('tier1', 0)}, tier 2: {checkpoints.get('tier2', 0)})")
+
+    worktrees = info.get("worktrees")
+    if worktrees is None:  # an older daemon without the metrics part: active attempts only
+        worktrees = [{"path": a.get("worktree"), "state": a.get("state"),
+                      "attempt": f"{a.get('run_id')}/{a.get('node_id')}/{a.get('iteration')}/"
+                                 f"{a.get('attempt')}"}
+                     for a in info.get("active_attempts", [])]
+    out.append(f"worktrees ({len(worktrees)})" + ("" if worktrees else "  none active"))
+    for row in worktrees:
+        age = row.get("last_checkpoint_age_s")
+        last = (f"last checkpoint seq {row.get('last_seq')} {human_duration(age)} ago"
+                if age is not None else "no checkpoint yet")
+        degraded = row.get("degraded_reason")
+        watch = row.get("watch") if isinstance(row.get("watch"), dict) else {}
+        watch_state = watch.get("state") or watch.get("mode")
+        extra = f"  watch {watch_state}" if watch_state else ""
+        extra += f"  DEGRADED: {degraded}" if degraded else ""
+        out.append(f"  {row.get('path')}")
+        out.append(f"      {row.get('attempt') or '-'}  {row.get('state') or '-'}  {last}{extra}")
+
+    counters = info.get("counters") or {}
+    out.append("captures  " + (f"tier 1: {counters.get('captures_tier1', 0)}  tier 2: "
+                               f"{counters.get('captures_tier2', 0)}  dedups: "
+                               f"{counters.get('dedups', 0)}  repeats: "
+                               f"{counters.get('repeats', 0)}  errors: {counters.get('errors', 0)}"
+                               "  (since start)"))
+    latency = info.get("latency_ms") or {}
+    for tier in sorted(latency):
+        lat = latency[tier] or {}
+        if lat.get("count"):
+            out.append(f"latency   {tier}: p50 {lat.get('p50')} ms  p99 {lat.get('p99')} ms  "
+                       f"(last {lat.get('count')} captures)")
+        else:
+            out.append(f"latency   {tier}: no captures yet")
     gaps = info.get("gaps_by_reason") or {}
-    click.echo("gaps    " + (", ".join(f"{k}={v}" for k, v in sorted(gaps.items())) or "none"))
-    for attempt in info.get("active_attempts", []):
-        click.echo(f"  {attempt['run_id']}/{attempt['node_id']} attempt {attempt['attempt']} "
-                   f"{attempt['state']}  {attempt['worktree']}")
+    out.append("gaps      " + (_counts(gaps) or "none") + "  (since start)")
+    if spool.get("by_reason"):
+        out.append(f"gap spool {_counts(spool['by_reason'])}  (all {spool.get('records', 0)} "
+                   f"records in {spool.get('path')}; `snapshotd snapshots RUN` shows them)")
+    config = info.get("config") or {}
+    if config:
+        sources = config.get("sources") or {}
+        non_default = [f"{k}={config[k]!r} ({sources[k]})" for k in sorted(config)
+                       if k != "sources" and sources.get(k, "default") != "default"]
+        out.append(f"policy    settle {config.get('settle_ms')} ms, max wait "
+                   f"{config.get('max_wait_ms')} ms, max file {human_bytes(config.get('max_file_bytes'))}"
+                   f", durability {config.get('durability')}, hook timeout "
+                   f"{config.get('hook_timeout_ms')} ms")
+        if non_default:
+            out.append("          set: " + ", ".join(non_default))
+    recon = info.get("reconciliation") or {}
+    if recon.get("rebuilt_rows"):
+        at = recon.get("at")
+        when = time.strftime(" (%Y-%m-%d %H:%M:%S)", time.localtime(at)) if at else ""
+        out.append(f"recovery  {recon['rebuilt_rows']} checkpoint rows rebuilt from the store at "
+                   f"start-up{when}")
+    return out
+
+
+def human_bytes(value: object) -> str:
+    if not isinstance(value, (int, float)):
+        return "-"
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"  # pragma: no cover
+
+
+def human_duration(seconds: object) -> str:
+    if not isinstance(seconds, (int, float)):
+        return "-"
+    s = float(seconds)
+    if s < 60:
+        return f"{s:.1f}s" if s < 10 else f"{s:.0f}s"
+    if s < 3600:
+        return f"{int(s // 60)}m{int(s % 60):02d}s"
+    if s < 86400:
+        return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
+    return f"{int(s // 86400)}d{int(s % 86400 // 3600):02d}h"
+
+
+def _counts(counts: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))

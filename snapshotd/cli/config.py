@@ -1,0 +1,55 @@
+"""``snapshotd config``: the effective configuration and where each value came from.
+
+Promises: the values are exactly what ``snapshotd serve`` started from this shell would use
+(``load_config`` with this environment and the same file); each names its source (``default``,
+``file <path>``, ``env <VAR>``); an unreadable file, an unknown key or a bad value exits 2 with
+the ``ConfigError`` sentence, which names the key. A running daemon's own policy (it may have
+started with another environment) is in ``snapshotd status``.
+"""
+
+from __future__ import annotations
+
+import click
+
+from snapshotd.cli.common import fail, json_option, print_json
+from snapshotd.config import _ENV, ConfigError, config_path, load_config
+
+BAD_CONFIG = 2
+
+
+def register(group: click.Group) -> None:
+    group.add_command(config)
+
+
+@click.command()
+@json_option
+def config(as_json: bool) -> None:
+    """Print the effective configuration and the source of each value (exit 2 if invalid)."""
+    path = config_path()
+    try:
+        effective = load_config()
+    except ConfigError as exc:
+        fail(f"invalid configuration: {exc}", BAD_CONFIG)
+        return
+    values = effective.as_dict()
+    settings = {
+        name: {"value": list(value) if isinstance(value, tuple) else value,
+               "source": effective.sources.get(name, "default"),
+               "env": _ENV.get(name)}
+        for name, value in values.items()
+    }
+    if as_json:
+        print_json({"file": str(path), "file_exists": path.is_file(), "settings": settings})
+        return
+    click.echo(f"config file: {path}" + ("" if path.is_file() else "  (not present; defaults)"))
+    width = max(len(name) for name in settings)
+    shown = {name: _show(s["value"]) for name, s in settings.items()}
+    value_width = min(max(len(v) for v in shown.values()), 40)
+    for name, setting in settings.items():
+        click.echo(f"{name:<{width}}  {shown[name]:<{value_width}}  {setting['source']}")
+
+
+def _show(value: object) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(repr(v) for v in value) + "]"
+    return str(value)
