@@ -208,7 +208,9 @@ def test_worktree_swapped_for_a_symlink_to_root_is_refused(sd_env: Env, daemon: 
         assert time.monotonic() - started < 5
         assert err.value.code == "worktree-replaced"
         assert c.ping()
-    assert [g["reason"] for g in sd_env.read_gaps()] == ["worktree-replaced"]
+    # The watcher may notice first that the directory went away; the capture's refusal is on
+    # record either way.
+    assert "worktree-replaced" in [g["reason"] for g in sd_env.read_gaps()]
 
 
 def test_idle_connections_do_not_delay_a_new_client(sd_env: Env, tmp_path: Path) -> None:

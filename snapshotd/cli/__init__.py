@@ -9,7 +9,21 @@ from __future__ import annotations
 import click
 
 from snapshotd import __version__
-from snapshotd.cli import serve, snapshots, status
+from snapshotd.cli import (
+    attempt,
+    config,
+    diff,
+    exec,
+    flush,
+    gc,
+    mcp,
+    restore,
+    runs,
+    serve,
+    service,
+    snapshots,
+    status,
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -18,5 +32,6 @@ def main() -> None:
     """Durable, restorable history of the worktrees where coding agents work."""
 
 
-for _module in (serve, snapshots, status):
+for _module in (attempt, config, diff, exec, flush, gc, mcp, restore, runs, serve, service,
+                snapshots, status):
     _module.register(main)
