@@ -49,6 +49,7 @@ from pathlib import Path
 
 import pygit2
 
+from snapshotd import faults
 from snapshotd.ledger import Attempt, Ledger
 from snapshotd.service import Service, ServiceError, SnapshotRequest
 from snapshotd.store import AttemptKey, StoreError
@@ -161,9 +162,15 @@ def find_checkpoint(ledger: Ledger, run_id: str, node_id: str, *, seq: int | Non
     for c in in_attempt:
         if c["seq"] == seq:
             if c.get("pruned_at"):
+                kept = [x["seq"] for x in live]
+                below = [k for k in kept if k < seq]
+                above = [k for k in kept if k > seq]
+                nearest = ", ".join(str(k) for k in ([below[-1]] if below else [])
+                                    + ([above[0]] if above else []))
                 raise ServiceError("not-found", f"{where} seq {seq} was pruned "
-                                   f"({c.get('pruned_reason') or 'retention'}); restorable seqs: "
-                                   f"{format_seqs([x['seq'] for x in live])}")
+                                   f"({c.get('pruned_reason') or 'retention'}); the nearest kept "
+                                   f"seqs are {nearest or 'none'} (all kept: "
+                                   f"{format_seqs(kept)})")
             return c
     raise ServiceError("not-found", f"{where} has no checkpoint seq {seq}; its seqs are "
                        f"{format_seqs([c['seq'] for c in live])}")
@@ -664,7 +671,9 @@ def _apply_in_place(repo: pygit2.Repository, root: Path, plan: _Plan,
         if staged and not small:
             _sync_fs(root_fd)  # the data of every temp file is durable before any rename
         # 4. Rename into place: each file switches from old to new content atomically.
-        for parent, tmp, name in staged:
+        for renamed, (parent, tmp, name) in enumerate(staged):
+            if renamed == len(staged) // 2:
+                faults.crash_point("restore-mid")  # test seam: die half-way through the renames
             fd = walker.open_dir(parent, create=False)
             if fd is None:
                 raise _Obstacle(f"directory {os.fsdecode(parent)!r} vanished during the restore")

@@ -97,3 +97,64 @@ def test_crash_at_every_capture_boundary(point: str, sd_env: Env, tmp_path: Path
     db = sqlite3.connect(sd_env.home / "snapshotd.db")
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     db.close()
+
+
+def _tree_state(root: Path) -> dict[str, tuple[str, bytes]]:
+    """Every non-.git path: (kind+mode, bytes or link target)."""
+    import os
+    import stat
+
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != ".git"]
+        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+            p = Path(dirpath) / name
+            rel = str(p.relative_to(root))
+            st = p.lstat()
+            if stat.S_ISLNK(st.st_mode):
+                out[rel] = ("link", os.readlink(p).encode())
+            else:
+                out[rel] = (f"file{oct(st.st_mode & 0o111)}", p.read_bytes())
+    return out
+
+
+def test_restore_killed_half_way_then_rerun(sd_env: Env, tmp_path: Path) -> None:
+    wt = make_git_worktree(tmp_path / "wt")
+    for i in range(40):
+        (wt / f"f{i}.txt").write_text(f"checkpoint {i}\n")
+    daemon = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
+    with daemon.client() as c:
+        c.snapshot(str(wt), run_id="rs", node_id="n")
+    daemon.stop()
+    target = _tree_state(wt)
+    # Edited while no daemon watches, so the restore's safety checkpoint is what holds them.
+    for i in range(40):
+        (wt / f"f{i}.txt").write_text(f"edited later {i}\n")
+    (wt / "extra.txt").write_text("not in the checkpoint\n")
+    original = _tree_state(wt)
+
+    dying = Daemon(sd_env, extra_env={**QUIET_WATCHER, "SNAPSHOTD_CRASH_AT": "restore-mid"})
+    dying.start()
+    with dying.client() as c:
+        try:
+            c.restore(run_id="rs", node_id="n", seq=0, force=True)
+            raise AssertionError("the restore should have died half-way")
+        except (SnapshotdError, OSError):
+            pass
+    assert dying.proc is not None and dying.proc.wait(timeout=20) == CRASH_EXIT_STATUS
+    half = _tree_state(wt)
+    assert half != target and half != original  # really half-way
+
+    again = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
+    try:
+        with again.client() as c:
+            cps = c.list("rs")["checkpoints"]
+            safety = [cp for cp in cps if cp["source"] == "restore"]
+            assert len(safety) == 1  # the first run's safety checkpoint survived the crash
+            c.restore(run_id="rs", node_id="n", seq=0, force=True)
+            assert _tree_state(wt) == target
+            c.restore(run_id="rs", node_id="n", seq=safety[0]["seq"], force=True)
+            assert _tree_state(wt) == original
+    finally:
+        again.stop()
+    store_git(sd_env, "fsck", "--strict")

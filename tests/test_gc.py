@@ -82,10 +82,23 @@ def test_keep_last_keeps_newest_and_protected_and_shrinks_the_store(
     assert [int(x) for x in log.split()] == list(range(199, 189, -1))
     store_git(sd_env, "fsck", "--strict")
     assert store_size(sd_env) < size_before / 4
-    # The attempt's final pointer follows the rewritten newest checkpoint.
-    with daemon.client() as c:
-        status = c.status()
-    assert status["pid"]
+    # Pruned rows are shown as pruned, with when and why; restoring one names the nearest kept.
+    table = subprocess.run([sys.executable, "-m", "snapshotd", "snapshots", "r200", "--all"],
+                           env=sd_env.environ(), capture_output=True, text=True, check=True)
+    line_5 = next(x for x in table.stdout.splitlines() if x.startswith("5 "))
+    assert "pruned" in line_5 and "keep-last 10" in line_5
+    proc = subprocess.run([sys.executable, "-m", "snapshotd", "restore", "r200", "--node", "n",
+                           "--seq", "5", "--to", str(tmp_path / "out")], env=sd_env.environ(),
+                          capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "seq 5 was pruned" in proc.stderr and "nearest kept seqs are 190" in proc.stderr
+    # Each kept checkpoint restores byte-exactly.
+    for cp in kept[::3]:
+        out = tmp_path / f"restored-{cp['seq']}"
+        subprocess.run([sys.executable, "-m", "snapshotd", "restore", "r200", "--node", "n",
+                        "--seq", str(cp["seq"]), "--to", str(out)], env=sd_env.environ(),
+                       capture_output=True, check=True)
+        assert (out / "data.bin").read_bytes() == bodies[cp["seq"]]
 
 
 def test_active_attempt_survives_any_policy(sd_env: Env, daemon: Daemon, tmp_path: Path) -> None:

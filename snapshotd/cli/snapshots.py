@@ -123,6 +123,9 @@ def _checkpoint_row(cp: dict, now: float) -> tuple[str, ...]:
     if cp.get("skipped"):
         label += f"  ({len(cp['skipped'])} skipped)"
     commit = "pruned" if cp.get("pruned_at") else cp["commit"][:10]
+    if cp.get("pruned_at"):
+        label += (f"  (pruned {age(now - cp['pruned_at'])} ago: "
+                  f"{cp.get('pruned_reason') or 'retention'})")
     return (str(cp["seq"]), cp["node_id"], str(cp["iteration"]), str(cp["attempt"]),
             f"{cp['tier']}/{cp['source']}", age(now - cp["created_at"]), commit,
             f"+{cp['added']} ~{cp['modified']} -{cp['deleted']}", label)
