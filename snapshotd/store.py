@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+import struct
 import subprocess
 import threading
 import time
@@ -491,7 +492,12 @@ class WorktreeIndex:
         return index
 
     def _prime_cold(self, index: pygit2.Index) -> pygit2.Index:
-        """Build an empty cache with the git CLI (several times faster than libgit2 cold)."""
+        """Start an empty cache: from the worktree's own git index when it has one (only files
+        that differ from it are hashed), else with the git CLI (several times faster than
+        libgit2 cold)."""
+        seeded = self._seed_from_repository()
+        if seeded is not None:
+            return seeded
         env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
         env.update(GIT_DIR=str(self.gitdir), GIT_WORK_TREE=str(self.root),
                    GIT_CONFIG_NOSYSTEM="1", GIT_OPTIONAL_LOCKS="0")
@@ -504,6 +510,44 @@ class WorktreeIndex:
         self._repo = pygit2.Repository(str(self.gitdir))
         index = self._repo.index
         self._add_tracked_ignored(index)
+        return index
+
+    def _seed_from_repository(self) -> pygit2.Index | None:
+        """First capture of a git worktree: copy the blobs its index names into the store (one
+        pack through ``git pack-objects``, never alternates: the user's own gc could delete
+        objects we depend on) and take its index's entries with their stat data as our cache.
+        None when that cannot be done safely; the caller then builds the cache cold."""
+        gitdir = _user_gitdir(self.root)
+        if gitdir is None:
+            return None
+        try:
+            stripped = _strip_index((gitdir / "index").read_bytes())
+        except (OSError, ValueError, struct.error):
+            return None
+        if stripped is None:
+            return None
+        data, objects = stripped
+        odb = self.store.repo.odb
+        with self.store._lock:
+            missing = [oid for oid, mode in objects
+                       if mode != int(FileMode.COMMIT) and pygit2.Oid(hex=oid) not in odb]
+        if missing and not _copy_objects(gitdir, self.store.path, missing):
+            return None
+        with self.store._lock:
+            fresh = pygit2.Repository(str(self.store.path)).odb
+            if any(pygit2.Oid(hex=oid) not in fresh for oid in missing):
+                return None
+        tmp = self.gitdir / "index.seed"
+        tmp.write_bytes(data)
+        os.replace(tmp, self.gitdir / "index")
+        try:
+            self._repo = pygit2.Repository(str(self.gitdir))
+            index = self._repo.index
+            index.read(True)
+        except pygit2.GitError:
+            (self.gitdir / "index").unlink(missing_ok=True)
+            self._repo = pygit2.Repository(str(self.gitdir))
+            return None
         return index
 
     def _add_tracked_ignored(self, index: pygit2.Index) -> None:
@@ -639,6 +683,90 @@ def _remove_entry(index: pygit2.Index, path: str) -> bool:
             return True
         except (pygit2.GitError, OSError, KeyError):
             return False
+
+
+def _user_gitdir(root: Path) -> Path | None:
+    """The git dir of the repository whose worktree is ``root`` (a ``.git`` dir or file)."""
+    dot_git = root / ".git"
+    try:
+        if dot_git.is_dir():
+            return dot_git
+        if dot_git.is_file():
+            text = dot_git.read_text().strip()
+            if text.startswith("gitdir:"):
+                gitdir = Path(text[len("gitdir:"):].strip())
+                return gitdir if gitdir.is_absolute() else (root / gitdir).resolve()
+    except OSError:
+        return None
+    return None
+
+
+def _strip_index(data: bytes) -> tuple[bytes, list[tuple[str, int]]] | None:
+    """A copy of a git index (format 2 or 3) without its extensions, and its (object id, mode)
+    pairs. libgit2 can neither drop an index's cache-tree nor check it, and that cache names
+    trees our store may lack; so the copy keeps entries only. Assume-valid, skip-worktree and
+    intent-to-add flags are cleared or refused, since each would hide the file's real state.
+    None for what we do not handle (format 4, split index, conflicts, SHA-256)."""
+    if len(data) < 32 or data[:4] != b"DIRC":
+        return None
+    version, count = struct.unpack(">II", data[4:12])
+    if version not in (2, 3):
+        return None
+    end = len(data) - 20
+    if hashlib.sha1(data[:end]).digest() != data[end:]:
+        return None
+    out = bytearray(data[:12])
+    objects: list[tuple[str, int]] = []
+    off = 12
+    for _ in range(count):
+        if off + 62 > end:
+            return None
+        flags = struct.unpack(">H", data[off + 60:off + 62])[0]
+        if flags & 0x3000:  # a merge stage: the user is mid-conflict
+            return None
+        extended = version >= 3 and bool(flags & 0x4000)
+        head = 62 + (2 if extended else 0)
+        nul = data.index(b"\0", off + head)
+        length = (head + (nul - off - head) + 8) & ~7
+        entry = bytearray(data[off:off + length])
+        if off + length > end:
+            return None
+        entry[60:62] = struct.pack(">H", flags & ~0x8000)  # assume-valid off: check stats
+        if extended:
+            ext = struct.unpack(">H", entry[62:64])[0]
+            if ext & 0x2000:  # intent-to-add: no blob behind it
+                return None
+            entry[62:64] = struct.pack(">H", ext & ~0x4000)  # skip-worktree off
+        mode = struct.unpack(">I", entry[24:28])[0]
+        objects.append((bytes(entry[40:60]).hex(), mode))
+        out += entry
+        off += length
+    if off > end:
+        return None
+    out += hashlib.sha1(out).digest()
+    return bytes(out), objects
+
+
+def _copy_objects(user_gitdir: Path, store: Path, oids: list[str]) -> bool:
+    """Copy objects from the user's repository into the store as one pack."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env["GIT_CONFIG_NOSYSTEM"] = "1"
+    try:
+        packer = subprocess.Popen(["git", "--git-dir", str(user_gitdir), "pack-objects",
+                                   "--stdout", "-q"], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        indexer = subprocess.Popen(["git", "--git-dir", str(store), "index-pack", "--stdin"],
+                                   stdin=packer.stdout, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, env=env)
+        assert packer.stdin is not None and packer.stdout is not None
+        packer.stdout.close()  # the indexer holds it now
+        try:
+            packer.stdin.write(("\n".join(oids) + "\n").encode())
+        finally:
+            packer.stdin.close()
+        return packer.wait(timeout=3600) == 0 and indexer.wait(timeout=3600) == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
 
 
 def _drop_entries_without_objects(repo: pygit2.Repository, index: pygit2.Index) -> None:
