@@ -1,0 +1,144 @@
+"""``python -m bench``: the capture budgets of issue 8, side by side with the git-CLI peer.
+
+For each tree size (generated, committed and packed like a clone), in one process run:
+- ``first_capture``: the daemon's first capture of the git worktree (seeded from its index)
+  against the peer's first ``add -A`` + ``write-tree`` + ``commit-tree`` + ``update-ref``
+  into an empty private index;
+- ``capture_0``, ``capture_1``, ``capture_100``: daemon-side capture (``elapsed_ms``; the
+  fast path: the watcher's changed paths after a cookie round trip) after 0, 1 and 100
+  changed files, against the peer after the same change;
+- ``hook``: ``snapshot-hook`` end to end (process start to exit) after one changed file;
+- ``store_bytes_per_checkpoint``: bytes the store grew by for one small changed file, against
+  the size of the objects that change needs (compressed blob, trees on its path, commit).
+
+Restore and idle budgets have their own runners (``bench.restore``, ``bench.idle``); pass
+``--all`` to run them too (short settings) and merge their JSON into this document.
+
+Usage: ``python -m bench [--sizes 1000,10000,100000] [--rounds 15] [--all]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from pathlib import Path
+
+from bench.common import DaemonProc, GitPeer, git_env, make_tree, median
+
+HOOK = [sys.executable, "-c", "from snapshotd_client.hook import main; main()"]
+QUIET = {"SNAPSHOTD_SETTLE_MS": "600000", "SNAPSHOTD_MAX_WAIT_MS": "600000"}
+
+
+def run_size(files: int, rounds: int) -> dict:
+    work = Path(tempfile.mkdtemp(prefix="sdperf", dir="/tmp"))
+    wt = make_tree(work / "wt", files)
+    subprocess.run(["git", "gc", "-q"], cwd=wt, check=True, env=git_env())
+    daemon = DaemonProc(QUIET)
+    try:
+        peer = GitPeer(wt, work / "peer.git")
+        with daemon.client() as c:
+            c.attempt_begin("perf", "n", str(wt))
+            started = time.perf_counter()
+            c.snapshot(str(wt), run_id="perf", node_id="n")
+            first_ms = (time.perf_counter() - started) * 1000
+        peer_first = peer.capture()
+        time.sleep(0.3)  # let the first capture's own events drain
+        targets = sorted(wt.rglob("f*.txt"))[:100]
+        out: dict = {"files": files, "first_capture_ms": round(first_ms, 1),
+                     "peer_first_capture_ms": round(peer_first, 1)}
+        for changed in (0, 1, 100):
+            ours, theirs = [], []
+            for r in range(rounds):
+                for t in targets[:changed]:
+                    t.write_text(f"round {r} {changed}\n")
+                with daemon.client() as c:
+                    ours.append(c.snapshot(str(wt), run_id="perf", node_id="n")["elapsed_ms"])
+                for t in targets[:changed]:
+                    t.write_text(f"peer round {r} {changed}\n")
+                theirs.append(peer.capture())
+            out[f"capture_{changed}_ms"] = median(ours)
+            out[f"peer_capture_{changed}_ms"] = median(theirs)
+        hook_ms = []
+        env = dict(daemon.env, SNAPSHOTD_RUN_ID="perf", SNAPSHOTD_NODE_ID="n")
+        for r in range(rounds):
+            targets[0].write_text(f"hook round {r}\n")
+            payload = {"session_id": "perf", "cwd": str(wt), "hook_event_name": "PostToolUse",
+                       "tool_name": "Write", "tool_input": {"file_path": str(targets[0])},
+                       "tool_use_id": f"toolu_perf_{r}"}
+            t0 = time.perf_counter()
+            subprocess.run(HOOK, input=json.dumps(payload).encode(), env=env, check=True)
+            hook_ms.append((time.perf_counter() - t0) * 1000)
+        out["hook_end_to_end_ms"] = median(hook_ms)
+        out.update(_growth(daemon, wt, targets[1]))
+        with daemon.client() as c:
+            counters = c.status()["counters"]
+        out["fast_captures"] = counters.get("fast_captures")
+        out["full_scans"] = counters.get("full_scans")
+        return out
+    finally:
+        daemon.stop()
+        subprocess.run(["rm", "-rf", str(work)])
+
+
+def _growth(daemon: DaemonProc, wt: Path, target: Path) -> dict:
+    """Store growth for one small changed file, against the objects that change needs."""
+    objects = daemon.home / "store.git" / "objects"
+
+    def loose() -> dict[str, int]:
+        return {str(p): p.stat().st_size for p in objects.glob("??/*")}
+
+    before = loose()
+    target.write_text("one small change\n")
+    with daemon.client() as c:
+        r = c.snapshot(str(wt), run_id="perf", node_id="n")
+    after = loose()
+    grown = sum(size for path, size in after.items() if path not in before)
+    # What the change needs: the blob, each tree on its path, the commit (zlib, as git stores).
+    need = 0
+    show = ["git", "--git-dir", str(daemon.home / "store.git"), "cat-file"]
+    rel = target.relative_to(wt).as_posix().split("/")
+    paths = ["" ] + ["/".join(rel[:i]) for i in range(1, len(rel))]
+    oids = [r["commit"]] + [subprocess.run(show[:3] + ["rev-parse", f"{r['commit']}:{p}"],
+                                           capture_output=True, text=True).stdout.strip()
+                            for p in paths] + [
+        subprocess.run(show[:3] + ["rev-parse", f"{r['commit']}:{target.relative_to(wt)}"],
+                       capture_output=True, text=True).stdout.strip()]
+    for oid in oids:
+        kind = subprocess.run(show + ["-t", oid], capture_output=True, text=True).stdout.strip()
+        body = subprocess.run(show + [kind, oid], capture_output=True).stdout
+        need += len(zlib.compress(f"{kind} {len(body)}\0".encode() + body))
+    return {"store_bytes_per_checkpoint": grown, "needed_bytes": need,
+            "growth_ratio": round(grown / need, 3) if need else None}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="1000,10000,100000")
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--all", action="store_true", help="Also run bench.restore and "
+                        "bench.idle (short) and merge their JSON.")
+    args = parser.parse_args()
+    doc: dict = {"bench": "performance", "machine": {"cpus": os.cpu_count()},
+                 "sizes": [run_size(int(n), args.rounds) for n in args.sizes.split(",")]}
+    if args.all:
+        for name, extra in (("restore", ["--files", "100000", "--rounds", "5"]),
+                            ("idle", ["--worktrees", "20", "--files", "10000",
+                                      "--seconds", "60", "--rounds", "10"])):
+            proc = subprocess.run([sys.executable, "-m", f"bench.{name}", *extra],
+                                  capture_output=True, text=True)
+            try:
+                doc[name] = json.loads(proc.stdout)
+            except ValueError:
+                doc[name] = {"error": proc.stderr[-2000:]}
+    print(json.dumps(doc, indent=2))
+
+
+if __name__ == "__main__":
+    main()
