@@ -28,7 +28,8 @@ def make_tree(root: Path, files: int, *, git_init: bool = True, per_dir: int = 1
         env = git_env()
         subprocess.run(["git", "init", "-q"], cwd=root, check=True, env=env)
         subprocess.run(["git", "add", "-A"], cwd=root, check=True, env=env)
-        subprocess.run(["git", "commit", "-q", "-m", "init"], cwd=root, check=True, env=env)
+        subprocess.run(["git", "-c", "gc.auto=0", "commit", "-q", "-m", "init"], cwd=root,
+                       check=True, env=env)
     return root
 
 
