@@ -17,15 +17,15 @@ across ``fork`` (a child opens its own connection). Imports only the stdlib and 
 
 from __future__ import annotations
 
+import _socket  # the C module: ``socket.py`` costs the hook milliseconds of imports
 import errno
 import os
-import socket as _socket
 import time
 
 # `_thread` rather than `threading`: a plain lock is all we need, and the hook saves the import.
 from _thread import allocate_lock
 
-from .paths import socket_path as _default_socket_path
+from .paths import socket_path_str as _default_socket_path
 from .protocol import (
     DAEMON_UNAVAILABLE,
     FRAME_TOO_LARGE,

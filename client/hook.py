@@ -225,9 +225,9 @@ def _daemon_starting() -> bool:
     ``<home>/daemon.lock`` once it holds it) and is alive: the winner of a start race, still
     opening its store. An old lock of a live daemon that does not answer on our socket does
     not count: waiting for it would only cost the agent its whole hook budget."""
-    from .paths import home_dir
+    from .paths import home_dir_str
 
-    lock = home_dir() / "daemon.lock"
+    lock = os.path.join(home_dir_str(), "daemon.lock")
     try:
         if time.time() - os.stat(lock).st_mtime > _LOCK_FRESH_S:
             return False
