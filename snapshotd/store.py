@@ -235,6 +235,9 @@ class WorktreeIndex:
         self._exclude_sources: tuple = ()
         self._racy: set[str] = set()
         self._dirty = False
+        # The tree the index described at the last capture: the fast path rewrites only the
+        # trees on changed paths from it (libgit2's index write re-reads every tree after).
+        self._tree: str | None = None
 
     def capture(self) -> Capture:
         """Bring the index up to date with the worktree and write its tree (objects included)."""
@@ -279,6 +282,7 @@ class WorktreeIndex:
         except pygit2.GitError as exc:
             raise StoreError("object-write-failed", f"could not write the tree: {exc}") from exc
         faults.crash_point("after-tree")
+        self._tree = result.tree
         self._dirty = True
         return result
 
@@ -308,6 +312,8 @@ class WorktreeIndex:
         result = Capture(tree="", full_scan=False)
         started_ns = time.time_ns()
         touched: list[str] = []
+        files: set[str] = set()  # file entries changed; anything else is structural
+        structural = self._tree is None
         for rel in sorted(wanted):
             if ".git" in rel.split("/"):
                 continue
@@ -315,13 +321,19 @@ class WorktreeIndex:
             try:
                 st = os.lstat(full)
             except FileNotFoundError:
+                was_file = rel in index
                 if _remove_entry(index, rel):
                     result.deleted += 1
+                    if was_file:
+                        files.add(rel)
+                    else:
+                        structural = True  # a directory went
                 continue
             except OSError as exc:
                 result.skipped.append({"path": rel, "reason": "unreadable", "detail": str(exc)})
                 continue
             if stat.S_ISDIR(st.st_mode):
+                structural = True
                 self._crawl(index, repo, rel, result, touched)
                 continue
             if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
@@ -329,13 +341,23 @@ class WorktreeIndex:
             if rel not in index and repo.path_is_ignored(rel):
                 continue
             self._update_path(index, rel, result, touched)
+            files.add(rel)
         self._racy |= {p for p in touched if _is_racy(self.root / p, started_ns)}
         faults.crash_point("after-blobs")
         try:
-            result.tree = str(index.write_tree())
-        except pygit2.GitError as exc:
-            raise StoreError("object-write-failed", f"could not write the tree: {exc}") from exc
+            if structural:
+                result.tree = str(index.write_tree())
+            else:
+                assert self._tree is not None
+                result.tree = _rewrite_tree(repo, index, self._tree, files)
+        except (pygit2.GitError, _TreeShapeChanged):
+            try:
+                result.tree = str(index.write_tree())
+            except pygit2.GitError as exc:
+                raise StoreError("object-write-failed",
+                                 f"could not write the tree: {exc}") from exc
         faults.crash_point("after-tree")
+        self._tree = result.tree
         self._dirty = True
         return result
 
@@ -421,6 +443,7 @@ class WorktreeIndex:
         """Forget the in-memory index so the next capture rebuilds it from disk or cold."""
         self._index = None
         self._repo = None
+        self._tree = None
 
     def ignore_matcher(self) -> pygit2.Repository:
         """A repository object of its own on this worktree's stat-cache git dir, whose
@@ -683,6 +706,71 @@ def _remove_entry(index: pygit2.Index, path: str) -> bool:
             return True
         except (pygit2.GitError, OSError, KeyError):
             return False
+
+
+class _TreeShapeChanged(Exception):
+    """A changed file path crosses what is a file in the old tree: rebuild from the index."""
+
+
+def _rewrite_tree(repo: pygit2.Repository, index: pygit2.Index, base: str,
+                  files: set[str]) -> str:
+    """The tree of ``index`` given that it equals ``base`` except at the file paths ``files``:
+    only the trees on those paths are rewritten (deepest first), so the cost follows the
+    change. Directories left empty disappear, as in git."""
+    if not files:
+        return base
+    changes: dict[str, dict[str, tuple[pygit2.Oid, int] | None]] = {}
+    for path in files:
+        parent, _, name = path.rpartition("/")
+        try:
+            entry = index[path]
+            changes.setdefault(parent, {})[name] = (entry.id, int(entry.mode))
+        except KeyError:
+            changes.setdefault(parent, {})[name] = None
+    pending = set(changes)
+    for d in list(pending):
+        while d:
+            d = d.rpartition("/")[0]
+            pending.add(d)
+    root = repo[base].peel(pygit2.Tree)
+    new_root: str | None = None
+    for d in sorted(pending, key=lambda p: (p.count("/") if p else -1), reverse=True):
+        old = _subtree(repo, root, d)
+        builder = repo.TreeBuilder(old) if old is not None else repo.TreeBuilder()
+        for name, value in changes.get(d, {}).items():
+            if value is None:
+                if builder.get(name) is not None:
+                    builder.remove(name)
+            else:
+                existing = builder.get(name)
+                if existing is not None and existing.filemode == pygit2.GIT_FILEMODE_TREE \
+                        and value[1] != pygit2.GIT_FILEMODE_TREE:
+                    raise _TreeShapeChanged(f"{d}/{name}")
+                builder.insert(name, value[0], value[1])
+        oid = builder.write() if len(builder) else None
+        if d == "":
+            new_root = str(oid) if oid is not None else str(repo.TreeBuilder().write())
+        else:
+            parent, _, name = d.rpartition("/")
+            changes.setdefault(parent, {})[name] = (
+                (oid, pygit2.GIT_FILEMODE_TREE) if oid is not None else None)
+    assert new_root is not None
+    return new_root
+
+
+def _subtree(repo: pygit2.Repository, root: pygit2.Tree, path: str) -> pygit2.Tree | None:
+    if path == "":
+        return root
+    tree = root
+    for part in path.split("/"):
+        try:
+            entry = tree[part]
+        except KeyError:
+            return None
+        if entry.filemode != pygit2.GIT_FILEMODE_TREE:
+            raise _TreeShapeChanged(path)
+        tree = repo[entry.id]
+    return tree
 
 
 def _user_gitdir(root: Path) -> Path | None:
