@@ -350,7 +350,9 @@ class Backend:
 
         home = self.home
         try:
-            rows = collect_runs(home) if (home / "snapshotd.db").exists() else []
+            from snapshotd.ledger import ledger_exists
+
+            rows = collect_runs(home) if ledger_exists(home) else []
         except SystemExit:  # collect_runs reports an unreadable spool the CLI way
             raise ToolError(f"io-error: could not read the ledger or gap spool under {home}; "
                             "see the server's stderr") from None
@@ -545,8 +547,10 @@ class Backend:
                                     f"({exc.message}); check `snapshotd status` and "
                                     "list_snapshots before retrying") from None
             home = self.home
-            if not (home / "snapshotd.db").exists():
-                raise ToolError(f"not-found: no ledger at {home / 'snapshotd.db'}: nothing has "
+            from snapshotd.ledger import describe_ledger, ledger_exists
+
+            if not ledger_exists(home):
+                raise ToolError(f"not-found: no ledger at {describe_ledger(home)}: nothing has "
                                 "been captured with this home yet")
             lock = HomeLock(home)
             try:
@@ -577,13 +581,12 @@ class Backend:
     @contextlib.contextmanager
     def _ledger(self) -> Any:
         """The ledger opened read-side as the CLI opens it; None when nothing was captured."""
-        from snapshotd.ledger import Ledger
+        from snapshotd.ledger import ledger_exists, open_ledger
 
-        db = self.home / "snapshotd.db"
-        if not db.exists():
+        if not ledger_exists(self.home):
             yield None
             return
-        ledger = Ledger(db)
+        ledger = open_ledger(self.home)
         try:
             yield ledger
         finally:
@@ -637,7 +640,10 @@ def _guarded(fn: Callable[..., T]) -> Callable[..., T]:
         except Exception as exc:
             import sqlite3
 
-            if isinstance(exc, sqlite3.Error):
+            from snapshotd.ledger import LedgerError
+
+            if isinstance(exc, (sqlite3.Error, LedgerError)) or \
+                    type(exc).__module__.startswith("psycopg"):
                 raise ToolError(f"ledger-error: the ledger could not be read: {exc}") from None
             raise
 

@@ -146,8 +146,10 @@ def run_op(home: Path | None, socket_: Path | None, via_daemon: Callable[[Any], 
         except SnapshotdError as exc:
             fail(exc.message if exc.remote else f"{exc.message} ({exc.code})")
         home_path = resolve_home(home)
-        if not (home_path / "snapshotd.db").exists():
-            fail(f"no ledger at {home_path / 'snapshotd.db'}: nothing has been captured with "
+        from snapshotd.ledger import describe_ledger, ledger_exists
+
+        if not ledger_exists(home_path):
+            fail(f"no ledger at {describe_ledger(home_path)}: nothing has been captured with "
                  "this home yet (pass --home, or set SNAPSHOTD_HOME)")
         lock = HomeLock(home_path)
         try:

@@ -1,13 +1,12 @@
 """``snapshotd runs``: every run the ledger knows, newest activity last.
 
 Owns the run summary: per run its nodes, attempts (by state), checkpoints, gaps (and how many are
-unresolved), worktrees and last activity. Reads the ledger (SQLite WAL, safe beside a running
-daemon) and the gap spool; needs no daemon.
+unresolved), worktrees and last activity. Reads the configured ledger (SQLite WAL or PostgreSQL,
+both safe beside a running daemon) and the gap spool; needs no daemon.
 """
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -27,8 +26,13 @@ def register(group: click.Group) -> None:
 def runs(home: Path | None, as_json: bool) -> None:
     """List runs with their node and attempt counts, worktrees and last activity."""
     home_path = resolve_home(home)
-    db = home_path / "snapshotd.db"
-    summary = collect_runs(home_path) if db.exists() else []
+    from snapshotd.config import ConfigError
+    from snapshotd.ledger import LedgerError, ledger_exists
+
+    try:
+        summary = collect_runs(home_path) if ledger_exists(home_path) else []
+    except (ConfigError, LedgerError) as exc:
+        fail(f"the ledger cannot be read: {exc}")
     if as_json:
         print_json({"runs": summary})
         return
@@ -41,16 +45,16 @@ def runs(home: Path | None, as_json: bool) -> None:
 def collect_runs(home: Path) -> list[dict]:
     """The run summaries, oldest activity first."""
     from snapshotd.gaps import GapSpool
-    from snapshotd.ledger import Ledger
+    from snapshotd.ledger import open_ledger
     from snapshotd_client.paths import gaps_path
 
-    ledger = Ledger(home / "snapshotd.db")
+    ledger = open_ledger(home)
     try:
         attempts = ledger.attempts()
+        stats = ledger.checkpoint_stats()
+        covered = ledger.covered_tool_calls()
     finally:
         ledger.close()
-    stats = _checkpoint_stats(home / "snapshotd.db")
-    covered = _covered_tool_calls(home / "snapshotd.db")
     gaps: dict[str, list[dict]] = defaultdict(list)
     try:
         for gap in GapSpool(gaps_path(home)).all():
@@ -84,27 +88,6 @@ def collect_runs(home: Path) -> list[dict]:
         })
     out.sort(key=lambda r: r["last_activity"])
     return out
-
-
-def _checkpoint_stats(db: Path) -> dict[str, tuple[int, float | None]]:
-    """Checkpoint count and newest time per run: one aggregate query on a read-only handle."""
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
-    try:
-        rows = con.execute("SELECT run_id, COUNT(*), MAX(created_at) FROM checkpoints "
-                           "GROUP BY run_id").fetchall()
-    finally:
-        con.close()
-    return {r[0]: (r[1], r[2]) for r in rows}
-
-
-def _covered_tool_calls(db: Path) -> set[tuple[str, str]]:
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
-    try:
-        rows = con.execute("SELECT a.run_id, t.tool_use_id FROM tool_calls t "
-                           "JOIN attempts a ON a.pk = t.attempt_pk").fetchall()
-    finally:
-        con.close()
-    return {(r[0], r[1]) for r in rows}
 
 
 def _print_table(summary: list[dict]) -> None:

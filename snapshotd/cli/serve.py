@@ -21,14 +21,19 @@ def register(group: click.Group) -> None:
               default=None, help="Log verbosity (default info).")
 @click.option("--durability", type=click.Choice(["process", "full"]), default=None,
               help="full: fsync objects, refs and ledger before each reply.")
+@click.option("--ledger", "ledger_url", metavar="URL", default=None,
+              help="Ledger: postgresql://… to share one with other hosts (default $SNAPSHOTD_"
+                   "LEDGER_URL, ledger_url in config.toml, else SQLite in the home).")
 def serve(home: Path | None, socket_: Path | None, log_level: str | None,
-          durability: str | None) -> None:
+          durability: str | None, ledger_url: str | None) -> None:
     """Run the daemon in the foreground until SIGTERM."""
     from snapshotd.daemon import run_daemon, setup_logging
+    from snapshotd.ledger import LedgerError
     from snapshotd.server import DaemonLockError
 
     try:
-        config = load_config({"log_level": log_level, "durability": durability})
+        config = load_config({"log_level": log_level, "durability": durability,
+                              "ledger_url": ledger_url})
     except ConfigError as exc:
         fail(str(exc), 2)
     setup_logging(config.log_level)
@@ -46,4 +51,6 @@ def serve(home: Path | None, socket_: Path | None, log_level: str | None,
         fail(str(exc), 1)
     except PermissionError as exc:
         fail(f"{exc}; fix the permissions or pass --socket", 1)
+    except LedgerError as exc:
+        fail(f"the ledger cannot be opened: {exc}", 1)
     raise SystemExit(code)

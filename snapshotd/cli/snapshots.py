@@ -42,17 +42,20 @@ def register(group: click.Group) -> None:
 def snapshots(run_id: str, node_id: str | None, attempt: int | None, show_all: bool,
               home: Path | None, as_json: bool) -> None:
     """List the checkpoints and gaps of RUN."""
+    from snapshotd.config import ConfigError
     from snapshotd.gaps import GapSpool
-    from snapshotd.ledger import Ledger
+    from snapshotd.ledger import LedgerError, describe_ledger, ledger_exists, open_ledger
     from snapshotd.service import list_run
     from snapshotd_client.paths import gaps_path
 
     home_path = resolve_home(home)
-    db = home_path / "snapshotd.db"
-    if not db.exists():
-        fail(f"no ledger at {db}: nothing has been captured with this home yet (pass --home, "
-             "or set SNAPSHOTD_HOME)")
-    ledger = Ledger(db)
+    try:
+        if not ledger_exists(home_path):
+            fail(f"no ledger at {describe_ledger(home_path)}: nothing has been captured with "
+                 "this home yet (pass --home, or set SNAPSHOTD_HOME)")
+        ledger = open_ledger(home_path)
+    except (ConfigError, LedgerError) as exc:
+        fail(f"the ledger cannot be read: {exc}")
     try:
         known = ledger.run_ids()
         if run_id not in known:
