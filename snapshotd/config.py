@@ -44,10 +44,17 @@ class Config:
     gc_max_store_size: str = ""
     store_size_warn: str = "50G"
     gc_interval_s: float = 3600.0
+    # "" = SQLite at <home>/snapshotd.db; "postgresql://…" = a ledger shared by several hosts.
+    ledger_url: str = ""
+    remote: str = ""
+    push_interval_ms: int = 200
     sources: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def as_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "sources"}
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "sources"}
+        if out.get("ledger_url"):  # shown by `config` and `status`: never the password
+            out["ledger_url"] = redact_url(out["ledger_url"])
+        return out
 
 
 _ENV = {
@@ -68,8 +75,33 @@ _ENV = {
     "gc_max_store_size": "SNAPSHOTD_GC_MAX_STORE_SIZE",
     "store_size_warn": "SNAPSHOTD_STORE_SIZE_WARN",
     "gc_interval_s": "SNAPSHOTD_GC_INTERVAL_S",
+    "ledger_url": "SNAPSHOTD_LEDGER_URL",
+    "remote": "SNAPSHOTD_REMOTE",
+    "push_interval_ms": "SNAPSHOTD_PUSH_INTERVAL_MS",
 }
 LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (status, config and errors show URLs)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return url
+    if password is None and "password=" not in parts.query:
+        return url  # untouched: urlunsplit would also normalise "postgresql:///db"
+    if "password=" in parts.query:
+        import re
+
+        parts = parts._replace(query=re.sub(r"(^|&)password=[^&]*", r"\1password=***",
+                                            parts.query))
+    if password is not None:
+        host = parts.netloc.rsplit("@", 1)[-1]
+        parts = parts._replace(netloc=f"{parts.username or ''}:***@{host}")
+    return urlunsplit(parts)
 
 
 def config_path(environ: Mapping[str, str] | None = None) -> Path:
@@ -130,10 +162,23 @@ def _coerce(key: str, value: object, source: str) -> object:
         if value not in DURABILITY_MODES:
             raise ConfigError(f"{where}: expected one of {', '.join(DURABILITY_MODES)}, got {value!r}")
         return value
+    if key == "ledger_url":
+        if value in ("", None):
+            return ""
+        text = str(value)
+        if not text.lower().startswith(("postgresql://", "postgres://", "sqlite:///")):
+            raise ConfigError(f"{where}: expected postgresql://… (or sqlite:///path), got "
+                              f"{text.split('://', 1)[0]!r}")
+        return text
     if key == "log_level":
         if not isinstance(value, str) or value.lower() not in LOG_LEVELS:
             raise ConfigError(f"{where}: expected one of {', '.join(LOG_LEVELS)}, got {value!r}")
         return value.lower()
+    if key == "remote":
+        # A path, file://, ssh or https git URL; "" turns replication off.
+        if not isinstance(value, str) or "\0" in value or "\n" in value:
+            raise ConfigError(f"{where}: expected a git remote URL or path, got {value!r}")
+        return value.strip()
     if key in ("gc_older_than", "gc_max_store_size", "store_size_warn"):
         from snapshotd.gc import parse_duration, parse_size
 

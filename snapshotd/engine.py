@@ -105,9 +105,17 @@ class Engine:
         resume = fields.get("resume", False)
         if not isinstance(resume, bool):
             raise ServiceError("bad-request", "resume must be true or false")
+        handoff = None
+        if fields.get("handoff") is not None:
+            # Another host's handoff: verify every digest (fetching as needed) first.
+            from snapshotd.replication import verify_handoff
+
+            handoff = verify_handoff(self.service, fields)
         resumed_from = self.resume(fields) if resume else None
         result = begin(fields)
         result["resumed_from"] = resumed_from
+        if handoff is not None:
+            result["handoff"] = handoff
         if resumed_from is not None:
             self.resumed += 1
         return result

@@ -51,6 +51,7 @@ import pygit2
 
 from snapshotd import faults
 from snapshotd.ledger import Attempt, Ledger
+from snapshotd.replication import ensure_commit
 from snapshotd.service import Service, ServiceError, SnapshotRequest
 from snapshotd.store import AttemptKey, StoreError
 from snapshotd_client.protocol import validate_id, validate_int
@@ -101,6 +102,8 @@ def restore_checkpoint(service: Service, *, run_id: str, node_id: str, seq: int 
     owner = service.ledger.get_attempt(key)
     if owner is None:
         raise ServiceError("not-found", f"attempt {_fmt(key)} is not in the ledger")
+    # Restore anywhere: a checkpoint this store lacks is fetched and checked against the row.
+    ensure_commit(service, cp["commit"], cp["tree"], ref=key.ref)
     repo = pygit2.Repository(str(service.store.path))
     target_tree = _tree(repo, cp["tree"], cp)
     result: dict = {

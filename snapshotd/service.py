@@ -29,7 +29,7 @@ import pygit2
 from snapshotd import __version__, faults
 from snapshotd.config import Config
 from snapshotd.gaps import GapSpool
-from snapshotd.ledger import ACTIVE, Attempt, Ledger
+from snapshotd.ledger import ACTIVE, Attempt, Ledger, open_ledger
 from snapshotd.store import AttemptKey, CheckpointMeta, Store, StoreError, parse_trailers
 from snapshotd_client.paths import gaps_path
 from snapshotd_client.protocol import validate_id, validate_int
@@ -133,7 +133,7 @@ class Service:
         self.config = config
         self.started_at = time.time()
         self.store = Store(home, excludes=config.excludes, max_file_bytes=config.max_file_bytes)
-        self.ledger = Ledger(home / "snapshotd.db")
+        self.ledger: Ledger = open_ledger(home, config)
         self.ledger.set_full_durability(config.durability == "full")
         if config.durability == "full":
             # Objects and refs are fsynced by libgit2 before a checkpoint is acknowledged.
@@ -150,6 +150,9 @@ class Service:
         # Called with the attempt when it starts or stops being active (watcher, engine).
         self.on_attempt_active: list[Callable[[Attempt], None]] = []
         self.on_attempt_inactive: list[Callable[[Attempt], None]] = []
+        # Called with the attempt and its new row once a checkpoint is recorded (replication);
+        # runs on the capture path, so a listener only notes the work and returns.
+        self.on_checkpoint: list[Callable[[Attempt, dict], None]] = []
         self.reconciliation = self.reconcile()
 
     # -- public entry points ---------------------------------------------------------------
@@ -412,6 +415,11 @@ class Service:
             self._gap(req, attempt, "commit-failed", f"{type(exc).__name__}: {exc}")
             raise ServiceError("capture-failed", f"could not record the checkpoint: {exc}") from exc
         self.counters[f"captures_tier{req.tier}"] += 1
+        for listener in self.on_checkpoint:
+            try:
+                listener(attempt, row)
+            except Exception:  # noqa: BLE001 - a listener never fails an acknowledged capture
+                log.exception("checkpoint listener failed for %s", attempt.worktree)
         return self._reply(attempt, {"seq": seq, "commit": commit, "tree": capture.tree},
                            deduped=False, started=started, skipped=capture.skipped,
                            changes={"added": added, "modified": modified, "deleted": deleted},

@@ -14,9 +14,12 @@ from snapshotd.cli import (
     config,
     diff,
     exec,
+    fetch,
     flush,
     gc,
+    handoff,
     mcp,
+    push,
     restore,
     runs,
     serve,
@@ -32,6 +35,6 @@ def main() -> None:
     """Durable, restorable history of the worktrees where coding agents work."""
 
 
-for _module in (attempt, config, diff, exec, flush, gc, mcp, restore, runs, serve, service,
-                snapshots, status):
+for _module in (attempt, config, diff, exec, fetch, flush, gc, handoff, mcp, push, restore, runs,
+                serve, service, snapshots, status):
     _module.register(main)

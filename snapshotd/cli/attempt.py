@@ -66,19 +66,30 @@ def attempt() -> None:
               help="Tier-2 longest wait while writes never go quiet.")
 @click.option("--resume", is_flag=True,
               help="First restore the worktree to the previous attempt's newest checkpoint.")
+@click.option("--handoff", "handoff_file", type=click.File("r"), default=None,
+              help="With --resume: a manifest from `snapshotd handoff` on another host; every "
+                   "digest is verified (fetching from the remote as needed) before restoring.")
 @click.option("--env", "as_env", is_flag=True, help="Print `export SNAPSHOTD_…=…` lines.")
 @json_option
 @socket_option
 def begin(run_id: str, node_id: str, iteration: int, number: int | None, cwd: Path,
           owner_pid: int | None, settle_ms: int | None, max_wait_ms: int | None, resume: bool,
-          as_env: bool, as_json: bool, socket_: Path | None) -> None:
+          handoff_file: click.utils.LazyFile | None, as_env: bool, as_json: bool,
+          socket_: Path | None) -> None:
     """Register an attempt on a worktree, superseding the one active there, and watch it."""
     if as_env and as_json:
         raise click.UsageError("choose one of --json and --env")
+    handoff = None
+    if handoff_file is not None:
+        from snapshotd.cli.handoff import read_manifest
+
+        if not resume:
+            raise click.UsageError("--handoff goes with --resume")
+        handoff = read_manifest(handoff_file)
     result = call_daemon(socket_, "attempt_begin", run_id=run_id, node_id=node_id,
                          iteration=iteration, attempt=number, cwd=str(cwd.resolve()),
                          owner_pid=owner_pid, settle_ms=settle_ms, max_wait_ms=max_wait_ms,
-                         resume=resume or None)
+                         resume=resume or None, handoff=handoff)
     if as_json:
         print_json(result)
         return
@@ -93,6 +104,10 @@ def begin(run_id: str, node_id: str, iteration: int, number: int | None, cwd: Pa
     resumed = result.get("resumed_from")
     if resumed:
         line += f"; resumed from attempt {resumed['attempt']} seq {resumed['seq']}"
+    if result.get("handoff"):
+        verified = result["handoff"]["verified"]
+        line += (f"; handoff verified (commit {verified['commit'][:12]}, tree "
+                 f"{verified['tree'][:12]})")
     click.echo(line)
 
 

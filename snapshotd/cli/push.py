@@ -1,0 +1,70 @@
+"""``snapshotd push [RUN]``: replicate checkpoints to the configured git remote now.
+
+Owns the command-line face of the forced push (docs/scale-out.md): through the daemon when one
+answers (its pusher does the work and its lag table is updated), else directly on the home under
+the daemon's lock. Every local attempt ref (of RUN, or of every run) that the remote lacks or
+holds at an ancestor is pushed; refs another host moved elsewhere are listed, never overwritten.
+
+Promises: exits 0 once the remote holds every pushable ref; 1 with a sentence on stderr when no
+remote is configured or the remote cannot be reached; ``--json`` prints the result map.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from snapshotd.cli.common import (
+    daemon_or_local,
+    home_option,
+    json_option,
+    print_json,
+    socket_option,
+)
+
+
+def register(group: click.Group) -> None:
+    group.add_command(push)
+
+
+@click.command()
+@click.argument("run_id", required=False)
+@home_option
+@socket_option
+@json_option
+def push(run_id: str | None, home: Path | None, socket_: Path | None, as_json: bool) -> None:
+    """Push RUN's checkpoints (default: every run's) to the configured remote now."""
+
+    def direct(service: object) -> dict:
+        from snapshotd.replication import NO_REMOTE, Replicator
+        from snapshotd.service import ServiceError
+
+        if not service.config.remote:  # type: ignore[attr-defined]
+            raise ServiceError("no-remote", NO_REMOTE)
+        replicator = Replicator(service, service.config.remote, 0)  # type: ignore[arg-type,attr-defined]
+        return replicator.sync(_checked(run_id))
+
+    result = daemon_or_local(socket_, home, "push", direct, run_id=run_id)
+    if as_json:
+        print_json(result)
+        return
+    pushed = result.get("pushed", [])
+    click.echo(f"pushed {len(pushed)} attempt ref(s) to {result.get('remote')}"
+               + (f"; {result['unpushed']} checkpoint(s) still pending"
+                  if result.get("unpushed") else ""))
+    for ref in pushed:
+        click.echo(f"  {ref['run_id']}/{ref['node_id']} iteration {ref['iteration']} attempt "
+                   f"{ref['attempt']} at {ref['commit'][:12]}")
+    for d in result.get("diverged", []):
+        click.echo(f"  not pushed: {d['run_id']}/{d['node_id']}/{d['iteration']}/{d['attempt']}: "
+                   f"the remote holds {d['remote'][:12]}, which this store does not descend "
+                   f"from (another host's history)", err=True)
+
+
+def _checked(run_id: str | None) -> str | None:
+    if run_id is None:
+        return None
+    from snapshotd.replication import _valid_id
+
+    return _valid_id("run_id", run_id)
