@@ -17,14 +17,22 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import Daemon, Env, claude_payload, git, load_payloads, make_git_worktree, run_hook
+from conftest import (
+    QUIET_WATCHER,
+    Daemon,
+    Env,
+    claude_payload,
+    git,
+    load_payloads,
+    make_git_worktree,
+    run_hook,
+)
 
 Effect = Callable[[Path], None]
 
 
 # Tier 2 (the watcher) would add its own checkpoints whenever writes go quiet for 200 ms; these
 # tests count the tier-1 ones exactly, so the daemon's settle window is made longer than a test.
-QUIET_WATCHER = {"SNAPSHOTD_SETTLE_MS": "60000", "SNAPSHOTD_MAX_WAIT_MS": "120000"}
 
 
 @pytest.fixture

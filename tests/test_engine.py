@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Daemon, Env, claude_payload, git, make_git_worktree, run_hook
+from conftest import QUIET_WATCHER, Daemon, Env, claude_payload, git, make_git_worktree, run_hook
 from snapshotd.engine import ALIVE, GONE, ZOMBIE, owner_state
 
 FAKE_AGENT = textwrap.dedent("""
@@ -52,7 +52,6 @@ FAKE_AGENT = textwrap.dedent("""
 
 # Tier 2 (the watcher) would add its own checkpoints whenever writes go quiet for 200 ms; these
 # tests count the tier-1 ones exactly, so the daemon's settle window is made longer than a test.
-QUIET_WATCHER = {"SNAPSHOTD_SETTLE_MS": "60000", "SNAPSHOTD_MAX_WAIT_MS": "120000"}
 
 
 @pytest.fixture

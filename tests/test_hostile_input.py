@@ -13,6 +13,7 @@ from random import Random
 import msgpack
 import psutil
 import pytest
+from test_server_hostile import recv as _read_reply
 
 from conftest import Daemon, Env, claude_payload, make_git_worktree, run_hook
 from snapshotd_client import SnapshotdError
@@ -111,23 +112,6 @@ class FrameFactory:
             except (ValueError, RecursionError):
                 return _frame(b"\xc1"), True
         return _frame(b"\xa3" + bytes([0xff, 0xfe, 0xfd])), True  # non-UTF-8 str
-
-
-def _read_reply(s: socket.socket) -> dict | None:
-    header = b""
-    while len(header) < 4:
-        chunk = s.recv(4 - len(header))
-        if not chunk:
-            return None
-        header += chunk
-    (n,) = struct.unpack(">I", header)
-    body = b""
-    while len(body) < n:
-        chunk = s.recv(n - len(body))
-        if not chunk:
-            return None
-        body += chunk
-    return msgpack.unpackb(body, raw=False)
 
 
 def test_fuzzed_frames_never_hurt_the_daemon(sd_env: Env, tmp_path: Path) -> None:

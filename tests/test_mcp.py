@@ -19,11 +19,10 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
-from conftest import Daemon, Env, claude_payload, git, make_git_worktree, run_hook
+from conftest import QUIET_WATCHER, Daemon, Env, claude_payload, git, make_git_worktree, run_hook
 
 RUN = "claude-sess-1"
 # Tier 2 stays out of the way: every checkpoint here is the hook's, so seqs are exact.
-QUIET_WATCHER = {"SNAPSHOTD_SETTLE_MS": "60000", "SNAPSHOTD_MAX_WAIT_MS": "120000"}
 TOOLS = {"list_runs", "list_snapshots", "diff_checkpoint", "restore_checkpoint", "list_gaps",
          "status"}
 

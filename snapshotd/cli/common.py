@@ -81,10 +81,8 @@ def daemon_or_local(sock: Path | None, home: Path | None, op: str,
                     local: Callable[[Any], dict], **fields: Any) -> dict:
     """Run ``op`` in the daemon when one answers (so it serializes with captures); otherwise
     open the home directly under the daemon's own lock and call ``local(service)``."""
-    from snapshotd.config import ConfigError, load_config
     from snapshotd.daemon import prepare_home
     from snapshotd.server import DaemonLockError, HomeLock
-    from snapshotd.service import Service, ServiceError
 
     try:
         with daemon_client(sock) as client:
@@ -100,17 +98,26 @@ def daemon_or_local(sock: Path | None, home: Path | None, op: str,
     except DaemonLockError as exc:
         fail(f"{exc} (it does not answer on {resolve_socket(sock)}; pass the same --socket)")
     try:
-        try:
-            config = load_config()
-        except ConfigError as exc:
-            fail(str(exc), 2)
-        service = Service(home_path, config)
-        try:
-            return local(service)
-        except ServiceError as exc:
-            fail(f"{exc.message} ({exc.code})")
-        finally:
-            service.close()
+        return with_local_service(home_path, local)
     finally:
         lock.release()
+
+
+def with_local_service(home_path: Path, call: Callable[[Any], dict]) -> dict:
+    """Open the home directly (the caller holds its lock) and run ``call(service)``; a bad
+    config exits 2, a service error exits 1 with its sentence."""
+    from snapshotd.config import ConfigError, load_config
+    from snapshotd.service import Service, ServiceError
+
+    try:
+        config = load_config()
+    except ConfigError as exc:
+        fail(str(exc), 2)
+    service = Service(home_path, config)
+    try:
+        return call(service)
+    except ServiceError as exc:
+        fail(f"{exc.message} ({exc.code})")
+    finally:
+        service.close()
     raise AssertionError("unreachable")

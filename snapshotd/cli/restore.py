@@ -31,6 +31,7 @@ from snapshotd.cli.common import (
     resolve_home,
     resolve_socket,
     socket_option,
+    with_local_service,
 )
 from snapshotd_client import DaemonUnavailable, SnapshotdError
 
@@ -128,9 +129,7 @@ def run_op(home: Path | None, socket_: Path | None, via_daemon: Callable[[Any], 
            direct: Callable[[Any], dict]) -> dict:
     """Run an operation through the daemon, or, when none answers, on the home directly under
     the daemon's home lock (if that lock is held, a daemon is alive: keep asking the socket)."""
-    from snapshotd.config import ConfigError, load_config
     from snapshotd.server import DaemonLockError, HomeLock
-    from snapshotd.service import Service, ServiceError
 
     deadline = time.monotonic() + LOCK_RETRY_S
     while True:
@@ -162,20 +161,9 @@ def run_op(home: Path | None, socket_: Path | None, via_daemon: Callable[[Any], 
             time.sleep(0.2)
             continue
         try:
-            try:
-                config = load_config()
-            except ConfigError as exc:
-                fail(str(exc), 2)
-            service = Service(home_path, config)
-            try:
-                return direct(service)
-            except ServiceError as exc:
-                fail(exc.message)
-            finally:
-                service.close()
+            return with_local_service(home_path, direct)
         finally:
             lock.release()
-        raise AssertionError("unreachable")
 
 
 def with_location(command: str, home: Path | None, socket_: Path | None) -> str:
