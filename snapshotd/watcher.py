@@ -85,6 +85,8 @@ DIRTY_LIMIT = 4096
 # ``verify_interval_s``): watchfiles does not report a kernel event-queue overflow, so drift is
 # looked for, not waited for.
 PERIODIC_VERIFY_S = 60.0
+# A worktree with no event since its last verification is verified this many times less often.
+QUIET_VERIFY_FACTOR = 10
 # After drift, captures of that worktree use full scans for this long (s).
 FAST_OFF_S = 300.0
 # Never trust a ctime further than this from when the event arrived (s): clocks and touch -d.
@@ -142,6 +144,8 @@ class _Entry:
     fast_captures: int = 0
     drifts: int = 0
     drift_at: float = 0.0  # a verification's drift is already on record: no second gap
+    verified_mark: float = 0.0  # ``last_event`` when the last periodic verification started
+    last_verify: float = 0.0
 
     def watched(self) -> bool:
         """Whether a notifier should carry this worktree."""
@@ -627,13 +631,21 @@ class Watcher:
             if (entry.state == "watching" and entry.window_first is None
                     and entry.verify_at is None and entry.baseline):
                 # Look for drift now and then (an overflowed kernel queue is never reported).
+                # A worktree that saw no event since its last verification is only re-verified
+                # every QUIET_VERIFY_FACTOR intervals: idle worktrees must cost no CPU.
                 every = getattr(self.config, "verify_interval_s", PERIODIC_VERIFY_S)
                 if entry.next_verify == 0.0:
                     entry.next_verify = now + every
+                    entry.verified_mark = entry.last_event
+                    entry.last_verify = now
                 elif now >= entry.next_verify:
                     entry.next_verify = now + every
-                    entry.verify_at = now
-                    entry.verify_since = now
+                    if (entry.last_event != entry.verified_mark
+                            or now - entry.last_verify >= every * QUIET_VERIFY_FACTOR):
+                        entry.verified_mark = entry.last_event
+                        entry.last_verify = now
+                        entry.verify_at = now
+                        entry.verify_since = now
                 else:
                     later(entry.next_verify)
             if kind is None and entry.verify_at is not None and entry.window_first is None:
