@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -109,7 +108,3 @@ class DaemonProc:
 
 def median(values: list[float]) -> float:
     return round(statistics.median(values), 3) if values else float("nan")
-
-
-def unix_socket_ok() -> bool:
-    return hasattr(socket, "AF_UNIX")

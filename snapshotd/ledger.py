@@ -124,10 +124,6 @@ def migration_sql(version: int, dialect: str) -> list[str]:
         text = text.replace("{" + token + "}", sql_type)
     return [s.strip() for s in text.split(";") if s.strip()]
 
-CHECKPOINT_FIELDS = ("run_id", "node_id", "iteration", "attempt", "seq", "commit", "tree",
-                     "parent", "source", "tier", "label", "tool_use_id", "worktree", "added",
-                     "modified", "deleted", "skipped", "created_at")
-
 ACTIVE = "active"
 ENDED_STATES = ("finished", "failed", "cancelled", "superseded", "abandoned")
 

@@ -149,12 +149,6 @@ class Store:
                 self._indexes[wt_id] = index
             return index
 
-    def forget_worktree(self, root: Path) -> None:
-        with self._lock:
-            index = self._indexes.pop(worktree_id(root), None)
-        if index is not None:
-            index.persist()
-
     def persist_all(self) -> None:
         with self._lock:
             indexes = list(self._indexes.values())
@@ -576,8 +570,9 @@ class WorktreeIndex:
     def _add_tracked_ignored(self, index: pygit2.Index) -> None:
         """Files the user's repository tracks although they match an ignore rule are captured,
         as ``git add -A`` in that repository would keep them."""
-        user_index = self.root / ".git" / "index"
-        if not user_index.is_file():
+        gitdir = _user_gitdir(self.root)
+        user_index = gitdir / "index" if gitdir is not None else None
+        if user_index is None or not user_index.is_file():
             return
         try:
             entries = pygit2.Index(str(user_index))
@@ -913,24 +908,19 @@ def _lookup_global_excludes() -> str | None:
 
 
 def _repo_info_exclude(root: Path) -> str | None:
-    dot_git = root / ".git"
+    """The ``info/exclude`` of the repository whose worktree is ``root`` (in the common git dir
+    for a linked worktree)."""
+    gitdir = _user_gitdir(root)
+    if gitdir is None:
+        return None
     try:
-        if dot_git.is_dir():
-            return str(dot_git / "info" / "exclude")
-        if dot_git.is_file():
-            text = dot_git.read_text().strip()
-            if text.startswith("gitdir:"):
-                gitdir = Path(text[len("gitdir:"):].strip())
-                if not gitdir.is_absolute():
-                    gitdir = root / gitdir
-                common = gitdir / "commondir"
-                if common.is_file():
-                    c = Path(common.read_text().strip())
-                    gitdir = c if c.is_absolute() else gitdir / c
-                return str(gitdir / "info" / "exclude")
+        common = gitdir / "commondir"
+        if common.is_file():
+            c = Path(common.read_text().strip())
+            gitdir = c if c.is_absolute() else (gitdir / c)
     except OSError:
         return None
-    return None
+    return str(gitdir / "info" / "exclude")
 
 
 def _rebind_index(repo: pygit2.Repository, old: pygit2.Index) -> pygit2.Index:

@@ -55,15 +55,6 @@ def daemon_client(sock: Path | None, timeout: float = 60.0) -> Client:
     return Client(resolve_socket(sock), timeout=timeout)
 
 
-def try_daemon(sock: Path | None, op: str, **fields: Any) -> dict | None:
-    """Ask the daemon; None when no daemon answers (callers then work on the files)."""
-    try:
-        with daemon_client(sock) as client:
-            return client.request(op, **fields)
-    except DaemonUnavailable:
-        return None
-
-
 def call_daemon(sock: Path | None, op: str, **fields: Any) -> dict:
     """Ask the daemon or fail with a sentence that says what to do."""
     try:
