@@ -1,17 +1,20 @@
 """Test-only seams for crashes and write faults; inert unless their environment is set.
 
-Owns ``SNAPSHOTD_CRASH_AT`` and ``SNAPSHOTD_FAULT_FILE``.
+Owns ``SNAPSHOTD_CRASH_AT``, ``SNAPSHOTD_DELAY_AT`` and ``SNAPSHOTD_FAULT_FILE``.
 
 - ``SNAPSHOTD_CRASH_AT=<point>[:<n>]`` (read once at start): the process ``os._exit``s the ``n``-th
   time (default the first) execution reaches ``crash_point(<point>)``. Points of a capture:
   ``after-blobs``, ``after-tree``, ``after-commit``, ``after-ref``, ``after-row``,
   ``before-reply``; of a restore: ``restore-mid``.
+- ``SNAPSHOTD_DELAY_AT=<point>:<ms>`` (read once at start): ``delay(<point>)`` sleeps that long,
+  widening a race window so a test can show it is closed. Points: ``dispatch`` (a watcher batch
+  taken off the notifier's queue, not yet dispatched).
 - ``SNAPSHOTD_FAULT_FILE=<path>``: while that file exists, each line ``<seam>=<ERRNO>`` (seams
   ``objects``, ``ledger``, ``gaps``; errno names such as ``ENOSPC`` or ``EIO``) makes
   ``check(<seam>)`` raise that ``OSError``. Deleting the file clears the fault at once, so a test
   can show that the next capture after the fault succeeds.
 
-Promises: with neither variable set, ``crash_point`` and ``check`` cost one comparison.
+Promises: with no variable set, ``crash_point``, ``delay`` and ``check`` cost one comparison.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+import time
 
 CRASH_POINTS = ("after-blobs", "after-tree", "after-commit", "after-ref", "after-row",
                 "before-reply", "restore-mid")
@@ -33,7 +37,16 @@ def _parse_crash(value: str | None) -> tuple[str | None, int]:
     return point, int(count) if count.isdigit() and int(count) > 0 else 1
 
 
+def _parse_delay(value: str | None) -> tuple[str | None, float]:
+    point, _, ms = (value or "").partition(":")
+    try:
+        return (point or None), max(0.0, float(ms)) / 1000
+    except ValueError:
+        return None, 0.0
+
+
 _CRASH_POINT, _CRASH_AFTER = _parse_crash(os.environ.get("SNAPSHOTD_CRASH_AT"))
+_DELAY_POINT, _DELAY_MS = _parse_delay(os.environ.get("SNAPSHOTD_DELAY_AT"))
 _FAULT_FILE = os.environ.get("SNAPSHOTD_FAULT_FILE") or None
 _hits = 0
 _lock = threading.Lock()
@@ -48,6 +61,12 @@ def crash_point(name: str) -> None:
         _hits += 1
         if _hits >= _CRASH_AFTER:
             os._exit(CRASH_EXIT_STATUS)
+
+
+def delay(name: str) -> None:
+    """Sleep here if this is the armed delay point."""
+    if _DELAY_POINT is not None and name == _DELAY_POINT:
+        time.sleep(_DELAY_MS)
 
 
 def check(seam: str) -> None:

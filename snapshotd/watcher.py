@@ -49,6 +49,7 @@ from pathlib import Path
 
 from watchfiles._rust_notify import RustNotify
 
+from snapshotd import faults
 from snapshotd.config import Config
 from snapshotd.ledger import ACTIVE, Attempt
 from snapshotd.service import Service, ServiceError
@@ -59,10 +60,6 @@ log = logging.getLogger("snapshotd.watcher")
 # How often a notifier thread looks at its queue (ms). It bounds how late a change is *noticed*;
 # the settle clock itself runs from the files' ctimes, so it does not add to the settle delay.
 STEP_MS = 50
-# Longest a busy notifier groups events before handing them over (ms).
-DEBOUNCE_MS = 100
-# A quiet notifier returns this often so its thread can notice it was retired (ms).
-IDLE_RETURN_MS = 500
 # Notifiers are merged only once no new one was started for this long (s).
 MERGE_QUIET_S = 3.0
 # Groups of fewer live worktrees than this are merged together.
@@ -90,7 +87,7 @@ QUIET_VERIFY_FACTOR = 10
 # After drift, captures of that worktree use full scans for this long (s).
 FAST_OFF_S = 300.0
 # Never trust a ctime further than this from when the event arrived (s): clocks and touch -d.
-MAX_EVENT_AGE_S = (DEBOUNCE_MS + 3 * STEP_MS) / 1000
+MAX_EVENT_AGE_S = 5 * STEP_MS / 1000
 
 
 def attach(service: Service, server, config: Config) -> None:
@@ -982,6 +979,12 @@ class _Group:
         self.cookie_prefix = str(self.cookie_dir) + "/"
         self._waiters: dict[str, threading.Event] = {}
         self._cookie_count = itertools.count()
+        # Held from taking a batch off the notifier's queue until it is dispatched. A cookie
+        # seen by ``sync`` proves every earlier event has left the queue; only with this lock
+        # does it also prove they have been dispatched (the poll thread may hold an earlier
+        # batch it has taken but not yet handed over).
+        self._drain = threading.Lock()
+        self._wake = threading.Event()
         # Recursive, native (inotify/FSEvents); a path that cannot be watched raises here.
         try:
             self.notify = RustNotify([*roots, str(self.cookie_dir)], False, False, 300, True,
@@ -1002,17 +1005,19 @@ class _Group:
         seen = threading.Event()
         self._waiters[name] = seen
         path = self.cookie_dir / name
+        deadline = time.monotonic() + timeout
         try:
             os.close(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600))
-            deadline = time.monotonic() + timeout
-            while not seen.is_set():
-                if time.monotonic() > deadline or self.retired:
-                    return False
-                # Drains what is queued now (never waits a step); the notifier's own thread
-                # may drain the cookie first, which sets ``seen`` just the same.
-                changes = self.notify.watch(0, 0, 1, None)
-                if isinstance(changes, set) and changes:
-                    self.watcher.dispatch(self, changes)
+            if not self._drain.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                return False
+            try:
+                while not seen.is_set():
+                    if time.monotonic() > deadline or self.retired:
+                        return False
+                    # Drains what is queued now (waits about a millisecond at most).
+                    self._take_and_dispatch()
+            finally:
+                self._drain.release()
             return True
         except Exception:  # noqa: BLE001 - a closed or failed notifier cannot vouch
             return False
@@ -1020,6 +1025,14 @@ class _Group:
             self._waiters.pop(name, None)
             with contextlib.suppress(OSError):
                 path.unlink()
+
+    def _take_and_dispatch(self) -> None:
+        """Take what the notifier has queued and dispatch it (caller holds ``_drain``). The
+        notifier sleeps one millisecond first, without the GIL, so this never spins."""
+        changes = self.notify.watch(0, 1, 1, None)
+        if isinstance(changes, set) and changes:
+            faults.delay("dispatch")
+            self.watcher.dispatch(self, changes)
 
     def cookie_seen(self, name: str) -> None:
         waiter = self._waiters.get(name)
@@ -1031,6 +1044,7 @@ class _Group:
 
     def retire(self) -> None:
         self.retired = True
+        self._wake.set()
 
     def join(self) -> None:
         if self._thread.is_alive():
@@ -1048,14 +1062,15 @@ class _Group:
     def _loop(self) -> None:
         failed: BaseException | None = None
         try:
+            # Polls instead of blocking inside the notifier: a batch is taken and dispatched
+            # under ``_drain`` only, so a concurrent ``sync`` never overtakes a batch in hand.
             while not self.retired:
-                changes = self.notify.watch(DEBOUNCE_MS, STEP_MS, IDLE_RETURN_MS, None)
-                if isinstance(changes, set) and changes:
-                    self.watcher.dispatch(self, changes)
+                self._wake.wait(STEP_MS / 1000)
+                with self._drain:
+                    self._take_and_dispatch()
             # Hand over what is still queued: a successor notifier already runs.
-            changes = self.notify.watch(1, 1, 1, None)
-            if isinstance(changes, set) and changes:
-                self.watcher.dispatch(self, changes)
+            with self._drain:
+                self._take_and_dispatch()
         except Exception as exc:  # noqa: BLE001 - reported below, never a traceback
             failed = exc
         finally:

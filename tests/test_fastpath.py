@@ -106,3 +106,54 @@ def test_drift_is_found_recorded_and_turns_the_fast_path_off(sd_env: Env, tmp_pa
             assert c.status()["counters"]["full_scans"] == full_before + 1
     finally:
         daemon.stop()
+
+
+def test_a_write_just_before_a_capture_is_never_missed_while_events_stream(
+        sd_env: Env, tmp_path: Path) -> None:
+    """The cookie proves the notifier's queue is drained up to the capture; the poll thread may
+    at that moment hold a batch it took but has not dispatched. Another worktree on the same
+    notifier keeps that thread busy; every capture must still hold the write made just before
+    it (same size, same second: only the event can tell)."""
+    import threading
+
+    import pygit2
+
+    wt = make_git_worktree(tmp_path / "wt")
+    busy = make_git_worktree(tmp_path / "busy")
+    # Every batch the poll thread takes waits 30 ms before it is dispatched: the window is
+    # wide open, so a capture that trusted the cookie alone would miss writes here.
+    daemon = Daemon(sd_env, extra_env={**QUIET_WATCHER,
+                                       "SNAPSHOTD_DELAY_AT": "dispatch:30"}).start()
+    stop = threading.Event()
+
+    def churn() -> None:
+        i = 0
+        while not stop.is_set():
+            (busy / f"b{i % 50}.txt").write_text(f"{i}\n")
+            i += 1
+
+    try:
+        with daemon.client() as c:
+            c.attempt_begin("busy", "n", str(busy))
+            c.attempt_begin("race", "n", str(wt))
+            c.snapshot(str(wt), run_id="race", node_id="n")  # the baseline scan
+            writer = threading.Thread(target=churn, daemon=True)
+            writer.start()
+            store = pygit2.Repository(str(sd_env.home / "store.git"))
+            missed = []
+            rng = Random(SEED)
+            for i in range(100):
+                body = f"write {i:06d}\n".encode()
+                (wt / "f.txt").write_bytes(body)
+                # Sometimes the poll thread takes the write's event first, sometimes the
+                # capture's own drain does.
+                time.sleep(rng.uniform(0, 0.06))
+                r = c.snapshot(str(wt), run_id="race", node_id="n")
+                if store[r["tree"]]["f.txt"].id != pygit2.hash(body):
+                    missed.append(i)
+            counters = c.status()["counters"]
+    finally:
+        stop.set()
+        daemon.stop()
+    assert missed == [], f"captures missed the write made just before them: {missed[:10]}"
+    assert counters["fast_captures"] >= 50, counters
