@@ -20,7 +20,8 @@ from pathlib import Path
 
 from bench.common import DaemonProc, GitPeer, make_tree, median
 
-HOOK = [sys.executable, "-c", "from snapshotd_client.hook import main; main()"]
+# What hooks/hooks.json runs: the environment's installed ``snapshot-hook`` script.
+HOOK = [str(Path(sys.executable).parent / "snapshot-hook")]
 
 
 def run(files: int, rounds: int) -> dict:

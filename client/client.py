@@ -12,7 +12,8 @@ every way it can fail onto ``SnapshotdError`` codes:
 Promises: connects lazily, keeps the connection across requests and reconnects once when the
 daemon closed it between calls; after a failure mid-request the connection is dropped (the stream
 may be out of step), never reused. Safe to share between threads (requests are serialized) and
-across ``fork`` (a child opens its own connection). Imports only the stdlib and msgpack.
+across ``fork`` (a child opens its own connection). Imports only the stdlib and msgpack (on
+first use: a request is sent before msgpack is imported, see ``protocol``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from .protocol import (
     UNATTRIBUTED_CODES,
     ProtocolError,
     encode_frame,
+    preload_codec,
     read_frame,
 )
 
@@ -195,6 +197,9 @@ class Client:
             except OSError as exc2:
                 self._drop()
                 raise DaemonUnavailable(self._unavailable_message(exc2)) from None
+        # A plain request went out without msgpack (protocol.pack_plain); importing it now
+        # overlaps the daemon's work instead of preceding it (milliseconds of the hook).
+        preload_codec()
         try:
             reply = read_frame(sock, deadline)
         except TimeoutError:

@@ -10,14 +10,16 @@ Promises:
   ``ProtocolError`` (with ``.code``) for anything else; it never reads past the frame it returns.
 - ``validate_id`` / ``validate_int`` accept a value only if the daemon can use it verbatim.
 
-Imports only the stdlib and msgpack: the hook loads this module after every tool call.
+Imports only the stdlib and msgpack: the hook loads this module after every tool call. msgpack
+itself (with ``datetime`` and ``collections`` behind it, several milliseconds) is imported on
+first use: requests of plain types are packed here, byte for byte as ``msgpack.packb`` packs
+them, so the hook can send its request first and import msgpack while the daemon captures
+(``Client`` calls ``preload_codec`` between sending and reading).
 """
 
 from __future__ import annotations
 
 import time
-
-import msgpack
 
 # Annotations are never evaluated (PEP 563); `typing` costs milliseconds on the hook's path.
 TYPE_CHECKING = False
@@ -83,7 +85,9 @@ def encode_frame(obj: dict) -> bytes:
     """Pack ``obj`` as one frame; ``ValueError`` if its body would exceed ``MAX_FRAME``."""
     if not isinstance(obj, dict):
         raise TypeError(f"a frame carries a map, not {type(obj).__name__}")
-    body = msgpack.packb(obj, use_bin_type=True)
+    body = pack_plain(obj)
+    if body is None:
+        body = _codec().packb(obj, use_bin_type=True)
     if len(body) > MAX_FRAME:
         raise ValueError(f"frame body of {len(body)} bytes exceeds the {MAX_FRAME}-byte limit")
     return len(body).to_bytes(HEADER_SIZE, "big") + body
@@ -91,13 +95,127 @@ def encode_frame(obj: dict) -> bytes:
 
 def decode_body(data: bytes) -> dict:
     """Unpack one frame body; ``ProtocolError`` unless it is exactly one msgpack map."""
+    unpackb = _codec().unpackb
     try:
-        obj = msgpack.unpackb(data, raw=False, strict_map_key=False)
+        obj = unpackb(data, raw=False, strict_map_key=False)
     except Exception as exc:  # msgpack raises a zoo of types (ExtraData, FormatError, ValueError…)
         raise ProtocolError(f"frame body is not valid msgpack: {exc}") from None
     if not isinstance(obj, dict):
         raise ProtocolError(f"frame body is a {type(obj).__name__}, not a map")
     return obj
+
+
+def preload_codec() -> None:
+    """Import msgpack now (a client calls this while it waits for a reply)."""
+    _codec()
+
+
+_MSGPACK: Any = None
+
+
+def _codec() -> Any:
+    global _MSGPACK
+    if _MSGPACK is None:
+        import msgpack
+
+        _MSGPACK = msgpack
+    return _MSGPACK
+
+
+def pack_plain(obj: object) -> bytes | None:
+    """``msgpack.packb(obj, use_bin_type=True)`` for values made of exactly ``dict``, ``list``,
+    ``tuple``, ``str``, ``bytes``, ``int``, ``float``, ``bool`` and ``None`` (what requests
+    carry), without importing msgpack; the same bytes, since msgpack's packer always picks the
+    shortest form. None for anything else (a subclass, an int out of range, text that is not
+    valid Unicode, deep nesting): the caller then asks msgpack, which packs it or raises."""
+    out = bytearray()
+    try:
+        return bytes(out) if _pack_into(out, obj, 0) else None
+    except (UnicodeEncodeError, OverflowError):
+        return None
+
+
+def _pack_into(out: bytearray, obj: object, depth: int) -> bool:
+    kind = type(obj)
+    if depth > 64:
+        return False
+    if obj is None:
+        out.append(0xC0)
+    elif kind is bool:
+        out.append(0xC3 if obj else 0xC2)
+    elif kind is int:
+        _pack_int(out, obj)  # type: ignore[arg-type]
+    elif kind is str:
+        data = obj.encode("utf-8")  # type: ignore[union-attr]
+        n = len(data)
+        if n < 32:
+            out.append(0xA0 | n)
+        elif n < 0x100:
+            out += b"\xd9" + n.to_bytes(1, "big")
+        elif n < 0x10000:
+            out += b"\xda" + n.to_bytes(2, "big")
+        else:
+            out += b"\xdb" + n.to_bytes(4, "big")
+        out += data
+    elif kind is float:
+        from struct import pack  # not at module level: requests rarely carry a float
+
+        out += b"\xcb" + pack(">d", obj)
+    elif kind is bytes:
+        n = len(obj)  # type: ignore[arg-type]
+        if n < 0x100:
+            out += b"\xc4" + n.to_bytes(1, "big")
+        elif n < 0x10000:
+            out += b"\xc5" + n.to_bytes(2, "big")
+        else:
+            out += b"\xc6" + n.to_bytes(4, "big")
+        out += obj  # type: ignore[operator]
+    elif kind is dict:
+        _pack_length(out, len(obj), 0x80, b"\xde", b"\xdf")  # type: ignore[arg-type]
+        for key, value in obj.items():  # type: ignore[union-attr]
+            if not (_pack_into(out, key, depth + 1) and _pack_into(out, value, depth + 1)):
+                return False
+    elif kind is list or kind is tuple:
+        _pack_length(out, len(obj), 0x90, b"\xdc", b"\xdd")  # type: ignore[arg-type]
+        for item in obj:  # type: ignore[union-attr]
+            if not _pack_into(out, item, depth + 1):
+                return False
+    else:
+        return False
+    return True
+
+
+def _pack_int(out: bytearray, n: int) -> None:
+    if n >= 0:
+        if n < 0x80:
+            out.append(n)
+        elif n < 0x100:
+            out += b"\xcc" + n.to_bytes(1, "big")
+        elif n < 0x10000:
+            out += b"\xcd" + n.to_bytes(2, "big")
+        elif n < 0x100000000:
+            out += b"\xce" + n.to_bytes(4, "big")
+        else:
+            out += b"\xcf" + n.to_bytes(8, "big")  # OverflowError past 2**64 - 1
+    elif n >= -32:
+        out.append(n & 0xFF)
+    elif n >= -0x80:
+        out += b"\xd0" + n.to_bytes(1, "big", signed=True)
+    elif n >= -0x8000:
+        out += b"\xd1" + n.to_bytes(2, "big", signed=True)
+    elif n >= -0x80000000:
+        out += b"\xd2" + n.to_bytes(4, "big", signed=True)
+    else:
+        out += b"\xd3" + n.to_bytes(8, "big", signed=True)  # OverflowError below -2**63
+
+
+def _pack_length(out: bytearray, n: int, fix: int, w16: bytes, w32: bytes) -> None:
+    if n < 16:
+        out.append(fix | n)
+    elif n < 0x10000:
+        out += w16 + n.to_bytes(2, "big")
+    else:
+        out += w32 + n.to_bytes(4, "big")
 
 
 def read_frame(sock: Any, deadline: float | None = None) -> dict | None:

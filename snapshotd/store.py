@@ -12,6 +12,11 @@ Promises:
   never re-hashed. The cache lives in a small git dir that shares the store's objects and refs
   through a ``commondir`` file (what ``git worktree`` does), so ``libgit2`` honours ignore rules
   for that worktree with its own ``core.excludesFile`` from ``config.worktree``.
+- A git worktree's first capture is seeded from its repository's index: its stat data (only
+  files that differ are hashed), and its blobs and the trees its cache-tree vouches for, copied
+  into the store as one pack (never borrowed through alternates).
+- The fast path (``capture_changed``) rewrites only the trees on the changed paths and learns
+  the change counts on the way; ``tree_changes`` reads only subtrees whose ids differ.
 - Checkpoints of one attempt form a commit chain whose newest commit is named by
   ``refs/snapshotd/runs/<run>/<node>/<iteration>/<attempt>``; commit messages carry trailers from
   which the ledger can be rebuilt.
@@ -21,6 +26,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import random
+import re
 import stat
 import struct
 import subprocess
@@ -181,6 +188,19 @@ class Store:
             self.repo.references.create(meta.key.ref, oid, force=True)
             faults.crash_point("after-ref")
         return str(oid)
+
+    def rewind(self, key: AttemptKey, tip: str, to: str | None) -> bool:
+        """Move the attempt's ref back from ``tip`` to ``to`` (None: delete it), only if it
+        still points at ``tip``: a commit whose ledger row was refused never happened."""
+        with self._lock:
+            ref = self.repo.references.get(key.ref)
+            if ref is None or str(ref.target) != tip:
+                return False
+            if to is None:
+                ref.delete()
+            else:
+                self.repo.references.create(key.ref, pygit2.Oid(hex=to), force=True)
+            return True
 
     def attempt_refs(self) -> Iterator[tuple[AttemptKey, str]]:
         """Every attempt ref in the store with its target commit id."""
@@ -343,7 +363,8 @@ class WorktreeIndex:
                 result.tree = str(index.write_tree())
             else:
                 assert self._tree is not None
-                result.tree = _rewrite_tree(repo, index, self._tree, files)
+                result.tree, counts = _rewrite_tree(repo, index, self._tree, files)
+                _remember_changes(self._tree, result.tree, counts)
         except (pygit2.GitError, _TreeShapeChanged):
             try:
                 result.tree = str(index.write_tree())
@@ -530,32 +551,39 @@ class WorktreeIndex:
         return index
 
     def _seed_from_repository(self) -> pygit2.Index | None:
-        """First capture of a git worktree: copy the blobs its index names into the store (one
-        pack through ``git pack-objects``, never alternates: the user's own gc could delete
-        objects we depend on) and take its index's entries with their stat data as our cache.
-        None when that cannot be done safely; the caller then builds the cache cold."""
+        """First capture of a git worktree: copy the objects its index names into the store
+        (one pack through ``git pack-objects``, never alternates: the user's own gc could
+        delete objects we depend on) and take its index's entries with their stat data as our
+        cache, so only files that differ from it are hashed. The trees of its cache-tree are
+        copied too and the cache-tree kept, so the first tree write reuses every directory the
+        user's index vouches for instead of writing ~one loose object per directory (seconds
+        at 100,000 files); git's own ``write-tree`` and ``commit`` trust the same cache. None
+        when that cannot be done safely; the caller then builds the cache cold."""
         gitdir = _user_gitdir(self.root)
         if gitdir is None:
             return None
         try:
-            stripped = _strip_index((gitdir / "index").read_bytes())
+            seed = _strip_index((gitdir / "index").read_bytes())
         except (OSError, ValueError, struct.error):
             return None
-        if stripped is None:
+        if seed is None:
             return None
-        data, objects = stripped
-        odb = self.store.repo.odb
+        # Distinct ids (identical files or directories name one object), as _copy_objects needs.
+        wanted = list({oid for oid, mode in seed.objects if mode != int(FileMode.COMMIT)}
+                      | set(seed.trees))
+        with_trees = seed.cache_tree is not None
         with self.store._lock:
-            missing = [oid for oid, mode in objects
-                       if mode != int(FileMode.COMMIT) and pygit2.Oid(hex=oid) not in odb]
+            missing = _missing_objects(self.store.repo.odb, wanted)
         if missing and not _copy_objects(gitdir, self.store.path, missing):
-            return None
-        with self.store._lock:
-            fresh = pygit2.Repository(str(self.store.path)).odb
-            if any(pygit2.Oid(hex=oid) not in fresh for oid in missing):
+            # A tree the cache-tree names may be gone from the user's repository (gc'd after
+            # a reset): seed the blobs alone; the trees are then written from the entries.
+            with_trees = False
+            trees = set(seed.trees)
+            missing = [oid for oid in missing if oid not in trees]
+            if missing and not _copy_objects(gitdir, self.store.path, missing):
                 return None
         tmp = self.gitdir / "index.seed"
-        tmp.write_bytes(data)
+        tmp.write_bytes(seed.index_file(with_cache_tree=with_trees))
         os.replace(tmp, self.gitdir / "index")
         try:
             self._repo = pygit2.Repository(str(self.gitdir))
@@ -692,15 +720,19 @@ def _entry_id(index: pygit2.Index, path: str) -> str | None:
 
 
 def _remove_entry(index: pygit2.Index, path: str) -> bool:
+    """Drop ``path`` (a file entry, or every entry under a directory) from the index; whether
+    anything was there. ``remove_directory`` succeeds on a path the index never had, so the
+    answer is whether the index shrank: an editor's vanished temp file is no structural change."""
     try:
         index.remove(path)
         return True
     except (pygit2.GitError, OSError, KeyError):
+        before = len(index)
         try:
             index.remove_directory(path)
-            return True
         except (pygit2.GitError, OSError, KeyError):
             return False
+        return len(index) < before
 
 
 class _TreeShapeChanged(Exception):
@@ -708,12 +740,15 @@ class _TreeShapeChanged(Exception):
 
 
 def _rewrite_tree(repo: pygit2.Repository, index: pygit2.Index, base: str,
-                  files: set[str]) -> str:
+                  files: set[str]) -> tuple[str, tuple[int, int, int]]:
     """The tree of ``index`` given that it equals ``base`` except at the file paths ``files``:
     only the trees on those paths are rewritten (deepest first), so the cost follows the
-    change. Directories left empty disappear, as in git."""
+    change. Directories left empty disappear, as in git. Also returns the files added,
+    modified and deleted from ``base`` (what ``tree_changes`` would count), known here for
+    free: every change is one of ``files`` and its old entry is in hand."""
     if not files:
-        return base
+        return base, (0, 0, 0)
+    counts = [0, 0, 0]
     changes: dict[str, dict[str, tuple[pygit2.Oid, int] | None]] = {}
     for path in files:
         parent, _, name = path.rpartition("/")
@@ -722,6 +757,7 @@ def _rewrite_tree(repo: pygit2.Repository, index: pygit2.Index, base: str,
             changes.setdefault(parent, {})[name] = (entry.id, int(entry.mode))
         except KeyError:
             changes.setdefault(parent, {})[name] = None
+    leaves = {d: set(names) for d, names in changes.items()}
     pending = set(changes)
     for d in list(pending):
         while d:
@@ -732,25 +768,121 @@ def _rewrite_tree(repo: pygit2.Repository, index: pygit2.Index, base: str,
     for d in sorted(pending, key=lambda p: (p.count("/") if p else -1), reverse=True):
         old = _subtree(repo, root, d)
         builder = repo.TreeBuilder(old) if old is not None else repo.TreeBuilder()
+        files_here = leaves.get(d, ())
         for name, value in changes.get(d, {}).items():
+            existing = builder.get(name)
+            if name in files_here and existing is not None \
+                    and existing.filemode == pygit2.GIT_FILEMODE_TREE:
+                # The index has a file (or nothing) where the base has a directory.
+                raise _TreeShapeChanged(f"{d}/{name}")
             if value is None:
-                if builder.get(name) is not None:
+                if existing is not None:
                     builder.remove(name)
-            else:
-                existing = builder.get(name)
-                if existing is not None and existing.filemode == pygit2.GIT_FILEMODE_TREE \
-                        and value[1] != pygit2.GIT_FILEMODE_TREE:
-                    raise _TreeShapeChanged(f"{d}/{name}")
-                builder.insert(name, value[0], value[1])
+                    if name in files_here:
+                        counts[2] += 1
+                continue
+            if name in files_here:
+                if existing is None:
+                    counts[0] += 1
+                elif existing.id != value[0] or int(existing.filemode) != value[1]:
+                    counts[1] += 1
+            builder.insert(name, value[0], value[1])
         oid = builder.write() if len(builder) else None
         if d == "":
             new_root = str(oid) if oid is not None else str(repo.TreeBuilder().write())
         else:
             parent, _, name = d.rpartition("/")
+            if name in leaves.get(parent, ()):
+                raise _TreeShapeChanged(d)  # a changed file path is also a directory's
             changes.setdefault(parent, {})[name] = (
                 (oid, pygit2.GIT_FILEMODE_TREE) if oid is not None else None)
     assert new_root is not None
-    return new_root
+    return new_root, (counts[0], counts[1], counts[2])
+
+
+# One entry of a raw (SHA-1) tree object: mode, space, name, NUL, 20-byte id.
+_TREE_ENTRY = re.compile(rb"[0-7]+ [^\0]*\0.{20}", re.S)
+_TREE_MODE = b"40000 "
+
+
+def tree_changes(repo: pygit2.Repository, old: str | None, new: str) -> tuple[int, int, int]:
+    """Files (and submodule links) added, modified and deleted from tree ``old`` to ``new``.
+    Only subtrees whose ids differ are read, and each is compared as raw entry bytes (set
+    arithmetic in C) rather than entry by entry in Python: a 1,000-entry root costs a fraction
+    of a millisecond, where pygit2 entry objects cost several. libgit2's own tree-to-tree diff
+    reads every subtree, equal or not. After a fast-path capture the counts are already known
+    (``_rewrite_tree`` learns them) and nothing is read. A file replaced by a directory (or
+    back) counts as one deletion plus the additions under it, as in ``git diff --stat``; a
+    mode change is a modification. Caller holds the store lock."""
+    if old is not None:
+        with _KNOWN_LOCK:
+            known = _KNOWN_CHANGES.get((old, new))
+        if known is not None:
+            return known
+    return _compute_tree_changes(repo, old, new)
+
+
+def _compute_tree_changes(repo: pygit2.Repository, old: str | None,
+                          new: str) -> tuple[int, int, int]:
+    """``tree_changes`` from the trees themselves (never from what the fast path learnt)."""
+    counts = [0, 0, 0]
+    if old is None:
+        counts[0] = _count_files(repo, pygit2.Oid(hex=new))
+    elif old != new:
+        _raw_tree_changes(repo, pygit2.Oid(hex=old), pygit2.Oid(hex=new), counts)
+    return counts[0], counts[1], counts[2]
+
+
+# Counts the fast path learnt while rewriting a tree, by (old tree, new tree): ids name
+# contents, so an entry never goes stale; the newest few are kept.
+_KNOWN_CHANGES: dict[tuple[str, str], tuple[int, int, int]] = {}
+_KNOWN_LOCK = threading.Lock()
+_KNOWN_MAX = 256
+
+
+def _remember_changes(old: str, new: str, counts: tuple[int, int, int]) -> None:
+    with _KNOWN_LOCK:
+        _KNOWN_CHANGES.pop((old, new), None)
+        _KNOWN_CHANGES[(old, new)] = counts
+        while len(_KNOWN_CHANGES) > _KNOWN_MAX:
+            del _KNOWN_CHANGES[next(iter(_KNOWN_CHANGES))]
+
+
+def _raw_tree_changes(repo: pygit2.Repository, old: pygit2.Oid, new: pygit2.Oid,
+                      counts: list[int]) -> None:
+    odb = repo.odb
+    before = set(_TREE_ENTRY.findall(odb.read(old)[1]))
+    after = set(_TREE_ENTRY.findall(odb.read(new)[1]))
+    gone = dict(_split_entry(e) for e in before - after)
+    for name, (mode, oid) in (_split_entry(e) for e in after - before):
+        prev = gone.pop(name, None)
+        is_tree = mode == _TREE_MODE
+        if prev is None:
+            counts[0] += _count_files(repo, oid) if is_tree else 1
+        elif prev[0] == _TREE_MODE and is_tree:
+            _raw_tree_changes(repo, prev[1], oid, counts)
+        elif prev[0] == _TREE_MODE:
+            counts[2] += _count_files(repo, prev[1])
+            counts[0] += 1
+        elif is_tree:
+            counts[2] += 1
+            counts[0] += _count_files(repo, oid)
+        else:
+            counts[1] += 1
+    for mode, oid in gone.values():
+        counts[2] += _count_files(repo, oid) if mode == _TREE_MODE else 1
+
+
+def _split_entry(entry: bytes) -> tuple[bytes, tuple[bytes, pygit2.Oid]]:
+    """(name, (mode and space, id)) of one raw tree entry."""
+    space = entry.index(b" ")
+    return entry[space + 1:-21], (entry[:space + 1], pygit2.Oid(raw=entry[-20:]))
+
+
+def _count_files(repo: pygit2.Repository, tree: pygit2.Oid) -> int:
+    """Non-tree entries (files, symlinks, submodule links) under ``tree``, all depths: one
+    diff against the empty tree, counted in C."""
+    return len(repo[tree].peel(pygit2.Tree).diff_to_tree())
 
 
 def _subtree(repo: pygit2.Repository, root: pygit2.Tree, path: str) -> pygit2.Tree | None:
@@ -784,12 +916,28 @@ def _user_gitdir(root: Path) -> Path | None:
     return None
 
 
-def _strip_index(data: bytes) -> tuple[bytes, list[tuple[str, int]]] | None:
-    """A copy of a git index (format 2 or 3) without its extensions, and its (object id, mode)
-    pairs. libgit2 can neither drop an index's cache-tree nor check it, and that cache names
-    trees our store may lack; so the copy keeps entries only. Assume-valid, skip-worktree and
+@dataclass
+class _SeedIndex:
+    """What ``_strip_index`` keeps of a user's git index."""
+
+    entries: bytes  # header and entries, no extensions, no checksum
+    objects: list[tuple[str, int]]  # (object id, mode) of every entry
+    cache_tree: bytes | None  # the TREE extension's data, every node valid only if all below are
+    trees: list[str]  # the tree ids its valid nodes name
+
+    def index_file(self, *, with_cache_tree: bool) -> bytes:
+        out = self.entries
+        if with_cache_tree and self.cache_tree is not None:
+            out += b"TREE" + struct.pack(">I", len(self.cache_tree)) + self.cache_tree
+        return out + hashlib.sha1(out).digest()
+
+
+def _strip_index(data: bytes) -> _SeedIndex | None:
+    """A copy of a git index (format 2 or 3) with its entries and, apart, its cache-tree (the
+    TREE extension: the tree id of each directory whose entries did not change since a tree
+    was written for it). Other extensions are dropped. Assume-valid, skip-worktree and
     intent-to-add flags are cleared or refused, since each would hide the file's real state.
-    None for what we do not handle (format 4, split index, conflicts, SHA-256)."""
+    None for what we do not handle (format 4, split or sparse index, conflicts, SHA-256)."""
     if len(data) < 32 or data[:4] != b"DIRC":
         return None
     version, count = struct.unpack(">II", data[4:12])
@@ -798,40 +946,126 @@ def _strip_index(data: bytes) -> tuple[bytes, list[tuple[str, int]]] | None:
     end = len(data) - 20
     if hashlib.sha1(data[:end]).digest() != data[end:]:
         return None
-    out = bytearray(data[:12])
     objects: list[tuple[str, int]] = []
+    patches: list[tuple[int, bytes]] = []  # (offset, bytes): flags to clear
+    unpack_from = struct.unpack_from
     off = 12
     for _ in range(count):
         if off + 62 > end:
             return None
-        flags = struct.unpack(">H", data[off + 60:off + 62])[0]
+        mode = unpack_from(">I", data, off + 24)[0]
+        flags = unpack_from(">H", data, off + 60)[0]
         if flags & 0x3000:  # a merge stage: the user is mid-conflict
             return None
         extended = version >= 3 and bool(flags & 0x4000)
         head = 62 + (2 if extended else 0)
-        nul = data.index(b"\0", off + head)
-        length = (head + (nul - off - head) + 8) & ~7
-        entry = bytearray(data[off:off + length])
-        if off + length > end:
+        name_len = flags & 0xFFF
+        nul = off + head + name_len if name_len < 0xFFF else data.index(b"\0", off + head)
+        length = (nul - off + 8) & ~7
+        if off + length > end or data[nul] != 0:
             return None
-        entry[60:62] = struct.pack(">H", flags & ~0x8000)  # assume-valid off: check stats
+        if flags & 0x8000:  # assume-valid off: check stats
+            patches.append((off + 60, struct.pack(">H", flags & ~0x8000)))
         if extended:
-            ext = struct.unpack(">H", entry[62:64])[0]
+            ext = unpack_from(">H", data, off + 62)[0]
             if ext & 0x2000:  # intent-to-add: no blob behind it
                 return None
-            entry[62:64] = struct.pack(">H", ext & ~0x4000)  # skip-worktree off
-        mode = struct.unpack(">I", entry[24:28])[0]
-        objects.append((bytes(entry[40:60]).hex(), mode))
-        out += entry
+            if ext & 0x4000:  # skip-worktree off
+                patches.append((off + 62, struct.pack(">H", ext & ~0x4000)))
+        if stat.S_ISDIR(mode):  # a sparse index's directory entry
+            return None
+        objects.append((data[off + 40:off + 60].hex(), mode))
         off += length
     if off > end:
         return None
-    out += hashlib.sha1(out).digest()
-    return bytes(out), objects
+    out = bytearray(data[:off])
+    for at, value in patches:
+        out[at:at + 2] = value
+    cache_tree: tuple[bytes, list[str]] | None = None
+    while off + 8 <= end:
+        sig = data[off:off + 4]
+        size = struct.unpack(">I", data[off + 4:off + 8])[0]
+        body = data[off + 8:off + 8 + size]
+        off += 8 + size
+        if off > end:
+            return None
+        if sig in (b"link", b"sdir"):  # split or sparse index: the entries are not all here
+            return None
+        if sig == b"TREE":
+            cache_tree = _valid_cache_tree(body)
+    if cache_tree is None:
+        return _SeedIndex(bytes(out), objects, None, [])
+    return _SeedIndex(bytes(out), objects, cache_tree[0], cache_tree[1])
+
+
+def _valid_cache_tree(body: bytes) -> tuple[bytes, list[str]] | None:
+    """The TREE extension rewritten so that a node counts as valid only if every node below it
+    is (git keeps it so; we do not rely on it, since a valid node's tree is used as is), and the
+    ids of its valid nodes. None if it does not parse."""
+    nodes: list[list] = []  # [path, entry count, subtree count, raw id or None], pre-order
+    off = 0
+    try:
+        while off < len(body):
+            nul = body.index(b"\0", off)
+            newline = body.index(b"\n", nul)
+            entries, subtrees = (int(n) for n in body[nul + 1:newline].split(b" "))
+            path = body[off:nul]
+            off = newline + 1
+            oid = None
+            if entries >= 0:
+                oid = body[off:off + 20]
+                off += 20
+                if len(oid) != 20:
+                    return None
+            nodes.append([path, entries, subtrees, oid])
+    except ValueError:
+        return None
+
+    def walk(i: int) -> tuple[int, bool]:
+        node = nodes[i]
+        valid = node[1] >= 0
+        j = i + 1
+        for _ in range(node[2]):
+            if j >= len(nodes):
+                raise IndexError
+            j, below = walk(j)
+            valid = valid and below
+        if not valid:
+            node[1], node[3] = -1, None
+        return j, valid
+
+    try:
+        if not nodes or walk(0)[0] != len(nodes):
+            return None
+    except (IndexError, RecursionError):
+        return None
+    out = bytearray()
+    for path, entries, subtrees, oid in nodes:
+        out += path + b"\0" + f"{entries} {subtrees}\n".encode() + (oid or b"")
+    return bytes(out), [oid.hex() for _p, _e, _s, oid in nodes if oid is not None]
+
+
+# How many of a worktree's objects are looked up before concluding the store has none.
+SEED_SAMPLE = 256
+
+
+def _missing_objects(odb: pygit2.Odb, oids: list[str]) -> list[str]:
+    """Which of ``oids`` the store lacks. A lookup that misses costs libgit2 a rescan of the
+    pack directory (tens of microseconds; seconds for 100,000 objects), so a store that holds
+    none of a random sample of them (a repository seen for the first time) is taken to hold
+    none at all. Wrong only towards copying: at worst an object the store already has is
+    stored twice (a 1 % overlap goes unseen 8 % of the time), never one is left out."""
+    sample = random.sample(oids, min(len(oids), SEED_SAMPLE))
+    if not any(pygit2.Oid(hex=oid) in odb for oid in sample):
+        return oids
+    return [oid for oid in oids if pygit2.Oid(hex=oid) not in odb]
 
 
 def _copy_objects(user_gitdir: Path, store: Path, oids: list[str]) -> bool:
-    """Copy objects from the user's repository into the store as one pack."""
+    """Copy objects (distinct ids) from the user's repository into the store as one pack.
+    True only when every one arrived: ``pack-objects`` given ids packs exactly those (and fails
+    on one it cannot read), so a new pack whose index counts ``len(oids)`` objects holds them
+    all, which spares looking each of them up again."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env["GIT_CONFIG_NOSYSTEM"] = "1"
     try:
@@ -839,7 +1073,7 @@ def _copy_objects(user_gitdir: Path, store: Path, oids: list[str]) -> bool:
                                    "--stdout", "-q"], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
         indexer = subprocess.Popen(["git", "--git-dir", str(store), "index-pack", "--stdin"],
-                                   stdin=packer.stdout, stdout=subprocess.DEVNULL,
+                                   stdin=packer.stdout, stdout=subprocess.PIPE,
                                    stderr=subprocess.DEVNULL, env=env)
         assert packer.stdin is not None and packer.stdout is not None
         packer.stdout.close()  # the indexer holds it now
@@ -847,7 +1081,17 @@ def _copy_objects(user_gitdir: Path, store: Path, oids: list[str]) -> bool:
             packer.stdin.write(("\n".join(oids) + "\n").encode())
         finally:
             packer.stdin.close()
-        return packer.wait(timeout=3600) == 0 and indexer.wait(timeout=3600) == 0
+        out, _ = indexer.communicate(timeout=3600)
+        if packer.wait(timeout=3600) != 0 or indexer.returncode != 0:
+            return False
+        kind, _, name = out.decode(errors="replace").strip().partition("\t")
+        if kind not in ("pack", "keep") or len(name) != 40:
+            return False
+        with open(store / "objects" / "pack" / f"pack-{name}.idx", "rb") as idx:
+            header = idx.read(8 + 256 * 4)  # version 2: magic, version, fan-out table
+        if header[:8] != b"\377tOc\0\0\0\2" or len(header) != 8 + 256 * 4:
+            return False
+        return struct.unpack(">I", header[-4:])[0] == len(oids)
     except (OSError, subprocess.TimeoutExpired):
         return False
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from random import Random
 
 from conftest import git, make_git_worktree
-from snapshotd.store import Store
+from snapshotd.store import Store, _compute_tree_changes, tree_changes
 
 STEPS = 250
 SEED = 8
@@ -119,7 +119,7 @@ def test_fast_path_matches_full_capture_every_step(tmp_path: Path) -> None:
     git(wt, "commit", "-q", "-m", "base")
     store = Store(tmp_path / "home")
     index = store.worktree(wt)
-    index.capture()
+    previous = index.capture().tree
     work = Workload(wt, Random(SEED))
     fast_steps = 0
     for step in range(STEPS):
@@ -131,7 +131,21 @@ def test_fast_path_matches_full_capture_every_step(tmp_path: Path) -> None:
             fast_steps += 1
         expected = full_tree(wt, tmp_path / "oracle-index")
         assert result.tree == expected, f"step {step}: fast path diverged after {changed}"
+        # The change counts the fast path learnt on the way equal a tree comparison's, and
+        # that comparison agrees with git's own.
+        counts = tree_changes(store.repo, previous, result.tree)
+        assert counts == _compute_tree_changes(store.repo, previous, result.tree) \
+            == diff_counts(wt, store, previous, result.tree), f"step {step}: {changed}"
+        previous = result.tree
     assert fast_steps > STEPS * 0.9
+
+
+def diff_counts(wt: Path, store: Store, old: str, new: str) -> tuple[int, int, int]:
+    """(added, modified, deleted) by ``git diff-tree -r``; a type change is a modification."""
+    out = git(wt, "--git-dir", str(store.path), "diff-tree", "-r", "--no-renames",
+              "--name-status", old, new)
+    status = [line.split("\t", 1)[0] for line in out.splitlines() if line]
+    return (status.count("A"), sum(s in ("M", "T") for s in status), status.count("D"))
 
 
 def test_checkout_of_another_branch_via_directory_events(tmp_path: Path) -> None:
@@ -157,3 +171,19 @@ def test_checkout_of_another_branch_via_directory_events(tmp_path: Path) -> None
     result = index.capture_changed({"common.txt", "pkg", "pkg/a.py", "pkg2"})
     assert result is not None
     assert result.tree == git(wt, "rev-parse", "HEAD^{tree}").strip()
+
+
+def test_a_path_that_came_and_went_between_captures_changes_nothing(tmp_path: Path) -> None:
+    """An editor's temp file (or a restore's) written and renamed away: the watcher reports
+    its path, the index never had it. Nothing was deleted, and the tree is the same object."""
+    wt = make_git_worktree(tmp_path / "wt")
+    (wt / "pkg").mkdir()
+    (wt / "pkg" / "a.py").write_text("a\n")
+    store = Store(tmp_path / "home")
+    index = store.worktree(wt)
+    before = index.capture().tree
+    (wt / "pkg" / ".a.py.swp").write_text("x\n")
+    (wt / "pkg" / ".a.py.swp").unlink()
+    result = index.capture_changed({"pkg/.a.py.swp", "gone-dir"})
+    assert result is not None
+    assert (result.tree, result.added, result.modified, result.deleted) == (before, 0, 0, 0)

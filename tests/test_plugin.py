@@ -95,8 +95,12 @@ def test_plugin_hooks_cover_the_tools_that_change_files() -> None:
 
 
 def test_snapshot_hook_is_the_installed_console_script() -> None:
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    assert project["scripts"]["snapshot-hook"] == "snapshotd_client.hook:main"
+    # A script file, not an entry point: old pips' generated wrapper imports `re` (issue 8).
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert "snapshot-hook" not in config["project"].get("scripts", {})
+    assert config["tool"]["setuptools"]["script-files"] == ["client/snapshot-hook"]
+    script = (REPO / "client" / "snapshot-hook").read_text().splitlines()
+    assert script[0] == "#!python" and "from snapshotd_client.hook import main" in script
     assert (Path(sys.executable).parent / "snapshot-hook").exists()
 
 
