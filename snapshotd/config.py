@@ -38,6 +38,8 @@ class Config:
     max_connections: int = 1024
     scan_interval_s: float = 2.0
     verify_interval_s: float = 60.0
+    # How long an ended attempt's worktree stays passively watched (0 = not at all).
+    linger_s: float = 3600.0
     log_level: str = "info"
     gc_keep_last: int = 0
     gc_older_than: str = ""
@@ -69,6 +71,7 @@ _ENV = {
     "max_connections": "SNAPSHOTD_MAX_CONNECTIONS",
     "scan_interval_s": "SNAPSHOTD_SCAN_INTERVAL_S",
     "verify_interval_s": "SNAPSHOTD_VERIFY_INTERVAL_S",
+    "linger_s": "SNAPSHOTD_LINGER_S",
     "log_level": "SNAPSHOTD_LOG_LEVEL",
     "gc_keep_last": "SNAPSHOTD_GC_KEEP_LAST",
     "gc_older_than": "SNAPSHOTD_GC_OLDER_THAN",
@@ -190,12 +193,13 @@ def _coerce(key: str, value: object, source: str) -> object:
         except ValueError as exc:
             raise ConfigError(f"{where}: {exc}") from None
         return str(value)
-    if key in ("idle_timeout_s", "scan_interval_s", "gc_interval_s", "verify_interval_s"):
+    if key in ("idle_timeout_s", "scan_interval_s", "gc_interval_s", "verify_interval_s",
+               "linger_s"):
         try:
             number = float(value)  # type: ignore[arg-type]
         except (TypeError, ValueError):
             raise ConfigError(f"{where}: expected a number of seconds, got {value!r}") from None
-        if number <= 0:
+        if number < 0 or (number == 0 and key != "linger_s"):
             raise ConfigError(f"{where}: must be positive, got {value!r}")
         return number
     if isinstance(value, bool):

@@ -22,9 +22,9 @@ from pathlib import Path
 import pygit2
 from pygit2.enums import DiffOption, DiffStatsFormat
 
-from snapshotd.restore import _validate, find_checkpoint
+from snapshotd.restore import _validate, current_tree_of, find_checkpoint
 from snapshotd.service import Service, ServiceError
-from snapshotd.store import AttemptKey, StoreError
+from snapshotd.store import AttemptKey
 
 WIRE_PATCH_LIMIT = 768 * 1024
 WIRE_FILES_LIMIT = 5000
@@ -57,12 +57,12 @@ def diff_checkpoints(service: Service, *, run_id: str, node_id: str, seq: int | 
         if not root.is_dir():
             raise ServiceError("worktree-missing", f"worktree {root} does not exist any more; "
                                "compare two checkpoints with --to-seq instead")
+        # Through the watcher when it vouches (a watched or lingering worktree): O(changes).
         with service.worktree_lock(root):
             try:
-                tree = service.store.worktree(root).capture().tree
-            except StoreError as exc:
-                raise ServiceError("capture-failed", f"could not read {root}: {exc.message}"
-                                   ) from exc
+                tree, _scan = current_tree_of(service, root)
+            except ServiceError as exc:
+                raise ServiceError("capture-failed", exc.message) from exc
         side_b = {"seq": None, "commit": None, "tree": tree, "worktree": str(root)}
     else:
         # What checkpoint A changed: its parent commit in the attempt's chain, or nothing.

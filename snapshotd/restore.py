@@ -12,6 +12,7 @@ Promises:
 - Safety rule: the safety checkpoint is recorded in the attempt whose checkpoint is restored, even
   when that attempt has ended; so target, safety checkpoint and undo live in one commit chain and
   the undo is ``snapshotd restore RUN --node X --iteration I --attempt A --seq <safety> --force``.
+  (The engine's resume into a directory of its own records it in the new attempt instead.)
 - Only what differs is touched: the plan is a tree-to-tree diff of the worktree's current capture
   against the checkpoint, so its cost follows the difference, not the tree.
 - Files are written to a temporary name in their own directory, synced and renamed into place; the
@@ -87,8 +88,11 @@ _tmp_counter = itertools.count()
 def restore_checkpoint(service: Service, *, run_id: str, node_id: str, seq: int | None = None,
                        iteration: int | None = None, attempt: int | None = None,
                        to: Path | None = None, dry_run: bool = False, force: bool = False,
-                       progress: Progress | None = None) -> dict:
+                       progress: Progress | None = None, into: Attempt | None = None) -> dict:
     """Restore one checkpoint in place (default) or into ``to``; see the module docstring.
+
+    ``into`` (the engine's resume into a directory of its own): restore in place into that
+    attempt's worktree instead, with the safety checkpoint recorded in that attempt.
 
     Raises ``ServiceError`` with code ``not-found`` (names the runs, nodes, attempts or seqs that
     exist), ``conflict`` (an attempt is active on the worktree and ``force`` is false),
@@ -110,14 +114,14 @@ def restore_checkpoint(service: Service, *, run_id: str, node_id: str, seq: int 
         "run_id": run_id, "node_id": node_id, "iteration": cp["iteration"],
         "attempt": cp["attempt"], "seq": cp["seq"], "commit": cp["commit"], "tree": cp["tree"],
         "source": cp["source"], "label": cp["label"], "dry_run": dry_run, "applied": False,
-        "safety": None, "undo_command": None, "kept": [], "timings": {},
+        "safety": None, "undo_command": None, "kept": [], "timings": {}, "scan": None,
     }
     if to is not None:
         result.update(_restore_to(repo, target_tree, Path(to), service.home, cp,
                                   dry_run=dry_run, progress=progress))
     else:
-        result.update(_restore_in_place(service, repo, owner, cp, target_tree, dry_run=dry_run,
-                                        force=force, progress=progress))
+        result.update(_restore_in_place(service, repo, into or owner, cp, target_tree,
+                                        dry_run=dry_run, force=force, progress=progress))
     result["counts"] = {op: sum(1 for p in result["plan"] if p["op"] == op) for op in "AMD"}
     result["elapsed_ms"] = round((time.perf_counter() - started) * 1000, 3)
     return result
@@ -311,16 +315,18 @@ def _restore_in_place(service: Service, repo: pygit2.Repository, owner: Attempt,
             raise ServiceError("restore-failed", f"{root} is no longer a directory; restore "
                                "with --to DIR instead")
         safety = None
+        scan: str | None = None  # how the current state was read: "fast" or "full"
         if missing and dry_run:
             current_tree = _empty_tree(repo)
         else:
             if missing:
                 os.makedirs(root, 0o777, exist_ok=True)
             if dry_run:
-                current_tree = _current_tree(service, root)
+                current_tree, scan = current_tree_of(service, root)
             else:
                 safety = _safety_checkpoint(service, owner, cp)
                 current_tree = safety["tree"]
+                scan = safety.get("scan")
         timings["capture_ms"] = _ms(t0)
         t0 = time.perf_counter()
         plan = _plan(repo, repo[current_tree].peel(pygit2.Tree), target_tree)
@@ -341,12 +347,14 @@ def _restore_in_place(service: Service, repo: pygit2.Repository, owner: Attempt,
                                    ) from exc
         timings["apply_ms"] = _ms(t0)
     out: dict = {"target": str(root), "mode": "in-place", "plan": plan.as_list(),
-                 "kept": plan.kept_list(), "applied": not dry_run, "timings": timings}
+                 "kept": plan.kept_list(), "applied": not dry_run, "timings": timings,
+                 "scan": scan}
     if safety is not None:
         k = owner.key
         out["safety"] = {"seq": safety["seq"], "commit": safety["commit"], "run_id": k.run_id,
                          "node_id": k.node_id, "iteration": k.iteration, "attempt": k.attempt,
-                         "deduped": safety.get("deduped", False)}
+                         "deduped": safety.get("deduped", False),
+                         "scan": safety.get("scan")}
         out["undo_command"] = undo_command(k.run_id, k.node_id, k.iteration, k.attempt,
                                            safety["seq"])
     return out
@@ -377,11 +385,27 @@ def _safety_checkpoint(service: Service, owner: Attempt, cp: dict) -> dict:
                            f"{owner.worktree}, so nothing was changed: {exc.message}") from exc
 
 
-def _current_tree(service: Service, root: Path) -> str:
+def current_tree_of(service: Service, root: Path) -> tuple[str, str]:
+    """The worktree's tree now, recording nothing, and how it was read: ``fast`` (only the
+    paths the watcher vouches changed since the last capture) or ``full`` (a stat scan). The
+    caller holds the worktree lock. Used by ``--dry-run`` (and fit for ``diff --worktree``)."""
+    index = service.store.worktree(root)
+    source = service.change_source
     try:
-        return service.store.worktree(root).capture().tree
+        reported = source.take(root, "fast") if source is not None else None
+        found = index.capture_changed(reported) if reported is not None else None
+        if found is None:
+            found = index.capture()
     except StoreError as exc:
+        if source is not None:
+            source.failed(root)  # the taken paths are owed to the next capture: scan then
         raise ServiceError("restore-failed", f"could not read {root}: {exc.message}") from exc
+    except Exception as exc:  # noqa: BLE001 - as the service does: drop the cache, no crash
+        if source is not None:
+            source.failed(root)
+        index.drop_cache()
+        raise ServiceError("restore-failed", f"could not read {root}: {exc}") from exc
+    return found.tree, "full" if found.full_scan else "fast"
 
 
 # -- the plan ------------------------------------------------------------------------------------
@@ -416,17 +440,17 @@ def _plan(repo: pygit2.Repository, current: pygit2.Tree, target: pygit2.Tree) ->
     """Tree-to-tree diff that skips identical subtrees by id, so its cost follows the difference
     (libgit2's tree diff reads every subtree of both sides)."""
     plan = _Plan()
-    _diff_trees(repo, current.id, target.id, b"", plan)
+    _diff_trees(repo.odb, current.id.raw, target.id.raw, b"", plan)
     plan.writes.sort(key=lambda w: w.path)
     return plan
 
 
-def _diff_trees(repo: pygit2.Repository, old_id: pygit2.Oid | None, new_id: pygit2.Oid | None,
-                prefix: bytes, plan: _Plan) -> None:
+def _diff_trees(odb: pygit2.Odb, old_id: bytes | None, new_id: bytes | None, prefix: bytes,
+                plan: _Plan) -> None:
     if old_id is not None and new_id is not None and old_id == new_id:
         return
-    old = _entries(repo, old_id)
-    new = _entries(repo, new_id)
+    old = _entries(odb, old_id)
+    new = _entries(odb, new_id)
     for name in sorted(old.keys() | new.keys()):
         a, b = old.get(name), new.get(name)
         if a == b:
@@ -435,20 +459,33 @@ def _diff_trees(repo: pygit2.Repository, old_id: pygit2.Oid | None, new_id: pygi
         a_tree = a is not None and a[1] == MODE_TREE
         b_tree = b is not None and b[1] == MODE_TREE
         if a_tree or b_tree:
-            _diff_trees(repo, a[0] if a_tree else None, b[0] if b_tree else None,
+            _diff_trees(odb, a[0] if a_tree else None, b[0] if b_tree else None,
                         path + b"/", plan)
         # Nested repositories (gitlinks) are never captured, so never written nor deleted.
         if a is not None and not a_tree and a[1] != MODE_GITLINK and (b is None or b_tree):
             plan.deletes.append(path)
         if b is not None and not b_tree and b[1] != MODE_GITLINK:
             present = a is not None and not a_tree and a[1] != MODE_GITLINK
-            plan.writes.append(_Write(path, b[0], b[1], "M" if present else "A"))
+            plan.writes.append(_Write(path, pygit2.Oid(raw=b[0]), b[1], "M" if present else "A"))
 
 
-def _entries(repo: pygit2.Repository, tree_id: pygit2.Oid | None) -> dict[bytes, tuple]:
+def _entries(odb: pygit2.Odb, tree_id: bytes | None) -> dict[bytes, tuple[bytes, int]]:
+    """A tree's entries, name -> (raw id, mode), parsed from the raw object: a 1,000-entry
+    directory costs a fraction of what pygit2's entry objects (and their mode enums) cost."""
     if tree_id is None:
         return {}
-    return {e.raw_name: (e.id, e.filemode) for e in repo[tree_id].peel(pygit2.Tree)}
+    kind, raw = odb.read(pygit2.Oid(raw=tree_id))
+    if kind != pygit2.enums.ObjectType.TREE:
+        raise ValueError(f"object {tree_id.hex()} is not a tree")
+    out: dict[bytes, tuple[bytes, int]] = {}
+    find = raw.find
+    i, end = 0, len(raw)
+    while i < end:  # each entry: b"<octal mode> <name>\0<20-byte id>"
+        space = find(b" ", i)
+        nul = find(b"\0", space)
+        out[raw[space + 1:nul]] = (raw[nul + 1:nul + 21], int(raw[i:space], 8))
+        i = nul + 21
+    return out
 
 
 def _check_paths(plan: _Plan, cp: dict) -> None:
@@ -818,13 +855,17 @@ def _refuse_to_target(target: Path, home: Path) -> None:
 
 
 def _walk_tree(repo: pygit2.Repository, tree: pygit2.Tree, prefix: bytes) -> Iterator[_Write]:
-    for entry in tree:
-        mode = entry.filemode
-        path = prefix + entry.raw_name
+    yield from _walk_raw(repo.odb, tree.id.raw, prefix)
+
+
+def _walk_raw(odb: pygit2.Odb, tree_id: bytes, prefix: bytes) -> Iterator[_Write]:
+    """Every file and link under a tree, in git's order, from the raw tree objects."""
+    for name, (oid, mode) in _entries(odb, tree_id).items():
+        path = prefix + name
         if mode == MODE_TREE:
-            yield from _walk_tree(repo, repo[entry.id].peel(pygit2.Tree), path + b"/")
+            yield from _walk_raw(odb, oid, path + b"/")
         elif mode != MODE_GITLINK:
-            yield _Write(path, entry.id, mode, "A")
+            yield _Write(path, pygit2.Oid(raw=oid), mode, "A")
 
 
 def _materialize(repo: pygit2.Repository, target: Path, entries: list[_Write],
@@ -969,5 +1010,5 @@ def _ms(t0: float) -> float:
     return round((time.perf_counter() - t0) * 1000, 3)
 
 
-__all__ = ["attach", "find_checkpoint", "format_seqs", "page_plan",
+__all__ = ["attach", "current_tree_of", "find_checkpoint", "format_seqs", "page_plan",
            "restore_checkpoint", "undo_command"]

@@ -8,6 +8,13 @@ Promises:
 - A worktree is watched from the moment its attempt becomes active (``attempt_begin``, a zero-setup
   session's first hook, or daemon start for attempts the ledger has as active) until it ends, is
   superseded or abandoned. Changes inside any ``.git`` and ignored paths never arm a capture.
+- Linger: then, for ``linger_s`` (config; 0 = off) after its last event, the worktree stays
+  watched passively: no settle window, no tier-2 capture, no gap owed to the ended attempt; only
+  the changed-path set and the fast path's baseline live on, so its next capture (a restore's
+  safety checkpoint, a resumed attempt taking the watch over) can be O(changes). A lingering
+  worktree that saw events is verified (full scan, recording nothing, drift is a gap); a quiet one
+  is never scanned: after ``QUIET_VERIFY_FACTOR`` verify intervals without a verification or
+  a fresh baseline, ``take`` stops vouching for it. It ends when the worktree goes or is replaced.
 - Settle: a tier-2 capture (source ``watch``) once no change has been seen for ``settle_ms``, and at
   the latest ``max_wait_ms`` after the first change not yet in a checkpoint. Both come from the
   daemon's config unless the attempt row overrides them. Captures go through
@@ -16,6 +23,11 @@ Promises:
   in directories created a moment before, or events the kernel dropped, still reach the checkpoint.
   After a burst's last capture, one verification scan checks that nothing was missed; changes it
   finds that no event announced are a ``watch-events-lost`` gap.
+- The fast path (``take``) never vouches for a path set it cannot stand behind: not before a full
+  scan under the current notifier, not after an overflow or drift, not when a path changed type
+  (file <-> directory: the per-path update cannot express it), and never for a watch that reported
+  an event through a symlinked directory (the notifier follows such links when it walks and then
+  names the real directory's changes after the link).
 - ``flush(root)`` returns once every change made before it was called is in a checkpoint (it waits
   for a running capture, then captures; an unchanged tree records nothing).
 - SIGTERM: pending windows are captured before exit. A crash leaves the window's marker behind; at
@@ -57,6 +69,8 @@ from snapshotd.store import worktree_id
 
 log = logging.getLogger("snapshotd.watcher")
 
+CHANGE_DELETED = 3  # watchfiles' Change.deleted
+
 # How often a notifier thread looks at its queue (ms). It bounds how late a change is *noticed*;
 # the settle clock itself runs from the files' ctimes, so it does not add to the settle delay.
 STEP_MS = 50
@@ -76,6 +90,8 @@ RETRY_SCANS = 15
 # The fast path (issue 8): a tier-1 capture trusts the watcher's changed paths only after a
 # cookie round trip proves every earlier event has arrived; it waits at most this long (s).
 COOKIE_TIMEOUT_S = 0.25
+# ... and polls for it without sleeping for this long first (s): a capture is waiting.
+SYNC_SPIN_S = 0.001
 # Past this many changed paths a full stat scan is cheaper than updating them one by one.
 DIRTY_LIMIT = 4096
 # A watched, quiet worktree is verified by a full stat scan this often (s; config
@@ -134,6 +150,7 @@ class _Entry:
     # Fast path: paths changed since the last capture, trusted once a full scan has run under
     # the current watch (``baseline``) and no event may have been lost since.
     dirty: set[str] = field(default_factory=set)
+    removed: set[str] = field(default_factory=set)  # those of ``dirty`` with a delete event
     overflow: bool = False
     baseline: bool = False
     fast_off_until: float = 0.0
@@ -143,6 +160,16 @@ class _Entry:
     drift_at: float = 0.0  # a verification's drift is already on record: no second gap
     verified_mark: float = 0.0  # ``last_event`` when the last periodic verification started
     last_verify: float = 0.0
+    baseline_at: float = 0.0  # when the current fast-path baseline was (re)established
+    # Linger: the attempt ended, but the watch stays on (passively) so captures of the worktree
+    # (a restore's safety checkpoint, a resumed attempt) keep the fast path.
+    lingering: bool = False
+    last_attempt: Attempt | None = None  # the ended attempt (gaps and status name it)
+    linger_mark: float = 0.0  # monotonic: linger start or the latest relevant event since
+    # The notifier follows symlinks to directories when it walks the tree, and then reports
+    # the real directory's events under the link's path (one inotify watch per inode). Seen
+    # once, its paths cannot be trusted: the fast path stays off until the next watch.
+    aliased: bool = False
 
     def watched(self) -> bool:
         """Whether a notifier should carry this worktree."""
@@ -168,7 +195,7 @@ class Watcher:
         self._scheduler = threading.Thread(target=self._schedule_loop, name="snapshotd-settle",
                                            daemon=True)
         self.counters = {"captures": 0, "deduped": 0, "verifications": 0, "failures": 0,
-                         "groups_started": 0}
+                         "groups_started": 0, "merges": 0}
 
     # -- public entry points ---------------------------------------------------------------
 
@@ -190,9 +217,12 @@ class Watcher:
         with self._cond:
             entry = self._entries.get(root)
             if entry is not None:
-                # A superseding attempt on the same directory takes the watch over as it is.
+                # A superseding (or resumed) attempt on the same directory takes the watch over
+                # as it is, lingering or not: its dirty set and baseline stay valid.
                 entry.attempt = attempt
                 entry.idle_since = None
+                entry.lingering = False
+                entry.last_attempt = None
                 missing = entry.state == "missing"
                 self._cond.notify_all()
                 if not missing:
@@ -211,6 +241,11 @@ class Watcher:
             entry.idle_since = time.monotonic()
             self._close_window(entry)
             entry.verify_at = entry.judge_at = None
+            if (self._linger_s() > 0 and entry.state == "watching" and entry.group is not None
+                    and not entry.group.retired and not self._stopping):
+                entry.lingering = True
+                entry.last_attempt = attempt
+                entry.linger_mark = time.monotonic()
             self._cond.notify_all()
 
     def flush(self, root: Path) -> None:
@@ -236,10 +271,13 @@ class Watcher:
         with self._cond:
             entry = self._entries.get(str(root))
             group = entry.group if entry is not None else None
-            vouch = (entry is not None and entry.attempt is not None
+            now = time.monotonic()
+            vouch = (entry is not None
+                     and (entry.attempt is not None
+                          or (entry.lingering and not self._linger_stale(entry, now)))
                      and entry.state == "watching" and group is not None and not group.retired
-                     and entry.baseline and not entry.overflow
-                     and time.monotonic() >= entry.fast_off_until)
+                     and entry.baseline and not entry.overflow and not entry.aliased
+                     and now >= entry.fast_off_until)
             if entry is not None and not vouch:
                 self._reset_dirty(entry)
         if entry is None:
@@ -256,9 +294,13 @@ class Watcher:
                 self._reset_dirty(entry)
                 return None
             changed, entry.dirty = entry.dirty, set()
-            if mode == "fast":
+            removed, entry.removed = entry.removed, set()
+        if mode == "fast" and _type_changed(entry.root, changed, removed):
+            return None  # the full scan that follows sees everything; the baseline stays
+        if mode == "fast":
+            with self._cond:
                 entry.fast_captures += 1
-            return changed
+        return changed
 
     def failed(self, root: Path) -> None:
         """The capture that took the changes failed: they are owed, so the next capture scans."""
@@ -287,9 +329,12 @@ class Watcher:
         """A full scan is about to run. Under the lock. Changes from now on are in ``dirty``; the
         scan sees everything before, so the set is complete again once the watch is live."""
         entry.dirty = set()
+        entry.removed = set()
         entry.overflow = False
         entry.baseline = (entry.state == "watching" and entry.group is not None
                           and not entry.group.retired)
+        if entry.baseline:
+            entry.baseline_at = time.monotonic()
 
     def shutdown(self) -> None:
         """Stop watching, then capture every window still open (SIGTERM path)."""
@@ -326,10 +371,16 @@ class Watcher:
                 if last is not None:
                     age = round(max(0.0, time.time() - float(last["created_at"])), 3)
             settle, max_wait = self._timing(e)
+            lingering = attempt is None and e.lingering
             rows.append({
                 "path": e.root,
                 "attempt": _fmt(attempt) if attempt else None,
-                "state": e.state if attempt is not None else "idle",
+                "state": (e.state if attempt is not None
+                          else "lingering" if lingering else "idle"),
+                "ended_attempt": (_fmt(e.last_attempt) if lingering and e.last_attempt
+                                  else None),
+                "linger_left_s": (round(max(0.0, e.linger_mark + self._linger_s() - now), 1)
+                                  if lingering else None),
                 "degraded_reason": e.reason if e.state != "watching" else None,
                 "detail": e.detail if e.state != "watching" else None,
                 "window_open_s": round(now - e.window_first, 3) if e.window_first else None,
@@ -338,8 +389,12 @@ class Watcher:
                 "settle_ms": int(settle * 1000), "max_wait_ms": int(max_wait * 1000),
                 "captures": e.captures,
                 "fast_path": ("on" if e.baseline and e.state == "watching"
-                              and now >= e.fast_off_until else "off"),
+                              and now >= e.fast_off_until and not e.aliased
+                              and (attempt is not None
+                                   or (lingering and not self._linger_stale(e, now)))
+                              else "off"),
                 "fast_captures": e.fast_captures, "drifts": e.drifts,
+                "symlinked_dirs": e.aliased,
             })
         return {"watched": rows,
                 "watcher": {"notifiers": groups, "step_ms": STEP_MS, **self.counters}}
@@ -400,6 +455,7 @@ class Watcher:
                 # Events before this watch existed are unknown: a full scan comes first.
                 entry.baseline = False
                 entry.dirty = set()
+                entry.aliased = False
             self._groups.append(group)
             self._last_group_start = time.monotonic()
             self.counters["groups_started"] += 1
@@ -479,12 +535,14 @@ class Watcher:
         roots: dict[str, list[str]] = {}
         root_events: set[str] = set()
         cookie_prefix = group.cookie_prefix
+        real_dirs: dict[str, str] = {}  # this batch's realpath of each event's directory
         with self._cond:
             # By the group's roots, not the entry's current group: a retiring notifier's last
             # events may predate its successor.
             entries = [e for e in self._entries.values()
-                       if e.attempt is not None and e.root in group.roots and e.watched()]
-            for _change, path in changes:
+                       if (e.attempt is not None or e.lingering) and e.root in group.roots
+                       and e.watched()]
+            for change, path in changes:
                 if path.startswith(cookie_prefix):
                     group.cookie_seen(path[len(cookie_prefix):])
                     continue
@@ -497,15 +555,36 @@ class Watcher:
                     if not path.startswith(root + "/"):
                         continue
                     rel = path[len(root) + 1:]
+                    parent = path.rpartition("/")[0]
+                    if parent != root:
+                        real = real_dirs.get(parent)
+                        if real is None:
+                            real = real_dirs[parent] = os.path.realpath(parent)
+                        real_root = real_dirs.get(root)
+                        if real_root is None:
+                            real_root = real_dirs[root] = os.path.realpath(root)
+                        if real != real_root + parent[len(root):]:
+                            # Reported through a symlinked directory: which path really
+                            # changed is a guess, so the next capture scans.
+                            if not entry.aliased:
+                                log.info("%s has a symlinked directory the notifier follows; "
+                                         "its captures use full stat scans", root)
+                            entry.aliased = entry.overflow = True
+                            entry.dirty = set()
+                            if not real.startswith(real_root + "/"):
+                                continue  # a change outside the worktree: not its content
+                            rel = real[len(real_root) + 1:] + "/" + path.rpartition("/")[2]
                     if _inside_git(rel):
                         continue
                     # Every path goes to the fast path's set (a tracked file may match an
                     # ignore rule); only relevant ones open a settle window.
                     if not entry.overflow:
                         entry.dirty.add(rel)
+                        if change == CHANGE_DELETED:
+                            entry.removed.add(rel)
                         if len(entry.dirty) > DIRTY_LIMIT:
                             entry.overflow = True
-                            entry.dirty = set()
+                            entry.dirty, entry.removed = set(), set()
                     if _ignored(entry.matcher, rel):
                         continue
                     bucket = roots.setdefault(root, [])
@@ -519,7 +598,14 @@ class Watcher:
         with self._cond:
             for root, when in stamps.items():
                 entry = self._entries.get(root)
-                if entry is None or entry.attempt is None or not entry.watched():
+                if entry is None or not entry.watched():
+                    continue
+                if entry.attempt is None:
+                    if entry.lingering:
+                        # Passive: no settle window, no tier-2 capture. The event keeps the
+                        # watch alive and asks for a verification (``_due_lingering``).
+                        entry.last_event = max(entry.last_event, when)
+                        entry.linger_mark = max(entry.linger_mark, arrived)
                     continue
                 entry.last_event = max(entry.last_event, when)
                 entry.verify_at = None
@@ -541,6 +627,11 @@ class Watcher:
                 entry.group = None
         named = [e for e in victims if f'"{e.root}/' in message or f'"{e.root}"' in message]
         log.warning("notifier for %d worktree(s) failed: %s", len(victims), message)
+        for entry in [e for e in victims if e.attempt is None]:
+            # Nothing is owed to an ended attempt: a lingering watch just ends (its captures
+            # scan fully again), with no gap.
+            self._drop(entry)
+        victims = [e for e in victims if e.attempt is not None]
         for entry in victims:
             if named and entry not in named:
                 # Its events in the failed batch are lost: rescan, no gap (nothing was missed).
@@ -556,6 +647,10 @@ class Watcher:
     def _check_root(self, root: str) -> None:
         with self._cond:
             entry = self._entries.get(root)
+        if entry is not None and entry.attempt is None and entry.lingering:
+            if _identity(root) != entry.identity:
+                self._drop(entry)  # deleted or replaced: the lingering watch ends, no gap
+            return
         if entry is None or entry.attempt is None or entry.state == "missing":
             return
         identity = _identity(root)
@@ -593,6 +688,9 @@ class Watcher:
 
         scan_every = self.config.scan_interval_s
         for entry in list(self._entries.values()):
+            if entry.attempt is None and entry.lingering:
+                self._due_lingering(entry, now, actions, later)
+                continue
             if entry.attempt is None:
                 if entry.idle_since is not None and now - entry.idle_since >= IDLE_GRACE_S:
                     actions.append(lambda e=entry: self._drop(e))
@@ -675,6 +773,76 @@ class Watcher:
         elif merge is not None:
             later(merge)
         return actions, wake
+
+    def _due_lingering(self, entry: _Entry, now: float, actions: list, later) -> None:
+        """A lingering worktree: ends after ``linger_s`` without events; its root is stat'ed
+        every ``scan_interval_s``; a verification (a full scan compared with the dirty set,
+        recording nothing) follows events, at most every ``verify_interval_s``. A quiet one is
+        never scanned: past ``QUIET_VERIFY_FACTOR`` intervals without a verification or a
+        fresh baseline, ``take`` just stops vouching (``_linger_stale``). Under the lock."""
+        expires = entry.linger_mark + self._linger_s()
+        if now >= expires:
+            actions.append(lambda e=entry: self._drop(e, expired=True))
+            return
+        later(expires)
+        if now >= entry.next_health:
+            entry.next_health = now + self.config.scan_interval_s
+            actions.append(lambda e=entry: self._check_root(e.root))
+        later(entry.next_health)
+        if entry.capturing or not entry.baseline or entry.state != "watching":
+            return
+        every = getattr(self.config, "verify_interval_s", PERIODIC_VERIFY_S)
+        if entry.next_verify == 0.0:
+            entry.next_verify = now + every
+            entry.verified_mark = entry.last_event
+            entry.last_verify = now
+        elif now >= entry.next_verify:
+            entry.next_verify = now + every
+            if entry.last_event != entry.verified_mark:
+                entry.verified_mark = entry.last_event
+                entry.last_verify = now
+                entry.capturing = True  # no capture may start on it meanwhile
+                self._captures.submit(self._verify_lingering, entry)
+        later(entry.next_verify)
+
+    def _verify_lingering(self, entry: _Entry) -> None:
+        """Verify a lingering worktree without recording anything: under the worktree lock,
+        take the dirty set, bring the stat cache up to date with a full scan, and call anything
+        the scan found that no event reported drift (gap, fast path off)."""
+        root = Path(entry.root)
+        try:
+            with self.service.worktree_lock(root):
+                with self._cond:
+                    if not entry.lingering or self._entries.get(entry.root) is not entry:
+                        return
+                reported = self.take(root, "verify")
+                try:
+                    found = self.service.store.worktree(root).capture()
+                except Exception as exc:  # noqa: BLE001 - the watch just stops vouching
+                    self.failed(root)
+                    log.warning("verification of lingering %s failed: %s", root, exc)
+                    if _identity(entry.root) != entry.identity:
+                        self._drop(entry)
+                    return
+            with self._cond:
+                self.counters["verifications"] += 1
+            if reported is not None:
+                missed = set(found.paths) - reported
+                if missed:
+                    self.drift(root, sorted(missed))
+        finally:
+            with self._cond:
+                entry.capturing = False
+                self._cond.notify_all()
+
+    def _linger_s(self) -> float:
+        return float(getattr(self.config, "linger_s", 0.0) or 0.0)
+
+    def _linger_stale(self, entry: _Entry, now: float) -> bool:
+        """Whether a lingering entry has gone too long without a verification or a fresh
+        baseline for its dirty set to be trusted (a quiet one is never scanned to renew it)."""
+        every = getattr(self.config, "verify_interval_s", PERIODIC_VERIFY_S)
+        return now - max(entry.last_verify, entry.baseline_at) >= every * QUIET_VERIFY_FACTOR
 
     def _timing(self, entry: _Entry) -> tuple[float, float]:
         attempt = entry.attempt
@@ -811,10 +979,13 @@ class Watcher:
         entry.matcher = self._matcher(entry.root)
         self._watch_entries([entry])
 
-    def _drop(self, entry: _Entry) -> None:
+    def _drop(self, entry: _Entry, *, expired: bool = False) -> None:
         with self._cond:
             if entry.attempt is not None or self._entries.get(entry.root) is not entry:
                 return
+            if expired and time.monotonic() < entry.linger_mark + self._linger_s():
+                return  # an event arrived since the scheduler looked: it lingers on
+            entry.lingering = False
             del self._entries[entry.root]
             group = entry.group
             entry.group = None
@@ -882,7 +1053,12 @@ class Watcher:
             for entry in entries:
                 if entry.group in old:
                     entry.group = group
+                    # A write made before the new watch existed is queued only in the old
+                    # notifier, which a cookie on the new one proves nothing about: the next
+                    # capture scans (once), and the fast path vouches again from there.
+                    entry.baseline = False
             self._groups = [g for g in self._groups if g not in old] + [group]
+            self.counters["merges"] += 1
             self._last_group_start = max(started_at, self._last_group_start)
             self._merge_not_before = time.monotonic() + MERGE_QUIET_S
         group.start()
@@ -956,7 +1132,7 @@ class Watcher:
     # -- helpers ---------------------------------------------------------------------------
 
     def _gap(self, entry: _Entry, reason: str, detail: str) -> None:
-        attempt = entry.attempt
+        attempt = entry.attempt or (entry.last_attempt if entry.lingering else None)
         key = attempt.key if attempt else None
         self.service.gaps.record(
             reason=reason, detail=detail, run_id=key.run_id if key else None,
@@ -1011,11 +1187,15 @@ class _Group:
             if not self._drain.acquire(timeout=max(0.0, deadline - time.monotonic())):
                 return False
             try:
+                # A capture waits on this: for its first millisecond, poll without sleeping
+                # (the cookie's event usually lands within ~0.1 ms; a sleeping poll takes 2 ms
+                # to hand over a batch), then sleep between polls.
+                spin_until = time.monotonic() + SYNC_SPIN_S
                 while not seen.is_set():
                     if time.monotonic() > deadline or self.retired:
                         return False
                     # Drains what is queued now (waits about a millisecond at most).
-                    self._take_and_dispatch()
+                    self._take_and_dispatch(0 if time.monotonic() < spin_until else 1)
             finally:
                 self._drain.release()
             return True
@@ -1026,10 +1206,11 @@ class _Group:
             with contextlib.suppress(OSError):
                 path.unlink()
 
-    def _take_and_dispatch(self) -> None:
-        """Take what the notifier has queued and dispatch it (caller holds ``_drain``). The
-        notifier sleeps one millisecond first, without the GIL, so this never spins."""
-        changes = self.notify.watch(0, 1, 1, None)
+    def _take_and_dispatch(self, step_ms: int = 1) -> None:
+        """Take what the notifier has queued and dispatch it (caller holds ``_drain``). With
+        ``step_ms`` 1 the notifier sleeps a millisecond first, without the GIL, so this never
+        spins; 0 (``sync``'s first millisecond only) polls without sleeping."""
+        changes = self.notify.watch(0, step_ms, 1, None)
         if isinstance(changes, set) and changes:
             faults.delay("dispatch")
             self.watcher.dispatch(self, changes)
@@ -1088,6 +1269,26 @@ def _identity(root: str) -> tuple[int, int] | None:
     if not stat.S_ISDIR(st.st_mode):
         return None
     return st.st_dev, st.st_ino
+
+
+def _type_changed(root: str, changed: set[str], removed: set[str]) -> bool:
+    """Whether a path changed type (file or link <-> directory) since the last capture: such a
+    change always deletes the path first. The fast path's per-path update does not handle it
+    (a directory holding only ignored files where a file was, or a file where a directory was,
+    leaves stale entries), so the capture scans instead."""
+    parents: set[str] | None = None
+    for rel in removed:
+        try:
+            st = os.lstat(os.path.join(root, rel))
+        except OSError:
+            continue  # gone: a plain deletion
+        if stat.S_ISDIR(st.st_mode):
+            return True  # deleted, then a directory: perhaps a file before
+        if parents is None:
+            parents = {p[:i] for p in changed for i, c in enumerate(p) if c == "/"}
+        if rel in parents:
+            return True  # a file or link now, and paths below it changed: a directory before
+    return False
 
 
 def _inside_git(rel: str) -> bool:

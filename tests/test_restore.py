@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Daemon, Env, git, make_git_worktree
+from conftest import QUIET_WATCHER, Daemon, Env, git, make_git_worktree
 
 # -- helpers -------------------------------------------------------------------------------------
 
@@ -504,7 +504,7 @@ def test_python_api_for_engines(sd_env: Env, tmp_path: Path) -> None:
         assert out["plan"] == [{"op": "M", "path": "f"}] and out["target"] == str(wt)
         assert out["safety"] == {"seq": 2, "commit": out["safety"]["commit"], "run_id": "r",
                                  "node_id": "n", "iteration": 0, "attempt": 1,
-                                 "deduped": False}
+                                 "deduped": False, "scan": "full"}  # no watcher here
         # The default target skips safety checkpoints: seq 1, the newest the agent made.
         default = restore_checkpoint(service, run_id="r", node_id="n", force=True)
         assert default["seq"] == 1 and (wt / "f").read_text() == "one"
@@ -516,3 +516,87 @@ def test_python_api_for_engines(sd_env: Env, tmp_path: Path) -> None:
         assert (tmp_path / "copy" / "f").read_text() == "one"
     finally:
         service.close()
+
+
+# -- the lingering watch: restore after the attempt ended -----------------------------------------
+
+
+def _attempt_then_end(d: Daemon, wt: Path) -> dict:
+    """An attempt as an engine runs it: begun (watched), captured twice, ended. Returns seq 0."""
+    with d.client() as c:
+        c.attempt_begin("r", "n", str(wt))
+        cp0 = c.snapshot(str(wt), run_id="r", node_id="n")
+        (wt / "src" / "app.py").write_text("print('agent')\n")
+        (wt / "agent-new.txt").write_text("made by the agent\n")
+        c.snapshot(str(wt), run_id="r", node_id="n")
+        c.attempt_end("r", "n")
+    return cp0
+
+
+def _captured(wt: Path) -> dict[str, tuple]:
+    return {k: v for k, v in files_only(disk_state(wt)).items() if k not in IGNORED}
+
+
+def _watched(d: Daemon, wt: Path) -> dict | None:
+    with d.client() as c:
+        rows = [w for w in c.status()["watched"] if w["path"] == str(wt)]
+    return rows[0] if rows else None
+
+
+def test_after_the_attempt_ends_a_restore_takes_the_fast_path_and_is_exact(
+        sd_env: Env, tmp_path: Path) -> None:
+    wt = build_worktree(tmp_path / "wt")
+    # A symlinked directory makes the notifier report changes under the link's path, which
+    # turns the fast path off for the whole watch (test_watcher covers that): a file link here.
+    (wt / "dirlink").unlink()
+    os.symlink("run.sh", wt / "dirlink")
+    d = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
+    try:
+        cp0 = _attempt_then_end(d, wt)
+        row = _watched(d, wt)
+        assert row is not None and row["state"] == "lingering", row
+        assert row["ended_attempt"] == "r/n/0/1" and row["attempt"] is None
+        # Changes made while lingering: they must be in the safety checkpoint.
+        (wt / "README.md").write_text("edited after the attempt ended\n")
+        (wt / "later" / "deep").mkdir(parents=True)
+        (wt / "later" / "deep" / "new.txt").write_text("new after the end\n")
+        (wt / "sub" / "keep.txt").unlink()
+        ignored_before = {p: (wt / p).read_bytes() for p in IGNORED}
+        pre_restore = _captured(wt)
+        with d.client() as c:
+            r = c.restore(run_id="r", node_id="n", seq=cp0["seq"])  # no --force: ended
+        assert r["scan"] == "fast" and r["safety"]["scan"] == "fast", r
+        assert _captured(wt) == checkpoint_state(sd_env, cp0["commit"])
+        assert {p: (wt / p).read_bytes() for p in IGNORED} == ignored_before
+        # The safety checkpoint is the true state before the restore, lingering changes too.
+        safety = checkpoint_state(sd_env, r["safety"]["commit"])
+        assert safety == pre_restore
+        assert safety["README.md"] == ("file", b"edited after the attempt ended\n", False)
+        # The undo also runs on the fast path, and brings every lingering change back.
+        with d.client() as c:
+            undo = c.restore(run_id="r", node_id="n", seq=r["safety"]["seq"], force=True)
+            seqs = [cp["seq"] for cp in c.list("r")["checkpoints"]]
+        assert undo["scan"] == "fast"
+        assert _captured(wt) == pre_restore
+        # Nothing but restores' safety checkpoints was recorded after the end: no tier-2.
+        assert seqs == [0, 1, r["safety"]["seq"], undo["safety"]["seq"]]
+    finally:
+        d.stop()
+
+
+def test_linger_off_means_unwatched_and_still_exact(sd_env: Env, tmp_path: Path) -> None:
+    wt = build_worktree(tmp_path / "wt")
+    d = Daemon(sd_env, extra_env=dict(QUIET_WATCHER, SNAPSHOTD_LINGER_S="0")).start()
+    try:
+        cp0 = _attempt_then_end(d, wt)
+        row = _watched(d, wt)
+        assert row is None or row["state"] == "idle", row
+        (wt / "README.md").write_text("edited after the attempt ended\n")
+        pre_restore = _captured(wt)
+        with d.client() as c:
+            r = c.restore(run_id="r", node_id="n", seq=cp0["seq"])
+        assert r["scan"] == "full", r
+        assert _captured(wt) == checkpoint_state(sd_env, cp0["commit"])
+        assert checkpoint_state(sd_env, r["safety"]["commit"]) == pre_restore
+    finally:
+        d.stop()

@@ -365,3 +365,110 @@ def test_flush_cli_and_ended_or_superseded_attempts_are_never_captured(
     out = subprocess.run([sys.executable, "-m", "snapshotd", "flush", "--cwd", str(wt)],
                          env=sd_env.environ(), capture_output=True)
     assert out.returncode == 3 and b"snapshotd serve" in out.stderr
+
+
+def test_a_lingering_watch_records_nothing_verifies_and_ends(sd_env: Env, tmp_path: Path) -> None:
+    """After its attempt ends a worktree stays passively watched: changes open no window and
+    record nothing, a verification (a full scan, recording nothing) still finds a write no event
+    reported, and the watch ends after ``linger_s`` without events or when the worktree goes."""
+    wt = make_git_worktree(tmp_path / "wt")
+    (wt / "a.txt").write_text("before\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.link(wt / "a.txt", outside / "alias.txt")  # a write through it raises no event in wt
+    gone = make_git_worktree(tmp_path / "gone")
+    env = {"SNAPSHOTD_SETTLE_MS": "100", "SNAPSHOTD_MAX_WAIT_MS": "300",
+           "SNAPSHOTD_VERIFY_INTERVAL_S": "1", "SNAPSHOTD_LINGER_S": "6", **WATCH_ENV}
+    d = Daemon(sd_env, extra_env=env).start()
+    try:
+        with d.client() as c:
+            for run, root in (("linger", wt), ("gone", gone)):
+                c.attempt_begin(run, "n", str(root))
+                c.snapshot(str(root), run_id=run, node_id="n")
+                c.attempt_end(run, "n")
+        row = watched_row(d, wt)
+        assert row is not None and row["state"] == "lingering", row
+        assert row["ended_attempt"] == "linger/n/0/1" and row["fast_path"] == "on"
+        assert watched_row(d, gone)["state"] == "lingering"
+        count = len(checkpoints(d, "linger"))
+        # A deleted worktree ends its lingering watch, with no gap (nothing was owed to it).
+        shutil.rmtree(gone)
+        assert wait_for(lambda: watched_row(d, gone) is None, timeout=4)
+        (wt / "b.txt").write_text("b\n")  # an event: a verification follows
+        with open(outside / "alias.txt", "w") as f:
+            f.write("changed behind the watcher's back\n")
+        assert wait_for(lambda: [g for g in sd_env.read_gaps()
+                                 if g["reason"] == "watcher-drift"], timeout=10)
+        [gap] = [g for g in sd_env.read_gaps() if g["reason"] == "watcher-drift"]
+        assert "a.txt" in gap["detail"] and gap["run_id"] == "linger"
+        row = watched_row(d, wt)
+        assert row["state"] == "lingering" and row["fast_path"] == "off" and row["drifts"] == 1
+        assert len(checkpoints(d, "linger")) == count  # no window, no tier-2 checkpoint
+        assert not [g for g in sd_env.read_gaps() if g["reason"] == "worktree-missing"]
+        # No event for linger_s: the watch ends.
+        assert wait_for(lambda: watched_row(d, wt) is None, timeout=20)
+    finally:
+        d.stop()
+
+
+def test_a_symlinked_directory_turns_the_fast_path_off_and_captures_stay_exact(
+        sd_env: Env, tmp_path: Path) -> None:
+    """The notifier follows a symlink to a directory when it walks, and then reports the real
+    directory's changes under the link's path; such a watch must not feed the fast path."""
+    from conftest import QUIET_WATCHER
+
+    wt = make_git_worktree(tmp_path / "wt")
+    (wt / "src").mkdir()
+    (wt / "src" / "app.py").write_text("v1\n")
+    os.symlink("src", wt / "dirlink")
+    d = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
+    try:
+        with d.client() as c:
+            c.attempt_begin("alias", "n", str(wt))
+            c.snapshot(str(wt), run_id="alias", node_id="n")
+            (wt / "src" / "app.py").write_text("v2\n")
+            r = c.snapshot(str(wt), run_id="alias", node_id="n")
+        assert r["scan"] == "full"
+        assert r["tree"] == scratch_tree(wt, tmp_path / "oracle")
+        assert r["changes"] == {"added": 0, "modified": 1, "deleted": 0}
+        row = watched_row(d, wt)
+        assert row["symlinked_dirs"] is True and row["fast_path"] == "off"
+    finally:
+        d.stop()
+
+
+def test_a_path_that_changes_type_is_captured_exactly(sd_env: Env, tmp_path: Path) -> None:
+    """File -> directory (even one holding only ignored files) and directory -> file: the
+    per-path update of the fast path cannot express these, so such a capture scans."""
+    from conftest import QUIET_WATCHER
+
+    wt = make_git_worktree(tmp_path / "wt")
+    (wt / ".gitignore").write_text("*.log\n")
+    (wt / "f2d").write_text("file\n")
+    (wt / "f2ign").write_text("file\n")
+    (wt / "d2f").mkdir()
+    (wt / "d2f" / "x").write_text("x\n")
+    (wt / "plain.txt").write_text("plain\n")
+    d = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
+    try:
+        with d.client() as c:
+            c.attempt_begin("types", "n", str(wt))
+            c.snapshot(str(wt), run_id="types", node_id="n")
+            steps = [
+                lambda: ((wt / "f2d").unlink(), (wt / "f2d").mkdir(),
+                         (wt / "f2d" / "in").write_text("in\n")),
+                lambda: (shutil.rmtree(wt / "d2f"), (wt / "d2f").write_text("a file now\n")),
+                lambda: ((wt / "f2ign").unlink(), (wt / "f2ign").mkdir(),
+                         (wt / "f2ign" / "a.log").write_text("ignored\n")),
+            ]
+            for n, step in enumerate(steps):
+                step()
+                r = c.snapshot(str(wt), run_id="types", node_id="n")
+                assert r["scan"] == "full", n
+                assert r["tree"] == scratch_tree(wt, tmp_path / f"oracle{n}"), n
+            (wt / "plain.txt").write_text("edited\n")  # an ordinary edit: fast again
+            r = c.snapshot(str(wt), run_id="types", node_id="n")
+            assert r["scan"] == "fast"
+            assert r["tree"] == scratch_tree(wt, tmp_path / "oracle-last")
+    finally:
+        d.stop()
