@@ -5,7 +5,10 @@ Owns, for attempts that name an owner process (``attempt_begin … owner_pid``, 
 capture of what it left, marks the attempt ``abandoned`` (with its final pointer), stops watching
 the worktree, and from then on the service fences captures naming it (DESIGN §7). Owns
 ``attempt_begin … resume: true``: the worktree is first put back to the newest checkpoint of the
-node's previous attempt (through ``snapshotd.restore``), then the new attempt begins. Owns giving
+node's previous attempt (through ``snapshotd.restore``), then the new attempt begins. A different
+directory that already holds files (a fresh ``git worktree add`` or clone) is restored in place
+after the new attempt begins, so the safety checkpoint of what it held is the new attempt's first
+checkpoint; should that restore fail, the new attempt ends ``failed``. Owns giving
 ``attempt_end`` the server's flush hook, so pending tier-2 work lands before the final pointer.
 
 Promises:
@@ -18,7 +21,9 @@ Promises:
 - Abandoning never races a begin or an end: the state changes under the worktree's lock, and
   only an attempt still ``active`` is touched.
 - ``resume`` restores exactly the previous attempt's newest seq as it stood when the request
-  arrived; with no earlier attempt holding a checkpoint, the attempt begins as usual and the
+  arrived (when that attempt is still active in another worktree or on another host sharing the
+  ledger, it is first superseded, so its later captures are fenced, and its newest seq is read
+  after that); with no earlier attempt holding a checkpoint, the attempt begins as usual and the
   reply says ``resumed_from: null``. When ``snapshotd.restore`` is not installed the request
   fails with ``restore-failed`` and no attempt is begun.
 """
@@ -30,6 +35,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -111,8 +117,16 @@ class Engine:
             from snapshotd.replication import verify_handoff
 
             handoff = verify_handoff(self.service, fields)
-        resumed_from = self.resume(fields) if resume else None
-        result = begin(fields)
+        source = self._resume_source(fields) if resume else None
+        if source is not None and source.into_new_attempt:
+            # A directory of its own that already holds files (a fresh `git worktree add` or
+            # clone): the new attempt is begun first, so the restore's safety checkpoint of what
+            # the directory held belongs to it.
+            result = begin(fields)
+            resumed_from = self._restore_into_new_attempt(source, result)
+        else:
+            resumed_from = self._restore_for_resume(source) if source is not None else None
+            result = begin(fields)
         result["resumed_from"] = resumed_from
         if handoff is not None:
             result["handoff"] = handoff
@@ -122,7 +136,14 @@ class Engine:
 
     def resume(self, fields: dict) -> dict | None:
         """Restore the worktree named by ``fields["cwd"]`` to the newest checkpoint of the
-        node's previous attempt. Returns what was restored, or None when nothing was there."""
+        node's previous attempt, without beginning an attempt. Returns what was restored, or
+        None when nothing was there."""
+        source = self._resume_source(fields)
+        return self._restore_for_resume(source) if source is not None else None
+
+    def _resume_source(self, fields: dict) -> _ResumeSource | None:
+        """What a resume restores, and where: the newest checkpoint of the node's newest earlier
+        attempt that has one. An attempt still active in another directory is superseded first."""
         run_id = _valid_id("run_id", fields.get("run_id"))
         node_id = _valid_id("node_id", fields.get("node_id"))
         iteration = _valid_int(fields, "iteration", 0, 0)
@@ -138,30 +159,85 @@ class Engine:
         if previous is None:
             return None
         attempt, checkpoint = previous
-        restore_checkpoint = _load_restore()
+        _load_restore()  # fail before anything changes when restore is unavailable
         target = Path(cwd).resolve()
-        # Same directory: restore in place (with the restore's safety checkpoint). An engine
-        # that gives each attempt a fresh worktree gets the state copied into the new one.
-        to = None if target == Path(attempt.worktree) else str(target)
+        fenced = None
+        if attempt.state == ACTIVE and Path(attempt.worktree) != target:
+            # The node moves on from an attempt still active elsewhere (another worktree, or
+            # another host sharing the ledger): it is superseded before its state is copied,
+            # so its later captures are fenced, never silently left out of the new attempt.
+            fenced = self._supersede(attempt)
+            current = ledger.last_checkpoint(attempt.pk)
+            if current is not None:
+                checkpoint = current
+        elsewhere = target != Path(attempt.worktree)
+        return _ResumeSource(attempt=attempt, checkpoint=checkpoint, target=target,
+                             fenced=fenced,
+                             into_new_attempt=elsewhere and _non_empty_dir(target))
+
+    def _restore_for_resume(self, source: _ResumeSource) -> dict:
+        """Same directory: restore in place (with the restore's safety checkpoint). A new or
+        empty directory gets the checkpoint materialized into it."""
+        to = None if source.target == Path(source.attempt.worktree) else str(source.target)
+        return self._run_restore(source, to=to, into=None)
+
+    def _restore_into_new_attempt(self, source: _ResumeSource, begun: dict) -> dict:
+        key = AttemptKey(begun["run_id"], begun["node_id"], begun["iteration"], begun["attempt"])
+        new = self.service.ledger.get_attempt(key)
+        assert new is not None
+        try:
+            return self._run_restore(source, to=None, into=new)
+        except ServiceError:
+            # The attempt was begun for a resume that did not happen: it must not look like
+            # one that works from the resumed state.
+            self.service.ledger.set_attempt_state(key, "failed", ended=True)
+            ended = self.service.ledger.get_attempt(key)
+            if ended is not None:
+                self.service.notify_inactive(ended)
+            raise
+
+    def _run_restore(self, source: _ResumeSource, *, to: str | None,
+                     into: Attempt | None) -> dict:
+        attempt, checkpoint, target = source.attempt, source.checkpoint, source.target
+        k = attempt.key
+        restore_checkpoint = _load_restore()
         try:
             outcome = restore_checkpoint(
-                self.service, run_id=run_id, node_id=node_id, iteration=iteration,
-                attempt=attempt.key.attempt, seq=checkpoint["seq"], to=to, force=True)
+                self.service, run_id=k.run_id, node_id=k.node_id, iteration=k.iteration,
+                attempt=k.attempt, seq=checkpoint["seq"], to=to, into=into, force=True)
         except ServiceError:
             raise
         except Exception as exc:  # noqa: BLE001 - reported to the caller, never a daemon crash
-            log.exception("resume of %s/%s failed", run_id, node_id)
-            raise ServiceError("restore-failed", f"could not restore attempt "
-                               f"{attempt.key.attempt} seq {checkpoint['seq']} into {target}: "
+            log.exception("resume of %s/%s failed", k.run_id, k.node_id)
+            raise ServiceError("restore-failed", f"could not restore attempt {k.attempt} seq "
+                               f"{checkpoint['seq']} into {target}: "
                                f"{type(exc).__name__}: {exc}") from exc
-        log.info("resumed %s/%s/%d from attempt %d seq %d into %s", run_id, node_id, iteration,
-                 attempt.key.attempt, checkpoint["seq"], target)
+        log.info("resumed %s/%s/%d from attempt %d seq %d into %s", k.run_id, k.node_id,
+                 k.iteration, k.attempt, checkpoint["seq"], target)
         # A summary only: the restore's full plan lists every path and could overflow a frame.
-        summary = {k: outcome.get(k) for k in _RESTORE_SUMMARY} if isinstance(outcome, dict) \
-            else None
-        return {"attempt": attempt.key.attempt, "seq": checkpoint["seq"],
+        summary = {key: outcome.get(key) for key in _RESTORE_SUMMARY} \
+            if isinstance(outcome, dict) else None
+        return {"attempt": k.attempt, "seq": checkpoint["seq"],
                 "commit": checkpoint["commit"], "tree": checkpoint["tree"],
-                "worktree": str(target), "restore": summary}
+                "worktree": str(target), "restore": summary, "fenced": source.fenced}
+
+    def _supersede(self, attempt: Attempt) -> str | None:
+        """Mark an active attempt superseded under its worktree's lock; its name, or None if it
+        ended meanwhile."""
+        ledger = self.service.ledger
+        with self.service.worktree_lock(Path(attempt.worktree)):
+            current = ledger.get_attempt(attempt.key)
+            if current is None or current.state != ACTIVE:
+                return None
+            last = ledger.last_checkpoint(current.pk)
+            ledger.set_attempt_state(current.key, "superseded", ended=True,
+                                     final_commit=last["commit"] if last else None)
+            ledger.bump_epoch(current.worktree)
+            ended = ledger.get_attempt(current.key)
+        if ended is not None:
+            self.service.notify_inactive(ended)
+        k = current.key
+        return f"{k.run_id}/{k.node_id}/{k.iteration}/{k.attempt}"
 
     def check_owners(self) -> list[Attempt]:
         """One pass of the monitor: abandon every active attempt whose owner is gone."""
@@ -257,6 +333,23 @@ def owner_state(pid: int, since: float) -> str:
         return GONE
     except psutil.AccessDenied:
         return ALIVE
+
+
+@dataclass
+class _ResumeSource:
+    attempt: Attempt  # the earlier attempt resumed from
+    checkpoint: dict  # its newest checkpoint row
+    target: Path  # the new attempt's worktree
+    fenced: str | None  # the attempt superseded to resume, if it was still active
+    into_new_attempt: bool  # restore in place into the new attempt's own (non-empty) directory
+
+
+def _non_empty_dir(path: Path) -> bool:
+    try:
+        with os.scandir(path) as entries:
+            return any(True for _ in entries)
+    except OSError:
+        return False
 
 
 def _load_restore() -> Callable[..., dict]:

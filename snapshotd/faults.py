@@ -8,7 +8,8 @@ Owns ``SNAPSHOTD_CRASH_AT``, ``SNAPSHOTD_DELAY_AT`` and ``SNAPSHOTD_FAULT_FILE``
   ``before-reply``; of a restore: ``restore-mid``.
 - ``SNAPSHOTD_DELAY_AT=<point>:<ms>`` (read once at start): ``delay(<point>)`` sleeps that long,
   widening a race window so a test can show it is closed. Points: ``dispatch`` (a watcher batch
-  taken off the notifier's queue, not yet dispatched).
+  taken off the notifier's queue, not yet dispatched), ``before-row`` (a capture's commit
+  written, its ledger row not yet).
 - ``SNAPSHOTD_FAULT_FILE=<path>``: while that file exists, each line ``<seam>=<ERRNO>`` (seams
   ``objects``, ``ledger``, ``gaps``; errno names such as ``ENOSPC`` or ``EIO``) makes
   ``check(<seam>)`` raise that ``OSError``. Deleting the file clears the fault at once, so a test

@@ -165,6 +165,11 @@ class LedgerUnavailable(LedgerError):
     """The ledger cannot be opened or reached (no psycopg, PostgreSQL down, bad URL)."""
 
 
+class SeqConflict(LedgerError):
+    """A checkpoint row whose seq is not after the attempt's last one: another daemon sharing
+    the ledger recorded into this attempt first."""
+
+
 class DuplicateToolCall(LedgerError):
     """A checkpoint for a tool call that already has one in this attempt (another daemon won)."""
 
@@ -213,6 +218,13 @@ def describe_ledger(home: Path, config: Config | None = None) -> str:
     if _scheme(url) in POSTGRES_SCHEMES:
         return redact_url(url)
     return str(_sqlite_path(url))
+
+
+def _file_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _scheme(url: str) -> str:
@@ -277,6 +289,17 @@ class Ledger:
     def set_full_durability(self, full: bool) -> None:
         with self._lock:
             self.backend.set_full_durability(full)
+
+    def size_bytes(self) -> int | None:
+        """What the ledger occupies: the SQLite file with its WAL and shared-memory files, or
+        the PostgreSQL database's ``pg_database_size``. None when it cannot be read now."""
+        if self.path is not None:
+            return sum(_file_size(Path(f"{self.path}{suffix}")) for suffix in ("", "-wal", "-shm"))
+        try:
+            row = self._one("SELECT pg_database_size(current_database()) AS bytes")
+        except Exception:  # noqa: BLE001 - a size for status, never worth an error
+            return None
+        return int(row["bytes"]) if row else None
 
     def schema_version(self) -> int:
         row = self._one("SELECT version FROM schema_version")
@@ -377,7 +400,7 @@ class Ledger:
     def record_checkpoint(self, attempt: Attempt, row: dict) -> None:
         """Insert one checkpoint row (and its tool call) in one transaction.
 
-        Raises ``LedgerError`` when ``row["seq"]`` is not after the attempt's last seq and
+        Raises ``SeqConflict`` when ``row["seq"]`` is not after the attempt's last seq and
         ``DuplicateToolCall`` when its tool call already has a checkpoint; both are decided under
         the attempt's row lock, so racing daemons cannot both pass.
         """
@@ -393,10 +416,11 @@ class Ledger:
                 " (SELECT seq FROM tool_calls WHERE attempt_pk=? AND tool_use_id=?) AS t",
                 (attempt.pk, attempt.pk, tool_use_id)).fetchone()
             last = found["s"]
-            if last is not None and row["seq"] <= last:
-                raise LedgerError(f"seq {row['seq']} is not after the attempt's last seq {last}")
+            # The tool call first: a racing daemon that recorded it also took the seq.
             if tool_use_id and found["t"] is not None:
                 raise DuplicateToolCall(tool_use_id, int(found["t"]))
+            if last is not None and row["seq"] <= last:
+                raise SeqConflict(f"seq {row['seq']} is not after the attempt's last seq {last}")
             db.execute(
                 "INSERT INTO checkpoints (attempt_pk, run_id, node_id, iteration, attempt, seq,"
                 " commit_id, tree, parent, source, tier, label, tool_use_id, worktree, added,"

@@ -59,12 +59,10 @@ class Metrics:
     def fields(self) -> dict:
         home = Path(self.service.home)
         store_path = Path(getattr(self.service.store, "path", home / "store.git"))
-        ledger = home / "snapshotd.db"
         return {
             "store_bytes": self._tree_bytes(store_path),
             "stat_cache_bytes": self._tree_bytes(home / "worktrees"),
-            "ledger_bytes": sum(_size(Path(f"{ledger}{suffix}"))
-                                for suffix in ("", "-wal", "-shm")),
+            "ledger_bytes": self._ledger_bytes(),
             "gap_spool": self._spool.snapshot(),
             "process": self._process(),
             "config": {**_plain(self.config.as_dict()),
@@ -73,6 +71,17 @@ class Metrics:
                 logging.getLogger("snapshotd").getEffectiveLevel()).lower(),
             "worktrees": self._worktrees(),
         }
+
+    def _ledger_bytes(self) -> int | None:
+        # A PostgreSQL size is a query: reused for SIZE_TTL_S like the tree walks.
+        key = Path("<ledger>")
+        now = time.monotonic()
+        cached = self._sizes.get(key)
+        if cached is not None and now - cached[0] < SIZE_TTL_S:
+            return cached[1]
+        size = self.service.ledger.size_bytes()
+        self._sizes[key] = (now, size)
+        return size
 
     def _tree_bytes(self, path: Path) -> int | None:
         # A walk of a store with many loose objects costs tens of ms; `watch snapshotd status`

@@ -29,8 +29,15 @@ import pygit2
 from snapshotd import __version__, faults
 from snapshotd.config import Config
 from snapshotd.gaps import GapSpool
-from snapshotd.ledger import ACTIVE, Attempt, Ledger, open_ledger
-from snapshotd.store import AttemptKey, CheckpointMeta, Store, StoreError, parse_trailers
+from snapshotd.ledger import ACTIVE, Attempt, DuplicateToolCall, Ledger, SeqConflict, open_ledger
+from snapshotd.store import (
+    AttemptKey,
+    CheckpointMeta,
+    Store,
+    StoreError,
+    parse_trailers,
+    tree_changes,
+)
 from snapshotd_client.paths import gaps_path
 from snapshotd_client.protocol import validate_id, validate_int
 
@@ -396,21 +403,41 @@ class Service:
                 self.counters["dedups"] += 1
                 return self._reply(attempt, {"seq": seq, "commit": str(head.id),
                                              "tree": capture.tree}, deduped=True,
-                                   started=started, skipped=capture.skipped, tier=req.tier)
+                                   started=started, skipped=capture.skipped, tier=req.tier,
+                                   scan="full" if capture.full_scan else "fast")
         seq = self._next_seq(head, last)
         added, modified, deleted = self._changes(head, capture.tree)
         meta = CheckpointMeta(key=attempt.key, seq=seq, tier=req.tier, source=req.source,
                               worktree=str(root), label=req.label, tool_use_id=req.tool_use_id)
+        parent = str(head.id) if head else None
+        commit = None
         try:
-            commit = self.store.commit(meta, capture.tree, str(head.id) if head else None)
+            commit = self.store.commit(meta, capture.tree, parent)
             row = {"seq": seq, "commit": commit, "tree": capture.tree,
                    "parent": str(head.id) if head else None, "source": req.source,
                    "tier": req.tier, "label": req.label, "tool_use_id": req.tool_use_id,
                    "worktree": str(root), "added": added, "modified": modified,
                    "deleted": deleted, "created_at": time.time(),
                    "skipped": _json(capture.skipped) if capture.skipped else None}
+            faults.delay("before-row")
             self.ledger.record_checkpoint(attempt, row)
             faults.crash_point("after-row")
+        except DuplicateToolCall as exc:
+            # Another daemon sharing the ledger recorded this tool call first: its checkpoint
+            # is the answer, and ours never happened (a row-less ref would be "repaired" later).
+            assert commit is not None
+            self.store.rewind(attempt.key, commit, parent)
+            winner = self.ledger.tool_call(attempt.pk, exc.tool_use_id)
+            self.counters["repeats"] += 1
+            return self._reply(attempt, winner or {"seq": exc.seq, "commit": None,
+                                                   "tree": None},
+                               deduped=True, repeated=True, started=started)
+        except SeqConflict as exc:
+            assert commit is not None
+            self.store.rewind(attempt.key, commit, parent)
+            self._gap(req, attempt, "commit-failed", f"another daemon recorded into "
+                      f"{_fmt(attempt.key)} at the same time: {exc}")
+            raise ServiceError("capture-failed", f"could not record the checkpoint: {exc}") from exc
         except Exception as exc:  # noqa: BLE001
             self._gap(req, attempt, "commit-failed", f"{type(exc).__name__}: {exc}")
             raise ServiceError("capture-failed", f"could not record the checkpoint: {exc}") from exc
@@ -423,11 +450,12 @@ class Service:
         return self._reply(attempt, {"seq": seq, "commit": commit, "tree": capture.tree},
                            deduped=False, started=started, skipped=capture.skipped,
                            changes={"added": added, "modified": modified, "deleted": deleted},
-                           tier=req.tier)
+                           tier=req.tier, scan="full" if capture.full_scan else "fast")
 
     def _reply(self, attempt: Attempt, cp: dict, *, deduped: bool, started: float,
                repeated: bool = False, skipped: list | None = None,
-               changes: dict | None = None, tier: int | None = None) -> dict:
+               changes: dict | None = None, tier: int | None = None,
+               scan: str | None = None) -> dict:
         elapsed = (time.perf_counter() - started) * 1000
         if tier is not None:
             samples = self.latencies[tier]
@@ -441,6 +469,8 @@ class Service:
                    changes=changes or {"added": 0, "modified": 0, "deleted": 0})
         if repeated:
             out["repeated"] = True
+        if scan is not None:
+            out["scan"] = scan  # "fast" (the watcher's changed paths) or "full" (a stat scan)
         return out
 
     def _attribute(self, req: SnapshotRequest) -> Attempt:
@@ -589,14 +619,8 @@ class Service:
     def _changes(self, head: pygit2.Commit | None, tree: str) -> tuple[int, int, int]:
         """Files added, modified and deleted against the previous checkpoint: walks only the
         subtrees whose ids differ, so the cost follows the change."""
-        repo = self.store.repo
         with self.store._lock:
-            new_tree = repo[tree].peel(pygit2.Tree)
-            if head is None:
-                return _count_blobs(repo, new_tree), 0, 0
-            counts = [0, 0, 0]
-            _tree_changes(repo, head.tree, new_tree, counts)
-        return counts[0], counts[1], counts[2]
+            return tree_changes(self.store.repo, str(head.tree_id) if head else None, tree)
 
     def _head_commit(self, attempt: Attempt) -> str | None:
         head = self.store.head(attempt.key)
@@ -615,39 +639,6 @@ class Service:
                 listener(attempt)
             except Exception:  # noqa: BLE001
                 log.exception("attempt-inactive listener failed for %s", attempt.worktree)
-
-
-def _tree_changes(repo: pygit2.Repository, old: pygit2.Tree, new: pygit2.Tree,
-                  counts: list[int]) -> None:
-    """Add (added, modified, deleted) file counts between two trees into ``counts``."""
-    before = {e.name: e for e in old}
-    after = {e.name: e for e in new}
-    for name, entry in after.items():
-        prev = before.get(name)
-        if prev is None:
-            counts[0] += _count_blobs(repo, entry) if entry.type_str == "tree" else 1
-        elif prev.id != entry.id or prev.filemode != entry.filemode:
-            if prev.type_str == "tree" and entry.type_str == "tree":
-                _tree_changes(repo, repo[prev.id], repo[entry.id], counts)
-            elif prev.type_str == "tree":
-                counts[2] += _count_blobs(repo, prev)
-                counts[0] += 1
-            elif entry.type_str == "tree":
-                counts[2] += 1
-                counts[0] += _count_blobs(repo, entry)
-            else:
-                counts[1] += 1
-    for name, entry in before.items():
-        if name not in after:
-            counts[2] += _count_blobs(repo, entry) if entry.type_str == "tree" else 1
-
-
-def _count_blobs(repo: pygit2.Repository, obj: pygit2.Object) -> int:
-    tree = repo[obj.id] if not isinstance(obj, pygit2.Tree) else obj
-    total = 0
-    for entry in tree:
-        total += _count_blobs(repo, entry) if entry.type_str == "tree" else 1
-    return total
 
 
 def list_run(ledger: Ledger, gaps: GapSpool, run_id: str, node_id: str | None = None,

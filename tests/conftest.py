@@ -1,12 +1,20 @@
 """Shared fixtures: a private home and socket per test, the daemon as a real subprocess,
-real git worktrees, and the real hook payload fixtures."""
+real git worktrees, and the real hook payload fixtures.
+
+Every test that takes ``sd_env`` (and so every daemon test) runs once per ledger backend named
+by ``--ledgers`` (default ``sqlite,postgres``; env ``SNAPSHOTD_TEST_LEDGERS``): ``[sqlite]`` is
+the embedded default, ``[postgres]`` points the daemon and the CLI at a fresh database of a
+throwaway PostgreSQL cluster (``conftest_pg``) through ``SNAPSHOTD_LEDGER_URL``. Where
+PostgreSQL or psycopg is missing the ``[postgres]`` variants skip, saying why."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -15,7 +23,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest_pg import pg_cluster, pg_url  # noqa: F401 - fixtures used by name
 
+LEDGER_BACKENDS = ("sqlite", "postgres")
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES_CANDIDATES = [REPO.parent / "shared" / "fixtures", REPO / "shared" / "fixtures"]
 
@@ -33,11 +43,34 @@ def load_payloads(relative: str) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-class Env:
-    """A private snapshotd world: home, socket, gap spool, config dir."""
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--ledgers", default=os.environ.get("SNAPSHOTD_TEST_LEDGERS",
+                                                         ",".join(LEDGER_BACKENDS)),
+                     help="comma-separated ledger backends the daemon tests run against "
+                          "(sqlite, postgres)")
 
-    def __init__(self, root: Path) -> None:
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "ledger_backend" not in metafunc.fixturenames:
+        return
+    chosen = [b.strip() for b in metafunc.config.getoption("--ledgers").split(",") if b.strip()]
+    unknown = sorted(set(chosen) - set(LEDGER_BACKENDS))
+    if unknown or not chosen:
+        raise pytest.UsageError(f"--ledgers: unknown backend(s) {unknown}; "
+                                f"choose from {', '.join(LEDGER_BACKENDS)}")
+    if "pg_url" in inspect.signature(metafunc.function).parameters:
+        # A PostgreSQL test of its own (it names pg_url): its Env runs on that database only.
+        chosen = [b for b in chosen if b == "postgres"]
+    metafunc.parametrize("ledger_backend", chosen)
+
+
+class Env:
+    """A private snapshotd world: home, socket, gap spool, config dir, and the ledger (the
+    SQLite file under home, or a PostgreSQL database when ``ledger_url`` is given)."""
+
+    def __init__(self, root: Path, ledger_url: str = "") -> None:
         self.root = root
+        self.ledger_url = ledger_url
         self.home = root / "home"
         self.sockdir = Path(tempfile.mkdtemp(prefix="sd", dir="/tmp"))
         self.socket = self.sockdir / "s.sock"
@@ -48,6 +81,8 @@ class Env:
             "SNAPSHOTD_AUTOSTART": "0",
             "XDG_CONFIG_HOME": str(root / "config"),
         }
+        if ledger_url:
+            self.vars["SNAPSHOTD_LEDGER_URL"] = ledger_url
 
     def environ(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items()
@@ -55,6 +90,36 @@ class Env:
         env.update(self.vars)
         env.update(extra)
         return env
+
+    def ledger_query(self, sql: str, params: tuple = ()) -> list[dict]:
+        """Rows of a read-only query on the ledger, read with the backend's own driver (not our
+        ledger code). Write the SQL with ``?`` placeholders."""
+        if self.ledger_url:
+            import psycopg
+            from psycopg.rows import dict_row
+
+            with psycopg.connect(self.ledger_url, row_factory=dict_row) as conn:
+                return list(conn.execute(sql.replace("?", "%s"), params).fetchall())
+        db = sqlite3.connect(f"file:{self.home / 'snapshotd.db'}?mode=ro", uri=True)
+        db.row_factory = sqlite3.Row
+        try:
+            return [dict(r) for r in db.execute(sql, params).fetchall()]
+        finally:
+            db.close()
+
+    def ledger_intact(self) -> bool:
+        """SQLite: ``PRAGMA integrity_check``. PostgreSQL: the server answers and no checkpoint
+        identity appears twice (its own crash recovery keeps pages consistent)."""
+        if not self.ledger_url:
+            db = sqlite3.connect(self.home / "snapshotd.db")
+            try:
+                return db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+            finally:
+                db.close()
+        dupes = self.ledger_query(
+            "SELECT run_id, node_id, iteration, attempt, seq, count(*) AS n FROM checkpoints "
+            "GROUP BY run_id, node_id, iteration, attempt, seq HAVING count(*) > 1")
+        return dupes == []
 
     def read_gaps(self) -> list[dict]:
         if not self.gaps.exists():
@@ -124,8 +189,9 @@ class Daemon:
 
 
 @pytest.fixture
-def sd_env(tmp_path: Path) -> Iterator[Env]:
-    env = Env(tmp_path)
+def sd_env(tmp_path: Path, ledger_backend: str, request: pytest.FixtureRequest) -> Iterator[Env]:
+    url = request.getfixturevalue("pg_url") if ledger_backend == "postgres" else ""
+    env = Env(tmp_path, ledger_url=url)
     yield env
     shutil.rmtree(env.sockdir, ignore_errors=True)
 

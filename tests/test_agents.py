@@ -389,8 +389,10 @@ def test_eight_racing_hooks_start_exactly_one_daemon(sd_env: Env, tmp_path: Path
 
 def test_first_hook_of_a_session_starts_the_daemon(sd_env: Env, tmp_path: Path) -> None:
     wt = make_git_worktree(tmp_path / "proj")
+    # The autostarted daemon inherits the hook's environment: a long settle window keeps a
+    # tier-2 capture from landing between the hooks (the second would then be a dedup onto it).
     env = sd_env.environ(CLAUDE_PROJECT_DIR=str(wt), SNAPSHOTD_HOOK_TIMEOUT_MS="30000",
-                         SNAPSHOTD_AUTOSTART="1")
+                         SNAPSHOTD_AUTOSTART="1", **QUIET_WATCHER)
     try:
         for i in range(2):
             (wt / "a.txt").write_text(f"a{i}\n")

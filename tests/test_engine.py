@@ -1,7 +1,7 @@
 """The thin engine end to end: ``snapshotd exec`` around a fake agent that edits files and runs
 the real ``snapshot-hook``; attempts begun and ended from the command line; fencing of superseded
 attempts; abandonment when the owner process dies; ``--resume``. Real daemon, real git store;
-the ledger is read back read-only with sqlite3, the store with the git CLI."""
+the ledger is read back with the backend's own driver, the store with the git CLI."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import json
 import os
 import shlex
 import signal
-import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -90,14 +89,7 @@ def listing(env: Env, run_id: str) -> dict:
 
 
 def attempt_rows(env: Env, run_id: str) -> list[dict]:
-    db = sqlite3.connect(f"file:{env.home / 'snapshotd.db'}?mode=ro", uri=True)
-    db.row_factory = sqlite3.Row
-    try:
-        rows = db.execute("SELECT * FROM attempts WHERE run_id=? ORDER BY attempt",
-                          (run_id,)).fetchall()
-        return [dict(r) for r in rows]
-    finally:
-        db.close()
+    return env.ledger_query("SELECT * FROM attempts WHERE run_id=? ORDER BY attempt", (run_id,))
 
 
 def status(env: Env) -> dict:
@@ -423,6 +415,34 @@ def test_resume_continues_from_the_previous_attempts_last_checkpoint(sd_env: Env
                                  "implement", "--cwd", str(fresh), "--resume", "--json").stdout)
     assert begun["attempt"] == 4 and begun["resumed_from"]["attempt"] == 2
     assert worktree_files(fresh) == files_at(sd_env, begun["resumed_from"]["commit"])
+
+
+def test_resume_into_a_fresh_git_worktree_of_its_own(sd_env: Env, daemon: Daemon, agent: Path,
+                                                     tmp_path: Path) -> None:
+    """An engine that gives each attempt a `git worktree add` (a directory that already holds
+    files and .git) gets the state restored in place there: the new attempt's first checkpoint
+    is the safety checkpoint of what the directory held, then the resumed tree."""
+    wt = make_git_worktree(tmp_path / "wt")
+    (wt / "tracked.txt").write_text("at HEAD\n")
+    git(wt, "add", "-A")
+    git(wt, "commit", "-q", "-m", "base")
+    assert run_exec(sd_env, wt, agent, 2, 1, tmp_path / "first.json").returncode == 1
+    last = listing(sd_env, "run-1")["checkpoints"][-1]
+    expected = files_at(sd_env, last["commit"])
+    fresh = tmp_path / "wt-2"
+    git(wt, "worktree", "add", "-q", "--detach", str(fresh))
+    (fresh / "scratch.txt").write_text("made before the resume\n")
+    head_before = git(fresh, "rev-parse", "HEAD")
+    begun = json.loads(snapshotd(sd_env, "attempt", "begin", "--run", "run-1", "--node",
+                                 "implement", "--cwd", str(fresh), "--resume", "--json").stdout)
+    assert begun["attempt"] == 2 and begun["resumed_from"]["seq"] == last["seq"]
+    assert worktree_files(fresh) == expected
+    assert git(fresh, "rev-parse", "HEAD") == head_before  # the user's repository untouched
+    cps = [c for c in listing(sd_env, "run-1")["checkpoints"] if c["attempt"] == 2]
+    assert [c["source"] for c in cps] == ["restore"]
+    assert "scratch.txt" in files_at(sd_env, cps[0]["commit"])  # nothing lost: undo has it
+    restore = begun["resumed_from"]["restore"]
+    assert restore["safety"]["attempt"] == 2 and "--attempt 2" in restore["undo_command"]
 
 
 def test_resume_with_nothing_to_resume_begins_normally(sd_env: Env, daemon: Daemon,

@@ -3,7 +3,6 @@ the daemon keeps serving, the ledger stays sound, the next capture after the fau
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -15,11 +14,7 @@ RUN_ENV = {"SNAPSHOTD_RUN_ID": "faulty", "SNAPSHOTD_NODE_ID": "n"}
 
 
 def integrity_ok(env: Env) -> bool:
-    db = sqlite3.connect(env.home / "snapshotd.db")
-    try:
-        return db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    finally:
-        db.close()
+    return env.ledger_intact()
 
 
 @pytest.fixture

@@ -19,7 +19,6 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
-from conftest_pg import pg_cluster, pg_url  # noqa: F401 - fixtures used by name
 
 from conftest import QUIET_WATCHER, Daemon, Env, claude_payload, make_git_worktree, run_hook
 from snapshotd.ledger import (

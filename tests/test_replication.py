@@ -183,6 +183,9 @@ def test_remote_down_captures_continue_and_catch_up(tmp_path: Path) -> None:
         second = a.status()
         assert second["lag_s"] > first["lag_s"]  # lag grows while the remote is away
         assert second["consecutive_failures"] >= 1
+        human = a.cli("status").stdout
+        assert "3 checkpoint(s) not pushed" in human and "FAILING" in human, human
+        assert f"{RUN}/{NODE}/0/1: 3 unpushed" in human
         # The remote appears: everything replicates, nothing lost.
         subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
         wait_replicated(a, remote, ref_of(), timeout=40)
@@ -191,6 +194,7 @@ def test_remote_down_captures_continue_and_catch_up(tmp_path: Path) -> None:
         while a.status()["unpushed_checkpoints"] and time.monotonic() < deadline:
             time.sleep(0.05)
         assert a.status()["unpushed_checkpoints"] == 0
+        assert f"replicate {remote}  up to date" in a.cli("status").stdout
         # Remote away again, a capture, the daemon stops before it can push: at the next
         # start-up the comparison with the remote finds the ref behind and pushes it.
         moved = tmp_path / "moved.git"
@@ -397,7 +401,6 @@ def test_handoff_manifest_round_trip(hosts: tuple[Host, Host], remote: Path,
 
 # -- two hosts sharing only the PostgreSQL ledger and the remote ---------------------------------
 
-from conftest_pg import pg_cluster, pg_url  # noqa: E402,F401 - fixtures used by name
 
 
 def test_host_b_takes_over_from_killed_host_a_and_fences_it(tmp_path: Path, remote: Path,
@@ -450,6 +453,133 @@ def test_host_b_takes_over_from_killed_host_a_and_fences_it(tmp_path: Path, remo
         seqs_1 = [c["seq"] for c in json.loads(a.cli("snapshots", RUN, "--attempt", "1",
                                                       "--json").stdout)["checkpoints"]]
         assert seqs_1 == [0, 1]
+    finally:
+        for h in (a, b):
+            h.daemon.stop()
+
+
+def _two_hosts_on(tmp_path: Path, remote: Path, pg_url: str,
+                  b_extra: dict[str, str] | None = None) -> tuple[Host, Host]:
+    a = Host(tmp_path / "hostA", remote)
+    b = Host(tmp_path / "hostB", remote)
+    for h, more in ((a, {}), (b, b_extra or {})):
+        h.extra.update(SNAPSHOTD_LEDGER_URL=pg_url, **more)
+        h.daemon = Daemon(h.env, extra_env=h.extra)
+    return a, b
+
+
+def test_same_tool_id_racing_on_two_hosts_is_one_checkpoint(tmp_path: Path, remote: Path,
+                                                            pg_url: str) -> None:
+    """Both daemons pass the "already recorded?" check for one tool call; B is held between
+    its commit and its row, so A's row lands first. B answers with A's seq (a repeat), its
+    own commit is undone, and its next capture continues the attempt normally."""
+    import threading
+
+    a, b = _two_hosts_on(tmp_path, remote, pg_url, {"SNAPSHOTD_DELAY_AT": "before-row:800"})
+    try:
+        a.start()
+        b.start()
+        wt = tmp_path / "wt"
+        populate(wt, 0)
+        a.cli("attempt", "begin", "--run", RUN, "--node", NODE, "--cwd", str(wt))
+        replies: dict[str, dict] = {}
+
+        def from_b() -> None:
+            replies["b"] = b.snap(wt, "toolu_race", attempt=1)
+
+        t = threading.Thread(target=from_b)
+        t.start()
+        time.sleep(0.4)  # B is now waiting before its row
+        replies["a"] = a.snap(wt, "toolu_race", attempt=1)
+        t.join(30)
+        assert replies["a"]["seq"] == 0 and not replies["a"].get("repeated")
+        assert replies["b"]["seq"] == 0 and replies["b"]["repeated"] is True
+        assert replies["b"]["commit"] == replies["a"]["commit"]
+        rows = json.loads(a.cli("snapshots", RUN, "--json").stdout)["checkpoints"]
+        assert [(r["seq"], r["tool_use_id"]) for r in rows] == [(0, "toolu_race")]
+        # B's refused commit is gone from its ref: the attempt has no local tip on B.
+        assert git(b.store, "for-each-ref", ref_of()).strip() == ""
+        assert [g for g in b.env.read_gaps() if g.get("tool_use_id") == "toolu_race"] == []
+    finally:
+        for h in (a, b):
+            h.daemon.stop()
+
+
+def test_concurrent_captures_of_two_attempts_on_two_hosts_never_collide(
+        tmp_path: Path, remote: Path, pg_url: str) -> None:
+    import threading
+
+    a, b = _two_hosts_on(tmp_path, remote, pg_url)
+    try:
+        a.start()
+        b.start()
+        wts = {h: tmp_path / f"wt-{name}" for h, name in ((a, "a"), (b, "b"))}
+        for i, (h, wt) in enumerate(wts.items()):
+            populate(wt, 0)
+            h.cli("attempt", "begin", "--run", RUN, "--node", f"{NODE}{i}", "--cwd", str(wt))
+        got: dict[Host, list[int]] = {a: [], b: []}
+        errors: list[BaseException] = []
+
+        def loop(h: Host, node: str) -> None:
+            try:
+                with h.daemon.client() as c:
+                    for n in range(25):
+                        populate(wts[h], n + 1)
+                        got[h].append(c.snapshot(str(wts[h]), run_id=RUN, node_id=node,
+                                                 tool_use_id=f"t{n}")["seq"])
+            except BaseException as exc:  # noqa: BLE001
+                errors.append(exc)
+
+        threads = [threading.Thread(target=loop, args=(h, f"{NODE}{i}"))
+                   for i, h in enumerate((a, b))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors, errors
+        assert got[a] == list(range(25)) and got[b] == list(range(25))
+        rows = json.loads(a.cli("snapshots", RUN, "--all", "--json").stdout)["checkpoints"]
+        keys = [(r["node_id"], r["attempt"], r["seq"]) for r in rows]
+        assert len(keys) == len(set(keys)) == 50
+    finally:
+        for h in (a, b):
+            h.daemon.stop()
+
+
+def test_plain_resume_on_another_host_fences_the_attempt_still_active_there(
+        tmp_path: Path, remote: Path, pg_url: str) -> None:
+    """No handoff file: B resumes the node from the shared ledger and the remote while A's
+    attempt is still active (A is alive). A is superseded first, so its next hook is fenced and
+    B started from A's newest checkpoint."""
+    from conftest import claude_payload, run_hook
+
+    a, b = _two_hosts_on(tmp_path, remote, pg_url)
+    try:
+        a.start()
+        b.start()
+        wt = tmp_path / "wtA"
+        populate(wt, 0)
+        a.cli("attempt", "begin", "--run", RUN, "--node", NODE, "--cwd", str(wt))
+        hook_env = {"SNAPSHOTD_RUN_ID": RUN, "SNAPSHOTD_NODE_ID": NODE, "SNAPSHOTD_ATTEMPT": "1"}
+        for i in range(2):
+            populate(wt, i + 1)
+            assert run_hook(a.env, claude_payload(wt, f"toolu_{i}"), **hook_env).returncode == 0
+        acknowledged = tree_state(wt)
+        wait_replicated(a, remote, ref_of())
+        wt_b = tmp_path / "wtB"
+        wt_b.mkdir()
+        began = json.loads(b.cli("attempt", "begin", "--run", RUN, "--node", NODE, "--cwd",
+                                 str(wt_b), "--resume", "--json").stdout)
+        assert began["attempt"] == 2
+        assert began["resumed_from"]["seq"] == 1
+        assert began["resumed_from"]["fenced"] == f"{RUN}/{NODE}/0/1"
+        assert tree_state(wt_b) == acknowledged
+        populate(wt, 9)
+        assert run_hook(a.env, claude_payload(wt, "toolu_late"), **hook_env).returncode == 0
+        assert [g["reason"] for g in a.env.read_gaps()
+                if g.get("tool_use_id") == "toolu_late"] == ["fenced"]
+        rows = json.loads(b.cli("snapshots", RUN, "--all", "--json").stdout)["checkpoints"]
+        assert [(r["attempt"], r["seq"]) for r in rows if r["attempt"] == 1] == [(1, 0), (1, 1)]
     finally:
         for h in (a, b):
             h.daemon.stop()

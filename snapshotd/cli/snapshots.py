@@ -58,8 +58,12 @@ def snapshots(run_id: str, node_id: str | None, attempt: int | None, show_all: b
         fail(f"the ledger cannot be read: {exc}")
     try:
         known = ledger.run_ids()
+        if not known:
+            fail(f"unknown run {run_id!r}: nothing has been captured in the ledger at "
+                 f"{describe_ledger(home_path)} yet (pass --home, or set SNAPSHOTD_HOME or "
+                 "SNAPSHOTD_LEDGER_URL)")
         if run_id not in known:
-            names = ", ".join(known[-20:]) or "none"
+            names = ", ".join(known[-20:])
             more = f" (and {len(known) - 20} older; see `snapshotd runs`)" if len(known) > 20 else ""
             fail(f"unknown run {run_id!r}; known runs: {names}{more}")
         listing = list_run(ledger, GapSpool(gaps_path(home_path)), run_id, node_id, attempt)

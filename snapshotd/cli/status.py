@@ -131,12 +131,43 @@ def render(info: dict) -> list[str]:
                    f"{config.get('hook_timeout_ms')} ms")
         if non_default:
             out.append("          set: " + ", ".join(non_default))
+    out.extend(_replication_lines(info.get("replication")))
     recon = info.get("reconciliation") or {}
     if recon.get("rebuilt_rows"):
         at = recon.get("at")
         when = time.strftime(" (%Y-%m-%d %H:%M:%S)", time.localtime(at)) if at else ""
         out.append(f"recovery  {recon['rebuilt_rows']} checkpoint rows rebuilt from the store at "
                    f"start-up{when}")
+    return out
+
+
+def _replication_lines(rep: object) -> list[str]:
+    """Replication: off, or the remote with lag, backlog, the last error and the worst attempts."""
+    if not isinstance(rep, dict):
+        return []
+    if not rep.get("enabled"):
+        return ["replicate off (no remote configured)"]
+    unpushed = rep.get("unpushed_checkpoints", 0)
+    state = (f"lag {human_duration(rep.get('lag_s'))}, {unpushed} checkpoint(s) not pushed"
+             if unpushed else "up to date")
+    last_push = rep.get("last_push_at")
+    pushed = (time.strftime("%H:%M:%S", time.localtime(last_push))
+              if isinstance(last_push, (int, float)) else "never")
+    out = [f"replicate {rep.get('remote') or '-'}  {state}  last push {pushed}  "
+           f"({rep.get('pushes', 0)} pushes, {rep.get('refs_pushed', 0)} refs)"]
+    if rep.get("last_error") and rep.get("consecutive_failures"):
+        retry = rep.get("next_retry_in_s")
+        out.append(f"          FAILING x{rep['consecutive_failures']}: {rep['last_error']}"
+                   + (f"  (retry in {human_duration(retry)})" if retry is not None else ""))
+    for a in (rep.get("attempts") or [])[:5]:
+        out.append(f"          {a.get('run_id')}/{a.get('node_id')}/{a.get('iteration')}/"
+                   f"{a.get('attempt')}: {a.get('unpushed')} unpushed, lag "
+                   f"{human_duration(a.get('lag_s'))}")
+    for d in (rep.get("diverged") or [])[:5]:
+        if isinstance(d, dict):
+            out.append(f"          DIVERGED {d.get('run_id')}/{d.get('node_id')}/"
+                       f"{d.get('iteration')}/{d.get('attempt')}: local "
+                       f"{str(d.get('local'))[:12]}, remote {str(d.get('remote'))[:12]}")
     return out
 
 
