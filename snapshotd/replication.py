@@ -64,6 +64,8 @@ BACKOFF_MIN_S = 0.5
 BACKOFF_MAX_S = 30.0
 # Refspecs per `git push`: keeps the command line short with thousands of attempts.
 PUSH_CHUNK = 200
+# A push waits for captures to pause this long (s), bounded by push_interval_ms.
+PUSH_QUIET_S = 0.03
 GIT_TIMEOUT_S = 300.0
 STAGING_PREFIX = "refs/snapshotd-fetch/"
 _ZERO = "0" * 40
@@ -193,8 +195,11 @@ class Replicator:
             self._wake.clear()
             if self.next_retry_at is not None and time.monotonic() < self.next_retry_at:
                 continue  # woken by a capture during backoff: the retry time still holds
-            # Batching: let the checkpoints of a burst of tool calls join this push.
-            if self.interval_s and self._stop.wait(self.interval_s):
+            # Batching: let the checkpoints of a burst of tool calls join this push. It goes
+            # as soon as captures pause (PUSH_QUIET_S without a new checkpoint), at the latest
+            # push_interval_ms after the wake: a push then runs in the gap between an agent's
+            # tool calls instead of under the next capture (on 2 cores the two compete).
+            if self.interval_s and self._wait_for_quiet():
                 return
             try:
                 if self._needs_sync:
@@ -203,6 +208,22 @@ class Replicator:
                     self._push_batch(None)
             except Exception:  # noqa: BLE001 - the pusher outlives any failure
                 log.exception("replication pass failed")
+
+    def _wait_for_quiet(self) -> bool:
+        """Wait until no checkpoint arrived for PUSH_QUIET_S, or interval_s passed; True if the
+        pusher is stopping."""
+        deadline = time.monotonic() + self.interval_s
+        while True:
+            with self._lock:
+                seen = self._gen
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            if self._stop.wait(min(PUSH_QUIET_S, left)):
+                return True
+            with self._lock:
+                if self._gen == seen:
+                    return False
 
     # -- pushing -------------------------------------------------------------------------------
 
