@@ -43,9 +43,8 @@ import psutil
 from snapshotd.config import Config
 from snapshotd.ledger import ACTIVE, Attempt
 from snapshotd.server import Server
-from snapshotd.service import Service, ServiceError
+from snapshotd.service import Service, ServiceError, _fmt, _id_field, _int_field
 from snapshotd.store import AttemptKey
-from snapshotd_client.protocol import validate_id, validate_int
 
 log = logging.getLogger("snapshotd.engine")
 
@@ -134,19 +133,12 @@ class Engine:
             self.resumed += 1
         return result
 
-    def resume(self, fields: dict) -> dict | None:
-        """Restore the worktree named by ``fields["cwd"]`` to the newest checkpoint of the
-        node's previous attempt, without beginning an attempt. Returns what was restored, or
-        None when nothing was there."""
-        source = self._resume_source(fields)
-        return self._restore_for_resume(source) if source is not None else None
-
     def _resume_source(self, fields: dict) -> _ResumeSource | None:
         """What a resume restores, and where: the newest checkpoint of the node's newest earlier
         attempt that has one. An attempt still active in another directory is superseded first."""
-        run_id = _valid_id("run_id", fields.get("run_id"))
-        node_id = _valid_id("node_id", fields.get("node_id"))
-        iteration = _valid_int(fields, "iteration", 0, 0)
+        run_id = _id_field("run_id", fields.get("run_id"))
+        node_id = _id_field("node_id", fields.get("node_id"))
+        iteration = _int_field(fields, "iteration", 0, 0)
         cwd = fields.get("cwd")
         if not isinstance(cwd, str) or not os.path.isabs(cwd) or "\0" in cwd:
             raise ServiceError("bad-request", "cwd must be an absolute path")
@@ -154,7 +146,7 @@ class Engine:
         if fields.get("attempt") is None:
             number = ledger.last_attempt_number(run_id, node_id, iteration) + 1
         else:
-            number = _valid_int(fields, "attempt", 1, 1)
+            number = _int_field(fields, "attempt", 1, 1)
         previous = self._previous_with_checkpoint(run_id, node_id, iteration, number)
         if previous is None:
             return None
@@ -236,8 +228,7 @@ class Engine:
             ended = ledger.get_attempt(current.key)
         if ended is not None:
             self.service.notify_inactive(ended)
-        k = current.key
-        return f"{k.run_id}/{k.node_id}/{k.iteration}/{k.attempt}"
+        return _fmt(current.key)
 
     def check_owners(self) -> list[Attempt]:
         """One pass of the monitor: abandon every active attempt whose owner is gone."""
@@ -367,21 +358,3 @@ def _load_restore() -> Callable[..., dict]:
                            "attempt without --resume") from None
     return restore_checkpoint
 
-
-def _valid_id(name: str, value: object) -> str:
-    try:
-        return validate_id(name, value)
-    except ValueError as exc:
-        raise ServiceError("bad-id", str(exc)) from None
-
-
-def _valid_int(fields: dict, name: str, default: int, minimum: int) -> int:
-    value = fields.get(name)
-    try:
-        return validate_int(name, default if value is None else value, minimum)
-    except ValueError as exc:
-        raise ServiceError("bad-request", str(exc)) from None
-
-
-def _fmt(key: AttemptKey) -> str:
-    return f"{key.run_id}/{key.node_id}/{key.iteration}/{key.attempt}"

@@ -262,12 +262,5 @@ class _SpoolCounter:
         self._records = 0
 
 
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
-
-
 def _plain(value: dict) -> dict:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in value.items()}

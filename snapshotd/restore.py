@@ -389,21 +389,11 @@ def current_tree_of(service: Service, root: Path) -> tuple[str, str]:
     """The worktree's tree now, recording nothing, and how it was read: ``fast`` (only the
     paths the watcher vouches changed since the last capture) or ``full`` (a stat scan). The
     caller holds the worktree lock. Used by ``--dry-run`` (and fit for ``diff --worktree``)."""
-    index = service.store.worktree(root)
-    source = service.change_source
     try:
-        reported = source.take(root, "fast") if source is not None else None
-        found = index.capture_changed(reported) if reported is not None else None
-        if found is None:
-            found = index.capture()
+        found = service.read_worktree(root)
     except StoreError as exc:
-        if source is not None:
-            source.failed(root)  # the taken paths are owed to the next capture: scan then
         raise ServiceError("restore-failed", f"could not read {root}: {exc.message}") from exc
-    except Exception as exc:  # noqa: BLE001 - as the service does: drop the cache, no crash
-        if source is not None:
-            source.failed(root)
-        index.drop_cache()
+    except Exception as exc:  # noqa: BLE001 - reported to the caller, never a daemon crash
         raise ServiceError("restore-failed", f"could not read {root}: {exc}") from exc
     return found.tree, "full" if found.full_scan else "fast"
 

@@ -32,6 +32,7 @@ from snapshotd.gaps import GapSpool
 from snapshotd.ledger import ACTIVE, Attempt, DuplicateToolCall, Ledger, SeqConflict, open_ledger
 from snapshotd.store import (
     AttemptKey,
+    Capture,
     CheckpointMeta,
     Store,
     StoreError,
@@ -348,6 +349,37 @@ class Service:
             })
         return len(missing)
 
+    def read_worktree(self, root: Path, *, verify: bool = False) -> Capture:
+        """Bring ``root``'s stat cache up to date and write its tree, recording nothing (the
+        caller holds the worktree lock): through the change source's changed paths when it
+        vouches, else a full stat scan. ``verify`` forces the scan and reports to the source
+        what it found that no event announced (drift). On failure the source is told the
+        paths it handed over are owed (the next capture scans), any error but a ``StoreError``
+        also drops the cache, and the error propagates."""
+        index = self.store.worktree(root)
+        source = self.change_source
+        try:
+            reported = source.take(root, "verify" if verify else "fast") \
+                if source is not None else None
+            capture = index.capture_changed(reported) \
+                if reported is not None and not verify else None
+            if capture is None:
+                capture = index.capture()
+                if reported is not None and verify and source is not None:
+                    missed = set(capture.paths) - reported
+                    if missed:
+                        source.drift(root, sorted(missed))
+        except StoreError:
+            if source is not None:
+                source.failed(root)
+            raise
+        except Exception:
+            if source is not None:
+                source.failed(root)
+            index.drop_cache()
+            raise
+        return capture
+
     def _capture_locked(self, attempt: Attempt, req: SnapshotRequest, started: float) -> dict:
         if req.tool_use_id:
             previous = self.ledger.tool_call(attempt.pk, req.tool_use_id)
@@ -356,32 +388,14 @@ class Service:
                 return self._reply(attempt, previous, deduped=True, repeated=True,
                                    started=started)
         root = Path(attempt.worktree)
-        index = self.store.worktree(root)
-        source = self.change_source
-        mode = "verify" if req.full else "fast"
         try:
-            reported = source.take(root, mode) if source is not None else None
-            capture = None
-            if reported is not None and mode == "fast":
-                capture = index.capture_changed(reported)
-            if capture is None:
-                capture = index.capture()
-                if reported is not None and mode == "verify":
-                    # What the full scan found that no event reported: the watcher drifted.
-                    missed = set(capture.paths) - reported
-                    if missed and source is not None:
-                        source.drift(root, sorted(missed))
+            capture = self.read_worktree(root, verify=req.full)
         except StoreError as exc:
-            if source is not None:
-                source.failed(root)
             self._gap(req, attempt, exc.reason, exc.message)
             code = exc.reason if exc.reason in ("worktree-missing", "worktree-replaced") \
                 else "capture-failed"
             raise ServiceError(code, exc.message) from exc
         except Exception as exc:  # noqa: BLE001 - any failure becomes a gap, never a crash
-            if source is not None:
-                source.failed(root)
-            index.drop_cache()
             self._gap(req, attempt, "capture-failed", f"{type(exc).__name__}: {exc}")
             raise ServiceError("capture-failed", f"capture of {root} failed: {exc}") from exc
         self.counters["fast_captures" if not capture.full_scan else "full_scans"] += 1

@@ -728,21 +728,9 @@ class Watcher:
                 # Look for drift now and then (an overflowed kernel queue is never reported).
                 # A worktree that saw no event since its last verification is only re-verified
                 # every QUIET_VERIFY_FACTOR intervals: idle worktrees must cost no CPU.
-                every = getattr(self.config, "verify_interval_s", PERIODIC_VERIFY_S)
-                if entry.next_verify == 0.0:
-                    entry.next_verify = now + every
-                    entry.verified_mark = entry.last_event
-                    entry.last_verify = now
-                elif now >= entry.next_verify:
-                    entry.next_verify = now + every
-                    if (entry.last_event != entry.verified_mark
-                            or now - entry.last_verify >= every * QUIET_VERIFY_FACTOR):
-                        entry.verified_mark = entry.last_event
-                        entry.last_verify = now
-                        entry.verify_at = now
-                        entry.verify_since = now
-                else:
-                    later(entry.next_verify)
+                if self._verify_due(entry, now, later, when_quiet=True):
+                    entry.verify_at = now
+                    entry.verify_since = now
             if kind is None and entry.verify_at is not None and entry.window_first is None:
                 if now >= entry.verify_at:
                     kind = "verify"
@@ -791,19 +779,29 @@ class Watcher:
         later(entry.next_health)
         if entry.capturing or not entry.baseline or entry.state != "watching":
             return
+        if self._verify_due(entry, now, later, when_quiet=False):
+            entry.capturing = True  # no capture may start on it meanwhile
+            self._captures.submit(self._verify_lingering, entry)
+
+    def _verify_due(self, entry: _Entry, now: float, later, *, when_quiet: bool) -> bool:
+        """The clock of periodic drift verification (under the lock): True when one should
+        start now — events were seen since the last one, or (``when_quiet``) none ran for
+        ``QUIET_VERIFY_FACTOR`` intervals."""
         every = getattr(self.config, "verify_interval_s", PERIODIC_VERIFY_S)
+        due = False
         if entry.next_verify == 0.0:
             entry.next_verify = now + every
             entry.verified_mark = entry.last_event
             entry.last_verify = now
         elif now >= entry.next_verify:
             entry.next_verify = now + every
-            if entry.last_event != entry.verified_mark:
+            if entry.last_event != entry.verified_mark or (
+                    when_quiet and now - entry.last_verify >= every * QUIET_VERIFY_FACTOR):
                 entry.verified_mark = entry.last_event
                 entry.last_verify = now
-                entry.capturing = True  # no capture may start on it meanwhile
-                self._captures.submit(self._verify_lingering, entry)
+                due = True
         later(entry.next_verify)
+        return due
 
     def _verify_lingering(self, entry: _Entry) -> None:
         """Verify a lingering worktree without recording anything: under the worktree lock,
@@ -815,21 +813,15 @@ class Watcher:
                 with self._cond:
                     if not entry.lingering or self._entries.get(entry.root) is not entry:
                         return
-                reported = self.take(root, "verify")
                 try:
-                    found = self.service.store.worktree(root).capture()
+                    self.service.read_worktree(root, verify=True)
                 except Exception as exc:  # noqa: BLE001 - the watch just stops vouching
-                    self.failed(root)
                     log.warning("verification of lingering %s failed: %s", root, exc)
                     if _identity(entry.root) != entry.identity:
                         self._drop(entry)
                     return
             with self._cond:
                 self.counters["verifications"] += 1
-            if reported is not None:
-                missed = set(found.paths) - reported
-                if missed:
-                    self.drift(root, sorted(missed))
         finally:
             with self._cond:
                 entry.capturing = False
