@@ -19,6 +19,7 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 DURABILITY_MODES = ("process", "full")
+NOTIFIER_KINDS = ("auto", "inotify", "watchfiles")
 
 
 class ConfigError(ValueError):
@@ -40,6 +41,9 @@ class Config:
     verify_interval_s: float = 60.0
     # How long an ended attempt's worktree stays passively watched (0 = not at all).
     linger_s: float = 3600.0
+    # Where the watcher's events come from: "auto" (inotify on Linux, else watchfiles),
+    # "inotify" or "watchfiles".
+    notifier: str = "auto"
     log_level: str = "info"
     gc_keep_last: int = 0
     gc_older_than: str = ""
@@ -72,6 +76,7 @@ _ENV = {
     "scan_interval_s": "SNAPSHOTD_SCAN_INTERVAL_S",
     "verify_interval_s": "SNAPSHOTD_VERIFY_INTERVAL_S",
     "linger_s": "SNAPSHOTD_LINGER_S",
+    "notifier": "SNAPSHOTD_NOTIFIER",
     "log_level": "SNAPSHOTD_LOG_LEVEL",
     "gc_keep_last": "SNAPSHOTD_GC_KEEP_LAST",
     "gc_older_than": "SNAPSHOTD_GC_OLDER_THAN",
@@ -173,6 +178,10 @@ def _coerce(key: str, value: object, source: str) -> object:
             raise ConfigError(f"{where}: expected postgresql://… (or sqlite:///path), got "
                               f"{text.split('://', 1)[0]!r}")
         return text
+    if key == "notifier":
+        if value not in NOTIFIER_KINDS:
+            raise ConfigError(f"{where}: expected one of {', '.join(NOTIFIER_KINDS)}, got {value!r}")
+        return value
     if key == "log_level":
         if not isinstance(value, str) or value.lower() not in LOG_LEVELS:
             raise ConfigError(f"{where}: expected one of {', '.join(LOG_LEVELS)}, got {value!r}")

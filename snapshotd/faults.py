@@ -11,7 +11,7 @@ Owns ``SNAPSHOTD_CRASH_AT``, ``SNAPSHOTD_DELAY_AT`` and ``SNAPSHOTD_FAULT_FILE``
   taken off the notifier's queue, not yet dispatched), ``before-row`` (a capture's commit
   written, its ledger row not yet).
 - ``SNAPSHOTD_FAULT_FILE=<path>``: while that file exists, each line ``<seam>=<ERRNO>`` (seams
-  ``objects``, ``ledger``, ``gaps``; errno names such as ``ENOSPC`` or ``EIO``) makes
+  ``objects``, ``ledger``, ``gaps``, ``watch`` (each ``inotify_add_watch``); errno names such as ``ENOSPC`` or ``EIO``) makes
   ``check(<seam>)`` raise that ``OSError``. Deleting the file clears the fault at once, so a test
   can show that the next capture after the fault succeeds.
 
@@ -27,7 +27,7 @@ import time
 
 CRASH_POINTS = ("after-blobs", "after-tree", "after-commit", "after-ref", "after-row",
                 "before-reply", "restore-mid")
-SEAMS = ("objects", "ledger", "gaps")
+SEAMS = ("objects", "ledger", "gaps", "watch")
 CRASH_EXIT_STATUS = 86
 
 

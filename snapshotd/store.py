@@ -319,6 +319,8 @@ class WorktreeIndex:
         wanted.discard("")
         if any(p == ".gitignore" or p.endswith("/.gitignore") for p in wanted):
             return None
+        if not all(p.isascii() or _utf8(p) for p in wanted):
+            return None  # a name that is not UTF-8: only libgit2's own scan handles its bytes
         if self._exclude_sources != _exclude_sources(self.root):
             return None
         index = self._index
@@ -1103,6 +1105,14 @@ def _drop_entries_without_objects(repo: pygit2.Repository, index: pygit2.Index) 
     missing = [e.path for e in index if e.mode != FileMode.COMMIT and e.id not in odb]
     for path in missing:
         index.remove(path)
+
+
+def _utf8(path: str) -> bool:
+    try:
+        path.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _is_racy(path: Path, started_ns: int) -> bool:

@@ -24,22 +24,23 @@ Promises:
   After a burst's last capture, one verification scan checks that nothing was missed; changes it
   finds that no event announced are a ``watch-events-lost`` gap.
 - The fast path (``take``) never vouches for a path set it cannot stand behind: not before a full
-  scan under the current notifier, not after an overflow or drift, not when a path changed type
-  (file <-> directory: the per-path update cannot express it), and never for a watch that reported
-  an event through a symlinked directory (the notifier follows such links when it walks and then
-  names the real directory's changes after the link).
+  scan under the current notifier, not after the kernel's event queue overflowed (the inotify
+  reader reports it) or drift, not when a path changed type (file <-> directory: the per-path
+  update cannot express it), and, with the ``watchfiles`` notifier (systems without inotify),
+  never for a watch that reported an event through a symlinked directory (it follows such links
+  when it walks and then names the real directory's changes after the link).
 - ``flush(root)`` returns once every change made before it was called is in a checkpoint (it waits
   for a running capture, then captures; an unchanged tree records nothing).
 - SIGTERM: pending windows are captured before exit. A crash leaves the window's marker behind; at
   start-up each marker of a still-active attempt becomes a ``settle-window-missed`` gap (naming when
   the window opened) and an immediate capture.
-- A watcher that fails (watch limit, permission denied, an undecodable file name, the worktree
-  deleted or replaced) records a gap, shows the worktree as degraded in ``status`` and falls back to
+- A watcher that fails (watch limit, permission denied, the worktree deleted or replaced) records a gap, shows the worktree as degraded in ``status`` and falls back to
   a periodic stat scan every ``scan_interval_s``, retrying the watch now and then; a deleted
   worktree ends its watch without a traceback and the daemon keeps serving the others.
-- Idle costs nearly nothing: worktrees share a few ``watchfiles`` notifiers (new ones are merged
-  into one once things are quiet), each polled by one thread every ``STEP_MS``; nothing else wakes
-  more often than ``scan_interval_s``.
+- Idle costs nearly nothing: worktrees share a few notifiers (``snapshotd.notifier``: our own
+  inotify reader on Linux, ``watchfiles`` elsewhere; new ones are merged into one once things are
+  quiet), each read by one thread that sleeps in ``poll(2)`` until events come (a ``watchfiles``
+  notifier is polled every ``STEP_MS``); nothing else wakes more often than ``scan_interval_s``.
 """
 
 from __future__ import annotations
@@ -59,21 +60,24 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from watchfiles._rust_notify import RustNotify
-
 from snapshotd import faults
 from snapshotd.config import Config
 from snapshotd.ledger import ACTIVE, Attempt
+from snapshotd.notifier import DELETED, OVERFLOW, open_notifier
 from snapshotd.service import Service, ServiceError
 from snapshotd.store import worktree_id
 
 log = logging.getLogger("snapshotd.watcher")
 
-CHANGE_DELETED = 3  # watchfiles' Change.deleted
-
-# How often a notifier thread looks at its queue (ms). It bounds how late a change is *noticed*;
-# the settle clock itself runs from the files' ctimes, so it does not add to the settle delay.
+# How often a polled notifier's thread (watchfiles) looks at its queue (ms), and how long an
+# inotify notifier's thread lets a burst gather before it takes it. It bounds how late a change
+# is *noticed*; the settle clock runs from the files' ctimes, so it does not add to the delay.
 STEP_MS = 50
+# An inotify notifier's thread sleeps in poll(2) until events come; this much after the first
+# one it takes what has gathered (s), so a burst is one batch, not thousands.
+GATHER_S = 0.005
+# ... and wakes at least this often anyway (s) to see whether it was retired.
+IDLE_WAKE_S = 5.0
 # Notifiers are merged only once no new one was started for this long (s).
 MERGE_QUIET_S = 3.0
 # Groups of fewer live worktrees than this are merged together.
@@ -95,8 +99,8 @@ SYNC_SPIN_S = 0.001
 # Past this many changed paths a full stat scan is cheaper than updating them one by one.
 DIRTY_LIMIT = 4096
 # A watched, quiet worktree is verified by a full stat scan this often (s; config
-# ``verify_interval_s``): watchfiles does not report a kernel event-queue overflow, so drift is
-# looked for, not waited for.
+# ``verify_interval_s``): watchfiles does not report a kernel event-queue overflow, and even the
+# inotify reader cannot see a bug of ours, so drift is looked for, not waited for.
 PERIODIC_VERIFY_S = 60.0
 # A worktree with no event since its last verification is verified this many times less often.
 QUIET_VERIFY_FACTOR = 10
@@ -166,9 +170,10 @@ class _Entry:
     lingering: bool = False
     last_attempt: Attempt | None = None  # the ended attempt (gaps and status name it)
     linger_mark: float = 0.0  # monotonic: linger start or the latest relevant event since
-    # The notifier follows symlinks to directories when it walks the tree, and then reports
-    # the real directory's events under the link's path (one inotify watch per inode). Seen
-    # once, its paths cannot be trusted: the fast path stays off until the next watch.
+    # The watchfiles notifier follows symlinks to directories when it walks the tree, and then
+    # reports the real directory's events under the link's path (one inotify watch per inode).
+    # Seen once, its paths cannot be trusted: the fast path stays off until the next watch.
+    # (Our inotify reader never follows a link: never set with it.)
     aliased: bool = False
 
     def watched(self) -> bool:
@@ -195,7 +200,7 @@ class Watcher:
         self._scheduler = threading.Thread(target=self._schedule_loop, name="snapshotd-settle",
                                            daemon=True)
         self.counters = {"captures": 0, "deduped": 0, "verifications": 0, "failures": 0,
-                         "groups_started": 0, "merges": 0}
+                         "groups_started": 0, "merges": 0, "overflows": 0}
 
     # -- public entry points ---------------------------------------------------------------
 
@@ -536,6 +541,7 @@ class Watcher:
         root_events: set[str] = set()
         cookie_prefix = group.cookie_prefix
         real_dirs: dict[str, str] = {}  # this batch's realpath of each event's directory
+        follows_links = group.notify.follows_symlinks
         with self._cond:
             # By the group's roots, not the entry's current group: a retiring notifier's last
             # events may predate its successor.
@@ -545,6 +551,17 @@ class Watcher:
             for change, path in changes:
                 if path.startswith(cookie_prefix):
                     group.cookie_seen(path[len(cookie_prefix):])
+                    continue
+                if change == OVERFLOW:
+                    # The kernel dropped events: every worktree of this notifier is owed a
+                    # full scan, and a capture (something changed that nobody saw).
+                    self.counters["overflows"] += 1
+                    group.overflowed()
+                    for entry in entries:
+                        entry.overflow = True
+                        entry.dirty, entry.removed = set(), set()
+                        roots.setdefault(entry.root, [])
+                        root_events.add(entry.root)
                     continue
                 for entry in entries:
                     root = entry.root
@@ -556,7 +573,7 @@ class Watcher:
                         continue
                     rel = path[len(root) + 1:]
                     parent = path.rpartition("/")[0]
-                    if parent != root:
+                    if follows_links and parent != root:
                         real = real_dirs.get(parent)
                         if real is None:
                             real = real_dirs[parent] = os.path.realpath(parent)
@@ -580,7 +597,7 @@ class Watcher:
                     # ignore rule); only relevant ones open a settle window.
                     if not entry.overflow:
                         entry.dirty.add(rel)
-                        if change == CHANGE_DELETED:
+                        if change == DELETED:
                             entry.removed.add(rel)
                         if len(entry.dirty) > DIRTY_LIMIT:
                             entry.overflow = True
@@ -1133,7 +1150,7 @@ class Watcher:
 
 
 class _Group:
-    """One ``watchfiles`` notifier over some worktrees, and the thread that polls it."""
+    """One notifier over some worktrees, and the thread that reads it."""
 
     _ids = itertools.count()
 
@@ -1149,14 +1166,12 @@ class _Group:
         self._cookie_count = itertools.count()
         # Held from taking a batch off the notifier's queue until it is dispatched. A cookie
         # seen by ``sync`` proves every earlier event has left the queue; only with this lock
-        # does it also prove they have been dispatched (the poll thread may hold an earlier
+        # does it also prove they have been dispatched (the reader thread may hold an earlier
         # batch it has taken but not yet handed over).
         self._drain = threading.Lock()
-        self._wake = threading.Event()
-        # Recursive, native (inotify/FSEvents); a path that cannot be watched raises here.
+        # Recursive; a root that cannot be watched raises here.
         try:
-            self.notify = RustNotify([*roots, str(self.cookie_dir)], False, False, 300, True,
-                                     False)
+            self.notify = open_notifier([*roots, str(self.cookie_dir)], watcher.config.notifier)
         except BaseException:
             shutil.rmtree(self.cookie_dir, ignore_errors=True)
             raise
@@ -1180,13 +1195,12 @@ class _Group:
                 return False
             try:
                 # A capture waits on this: for its first millisecond, poll without sleeping
-                # (the cookie's event usually lands within ~0.1 ms; a sleeping poll takes 2 ms
-                # to hand over a batch), then sleep between polls.
+                # (the cookie's event usually lands within ~0.1 ms), then wait a millisecond
+                # at a time.
                 spin_until = time.monotonic() + SYNC_SPIN_S
                 while not seen.is_set():
                     if time.monotonic() > deadline or self.retired:
                         return False
-                    # Drains what is queued now (waits about a millisecond at most).
                     self._take_and_dispatch(0 if time.monotonic() < spin_until else 1)
             finally:
                 self._drain.release()
@@ -1198,12 +1212,11 @@ class _Group:
             with contextlib.suppress(OSError):
                 path.unlink()
 
-    def _take_and_dispatch(self, step_ms: int = 1) -> None:
-        """Take what the notifier has queued and dispatch it (caller holds ``_drain``). With
-        ``step_ms`` 1 the notifier sleeps a millisecond first, without the GIL, so this never
-        spins; 0 (``sync``'s first millisecond only) polls without sleeping."""
-        changes = self.notify.watch(0, step_ms, 1, None)
-        if isinstance(changes, set) and changes:
+    def _take_and_dispatch(self, block_ms: int = 0) -> None:
+        """Take what the notifier has queued and dispatch it (caller holds ``_drain``), first
+        waiting up to ``block_ms`` for something to come."""
+        changes = self.notify.read(block_ms)
+        if changes:
             faults.delay("dispatch")
             self.watcher.dispatch(self, changes)
 
@@ -1212,20 +1225,25 @@ class _Group:
         if waiter is not None:
             waiter.set()
 
+    def overflowed(self) -> None:
+        """Events were lost, cookies perhaps among them: no waiter gets to vouch (each sees its
+        worktree's overflow and scans), and none waits for a cookie that will never come."""
+        for waiter in list(self._waiters.values()):
+            waiter.set()
+
     def start(self) -> None:
         self._thread.start()
 
     def retire(self) -> None:
         self.retired = True
-        self._wake.set()
+        self.notify.interrupt()
 
     def join(self) -> None:
         if self._thread.is_alive():
             self._thread.join(timeout=10)
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.notify.close()
+        self.notify.close()
         shutil.rmtree(self.cookie_dir, ignore_errors=True)
 
     def dead_roots(self, watcher: Watcher) -> int:
@@ -1234,13 +1252,20 @@ class _Group:
 
     def _loop(self) -> None:
         failed: BaseException | None = None
+        polled = self.notify.polled
         try:
-            # Polls instead of blocking inside the notifier: a batch is taken and dispatched
-            # under ``_drain`` only, so a concurrent ``sync`` never overtakes a batch in hand.
+            # A batch is taken and dispatched under ``_drain`` only, so a concurrent ``sync``
+            # never overtakes a batch in hand.
             while not self.retired:
-                self._wake.wait(STEP_MS / 1000)
+                if polled:
+                    self.notify.wait(STEP_MS / 1000)
+                    block = 1
+                else:
+                    self.notify.wait(IDLE_WAKE_S)
+                    time.sleep(GATHER_S)
+                    block = 0
                 with self._drain:
-                    self._take_and_dispatch()
+                    self._take_and_dispatch(block)
             # Hand over what is still queued: a successor notifier already runs.
             with self._drain:
                 self._take_and_dispatch()

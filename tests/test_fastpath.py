@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from random import Random
 
+import pytest
 from test_fastpath_store import Workload, full_tree
 
 from conftest import QUIET_WATCHER, Daemon, Env, git, make_git_worktree
@@ -158,3 +159,64 @@ def test_a_write_just_before_a_capture_is_never_missed_while_events_stream(
     assert missed == [], f"captures missed the write made just before them: {missed[:10]}"
     assert counters["fast_captures"] >= 50, counters
 
+
+
+def test_a_name_that_is_not_utf8_is_captured_exactly(sd_env: Env, tmp_path: Path) -> None:
+    """The inotify reader hands such a name over with surrogate escapes; the capture must
+    still store the exact bytes (the git CLI, reading the same tree, is the oracle)."""
+    wt = make_git_worktree(tmp_path / "wt")
+    daemon = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
+    try:
+        with daemon.client() as c:
+            c.attempt_begin("bytes", "n", str(wt))
+            c.snapshot(str(wt), run_id="bytes", node_id="n")
+            bad = os.path.join(os.fsencode(wt), b"bad-\xff-name.txt")
+            with open(bad, "wb") as f:
+                f.write(b"latin-1 name\n")
+            r = c.snapshot(str(wt), run_id="bytes", node_id="n")
+            assert r["tree"] == full_tree(wt, tmp_path / "oracle1")
+            with open(bad, "ab") as f:
+                f.write(b"more\n")
+            r = c.snapshot(str(wt), run_id="bytes", node_id="n")
+            assert r["tree"] == full_tree(wt, tmp_path / "oracle2")
+            os.unlink(bad)
+            r = c.snapshot(str(wt), run_id="bytes", node_id="n")
+            assert r["tree"] == full_tree(wt, tmp_path / "oracle3")
+            assert not [g for g in sd_env.read_gaps()]
+    finally:
+        daemon.stop()
+
+
+def test_a_kernel_queue_overflow_turns_the_next_capture_into_an_exact_full_scan(
+        sd_env: Env, tmp_path: Path) -> None:
+    """Events the kernel dropped can hide any change: the watcher hears of the overflow (our
+    inotify reader reports it; watchfiles would not), and the next capture scans."""
+    limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
+    if limit > 100_000:
+        pytest.skip(f"max_queued_events is {limit}: too many files to make here")
+    wt = make_git_worktree(tmp_path / "wt")
+    (wt / "keep.txt").write_text("v1\n")
+    # The reader thread holds each batch 2 s before dispatching it, so the kernel's queue
+    # fills while it sleeps.
+    daemon = Daemon(sd_env, extra_env={**QUIET_WATCHER,
+                                       "SNAPSHOTD_DELAY_AT": "dispatch:2000"}).start()
+    try:
+        with daemon.client() as c:
+            c.attempt_begin("flood", "n", str(wt))
+            c.snapshot(str(wt), run_id="flood", node_id="n")
+            (wt / "a").write_text("a\n")
+            (wt / "b").write_text("b\n")
+            time.sleep(0.1)  # the reader takes these events and sleeps on them
+            # Alternating files: the kernel merges only an event identical to the last one.
+            for i in range(limit + 500):
+                os.chmod(wt / ("a" if i % 2 else "b"), 0o644 if (i // 2) % 2 else 0o600)
+            (wt / "keep.txt").write_text("v2\n")
+            deadline = time.monotonic() + 30
+            while c.status()["watcher"]["overflows"] == 0 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert c.status()["watcher"]["overflows"] >= 1
+            r = c.snapshot(str(wt), run_id="flood", node_id="n")
+            assert r["scan"] == "full"
+            assert r["tree"] == full_tree(wt, tmp_path / "oracle")
+    finally:
+        daemon.stop()

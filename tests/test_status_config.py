@@ -264,6 +264,9 @@ def test_bad_value_unknown_key_and_bad_env_are_errors_naming_the_key(sd_env: Env
     result = cli(sd_env, "config", SNAPSHOTD_DURABILITY="sometimes")
     assert result.returncode == 2
     assert "durability" in result.stderr and "SNAPSHOTD_DURABILITY" in result.stderr
+    result = cli(sd_env, "config", SNAPSHOTD_NOTIFIER="fanotify")
+    assert result.returncode == 2
+    assert "notifier" in result.stderr and "inotify" in result.stderr
 
 
 def test_sigterm_stops_a_serving_daemon_cleanly(sd_env: Env) -> None:

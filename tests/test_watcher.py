@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from conftest import Daemon, Env, git, make_git_worktree
 
 WATCH_ENV = {"SNAPSHOTD_SCAN_INTERVAL_S": "0.3"}
@@ -250,31 +252,45 @@ def test_deleted_worktree_ends_its_watch_and_the_others_keep_working(
         d.stop()
 
 
+@pytest.mark.parametrize("notifier", ["inotify", "watchfiles"])
 def test_a_failing_watcher_degrades_to_periodic_scans_then_recovers(
-        sd_env: Env, tmp_path: Path) -> None:
-    d = Daemon(sd_env, extra_env=WATCH_ENV).start()
+        sd_env: Env, tmp_path: Path, notifier: str) -> None:
+    fault = tmp_path / "faults"
+    d = Daemon(sd_env, extra_env={**WATCH_ENV, "SNAPSHOTD_NOTIFIER": notifier,
+                                  "SNAPSHOTD_FAULT_FILE": str(fault)}).start()
     try:
         wt = make_git_worktree(tmp_path / "wt")
         (wt / "a.txt").write_text("a\n")
         begin(d, "degraded", wt, settle_ms=100, max_wait_ms=500)
-        # A file name that is not UTF-8 kills the native watcher's event queue for good.
-        bad = os.path.join(os.fsencode(wt), b"bad-\xff-name")
-        with open(bad, "wb") as f:
-            f.write(b"x")
+        if notifier == "inotify":
+            # The watch limit reached while a new directory is being watched.
+            fault.write_text("watch=ENOSPC\n")
+            (wt / "newdir").mkdir()
+            (wt / "newdir" / "f.txt").write_text("in a directory nobody could watch\n")
+        else:
+            # A file name that is not UTF-8 kills watchfiles' event queue for good.
+            bad = os.path.join(os.fsencode(wt), b"bad-\xff-name")
+            with open(bad, "wb") as f:
+                f.write(b"x")
         gap = wait_for(lambda: [g for g in sd_env.read_gaps() if g["reason"] == "watch-failed"],
                        timeout=10)
         assert gap and gap[0]["worktree"] == str(wt.resolve()) and gap[0]["tier"] == 2
+        if notifier == "inotify":
+            assert "watch limit" in gap[0]["detail"]
         row = watched_row(d, wt)
         assert row is not None and row["state"] == "degraded"
         assert row["degraded_reason"] == "watch-failed"
-        os.unlink(bad)
+        if notifier == "watchfiles":
+            os.unlink(bad)
         # No watcher now, yet a change is captured by the periodic stat scan.
         count = len(checkpoints(d, "degraded"))
         (wt / "while-degraded.txt").write_text("found by a scan\n")
         expected = scratch_tree(wt, tmp_path / "scratch")
         assert wait_for(lambda: any(cp["tree"] == expected
                                     for cp in checkpoints(d, "degraded")[count:]), timeout=10)
-        # The watch is retried and comes back (15 scan intervals).
+        # The watch is retried (15 scan intervals; silently while it still fails) and comes back.
+        time.sleep(1.0)
+        fault.unlink(missing_ok=True)
         assert wait_for(lambda: (watched_row(d, wt) or {}).get("state") == "watching",
                         timeout=15)
         count = len(checkpoints(d, "degraded"))
@@ -413,15 +429,16 @@ def test_a_lingering_watch_records_nothing_verifies_and_ends(sd_env: Env, tmp_pa
 
 def test_a_symlinked_directory_turns_the_fast_path_off_and_captures_stay_exact(
         sd_env: Env, tmp_path: Path) -> None:
-    """The notifier follows a symlink to a directory when it walks, and then reports the real
-    directory's changes under the link's path; such a watch must not feed the fast path."""
+    """watchfiles (the notifier where there is no inotify) follows a symlink to a directory when
+    it walks, and then reports the real directory's changes under the link's path; such a watch
+    must not feed the fast path."""
     from conftest import QUIET_WATCHER
 
     wt = make_git_worktree(tmp_path / "wt")
     (wt / "src").mkdir()
     (wt / "src" / "app.py").write_text("v1\n")
     os.symlink("src", wt / "dirlink")
-    d = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
+    d = Daemon(sd_env, extra_env={**QUIET_WATCHER, "SNAPSHOTD_NOTIFIER": "watchfiles"}).start()
     try:
         with d.client() as c:
             c.attempt_begin("alias", "n", str(wt))
@@ -433,6 +450,44 @@ def test_a_symlinked_directory_turns_the_fast_path_off_and_captures_stay_exact(
         assert r["changes"] == {"added": 0, "modified": 1, "deleted": 0}
         row = watched_row(d, wt)
         assert row["symlinked_dirs"] is True and row["fast_path"] == "off"
+    finally:
+        d.stop()
+
+
+def test_inotify_never_follows_a_symlinked_directory_and_keeps_the_fast_path(
+        sd_env: Env, tmp_path: Path) -> None:
+    """Our inotify reader watches the real directory under its own name only: writes through
+    the link, deleting the link, and links pointing out of the worktree change nothing about
+    what the fast path sees."""
+    from conftest import QUIET_WATCHER
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "o.txt").write_text("outside\n")
+    wt = make_git_worktree(tmp_path / "wt")
+    (wt / "src").mkdir()
+    (wt / "src" / "app.py").write_text("v1\n")
+    os.symlink("src", wt / "dirlink")
+    os.symlink(str(outside), wt / "outlink")
+    d = Daemon(sd_env, extra_env={**QUIET_WATCHER, "SNAPSHOTD_NOTIFIER": "inotify"}).start()
+    try:
+        with d.client() as c:
+            c.attempt_begin("alias", "n", str(wt))
+            c.snapshot(str(wt), run_id="alias", node_id="n")
+            steps = [
+                lambda: (wt / "dirlink" / "app.py").write_text("v2 through the link\n"),
+                lambda: (wt / "dirlink").unlink(),
+                lambda: (wt / "src" / "app.py").write_text("v3 after the link went\n"),
+                lambda: (outside / "o.txt").write_text("changed outside\n"),
+                lambda: (wt / "src" / "new.py").write_text("new\n"),
+            ]
+            for i, step in enumerate(steps):
+                step()
+                r = c.snapshot(str(wt), run_id="alias", node_id="n")
+                assert r["scan"] == "fast", (i, r)
+                assert r["tree"] == scratch_tree(wt, tmp_path / f"oracle{i}"), i
+        row = watched_row(d, wt)
+        assert row["symlinked_dirs"] is False and row["fast_path"] == "on"
     finally:
         d.stop()
 

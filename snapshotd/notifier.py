@@ -1,0 +1,362 @@
+"""Where the watcher's events come from: a lossless inotify reader on Linux, watchfiles elsewhere.
+
+Owns the kernel watches of one notifier (a set of root directories) and the translation of
+kernel events into ``(change, path)`` pairs: ``ADDED``, ``MODIFIED`` and ``DELETED`` with an
+absolute path, and ``OVERFLOW`` naming each root when events were lost.
+
+Why our own reader on Linux: ``watchfiles``' ``RustNotify`` moves events from its kernel reader
+thread into a set that ``watch()`` copies and then clears in two separate steps (and clears
+again when it times out), so an event added between the two is dropped without a sign. A
+capture that trusts the watcher's changed paths (the fast path) then misses a write; CI saw it
+(``test_captures_during_gc_are_never_lost`` under load). Here the queue is the kernel's and is
+read only by the caller, under the caller's lock, so a cookie read proves every earlier event
+has been handed over. ``watchfiles`` also hides the kernel's queue overflow and follows
+symlinks to directories; this reader reports the one and never does the other.
+
+Promises (``InotifyNotifier``):
+- ``read()`` returns every event the kernel queued for these watches, in queue order, once.
+  When the kernel dropped events (``IN_Q_OVERFLOW``) every root is reported as ``OVERFLOW``.
+- Symlinks are never followed: a link to a directory is reported as the link, its target is not
+  watched. ``.git`` directories are not watched (nothing inside one is content).
+- A directory that appears (created or moved in) is watched when its event is read; files made
+  in it before that have no event of their own, so its own ``ADDED`` event is the signal to
+  crawl it. A directory moved away drops its watches.
+- A root that is deleted or moved is reported as ``DELETED`` with the root's path.
+- Watching fails loudly: a root that cannot be watched, or the watch limit (``ENOSPC``) reached
+  at any time, raises ``OSError`` (from the constructor, or from the next ``read``). A
+  subdirectory that vanished or cannot be read while being watched is skipped (a stat scan
+  cannot read it either). The fault seam ``watch`` (``SNAPSHOTD_FAULT_FILE``) fails an
+  ``inotify_add_watch`` the same way.
+- Names that are not UTF-8 come back with surrogate escapes (``os.fsdecode``).
+
+``WatchfilesNotifier`` wraps ``RustNotify`` behind the same interface for systems without
+inotify (macOS): it follows symlinks to directories (``follows_symlinks``) and has the hole
+above, which only the watcher's periodic verification catches there.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import os
+import select
+import struct
+import sys
+import threading
+from typing import Protocol
+
+from snapshotd import faults
+
+OVERFLOW = 0
+ADDED = 1  # the codes of watchfiles' Change
+MODIFIED = 2
+DELETED = 3
+
+Event = tuple[int, str]
+
+
+class Notifier(Protocol):
+    """What the watcher needs from a notifier."""
+
+    follows_symlinks: bool
+    polled: bool  # True: ``wait`` only sleeps (it cannot tell whether events are queued)
+
+    def read(self, block_ms: int) -> list[Event]:
+        """What is queued now; with ``block_ms`` > 0, first wait that long for something."""
+
+    def wait(self, timeout_s: float) -> None:
+        """Sleep until events may be queued, ``interrupt()`` is called, or the timeout."""
+
+    def interrupt(self) -> None:
+        """End a ``wait`` at once (from another thread)."""
+
+    def close(self) -> None:
+        """Drop every watch; nothing can be read after."""
+
+
+def open_notifier(roots: list[str], kind: str = "auto") -> Notifier:
+    """A notifier over ``roots`` (absolute real directories): inotify on Linux unless ``kind``
+    says ``watchfiles``. Raises ``OSError`` (or the native watcher's error) when a root cannot
+    be watched."""
+    if kind == "watchfiles" or (kind == "auto" and not sys.platform.startswith("linux")):
+        return WatchfilesNotifier(roots)
+    return InotifyNotifier(roots)
+
+
+# -- inotify ---------------------------------------------------------------------------------
+
+IN_MODIFY = 0x00000002
+IN_ATTRIB = 0x00000004
+IN_MOVED_FROM = 0x00000040
+IN_MOVED_TO = 0x00000080
+IN_CREATE = 0x00000100
+IN_DELETE = 0x00000200
+IN_DELETE_SELF = 0x00000400
+IN_MOVE_SELF = 0x00000800
+IN_UNMOUNT = 0x00002000
+IN_Q_OVERFLOW = 0x00004000
+IN_IGNORED = 0x00008000
+IN_ONLYDIR = 0x01000000
+IN_DONT_FOLLOW = 0x02000000
+IN_EXCL_UNLINK = 0x04000000
+IN_ISDIR = 0x40000000
+IN_NONBLOCK = os.O_NONBLOCK
+IN_CLOEXEC = os.O_CLOEXEC
+
+WATCH_MASK = (IN_MODIFY | IN_ATTRIB | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE
+              | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_DONT_FOLLOW | IN_EXCL_UNLINK)
+_HEADER = struct.Struct("iIII")
+# One read takes at most this much; a call reads at most READS_PER_CALL of them (the rest stays
+# queued in the kernel for the next call, so a burst never starves the caller).
+READ_BYTES = 64 * 1024
+READS_PER_CALL = 16
+# Errors of inotify_add_watch on a subdirectory that mean "nothing to watch there".
+_SKIP_ERRNOS = (errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.ELOOP)
+
+_libc: ctypes.CDLL | None = None
+_libc_lock = threading.Lock()
+
+
+class InotifyNotifier:
+    """One inotify instance watching some directory trees (see the module docstring)."""
+
+    follows_symlinks = False
+    polled = False
+
+    def __init__(self, roots: list[str]) -> None:
+        libc = _load_libc()
+        fd = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
+        if fd < 0:
+            code = ctypes.get_errno()
+            raise OSError(code, f"inotify_init1: {os.strerror(code)}")
+        self._libc = libc
+        self._fd = fd
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._roots = [os.fsencode(r.rstrip("/") or "/") for r in roots]
+        self._root_set = set(self._roots)
+        self._dirs: dict[int, bytes] = {}  # watch descriptor -> directory
+        self._wds: dict[bytes, int] = {}  # directory -> watch descriptor
+        self._failure: OSError | None = None
+        self._closed = False
+        try:
+            for root in self._roots:
+                self._watch_tree(root, root=True)
+        except BaseException:
+            self.close()
+            raise
+
+    def read(self, block_ms: int) -> list[Event]:
+        if self._closed:
+            raise OSError(errno.EBADF, "the notifier is closed")
+        if self._failure is not None:
+            raise self._failure
+        if block_ms > 0:
+            poller = select.poll()
+            poller.register(self._fd, select.POLLIN)
+            poller.poll(block_ms)
+        out: list[Event] = []
+        for _ in range(READS_PER_CALL):
+            try:
+                data = os.read(self._fd, READ_BYTES)
+            except BlockingIOError:
+                break
+            except InterruptedError:
+                continue
+            self._parse(data, out)
+            if self._failure is not None:
+                break  # what was read is handed over; the next read raises
+            if len(data) < READ_BYTES // 2:
+                break  # the queue is (nearly) empty: do not pay for a read that finds nothing
+        return out
+
+    def wait(self, timeout_s: float) -> None:
+        if self._closed:
+            return
+        poller = select.poll()
+        poller.register(self._fd, select.POLLIN)
+        poller.register(self._wake_r, select.POLLIN)
+        try:
+            ready = poller.poll(max(0, int(timeout_s * 1000)))
+        except InterruptedError:
+            return
+        if any(fd == self._wake_r for fd, _ in ready):
+            try:
+                while os.read(self._wake_r, 64):
+                    pass
+            except BlockingIOError:
+                pass
+
+    def interrupt(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass  # closed, or the pipe is full: a wake-up is already pending
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for fd in (self._fd, self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._dirs.clear()
+        self._wds.clear()
+
+    @property
+    def watch_count(self) -> int:
+        """How many kernel watches this notifier holds (one per directory)."""
+        return len(self._dirs)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _parse(self, data: bytes, out: list[Event]) -> None:
+        offset = 0
+        size = _HEADER.size
+        while offset + size <= len(data):
+            wd, mask, _cookie, length = _HEADER.unpack_from(data, offset)
+            name = data[offset + size:offset + size + length].rstrip(b"\0")
+            offset += size + length
+            if mask & IN_Q_OVERFLOW:
+                out.extend((OVERFLOW, os.fsdecode(root)) for root in self._roots)
+                continue
+            directory = self._dirs.get(wd)
+            if directory is None:
+                continue  # a watch already dropped (a directory moved away)
+            if mask & IN_IGNORED:
+                self._forget(wd)
+                continue
+            if mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_UNMOUNT):
+                # A subdirectory's parent reports it; a root has no watched parent.
+                if directory in self._root_set:
+                    out.append((DELETED, os.fsdecode(directory)))
+                continue
+            if not name:
+                continue
+            path = directory + b"/" + name
+            if mask & IN_ISDIR:
+                if mask & (IN_CREATE | IN_MOVED_TO):
+                    out.append((ADDED, os.fsdecode(path)))
+                    if name != b".git":
+                        self._watch_tree(path)
+                elif mask & (IN_DELETE | IN_MOVED_FROM):
+                    out.append((DELETED, os.fsdecode(path)))
+                    if mask & IN_MOVED_FROM:
+                        self._unwatch_tree(path)  # its watches would name the old path
+                # A directory's own mode or times are not content: nothing to report.
+                continue
+            if mask & (IN_CREATE | IN_MOVED_TO):
+                out.append((ADDED, os.fsdecode(path)))
+            elif mask & (IN_DELETE | IN_MOVED_FROM):
+                out.append((DELETED, os.fsdecode(path)))
+            elif mask & (IN_MODIFY | IN_ATTRIB):
+                out.append((MODIFIED, os.fsdecode(path)))
+
+    def _watch_tree(self, top: bytes, *, root: bool = False) -> None:
+        """Watch ``top`` and every directory below it (not through symlinks, not ``.git``).
+        Runtime failures other than "nothing there" are kept for the next ``read``."""
+        stack = [top]
+        while stack:
+            directory = stack.pop()
+            try:
+                self._add_watch(directory)
+            except OSError as exc:
+                if root and directory == top:
+                    raise
+                if exc.errno in _SKIP_ERRNOS:
+                    continue
+                if root:
+                    raise
+                self._failure = exc
+                return
+            try:
+                with os.scandir(directory) as entries:
+                    for entry in entries:
+                        if entry.name == b".git":
+                            continue
+                        try:
+                            if entry.is_dir(follow_symlinks=False):
+                                stack.append(entry.path)
+                        except OSError:
+                            continue
+            except OSError:
+                continue  # vanished or unreadable meanwhile: its own events say so
+
+    def _add_watch(self, directory: bytes) -> None:
+        faults.check("watch")
+        wd = self._libc.inotify_add_watch(self._fd, directory, WATCH_MASK)
+        if wd < 0:
+            code = ctypes.get_errno()
+            raise OSError(code, f"inotify_add_watch: {os.strerror(code)}", os.fsdecode(directory))
+        old = self._dirs.get(wd)
+        if old is not None and old != directory:
+            self._wds.pop(old, None)  # one inode, a new name (a move we read late)
+        self._dirs[wd] = directory
+        self._wds[directory] = wd
+
+    def _unwatch_tree(self, top: bytes) -> None:
+        prefix = top + b"/"
+        doomed = [d for d in self._wds if d == top or d.startswith(prefix)]
+        for directory in doomed:
+            wd = self._wds.pop(directory)
+            self._dirs.pop(wd, None)
+            self._libc.inotify_rm_watch(self._fd, wd)
+
+    def _forget(self, wd: int) -> None:
+        directory = self._dirs.pop(wd, None)
+        if directory is not None and self._wds.get(directory) == wd:
+            del self._wds[directory]
+
+
+def _load_libc() -> ctypes.CDLL:
+    global _libc
+    with _libc_lock:
+        if _libc is None:
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            if not hasattr(libc, "inotify_init1"):
+                raise OSError(errno.ENOSYS, "this C library has no inotify")
+            libc.inotify_init1.argtypes = [ctypes.c_int]
+            libc.inotify_init1.restype = ctypes.c_int
+            libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+            libc.inotify_add_watch.restype = ctypes.c_int
+            libc.inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]
+            libc.inotify_rm_watch.restype = ctypes.c_int
+            _libc = libc
+        return _libc
+
+
+# -- watchfiles (no inotify) -----------------------------------------------------------------
+
+class WatchfilesNotifier:
+    """``watchfiles``' native notifier (FSEvents, kqueue, inotify) behind the same interface."""
+
+    follows_symlinks = True
+    polled = True
+
+    def __init__(self, roots: list[str]) -> None:
+        from watchfiles._rust_notify import RustNotify
+
+        # Recursive, no debounce of its own, no polling fallback; raises if a root fails.
+        self._notify = RustNotify(list(roots), False, False, 300, True, False)
+        self._woken = threading.Event()
+
+    def read(self, block_ms: int) -> list[Event]:
+        # watch(debounce, step, timeout): step 0 polls without sleeping; a timeout returns.
+        changes = self._notify.watch(0, 1 if block_ms > 0 else 0, max(1, block_ms), None)
+        return list(changes) if isinstance(changes, set) else []
+
+    def wait(self, timeout_s: float) -> None:
+        # RustNotify cannot say whether something is queued without taking it: sleep.
+        self._woken.wait(timeout_s)
+        self._woken.clear()
+
+    def interrupt(self) -> None:
+        self._woken.set()
+
+    def close(self) -> None:
+        try:
+            self._notify.close()
+        except Exception:  # noqa: BLE001 - closing a failed notifier
+            pass
