@@ -1243,7 +1243,10 @@ class _Group:
             self._thread.join(timeout=10)
 
     def close(self) -> None:
-        self.notify.close()
+        # Under the drain lock: a ``sync`` reading the notifier's descriptor must never see it
+        # closed (or, worse, its number reused by another file) in the middle of a read.
+        with self._drain:
+            self.notify.close()
         shutil.rmtree(self.cookie_dir, ignore_errors=True)
 
     def dead_roots(self, watcher: Watcher) -> int:
