@@ -175,6 +175,9 @@ class _Entry:
     # Seen once, its paths cannot be trusted: the fast path stays off until the next watch.
     # (Our inotify reader never follows a link: never set with it.)
     aliased: bool = False
+    # Notifiers this worktree was just merged away from, not yet drained: a capture's cookie
+    # must go through them too before the changed paths can be trusted.
+    draining: list[_Group] = field(default_factory=list)
 
     def watched(self) -> bool:
         """Whether a notifier should carry this worktree."""
@@ -285,12 +288,13 @@ class Watcher:
                      and now >= entry.fast_off_until)
             if entry is not None and not vouch:
                 self._reset_dirty(entry)
+            draining = list(entry.draining) if entry is not None else []
         if entry is None:
             return None
         if not vouch:
             return None
         assert group is not None
-        if not group.sync(COOKIE_TIMEOUT_S):
+        if not all(g.sync(COOKIE_TIMEOUT_S) for g in (*draining, group)):
             with self._cond:
                 self._reset_dirty(entry)
             return None
@@ -1055,22 +1059,32 @@ class Watcher:
             with self._cond:
                 self._merge_not_before = time.monotonic() + 60.0
             return
+        moved: list[_Entry] = []
         with self._cond:
             if self._stopping:
                 group.close()
                 return
             for entry in entries:
                 if entry.group in old:
-                    entry.group = group
                     # A write made before the new watch existed is queued only in the old
-                    # notifier, which a cookie on the new one proves nothing about: the next
-                    # capture scans (once), and the fast path vouches again from there.
-                    entry.baseline = False
+                    # notifier, which a cookie on the new one proves nothing about: until the
+                    # old one is drained, a capture syncs it too (``take``).
+                    entry.draining = [entry.group]
+                    entry.group = group
+                    moved.append(entry)
             self._groups = [g for g in self._groups if g not in old] + [group]
             self.counters["merges"] += 1
             self._last_group_start = max(started_at, self._last_group_start)
             self._merge_not_before = time.monotonic() + MERGE_QUIET_S
         group.start()
+        # One cookie through each old notifier: every event it queued before the new watch
+        # existed is then in the worktrees' changed paths, and the new notifier alone vouches.
+        handed_over = all(g.sync(COOKIE_TIMEOUT_S * 4) for g in old)
+        with self._cond:
+            for entry in moved:
+                entry.draining = []
+                if not handed_over:
+                    entry.baseline = False  # the next capture scans, once
         for g in old:
             g.retire()
         log.info("merged %d notifiers into one for %d worktrees", len(old), len(entries))

@@ -220,3 +220,44 @@ def test_a_kernel_queue_overflow_turns_the_next_capture_into_an_exact_full_scan(
             assert r["tree"] == full_tree(wt, tmp_path / "oracle")
     finally:
         daemon.stop()
+
+
+def test_a_notifier_merge_hands_over_without_a_full_scan_and_misses_nothing(
+        sd_env: Env, tmp_path: Path) -> None:
+    """Two attempts start two notifiers; once things are quiet they are merged into one. The
+    old notifier's queue is drained into the worktree's changed paths before the fast path
+    trusts the new one alone, so captures stay fast across the merge and hold every write."""
+    import pygit2
+
+    wt = make_git_worktree(tmp_path / "wt")
+    other = make_git_worktree(tmp_path / "other")
+    daemon = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
+    try:
+        with daemon.client() as c:
+            c.attempt_begin("merge", "n", str(wt))
+            c.attempt_begin("other", "n", str(other))
+            c.snapshot(str(wt), run_id="merge", node_id="n")  # the baseline scan
+            assert c.status()["watcher"]["merges"] == 0
+            store = pygit2.Repository(str(sd_env.home / "store.git"))
+            missed, scans, i = [], [], 0
+            merged_at = None
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                body = f"write {i:06d}\n".encode()
+                (wt / "f.txt").write_bytes(body)
+                r = c.snapshot(str(wt), run_id="merge", node_id="n")
+                if store[r["tree"]]["f.txt"].id != pygit2.hash(body):
+                    missed.append(i)
+                scans.append(r["scan"])
+                i += 1
+                if merged_at is None and c.status()["watcher"]["merges"] >= 1:
+                    merged_at = i
+                if merged_at is not None and i >= merged_at + 50:
+                    break
+            watched = {w["path"]: w for w in c.status()["watched"]}
+    finally:
+        daemon.stop()
+    assert merged_at is not None, "the notifiers were never merged"
+    assert missed == [], f"captures missed the write made just before them: {missed[:10]}"
+    assert scans[1:].count("full") == 0, scans  # not even the capture after the merge
+    assert watched[str(wt)]["fast_path"] == "on"
