@@ -24,6 +24,7 @@ Promises:
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import random
@@ -56,6 +57,10 @@ DEFAULT_PLAIN_EXCLUDES = (
 REF_PREFIX = "refs/snapshotd/runs/"
 SIGNATURE_NAME = "snapshotd"
 SIGNATURE_EMAIL = "snapshotd@localhost"
+# A libgit2 call that writes loose objects is tried this many times when a concurrent ``git gc``
+# (prune-packed, prune) removed an object fan-out directory between libgit2 creating it and
+# renaming the new object into it; libgit2 creates it again on the next try.
+ODB_TRIES = 5
 # Files whose mtime is this close to a capture may change again within the same filesystem
 # clock tick without a visible stat change; they are re-hashed at the next capture.
 RACY_WINDOW_NS = 50_000_000
@@ -156,6 +161,14 @@ class Store:
                 self._indexes[wt_id] = index
             return index
 
+    def is_store_failure(self, exc: BaseException) -> bool:
+        """Whether a failed object write is the store's fault (its path in the message, or a
+        full, read-only or failing disk) rather than the source file's (unreadable, gone)."""
+        if str(self.path) in str(exc):
+            return True
+        return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT,
+                                                          errno.EROFS, errno.EIO)
+
     def persist_all(self) -> None:
         with self._lock:
             indexes = list(self._indexes.values())
@@ -183,7 +196,8 @@ class Store:
         parents = [pygit2.Oid(hex=parent)] if parent else []
         with self._lock:
             faults.check("objects")
-            oid = self.repo.create_commit(None, sig, sig, message, pygit2.Oid(hex=tree), parents)
+            oid = odb_retry(self.repo.create_commit, None, sig, sig, message,
+                            pygit2.Oid(hex=tree), parents)
             faults.crash_point("after-commit")
             self.repo.references.create(meta.key.ref, oid, force=True)
             faults.crash_point("after-ref")
@@ -265,34 +279,39 @@ class WorktreeIndex:
         result = Capture(tree="")
         started_ns = time.time_ns()
         touched: list[str] = []
-        for path in sorted(self._racy):
-            self._update_path(index, path, result, touched, racy_recheck=True)
-        self._racy.clear()
+        previous_racy, self._racy = self._racy, set()
         try:
-            diff = index.diff_to_workdir(int(_DIFF_FLAGS))
-        except pygit2.GitError as exc:
-            raise StoreError("scan-failed", f"could not scan {self.root}: {exc}") from exc
-        for delta in diff.deltas:
-            status = delta.status
-            if status == DeltaStatus.DELETED:
-                path = delta.old_file.path
-                result.paths.append(path)
-                if _remove_entry(index, path):
-                    result.deleted += 1
-                continue
-            path = delta.new_file.path
-            result.paths.append(path.rstrip("/"))
-            if status == DeltaStatus.UNREADABLE:
-                result.skipped.append({"path": path, "reason": "unreadable"})
-                continue
-            if status in (DeltaStatus.UNTRACKED, DeltaStatus.ADDED, DeltaStatus.MODIFIED,
-                          DeltaStatus.TYPECHANGE):
-                self._update_path(index, path, result, touched,
-                                  new=status in (DeltaStatus.UNTRACKED, DeltaStatus.ADDED))
+            for path in sorted(previous_racy):
+                self._update_path(index, path, result, touched, racy_recheck=True)
+            try:
+                diff = index.diff_to_workdir(int(_DIFF_FLAGS))
+            except pygit2.GitError as exc:
+                raise StoreError("scan-failed", f"could not scan {self.root}: {exc}") from exc
+            for delta in diff.deltas:
+                status = delta.status
+                if status == DeltaStatus.DELETED:
+                    path = delta.old_file.path
+                    result.paths.append(path)
+                    if _remove_entry(index, path):
+                        result.deleted += 1
+                    continue
+                path = delta.new_file.path
+                result.paths.append(path.rstrip("/"))
+                if status == DeltaStatus.UNREADABLE:
+                    result.skipped.append({"path": path, "reason": "unreadable"})
+                    continue
+                if status in (DeltaStatus.UNTRACKED, DeltaStatus.ADDED, DeltaStatus.MODIFIED,
+                              DeltaStatus.TYPECHANGE):
+                    self._update_path(index, path, result, touched,
+                                      new=status in (DeltaStatus.UNTRACKED, DeltaStatus.ADDED))
+        except StoreError:
+            # The cache is partly updated: whatever was hashed may be racy; re-hash it next time.
+            self._racy = previous_racy | set(touched)
+            raise
         self._racy = {p for p in touched if _is_racy(self.root / p, started_ns)}
         faults.crash_point("after-blobs")
         try:
-            result.tree = str(index.write_tree())
+            result.tree = str(odb_retry(index.write_tree))
         except pygit2.GitError as exc:
             raise StoreError("object-write-failed", f"could not write the tree: {exc}") from exc
         faults.crash_point("after-tree")
@@ -330,46 +349,50 @@ class WorktreeIndex:
         touched: list[str] = []
         files: set[str] = set()  # file entries changed; anything else is structural
         structural = self._tree is None
-        for rel in sorted(wanted):
-            if ".git" in rel.split("/"):
-                continue
-            full = self.root / rel
-            try:
-                st = os.lstat(full)
-            except FileNotFoundError:
-                was_file = rel in index
-                if _remove_entry(index, rel):
-                    result.deleted += 1
-                    if was_file:
-                        files.add(rel)
-                    else:
-                        structural = True  # a directory went
-                continue
-            except OSError as exc:
-                result.skipped.append({"path": rel, "reason": "unreadable", "detail": str(exc)})
-                continue
-            if stat.S_ISDIR(st.st_mode):
-                structural = True
-                self._crawl(index, repo, rel, result, touched)
-                continue
-            if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
-                continue  # sockets and FIFOs are not content, as in the full scan
-            if rel not in index and repo.path_is_ignored(rel):
-                continue
-            self._update_path(index, rel, result, touched)
-            files.add(rel)
+        try:
+            for rel in sorted(wanted):
+                if ".git" in rel.split("/"):
+                    continue
+                full = self.root / rel
+                try:
+                    st = os.lstat(full)
+                except FileNotFoundError:
+                    was_file = rel in index
+                    if _remove_entry(index, rel):
+                        result.deleted += 1
+                        if was_file:
+                            files.add(rel)
+                        else:
+                            structural = True  # a directory went
+                    continue
+                except OSError as exc:
+                    result.skipped.append({"path": rel, "reason": "unreadable", "detail": str(exc)})
+                    continue
+                if stat.S_ISDIR(st.st_mode):
+                    structural = True
+                    self._crawl(index, repo, rel, result, touched)
+                    continue
+                if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+                    continue  # sockets and FIFOs are not content, as in the full scan
+                if rel not in index and repo.path_is_ignored(rel):
+                    continue
+                self._update_path(index, rel, result, touched)
+                files.add(rel)
+        except StoreError:
+            self._racy |= set(touched)  # partly updated: re-hash what was hashed, next time
+            raise
         self._racy |= {p for p in touched if _is_racy(self.root / p, started_ns)}
         faults.crash_point("after-blobs")
         try:
             if structural:
-                result.tree = str(index.write_tree())
+                result.tree = str(odb_retry(index.write_tree))
             else:
                 assert self._tree is not None
-                result.tree, counts = _rewrite_tree(repo, index, self._tree, files)
+                result.tree, counts = odb_retry(_rewrite_tree, repo, index, self._tree, files)
                 _remember_changes(self._tree, result.tree, counts)
         except (pygit2.GitError, _TreeShapeChanged):
             try:
-                result.tree = str(index.write_tree())
+                result.tree = str(odb_retry(index.write_tree))
             except pygit2.GitError as exc:
                 raise StoreError("object-write-failed",
                                  f"could not write the tree: {exc}") from exc
@@ -451,7 +474,7 @@ class WorktreeIndex:
         if self._index is None:
             return None
         try:
-            return str(self._index.write_tree())
+            return str(odb_retry(self._index.write_tree))
         except pygit2.GitError:
             self.drop_cache()
             return None
@@ -495,8 +518,13 @@ class WorktreeIndex:
             return
         before = _entry_id(index, path)
         try:
-            index.add(path)
+            odb_retry(index.add, path)
         except (pygit2.GitError, OSError) as exc:
+            if self.store.is_store_failure(exc):
+                # The file is fine; the store could not take it. Skipping it would acknowledge
+                # a checkpoint without the change: the capture fails (and a gap says so).
+                raise StoreError("object-write-failed",
+                                 f"could not store {path}: {exc}") from exc
             result.skipped.append({"path": path, "reason": "unreadable", "detail": str(exc)})
             return
         touched.append(path)
@@ -613,8 +641,11 @@ class WorktreeIndex:
                 continue
             if (self.root / entry.path).is_symlink() or (self.root / entry.path).is_file():
                 try:
-                    index.add(entry.path)
-                except (pygit2.GitError, OSError):
+                    odb_retry(index.add, entry.path)
+                except (pygit2.GitError, OSError) as exc:
+                    if self.store.is_store_failure(exc):
+                        raise StoreError("object-write-failed",
+                                         f"could not store {entry.path}: {exc}") from exc
                     continue
 
     def _ensure_gitdir(self) -> None:
@@ -1105,6 +1136,20 @@ def _drop_entries_without_objects(repo: pygit2.Repository, index: pygit2.Index) 
     missing = [e.path for e in index if e.mode != FileMode.COMMIT and e.id not in odb]
     for path in missing:
         index.remove(path)
+
+
+def odb_retry(call, *args):  # noqa: ANN001, ANN201 - any libgit2 call that writes objects
+    """``call(*args)``, tried again (up to ``ODB_TRIES`` times) while it fails only because a
+    concurrent ``git gc`` removed the object directory it was renaming a new object into."""
+    for attempt in range(1, ODB_TRIES + 1):
+        try:
+            return call(*args)
+        except pygit2.GitError as exc:
+            text = str(exc)
+            vanished = "No such file or directory" in text and "/objects/" in text
+            if not vanished or attempt == ODB_TRIES:
+                raise
+    raise AssertionError("unreachable")
 
 
 def _utf8(path: str) -> bool:

@@ -123,3 +123,52 @@ def test_damaged_stat_cache_is_rebuilt_not_trusted(sd_env: Env, tmp_path: Path,
     git(scratch, "init", "-q")
     git(scratch, "add", "-A")
     assert r["tree"] == git(scratch, "write-tree").strip()
+
+
+@pytest.mark.parametrize("scan", ["fast", "full"])
+def test_a_blob_the_store_cannot_take_fails_the_capture_never_skips_the_file(
+        sd_env: Env, tmp_path: Path, scan: str) -> None:
+    """A real store-side write failure: the object directory the new blob belongs in cannot be
+    created (a file sits where it goes; a concurrent ``git gc`` removing it mid-write fails the
+    same way). The file itself is fine, so leaving it out and acknowledging the checkpoint would
+    lose the change silently: the capture must fail with a gap instead."""
+
+    import pygit2
+
+    wt = make_git_worktree(tmp_path / "wt")
+    objects = sd_env.home / "store.git" / "objects"
+
+    def poke_ignore_rules(i: int) -> None:
+        if scan == "full":  # an ignore file among the changes: only a full scan can tell
+            (wt / ".gitignore").write_text(f"*.tmp{i}\n")
+
+    d = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
+    try:
+        with d.client() as c:
+            c.attempt_begin("blocked", "n", str(wt))
+            c.snapshot(str(wt), run_id="blocked", node_id="n")
+            (wt / "warm.txt").write_text("the capture path in use\n")
+            poke_ignore_rules(1)
+            assert c.snapshot(str(wt), run_id="blocked", node_id="n")["scan"] == scan
+            n = 0
+            while (objects / str(pygit2.hash(f"new content {n}\n".encode()))[:2]).exists():
+                n += 1
+            body = f"new content {n}\n"
+            blocker = objects / str(pygit2.hash(body.encode()))[:2]
+            blocker.write_text("not a directory\n")
+            (wt / "a.txt").write_text(body)
+            poke_ignore_rules(2)
+            with pytest.raises(SnapshotdError) as err:
+                c.snapshot(str(wt), run_id="blocked", node_id="n", tool_use_id="toolu_blocked")
+            assert err.value.code == "capture-failed"
+            assert "a.txt" in err.value.message
+            [gap] = [g for g in sd_env.read_gaps() if g["tool_use_id"] == "toolu_blocked"]
+            assert gap["reason"] == "object-write-failed"
+            blocker.unlink()
+            r = c.snapshot(str(wt), run_id="blocked", node_id="n")
+            assert r["scan"] == "full"  # what the failed capture took is owed: a full scan
+        store = ["--git-dir", str(sd_env.home / "store.git")]
+        assert git(wt, *store, "show", f"{r['commit']}:a.txt") == body
+        git(wt, *store, "fsck", "--strict")
+    finally:
+        d.stop()

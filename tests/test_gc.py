@@ -10,6 +10,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import Daemon, Env, git, make_git_worktree
 
 
@@ -230,3 +232,40 @@ def test_captures_during_gc_are_never_lost(sd_env: Env, daemon: Daemon, tmp_path
         assert cps[seq]["commit"] == commit
         assert blob_at(sd_env, commit, "f.txt").decode() == body
     store_git(sd_env, "fsck", "--strict")
+
+
+def test_object_writes_retry_when_gc_removes_their_directory_mid_write() -> None:
+    """``git gc`` (prune-packed, prune) removes empty object fan-out directories. When that
+    lands between libgit2 creating one and renaming a new object into it, libgit2 fails with
+    ENOENT naming the object path; seen under load in ``test_captures_during_gc_are_never_lost``
+    (the blob's failure was then taken for an unreadable file and the change was skipped).
+    libgit2 creates the directory again on the next try, so such a failure is retried; any
+    other failure is not."""
+    import pygit2
+
+    from snapshotd.store import ODB_TRIES, odb_retry
+
+    vanished = pygit2.GitError("failed to rename lockfile to '/h/store.git/objects/39/cbbd1e': "
+                               "No such file or directory")
+    calls: list[int] = []
+
+    def flaky(fails: int, value: str) -> str:
+        calls.append(1)
+        if len(calls) <= fails:
+            raise vanished
+        return value
+
+    assert odb_retry(flaky, 2, "tree") == "tree" and len(calls) == 3
+    calls.clear()
+    with pytest.raises(pygit2.GitError):
+        odb_retry(flaky, ODB_TRIES, "never")
+    assert len(calls) == ODB_TRIES
+    calls.clear()
+
+    def full_disk() -> None:
+        calls.append(1)
+        raise pygit2.GitError("failed to write '/h/store.git/objects/tmp_object': No space left")
+
+    with pytest.raises(pygit2.GitError):
+        odb_retry(full_disk)
+    assert len(calls) == 1
