@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import logging
 import os
 import random
 import re
@@ -43,6 +44,8 @@ import pygit2
 from pygit2.enums import DeltaStatus, DiffOption, FileMode
 
 from snapshotd import faults
+
+log = logging.getLogger("snapshotd.store")
 
 DEFAULT_PLAIN_EXCLUDES = (
     "node_modules/",
@@ -196,10 +199,21 @@ class Store:
         parents = [pygit2.Oid(hex=parent)] if parent else []
         with self._lock:
             faults.check("objects")
-            oid = odb_retry(self.repo.create_commit, None, sig, sig, message,
-                            pygit2.Oid(hex=tree), parents)
-            faults.crash_point("after-commit")
-            self.repo.references.create(meta.key.ref, oid, force=True)
+            for attempt in range(1, ODB_TRIES + 1):
+                oid = odb_retry(self.repo.create_commit, None, sig, sig, message,
+                                pygit2.Oid(hex=tree), parents)
+                faults.crash_point("after-commit")
+                try:
+                    self.repo.references.create(meta.key.ref, oid, force=True)
+                    break
+                except pygit2.GitError as exc:
+                    # Seen once under a concurrent `git gc` (cause not pinned down): the commit
+                    # just written was gone when the ref was moved. Writing it again is safe
+                    # (same bytes, same id); a missing tree or parent still fails above.
+                    if "doesn't exist" not in str(exc) or attempt == ODB_TRIES:
+                        raise
+                    log.warning("commit %s vanished before its ref moved (%s); writing it "
+                                "again", oid, exc)
             faults.crash_point("after-ref")
         return str(oid)
 

@@ -299,7 +299,10 @@ class Watcher:
                 self._reset_dirty(entry)
             return None
         with self._cond:
-            if entry.overflow or entry.group is not group:
+            # A merge may have moved the entry to a new notifier meanwhile: the one synced here
+            # watched it all along (until it retires, when its sync fails), so its cookie still
+            # proves the set complete. A new watch or a failure resets the baseline.
+            if entry.overflow or not entry.baseline:
                 self._reset_dirty(entry)
                 return None
             changed, entry.dirty = entry.dirty, set()
