@@ -30,13 +30,18 @@ from pathlib import Path
 from bench.common import DaemonProc, GitPeer, git_env, make_tree, median
 
 
+def _victims(wt: Path, files: int, rounds: int) -> list[Path]:
+    """One file per round, spread over the tree (make_tree's layout: f{i}.txt in
+    d{i // 100:04d}/s{(i // 10) % 10}/)."""
+    return [wt / f"d{i // 100:04d}" / f"s{(i // 10) % 10}" / f"f{i}.txt"
+            for i in range(7, files, max(1, files // rounds))]
+
+
 def _restore_rounds(daemon: DaemonProc, wt: Path, node: str, seq: int, files: int,
                     rounds: int, *, force: bool) -> dict:
     """Change one file, restore ``seq`` in place; ``rounds`` times. Our side only."""
     ours, parts, wall, scans = [], [], [], []
-    # make_tree's layout: f{i}.txt in d{i // 100:04d}/s{(i // 10) % 10}/.
-    victims = [wt / f"d{i // 100:04d}" / f"s{(i // 10) % 10}" / f"f{i}.txt"
-               for i in range(7, files, max(1, files // rounds))]
+    victims = _victims(wt, files, rounds)
     for i in range(rounds):
         victim = victims[i % len(victims)]
         original = victim.read_bytes()
@@ -94,8 +99,7 @@ def in_place(daemon: DaemonProc, base: Path, files: int, rounds: int) -> dict:
     peer.capture()
     target_tree = peer._git("rev-parse", f"{peer.parent}^{{tree}}")
     peer_rt, peer_both = [], []
-    victims = [wt / f"d{i // 100:04d}" / f"s{(i // 10) % 10}" / f"f{i}.txt"
-               for i in range(7, files, max(1, files // rounds))]
+    victims = _victims(wt, files, rounds)
     for i in range(rounds):
         victim = victims[i % len(victims)]
         original = victim.read_bytes()

@@ -11,9 +11,9 @@ Owns ``SNAPSHOTD_CRASH_AT``, ``SNAPSHOTD_DELAY_AT`` and ``SNAPSHOTD_FAULT_FILE``
   taken off the notifier's queue, not yet dispatched), ``before-row`` (a capture's commit
   written, its ledger row not yet).
 - ``SNAPSHOTD_FAULT_FILE=<path>``: while that file exists, each line ``<seam>=<ERRNO>`` (seams
-  ``objects``, ``ledger``, ``gaps``, ``watch`` (each ``inotify_add_watch``); errno names such as ``ENOSPC`` or ``EIO``) makes
-  ``check(<seam>)`` raise that ``OSError``. Deleting the file clears the fault at once, so a test
-  can show that the next capture after the fault succeeds.
+  ``objects``, ``ledger``, ``gaps``, ``watch`` (each ``inotify_add_watch``); errno names such as
+  ``ENOSPC`` or ``EIO``) makes ``check(<seam>)`` raise that ``OSError``. Deleting the file
+  clears the fault at once, so a test can show that the next capture after the fault succeeds.
 
 Promises: with no variable set, ``crash_point``, ``delay`` and ``check`` cost one comparison.
 """

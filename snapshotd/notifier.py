@@ -133,6 +133,13 @@ class InotifyNotifier:
         self._libc = libc
         self._fd = fd
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        # One poller for ``read`` (its caller's lock serializes it) and one for ``wait`` (the
+        # reader thread's only): a poll object refuses concurrent use.
+        self._read_poller = select.poll()
+        self._read_poller.register(fd, select.POLLIN)
+        self._wait_poller = select.poll()
+        self._wait_poller.register(fd, select.POLLIN)
+        self._wait_poller.register(self._wake_r, select.POLLIN)
         self._roots = [os.fsencode(r.rstrip("/") or "/") for r in roots]
         self._root_set = set(self._roots)
         self._dirs: dict[int, bytes] = {}  # watch descriptor -> directory
@@ -152,9 +159,7 @@ class InotifyNotifier:
         if self._failure is not None:
             raise self._failure
         if block_ms > 0:
-            poller = select.poll()
-            poller.register(self._fd, select.POLLIN)
-            poller.poll(block_ms)
+            self._read_poller.poll(block_ms)
         out: list[Event] = []
         for _ in range(READS_PER_CALL):
             try:
@@ -173,11 +178,8 @@ class InotifyNotifier:
     def wait(self, timeout_s: float) -> None:
         if self._closed:
             return
-        poller = select.poll()
-        poller.register(self._fd, select.POLLIN)
-        poller.register(self._wake_r, select.POLLIN)
         try:
-            ready = poller.poll(max(0, int(timeout_s * 1000)))
+            ready = self._wait_poller.poll(max(0, int(timeout_s * 1000)))
         except InterruptedError:
             return
         if any(fd == self._wake_r for fd, _ in ready):

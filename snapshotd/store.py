@@ -532,13 +532,8 @@ class WorktreeIndex:
             return
         before = _entry_id(index, path)
         try:
-            odb_retry(index.add, path)
+            self._add(index, path)
         except (pygit2.GitError, OSError) as exc:
-            if self.store.is_store_failure(exc):
-                # The file is fine; the store could not take it. Skipping it would acknowledge
-                # a checkpoint without the change: the capture fails (and a gap says so).
-                raise StoreError("object-write-failed",
-                                 f"could not store {path}: {exc}") from exc
             result.skipped.append({"path": path, "reason": "unreadable", "detail": str(exc)})
             return
         touched.append(path)
@@ -552,6 +547,17 @@ class WorktreeIndex:
             result.added += 1
         else:
             result.modified += 1
+
+    def _add(self, index: pygit2.Index, path: str) -> None:
+        """Hash ``path`` into the store and the index. A failure on the store's side raises
+        ``StoreError``: the file is fine, and skipping it would acknowledge a checkpoint without
+        the change. Any other failure (the file cannot be read) is the caller's to report."""
+        try:
+            odb_retry(index.add, path)
+        except (pygit2.GitError, OSError) as exc:
+            if self.store.is_store_failure(exc):
+                raise StoreError("object-write-failed", f"could not store {path}: {exc}") from exc
+            raise
 
     def _load_index(self) -> pygit2.Index:
         if self._index is not None:
@@ -655,11 +661,8 @@ class WorktreeIndex:
                 continue
             if (self.root / entry.path).is_symlink() or (self.root / entry.path).is_file():
                 try:
-                    odb_retry(index.add, entry.path)
-                except (pygit2.GitError, OSError) as exc:
-                    if self.store.is_store_failure(exc):
-                        raise StoreError("object-write-failed",
-                                         f"could not store {entry.path}: {exc}") from exc
+                    self._add(index, entry.path)
+                except (pygit2.GitError, OSError):
                     continue
 
     def _ensure_gitdir(self) -> None:

@@ -34,9 +34,10 @@ Promises:
 - SIGTERM: pending windows are captured before exit. A crash leaves the window's marker behind; at
   start-up each marker of a still-active attempt becomes a ``settle-window-missed`` gap (naming when
   the window opened) and an immediate capture.
-- A watcher that fails (watch limit, permission denied, the worktree deleted or replaced) records a gap, shows the worktree as degraded in ``status`` and falls back to
-  a periodic stat scan every ``scan_interval_s``, retrying the watch now and then; a deleted
-  worktree ends its watch without a traceback and the daemon keeps serving the others.
+- A watcher that fails (watch limit, permission denied, the worktree deleted or replaced)
+  records a gap, shows the worktree as degraded in ``status`` and falls back to a periodic stat
+  scan every ``scan_interval_s``, retrying the watch now and then; a deleted worktree ends its
+  watch without a traceback and the daemon keeps serving the others.
 - Idle costs nearly nothing: worktrees share a few notifiers (``snapshotd.notifier``: our own
   inotify reader on Linux, ``watchfiles`` elsewhere; new ones are merged into one once things are
   quiet), each read by one thread that sleeps in ``poll(2)`` until events come (a ``watchfiles``
