@@ -295,7 +295,10 @@ class Watcher:
         if not vouch:
             return None
         assert group is not None
-        if not all(g.sync(COOKIE_TIMEOUT_S) for g in (*draining, group)):
+        # An old notifier the merge has drained meanwhile needs no cookie of ours: it then
+        # retires (its sync fails), and what came after the new watch began is in ``group``.
+        if not (all(g.sync(COOKIE_TIMEOUT_S) or g.handed_over for g in draining)
+                and group.sync(COOKIE_TIMEOUT_S)):
             with self._cond:
                 self._reset_dirty(entry)
             return None
@@ -1084,6 +1087,8 @@ class Watcher:
         # One cookie through each old notifier: every event it queued before the new watch
         # existed is then in the worktrees' changed paths, and the new notifier alone vouches.
         handed_over = all(g.sync(COOKIE_TIMEOUT_S * 4) for g in old)
+        for g in old:
+            g.handed_over = handed_over
         with self._cond:
             for entry in moved:
                 entry.draining = []
@@ -1194,6 +1199,9 @@ class _Group:
             shutil.rmtree(self.cookie_dir, ignore_errors=True)
             raise
         self.retired = False
+        # Set by a merge once every event this notifier queued before its successor began is
+        # dispatched: from then on the successor alone vouches for its worktrees.
+        self.handed_over = False
         self._thread = threading.Thread(target=self._loop, daemon=True,
                                         name=f"snapshotd-watch-{len(roots)}")
 

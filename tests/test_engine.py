@@ -41,8 +41,10 @@ FAKE_AGENT = textwrap.dedent("""
     # Written after the last hook: only the capture `exec` takes when we exit holds it.
     with open(os.path.join(cwd, "after-last-hook.txt"), "w") as f:
         f.write("tail\\n")
-    with open(report, "w") as f:
+    # Written whole, then renamed: a test polling for the report never reads half of it.
+    with open(report + ".tmp", "w") as f:
         json.dump(seen, f)
+    os.replace(report + ".tmp", report)
     if os.environ.get("FAKE_AGENT_HANG"):
         time.sleep(120)
     sys.exit(code)
