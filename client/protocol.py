@@ -41,16 +41,24 @@ FORBIDDEN = "forbidden"
 FENCED = "fenced"
 WORKTREE_REFUSED = "worktree-refused"
 WORKTREE_MISSING = "worktree-missing"
+WORKTREE_REPLACED = "worktree-replaced"
 NOT_FOUND = "not-found"
 CONFLICT = "conflict"
 CAPTURE_FAILED = "capture-failed"
 RESTORE_FAILED = "restore-failed"
+BUSY = "busy"
+SHUTTING_DOWN = "shutting-down"
+NO_REMOTE = "no-remote"
+PUSH_FAILED = "push-failed"
+FETCH_FAILED = "fetch-failed"
+VERIFY_FAILED = "verify-failed"
 INTERNAL = "internal"
 
 ERROR_CODES = frozenset({
     BAD_FRAME, FRAME_TOO_LARGE, BAD_REQUEST, BAD_ID, UNKNOWN_OP, UNSUPPORTED_VERSION, FORBIDDEN,
-    FENCED, WORKTREE_REFUSED, WORKTREE_MISSING, NOT_FOUND, CONFLICT, CAPTURE_FAILED,
-    RESTORE_FAILED, INTERNAL,
+    FENCED, WORKTREE_REFUSED, WORKTREE_MISSING, WORKTREE_REPLACED, NOT_FOUND, CONFLICT,
+    CAPTURE_FAILED, RESTORE_FAILED, BUSY, SHUTTING_DOWN, NO_REMOTE, PUSH_FAILED, FETCH_FAILED,
+    VERIFY_FAILED, INTERNAL,
 })
 
 # Codes the client side produces itself; they are also gap reasons written by the hook/wrap.

@@ -9,6 +9,7 @@ a bad value is a ``ConfigError`` naming the key and what is accepted.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -192,8 +193,6 @@ def _coerce(key: str, value: object, source: str) -> object:
             raise ConfigError(f"{where}: expected a git remote URL or path, got {value!r}")
         return value.strip()
     if key in ("gc_older_than", "gc_max_store_size", "store_size_warn"):
-        from snapshotd.gc import parse_duration, parse_size
-
         if value in ("", None):
             return ""
         parse = parse_duration if key == "gc_older_than" else parse_size
@@ -220,3 +219,25 @@ def _coerce(key: str, value: object, source: str) -> object:
     if number < 0 or (number == 0 and key not in ("max_zero_setup_files", "gc_keep_last")):
         raise ConfigError(f"{where}: must be positive, got {value!r}")
     return number
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+
+
+def parse_duration(text: str) -> float:
+    """``90s``, ``30m``, ``12h``, ``7d``, ``2w`` (bare numbers are seconds)."""
+    m = _DURATION.match(str(text))
+    if not m:
+        raise ValueError(f"{text!r} is not a duration; use e.g. 90s, 30m, 12h, 7d or 2w")
+    unit = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[m.group(2)]
+    return float(m.group(1)) * unit
+
+
+def parse_size(text: str) -> int:
+    """``500M``, ``2G``, ``1.5GiB``, ``4096`` (bytes)."""
+    m = _SIZE.match(str(text))
+    if not m:
+        raise ValueError(f"{text!r} is not a size; use e.g. 500M, 2G or 1.5GiB")
+    unit = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[m.group(2).lower()]
+    return int(float(m.group(1)) * unit)

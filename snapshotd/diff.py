@@ -22,9 +22,9 @@ from pathlib import Path
 import pygit2
 from pygit2.enums import DiffOption, DiffStatsFormat
 
+from snapshotd.keys import AttemptKey
 from snapshotd.restore import _validate, current_tree_of, find_checkpoint
 from snapshotd.service import Service, ServiceError
-from snapshotd.store import AttemptKey
 
 WIRE_PATCH_LIMIT = 768 * 1024
 WIRE_FILES_LIMIT = 5000

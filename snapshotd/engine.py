@@ -41,10 +41,11 @@ from pathlib import Path
 import psutil
 
 from snapshotd.config import Config
+from snapshotd.errors import ServiceError, id_field, int_field
+from snapshotd.keys import AttemptKey
 from snapshotd.ledger import ACTIVE, Attempt
 from snapshotd.server import Server
-from snapshotd.service import Service, ServiceError, _fmt, _id_field, _int_field
-from snapshotd.store import AttemptKey
+from snapshotd.service import Service
 
 log = logging.getLogger("snapshotd.engine")
 
@@ -136,9 +137,9 @@ class Engine:
     def _resume_source(self, fields: dict) -> _ResumeSource | None:
         """What a resume restores, and where: the newest checkpoint of the node's newest earlier
         attempt that has one. An attempt still active in another directory is superseded first."""
-        run_id = _id_field("run_id", fields.get("run_id"))
-        node_id = _id_field("node_id", fields.get("node_id"))
-        iteration = _int_field(fields, "iteration", 0, 0)
+        run_id = id_field("run_id", fields.get("run_id"))
+        node_id = id_field("node_id", fields.get("node_id"))
+        iteration = int_field(fields, "iteration", 0, 0)
         cwd = fields.get("cwd")
         if not isinstance(cwd, str) or not os.path.isabs(cwd) or "\0" in cwd:
             raise ServiceError("bad-request", "cwd must be an absolute path")
@@ -146,7 +147,7 @@ class Engine:
         if fields.get("attempt") is None:
             number = ledger.last_attempt_number(run_id, node_id, iteration) + 1
         else:
-            number = _int_field(fields, "attempt", 1, 1)
+            number = int_field(fields, "attempt", 1, 1)
         previous = self._previous_with_checkpoint(run_id, node_id, iteration, number)
         if previous is None:
             return None
@@ -228,7 +229,7 @@ class Engine:
             ended = ledger.get_attempt(current.key)
         if ended is not None:
             self.service.notify_inactive(ended)
-        return _fmt(current.key)
+        return str(current.key)
 
     def check_owners(self) -> list[Attempt]:
         """One pass of the monitor: abandon every active attempt whose owner is gone."""
@@ -275,13 +276,13 @@ class Engine:
             try:
                 flush(root)
             except Exception:  # noqa: BLE001
-                log.exception("flush before abandoning %s failed", _fmt(attempt.key))
+                log.exception("flush before abandoning %s failed", attempt.key)
         try:
             self.service.capture_attempt(attempt, tier=2, source="watch", label=label)
         except ServiceError as exc:
-            log.warning("last capture of %s failed: %s", _fmt(attempt.key), exc.message)
+            log.warning("last capture of %s failed: %s", attempt.key, exc.message)
         except Exception:  # noqa: BLE001
-            log.exception("last capture of %s failed", _fmt(attempt.key))
+            log.exception("last capture of %s failed", attempt.key)
         with self.service.worktree_lock(root):
             current = self.service.ledger.get_attempt(attempt.key)
             if current is None or current.state != ACTIVE:
@@ -293,7 +294,7 @@ class Engine:
             ended = self.service.ledger.get_attempt(current.key)
         assert ended is not None
         self.abandoned += 1
-        log.warning("attempt %s abandoned: %s", _fmt(ended.key), label)
+        log.warning("attempt %s abandoned: %s", ended.key, label)
         self.service.notify_inactive(ended)
         return ended
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import subprocess
 import threading
 import time
@@ -34,17 +33,16 @@ from pathlib import Path
 
 import pygit2
 
+from snapshotd.config import parse_duration, parse_size
+from snapshotd.keys import AttemptKey
 from snapshotd.ledger import ACTIVE, Attempt
 from snapshotd.service import Service, ServiceError
-from snapshotd.store import AttemptKey
 
 log = logging.getLogger("snapshotd.gc")
 
 CACHE_REF_PREFIX = "refs/snapshotd/cache/"
 RESTORE_PROTECT_S = 7 * 86400
 SAFETY_INTERVAL_S = 3600.0
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
 
 
 @dataclass
@@ -72,24 +70,6 @@ class AttemptPlan:
     attempt: Attempt
     prune: list[int]
     reasons: dict[int, str] = field(default_factory=dict)
-
-
-def parse_duration(text: str) -> float:
-    """``90s``, ``30m``, ``12h``, ``7d``, ``2w`` (bare numbers are seconds)."""
-    m = _DURATION.match(str(text))
-    if not m:
-        raise ValueError(f"{text!r} is not a duration; use e.g. 90s, 30m, 12h, 7d or 2w")
-    unit = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[m.group(2)]
-    return float(m.group(1)) * unit
-
-
-def parse_size(text: str) -> int:
-    """``500M``, ``2G``, ``1.5GiB``, ``4096`` (bytes)."""
-    m = _SIZE.match(str(text))
-    if not m:
-        raise ValueError(f"{text!r} is not a size; use e.g. 500M, 2G or 1.5GiB")
-    unit = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[m.group(2).lower()]
-    return int(float(m.group(1)) * unit)
 
 
 def run_gc(service: Service, policy: Policy, *, dry_run: bool = False) -> dict:
@@ -167,7 +147,7 @@ def prune_attempt(service: Service, plan: AttemptPlan) -> None:
         remap: dict[int, tuple[str, str | None]] = {}
         parent: str | None = None
         rewriting = False
-        with service.store._lock:
+        with service.store.lock:
             for row in rows:
                 if row["seq"] in dropping:
                     rewriting = True
@@ -202,7 +182,7 @@ def delete_run(service: Service, run_id: str) -> int:
     _check_run_deletable(service, run_id)
     keys = [a.key for a in service.ledger.attempts(run_id)]
     removed = service.ledger.delete_run(run_id)
-    with service.store._lock:
+    with service.store.lock:
         for key in keys:
             try:
                 service.store.repo.references.delete(key.ref)
@@ -423,7 +403,7 @@ def _complete(service: Service, journal: dict) -> None:
     service.ledger.apply_prune(attempt, [int(s) for s in journal["pruned"]], remap,
                                journal.get("reason") or "gc", journal.get("final_commit"))
     if journal.get("new_tip"):
-        with service.store._lock:
+        with service.store.lock:
             service.store.repo.references.create(journal["ref"], pygit2.Oid(hex=journal["new_tip"]),
                                                  force=True)
 
@@ -467,14 +447,14 @@ def _refresh_cache_refs(service: Service) -> None:
     existing = {index.id for index in service.store._indexes.values()}
     if root.is_dir():
         existing |= {p.name for p in root.iterdir()}
-    with service.store._lock:
+    with service.store.lock:
         for name in list(service.store.repo.references):
             if name.startswith(CACHE_REF_PREFIX) and name[len(CACHE_REF_PREFIX):] not in existing:
                 service.store.repo.references.delete(name)
 
 
 def _set_cache_ref(service: Service, wt_id: str, tree: str) -> None:
-    with service.store._lock:
+    with service.store.lock:
         service.store.repo.references.create(CACHE_REF_PREFIX + wt_id, pygit2.Oid(hex=tree),
                                              force=True)
 

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from snapshotd import faults
 from snapshotd.config import redact_url
-from snapshotd.store import AttemptKey
+from snapshotd.keys import AttemptKey
 
 if TYPE_CHECKING:
     from snapshotd.config import Config

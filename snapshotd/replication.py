@@ -46,9 +46,10 @@ from pathlib import Path
 
 import pygit2
 
+from snapshotd.keys import REF_PREFIX, AttemptKey
 from snapshotd.ledger import ACTIVE, Attempt
 from snapshotd.service import Service, ServiceError, list_run
-from snapshotd.store import REF_PREFIX, AttemptKey, parse_trailers
+from snapshotd.store import parse_trailers
 from snapshotd_client.protocol import validate_id, validate_int
 
 TYPE_CHECKING = False
@@ -416,12 +417,12 @@ def rebuild_rows(service: Service, refs: list[dict]) -> int:
             continue
         attempt = service.ledger.get_attempt(key)
         if attempt is None:
-            rebuilt += service._reconcile_attempt(key, str(head.id))
+            rebuilt += service.reconcile_attempt(key, str(head.id))
             continue
         with service.worktree_lock(Path(attempt.worktree)):
             head = service.store.head(key)
             if head is not None:
-                rebuilt += service._reconcile_attempt(key, str(head.id))
+                rebuilt += service.reconcile_attempt(key, str(head.id))
     return rebuilt
 
 

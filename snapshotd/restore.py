@@ -51,10 +51,11 @@ from pathlib import Path
 import pygit2
 
 from snapshotd import faults
+from snapshotd.keys import AttemptKey
 from snapshotd.ledger import Attempt, Ledger
 from snapshotd.replication import ensure_commit
 from snapshotd.service import Service, ServiceError, SnapshotRequest
-from snapshotd.store import AttemptKey, StoreError
+from snapshotd.store import StoreError
 from snapshotd_client.protocol import validate_id, validate_int
 
 TYPE_CHECKING = False
@@ -379,7 +380,7 @@ def _safety_checkpoint(service: Service, owner: Attempt, cp: dict) -> dict:
                           iteration=owner.key.iteration, attempt=owner.key.attempt)
     try:
         # _capture_locked: capture_attempt() would take the worktree lock we already hold.
-        return service._capture_locked(current, req, time.perf_counter())
+        return service.capture_locked(current, req, time.perf_counter())
     except ServiceError as exc:
         raise ServiceError("restore-failed", f"could not take the safety checkpoint of "
                            f"{owner.worktree}, so nothing was changed: {exc.message}") from exc

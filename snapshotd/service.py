@@ -28,6 +28,7 @@ import pygit2
 
 from snapshotd import __version__, faults
 from snapshotd.config import Config
+from snapshotd.errors import ServiceError, id_field, int_field, opt_int_field
 from snapshotd.gaps import GapSpool
 from snapshotd.ledger import ACTIVE, Attempt, DuplicateToolCall, Ledger, SeqConflict, open_ledger
 from snapshotd.store import (
@@ -40,7 +41,6 @@ from snapshotd.store import (
     tree_changes,
 )
 from snapshotd_client.paths import gaps_path
-from snapshotd_client.protocol import validate_id, validate_int
 
 log = logging.getLogger("snapshotd.service")
 
@@ -61,15 +61,6 @@ class ChangeSource(Protocol):
 
     def drift(self, root: Path, missed: list[str]) -> None:
         """A full scan found changes no event reported."""
-
-
-class ServiceError(Exception):
-    """An error with a protocol error code (docs/protocol.md)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass
@@ -94,7 +85,7 @@ class SnapshotRequest:
             raise ServiceError("bad-request", "cwd must be a non-empty path string")
         if not os.path.isabs(cwd):
             raise ServiceError("bad-request", f"cwd must be an absolute path, got {cwd!r}")
-        tier = _int_field(fields, "tier", 1, 1)
+        tier = int_field(fields, "tier", 1, 1)
         if tier not in (1, 2):
             raise ServiceError("bad-request", f"tier must be 1 or 2, got {tier}")
         source = fields.get("source", "wrap")
@@ -105,11 +96,11 @@ class SnapshotRequest:
         if (run_id is None) != (node_id is None):
             raise ServiceError("bad-request", "run_id and node_id go together: name both or neither")
         if run_id is not None:
-            req.run_id = _id_field("run_id", run_id)
-            req.node_id = _id_field("node_id", node_id)
-        req.iteration = _int_field(fields, "iteration", 0, 0)
+            req.run_id = id_field("run_id", run_id)
+            req.node_id = id_field("node_id", node_id)
+        req.iteration = int_field(fields, "iteration", 0, 0)
         if fields.get("attempt") is not None:
-            req.attempt = _int_field(fields, "attempt", 1, 1)
+            req.attempt = int_field(fields, "attempt", 1, 1)
         for name in ("label", "tool_use_id"):
             value = fields.get(name)
             if value is not None:
@@ -124,10 +115,10 @@ class SnapshotRequest:
             if not isinstance(wt, str) or not os.path.isabs(wt) or "\0" in wt:
                 raise ServiceError("bad-request", "fallback.worktree must be an absolute path")
             req.fallback = {
-                "run_id": _id_field("fallback.run_id", fallback.get("run_id")),
-                "node_id": _id_field("fallback.node_id", fallback.get("node_id")),
-                "iteration": _int_field(fallback, "iteration", 0, 0),
-                "attempt": _int_field(fallback, "attempt", 1, 1),
+                "run_id": id_field("fallback.run_id", fallback.get("run_id")),
+                "node_id": id_field("fallback.node_id", fallback.get("node_id")),
+                "iteration": int_field(fallback, "iteration", 0, 0),
+                "attempt": int_field(fallback, "attempt", 1, 1),
                 "worktree": wt,
             }
         return req
@@ -176,7 +167,7 @@ class Service:
             current = self.ledger.get_attempt(attempt.key)
             if current is None or current.state != ACTIVE:
                 self._fenced(req, attempt, current)
-            result = self._capture_locked(current, req, started)
+            result = self.capture_locked(current, req, started)
         faults.crash_point("before-reply")
         return result
 
@@ -197,8 +188,8 @@ class Service:
             if current is None:
                 raise ServiceError("not-found", f"attempt {attempt.key} is not in the ledger")
             if require_active and current.state != ACTIVE:
-                raise ServiceError("fenced", f"attempt {_fmt(current.key)} is {current.state}")
-            return self._capture_locked(current, req, started)
+                raise ServiceError("fenced", f"attempt {current.key} is {current.state}")
+            return self.capture_locked(current, req, started)
 
     def worktree_lock(self, root: Path) -> threading.Lock:
         key = str(root)
@@ -213,29 +204,29 @@ class Service:
 
     def attempt_begin(self, fields: dict) -> dict:
         """Register an attempt on a worktree, superseding the active one there (DESIGN §7)."""
-        run_id = _id_field("run_id", fields.get("run_id"))
-        node_id = _id_field("node_id", fields.get("node_id"))
-        iteration = _int_field(fields, "iteration", 0, 0)
+        run_id = id_field("run_id", fields.get("run_id"))
+        node_id = id_field("node_id", fields.get("node_id"))
+        iteration = int_field(fields, "iteration", 0, 0)
         root = self._worktree_from_cwd(fields.get("cwd"))
         number = fields.get("attempt")
         owner_pid = fields.get("owner_pid")
         if owner_pid is not None and (not isinstance(owner_pid, int) or isinstance(owner_pid, bool)
                                       or owner_pid <= 0):
             raise ServiceError("bad-request", "owner_pid must be a positive integer")
-        settle_ms = _opt_positive(fields, "settle_ms")
-        max_wait_ms = _opt_positive(fields, "max_wait_ms")
+        settle_ms = opt_int_field(fields, "settle_ms", 1)
+        max_wait_ms = opt_int_field(fields, "max_wait_ms", 1)
         with self.worktree_lock(root):
             if number is None:
                 number = self.ledger.last_attempt_number(run_id, node_id, iteration) + 1
             else:
-                number = _int_field(fields, "attempt", 1, 1)
+                number = int_field(fields, "attempt", 1, 1)
             key = AttemptKey(run_id, node_id, iteration, number)
             existing = self.ledger.get_attempt(key)
             if existing is not None and existing.state != ACTIVE:
-                raise ServiceError("conflict", f"attempt {_fmt(key)} already ended "
+                raise ServiceError("conflict", f"attempt {key} already ended "
                                    f"({existing.state}); begin a new attempt number")
             if existing is not None and existing.worktree != str(root):
-                raise ServiceError("conflict", f"attempt {_fmt(key)} works in "
+                raise ServiceError("conflict", f"attempt {key} works in "
                                    f"{existing.worktree}, not {root}")
             self.ledger.ensure_worktree(self.store.worktree(root).id, str(root))
             superseded = [a for a in self.ledger.active_attempts(str(root)) if a.key != key]
@@ -253,14 +244,14 @@ class Service:
             self.notify_inactive(old)
         self.notify_active(attempt)
         result = attempt.as_dict()
-        result["superseded"] = [_fmt(a.key) for a in superseded]
+        result["superseded"] = [str(a.key) for a in superseded]
         return result
 
     def attempt_end(self, fields: dict, *, flush: Callable[[Path], None] | None = None) -> dict:
         """End an attempt: flush pending work, record the final pointer and the end time."""
-        run_id = _id_field("run_id", fields.get("run_id"))
-        node_id = _id_field("node_id", fields.get("node_id"))
-        iteration = _int_field(fields, "iteration", 0, 0)
+        run_id = id_field("run_id", fields.get("run_id"))
+        node_id = id_field("node_id", fields.get("node_id"))
+        iteration = int_field(fields, "iteration", 0, 0)
         status = fields.get("status", "finished")
         if status not in ("finished", "failed", "cancelled"):
             raise ServiceError("bad-request", "status must be finished, failed or cancelled")
@@ -280,13 +271,13 @@ class Service:
 
     def list_run(self, fields: dict) -> dict:
         """A run's checkpoints and gaps (the ``snapshots --json`` shape)."""
-        run_id = _id_field("run_id", fields.get("run_id"))
+        run_id = id_field("run_id", fields.get("run_id"))
         node_id = fields.get("node_id")
         if node_id is not None:
-            node_id = _id_field("node_id", node_id)
+            node_id = id_field("node_id", node_id)
         attempt = fields.get("attempt")
         if attempt is not None:
-            attempt = _int_field(fields, "attempt", 1, 1)
+            attempt = int_field(fields, "attempt", 1, 1)
         return list_run(self.ledger, self.gaps, run_id, node_id, attempt)
 
     def status(self, _fields: dict | None = None) -> dict:
@@ -310,14 +301,14 @@ class Service:
         between ref and row) are rebuilt from the commit trailers."""
         rebuilt = 0
         for key, tip in self.store.attempt_refs():
-            rebuilt += self._reconcile_attempt(key, tip)
+            rebuilt += self.reconcile_attempt(key, tip)
         if rebuilt:
             log.warning("reconciliation rebuilt %d checkpoint rows from store refs", rebuilt)
         return {"rebuilt_rows": rebuilt, "at": time.time()}
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _reconcile_attempt(self, key: AttemptKey, tip: str) -> int:
+    def reconcile_attempt(self, key: AttemptKey, tip: str) -> int:
         """Insert the rows of the commits on ``tip``'s chain that the ledger lacks."""
         attempt = self.ledger.get_attempt(key)
         known = self.ledger.seqs(attempt.pk) if attempt else set()
@@ -380,7 +371,7 @@ class Service:
             raise
         return capture
 
-    def _capture_locked(self, attempt: Attempt, req: SnapshotRequest, started: float) -> dict:
+    def capture_locked(self, attempt: Attempt, req: SnapshotRequest, started: float) -> dict:
         if req.tool_use_id:
             previous = self.ledger.tool_call(attempt.pk, req.tool_use_id)
             if previous is not None:
@@ -404,7 +395,7 @@ class Service:
         if head is not None and (last is None or last["commit"] != str(head.id)):
             # The ref moved but its row was not written (a ledger fault): repair it now.
             try:
-                self._reconcile_attempt(attempt.key, str(head.id))
+                self.reconcile_attempt(attempt.key, str(head.id))
             except Exception as exc:  # noqa: BLE001
                 self._gap(req, attempt, "ledger-failed", f"{type(exc).__name__}: {exc}")
                 raise ServiceError("capture-failed", f"the ledger cannot be written: {exc}") from exc
@@ -450,7 +441,7 @@ class Service:
             assert commit is not None
             self.store.rewind(attempt.key, commit, parent)
             self._gap(req, attempt, "commit-failed", f"another daemon recorded into "
-                      f"{_fmt(attempt.key)} at the same time: {exc}")
+                      f"{attempt.key} at the same time: {exc}")
             raise ServiceError("capture-failed", f"could not record the checkpoint: {exc}") from exc
         except Exception as exc:  # noqa: BLE001
             self._gap(req, attempt, "commit-failed", f"{type(exc).__name__}: {exc}")
@@ -537,7 +528,7 @@ class Service:
         if number is None:
             attempt = self._newest_attempt(run_id, node_id, iteration)
         else:
-            n = _int_field({"attempt": number}, "attempt", 1, 1)
+            n = int_field({"attempt": number}, "attempt", 1, 1)
             attempt = self.ledger.get_attempt(AttemptKey(run_id, node_id, iteration, n))
         if attempt is None:
             raise ServiceError("not-found", f"no attempt for run {run_id!r} node {node_id!r} "
@@ -604,7 +595,7 @@ class Service:
 
     def _fenced(self, req: SnapshotRequest, attempt: Attempt, current: Attempt | None) -> None:
         state = current.state if current else "missing"
-        detail = f"attempt {_fmt(attempt.key)} is {state}; its captures are refused"
+        detail = f"attempt {attempt.key} is {state}; its captures are refused"
         self._gap(req, attempt, "fenced", detail)
         raise ServiceError("fenced", detail)
 
@@ -633,7 +624,7 @@ class Service:
     def _changes(self, head: pygit2.Commit | None, tree: str) -> tuple[int, int, int]:
         """Files added, modified and deleted against the previous checkpoint: walks only the
         subtrees whose ids differ, so the cost follows the change."""
-        with self.store._lock:
+        with self.store.lock:
             return tree_changes(self.store.repo, str(head.tree_id) if head else None, tree)
 
     def _head_commit(self, attempt: Attempt) -> str | None:
@@ -673,38 +664,11 @@ def list_run(ledger: Ledger, gaps: GapSpool, run_id: str, node_id: str | None = 
     return {"run_id": run_id, "checkpoints": checkpoints, "gaps": gap_rows}
 
 
-def _fmt(key: AttemptKey) -> str:
-    return f"{key.run_id}/{key.node_id}/{key.iteration}/{key.attempt}"
-
-
 def _resolve(path: Path) -> Path:
     try:
         return path.resolve(strict=False)
     except (OSError, RuntimeError):
         return Path(os.path.abspath(path))
-
-
-def _id_field(name: str, value: object) -> str:
-    try:
-        return validate_id(name, value)
-    except ValueError as exc:
-        raise ServiceError("bad-id", str(exc)) from None
-
-
-def _int_field(fields: dict, name: str, default: int, minimum: int) -> int:
-    value = fields.get(name, default)
-    if value is None:
-        value = default
-    try:
-        return validate_int(name, value, minimum)
-    except ValueError as exc:
-        raise ServiceError("bad-request", str(exc)) from None
-
-
-def _opt_positive(fields: dict, name: str) -> int | None:
-    if fields.get(name) is None:
-        return None
-    return _int_field(fields, name, 1, 1)
 
 
 def _count_files(root: Path, limit: int) -> int:

@@ -38,12 +38,12 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import quote, unquote
 
 import pygit2
 from pygit2.enums import DeltaStatus, DiffOption, FileMode
 
 from snapshotd import faults
+from snapshotd.keys import REF_PREFIX, AttemptKey
 
 log = logging.getLogger("snapshotd.store")
 
@@ -57,7 +57,6 @@ DEFAULT_PLAIN_EXCLUDES = (
     ".pytest_cache/",
     ".DS_Store",
 )
-REF_PREFIX = "refs/snapshotd/runs/"
 SIGNATURE_NAME = "snapshotd"
 SIGNATURE_EMAIL = "snapshotd@localhost"
 # A libgit2 call that writes loose objects is tried this many times when a concurrent ``git gc``
@@ -86,30 +85,6 @@ class StoreError(Exception):
         super().__init__(message)
         self.reason = reason
         self.message = message
-
-
-@dataclass(frozen=True)
-class AttemptKey:
-    """Who a checkpoint belongs to: ``(run_id, node_id, iteration, attempt)``."""
-
-    run_id: str
-    node_id: str
-    iteration: int
-    attempt: int
-
-    @property
-    def ref(self) -> str:
-        parts = (self.run_id, self.node_id, str(self.iteration), str(self.attempt))
-        return REF_PREFIX + "/".join(_ref_component(p) for p in parts)
-
-    @classmethod
-    def from_ref(cls, ref: str) -> AttemptKey:
-        run, node, iteration, attempt = ref[len(REF_PREFIX):].split("/")
-        return cls(unquote(run), unquote(node), int(iteration), int(attempt))
-
-    def as_dict(self) -> dict:
-        return {"run_id": self.run_id, "node_id": self.node_id,
-                "iteration": self.iteration, "attempt": self.attempt}
 
 
 @dataclass
@@ -147,7 +122,7 @@ class Store:
         self.path = home / "store.git"
         self.excludes = tuple(excludes)
         self.max_file_bytes = max_file_bytes
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()
         self._indexes: dict[str, WorktreeIndex] = {}
         self._init_repository()
         self.repo = pygit2.Repository(str(self.path))
@@ -157,7 +132,7 @@ class Store:
     def worktree(self, root: Path) -> WorktreeIndex:
         """The stat cache of ``root`` (created on first use). Callers serialize per worktree."""
         wt_id = worktree_id(root)
-        with self._lock:
+        with self.lock:
             index = self._indexes.get(wt_id)
             if index is None:
                 index = WorktreeIndex(self, wt_id, root)
@@ -173,7 +148,7 @@ class Store:
                                                           errno.EROFS, errno.EIO)
 
     def persist_all(self) -> None:
-        with self._lock:
+        with self.lock:
             indexes = list(self._indexes.values())
         for index in indexes:
             index.persist()
@@ -197,7 +172,7 @@ class Store:
         sig = pygit2.Signature(SIGNATURE_NAME, SIGNATURE_EMAIL, when, offset)
         message = build_message(meta)
         parents = [pygit2.Oid(hex=parent)] if parent else []
-        with self._lock:
+        with self.lock:
             faults.check("objects")
             for attempt in range(1, ODB_TRIES + 1):
                 oid = odb_retry(self.repo.create_commit, None, sig, sig, message,
@@ -220,7 +195,7 @@ class Store:
     def rewind(self, key: AttemptKey, tip: str, to: str | None) -> bool:
         """Move the attempt's ref back from ``tip`` to ``to`` (None: delete it), only if it
         still points at ``tip``: a commit whose ledger row was refused never happened."""
-        with self._lock:
+        with self.lock:
             ref = self.repo.references.get(key.ref)
             if ref is None or str(ref.target) != tip:
                 return False
@@ -232,7 +207,7 @@ class Store:
 
     def attempt_refs(self) -> Iterator[tuple[AttemptKey, str]]:
         """Every attempt ref in the store with its target commit id."""
-        with self._lock:
+        with self.lock:
             names = [r for r in self.repo.references if r.startswith(REF_PREFIX)]
             targets = [(n, str(self.repo.references[n].target)) for n in names]
         for name, target in targets:
@@ -242,7 +217,7 @@ class Store:
                 continue
 
     def read_commit(self, commit_id: str) -> pygit2.Commit:
-        with self._lock:
+        with self.lock:
             return self.repo[commit_id].peel(pygit2.Commit)
 
     # -- helpers ---------------------------------------------------------------------------
@@ -622,7 +597,7 @@ class WorktreeIndex:
         wanted = list({oid for oid, mode in seed.objects if mode != int(FileMode.COMMIT)}
                       | set(seed.trees))
         with_trees = seed.cache_tree is not None
-        with self.store._lock:
+        with self.store.lock:
             missing = _missing_objects(self.store.repo.odb, wanted)
         if missing and not _copy_objects(gitdir, self.store.path, missing):
             # A tree the cache-tree names may be gone from the user's repository (gc'd after
@@ -745,12 +720,6 @@ def parse_trailers(message: str) -> dict[str, str]:
             key, value = line.split(": ", 1)
             out[key] = value
     return out
-
-
-def _ref_component(value: str) -> str:
-    # Percent-encoding keeps any validated id a legal ref name component.
-    encoded = quote(value, safe="-_")
-    return encoded.replace(".", "%2E")
 
 
 def _one_line(text: str) -> str:

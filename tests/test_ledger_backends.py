@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import QUIET_WATCHER, Daemon, Env, claude_payload, make_git_worktree, run_hook
+from snapshotd.keys import AttemptKey
 from snapshotd.ledger import (
     ACTIVE,
     SCHEMA_VERSION,
@@ -32,7 +33,6 @@ from snapshotd.ledger import (
     migration_sql,
     open_ledger,
 )
-from snapshotd.store import AttemptKey
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

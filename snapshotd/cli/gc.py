@@ -45,7 +45,8 @@ def gc(keep_last: int | None, older_than: str | None, max_store_size: str | None
     attempt's final pointer, and recent restore safety checkpoints.
     """
     from snapshotd.cli.common import fail
-    from snapshotd.gc import parse_duration, policy_from_fields, run_gc
+    from snapshotd.config import parse_duration
+    from snapshotd.gc import policy_from_fields, run_gc
 
     grace = None
     if prune_grace is not None:
