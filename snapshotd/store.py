@@ -127,6 +127,11 @@ class Store:
         self._init_repository()
         self.repo = pygit2.Repository(str(self.path))
 
+    def reader(self) -> pygit2.Repository:
+        """A new read-only handle on the store for one thread (libgit2 handles are not shared
+        between threads that read while another writes). Writes go through ``Store`` methods."""
+        return pygit2.Repository(str(self.path))
+
     # -- worktrees -------------------------------------------------------------------------
 
     def worktree(self, root: Path) -> WorktreeIndex:
