@@ -74,7 +74,7 @@ def run_daemon(home: Path, socket_path: Path, config: Config,
 def _attach_optional_parts(service: Service, server: Server, config: Config) -> None:
     """Wire the parts that extend the core (watcher, restore, engine) when present."""
     for name in ("snapshotd.watcher", "snapshotd.restore", "snapshotd.engine",
-                 "snapshotd.notify", "snapshotd.metrics", "snapshotd.gc",
+                 "snapshotd.sdnotify", "snapshotd.metrics", "snapshotd.gc",
                  "snapshotd.replication"):
         try:
             module = __import__(name, fromlist=["attach"])

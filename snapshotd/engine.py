@@ -186,7 +186,7 @@ class Engine:
             self.service.ledger.set_attempt_state(key, "failed", ended=True)
             ended = self.service.ledger.get_attempt(key)
             if ended is not None:
-                self.service.notify_inactive(ended)
+                self.service.announce_inactive(ended)
             raise
 
     def _run_restore(self, source: _ResumeSource, *, to: str | None,
@@ -228,7 +228,7 @@ class Engine:
             ledger.bump_epoch(current.worktree)
             ended = ledger.get_attempt(current.key)
         if ended is not None:
-            self.service.notify_inactive(ended)
+            self.service.announce_inactive(ended)
         return str(current.key)
 
     def check_owners(self) -> list[Attempt]:
@@ -295,7 +295,7 @@ class Engine:
         assert ended is not None
         self.abandoned += 1
         log.warning("attempt %s abandoned: %s", ended.key, label)
-        self.service.notify_inactive(ended)
+        self.service.announce_inactive(ended)
         return ended
 
     def _previous_with_checkpoint(self, run_id: str, node_id: str, iteration: int,

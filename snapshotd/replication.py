@@ -647,7 +647,7 @@ def verify_handoff(service: Service, fields: dict) -> dict:
         ledger.set_attempt_state(key, "superseded", ended=True, final_commit=cp["commit"])
         ended = ledger.get_attempt(key)
         if ended is not None:
-            service.notify_inactive(ended)
+            service.announce_inactive(ended)
         fenced = _fmt(key)
     return {"verified": {"commit": cp["commit"], "tree": cp["tree"], "seq": cp["seq"],
                          "attempt": key.attempt, "digest": manifest["digest"]},

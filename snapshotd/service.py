@@ -241,8 +241,8 @@ class Service:
             else:
                 attempt = existing
         for old in superseded:
-            self.notify_inactive(old)
-        self.notify_active(attempt)
+            self.announce_inactive(old)
+        self.announce_active(attempt)
         result = attempt.as_dict()
         result["superseded"] = [str(a.key) for a in superseded]
         return result
@@ -266,7 +266,7 @@ class Service:
                                               final_commit=self._head_commit(current))
             ended = self.ledger.get_attempt(attempt.key)
         assert ended is not None
-        self.notify_inactive(ended)
+        self.announce_inactive(ended)
         return ended.as_dict()
 
     def list_run(self, fields: dict) -> dict:
@@ -514,7 +514,7 @@ class Service:
     def _new_attempt(self, key: AttemptKey, root: Path, *, zero_setup: bool) -> Attempt:
         self.ledger.ensure_worktree(self.store.worktree(root).id, str(root))
         attempt = self.ledger.create_attempt(key, str(root), zero_setup=zero_setup)
-        self.notify_active(attempt)
+        self.announce_active(attempt)
         return attempt
 
     def _newest_attempt(self, run_id: str, node_id: str, iteration: int) -> Attempt | None:
@@ -631,14 +631,14 @@ class Service:
         head = self.store.head(attempt.key)
         return str(head.id) if head else None
 
-    def notify_active(self, attempt: Attempt) -> None:
+    def announce_active(self, attempt: Attempt) -> None:
         for listener in self.on_attempt_active:
             try:
                 listener(attempt)
             except Exception:  # noqa: BLE001
                 log.exception("attempt-active listener failed for %s", attempt.worktree)
 
-    def notify_inactive(self, attempt: Attempt) -> None:
+    def announce_inactive(self, attempt: Attempt) -> None:
         for listener in self.on_attempt_inactive:
             try:
                 listener(attempt)

@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Mapping
 
-log = logging.getLogger("snapshotd.notify")
+log = logging.getLogger("snapshotd.sdnotify")
 
 # STATUS is refreshed at least this often even without a watchdog.
 STATUS_INTERVAL_S = 10.0
