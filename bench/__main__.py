@@ -1,4 +1,4 @@
-"""``python -m bench``: the capture budgets of issue 8, side by side with the git-CLI peer.
+"""``python -m bench``: the capture budgets (docs/performance.md) beside the git-CLI peer.
 
 For each tree size (generated, committed and packed like a clone), in one process run:
 - ``first_capture``: the daemon's first capture of the git worktree (seeded from its index)

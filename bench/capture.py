@@ -1,4 +1,4 @@
-"""Tier-1 capture after one changed file on a generated worktree (issue 2's budget).
+"""Tier-1 capture after one changed file on a generated worktree.
 
 Measures, on the same tree in the same run:
 - ``hook_ms``: ``snapshot-hook`` end to end (process start to exit), median;

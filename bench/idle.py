@@ -1,4 +1,4 @@
-"""Tier 2 budgets (issue 3): what watching costs while nothing happens, and how soon after the
+"""Tier 2 budgets (docs/performance.md): what watching costs while nothing happens, how soon after the
 last write a settled checkpoint is committed.
 
 Sets up ``--worktrees`` git worktrees of ``--files`` files each (one generated tree, copied),

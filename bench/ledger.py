@@ -1,4 +1,4 @@
-"""Daemon-side capture latency with the ledger on SQLite vs PostgreSQL (issue 11's budget:
+"""Daemon-side capture latency with the ledger on SQLite vs PostgreSQL (budget, docs/performance.md:
 PostgreSQL-ledger capture overhead ≤ 3 ms over SQLite).
 
 Runs three daemons on the same small generated tree, interleaved round by round so that disk and

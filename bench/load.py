@@ -1,4 +1,4 @@
-"""Load: worktrees × hooks fired in bursts of concurrent hooks (issue 7).
+"""Load: worktrees × hooks fired in bursts of concurrent hooks.
 
 Every hook is a real ``snapshot-hook`` process with a Claude Code-shaped payload; each edits its
 worktree first. Reports hook wall-time p50/p99, daemon-side capture p50/p99 (from ``status``),

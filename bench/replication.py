@@ -1,4 +1,5 @@
-"""Replication budgets (issue 11): lag to a local bare remote, and what replication costs captures.
+"""Replication budgets (docs/performance.md): lag to a local bare remote, and what replication
+costs captures.
 
 Measures, on the same generated worktree:
 - ``lag_ms``: from a tier-1 capture's reply until the remote's attempt ref names that commit

@@ -1,4 +1,5 @@
-"""Restore budgets (issue 4): in place after one changed file, and materializing with ``--to``.
+"""Restore budgets (docs/performance.md): in place after one changed file, and materializing
+with ``--to``.
 
 Measures, on the same trees in the same run:
 - in place, a checkpoint that differs from the worktree in one file, on a ``--files`` tree
