@@ -1,5 +1,5 @@
-"""Tier 2 budgets (docs/performance.md): what watching costs while nothing happens, how soon after the
-last write a settled checkpoint is committed.
+"""Tier 2 budgets (docs/performance.md): what watching costs while nothing happens, and how
+soon after the last write a settled checkpoint is committed.
 
 Sets up ``--worktrees`` git worktrees of ``--files`` files each (one generated tree, copied),
 begins an attempt on each (the daemon's default ``settle_ms``/``max_wait_ms`` unless given),
