@@ -367,8 +367,14 @@ def _refuse_active(service: Service, root: Path) -> None:
         a = active[-1]
         raise ServiceError(
             "conflict", f"attempt {_fmt(a.key)} is active on {root}; restoring under a working "
-            f"agent would fight it. End it first (`snapshotd attempt end {shlex.quote(a.key.run_id)}"
-            f" --node {shlex.quote(a.key.node_id)}`), or pass --force")
+            f"agent would fight it. End it first (`{end_command(a.key)}`), or pass --force")
+
+
+def end_command(key: AttemptKey) -> str:
+    """The ``snapshotd attempt end`` command line that ends ``key`` as cancelled."""
+    return " ".join(["snapshotd", "attempt", "end", "--run", shlex.quote(key.run_id),
+                     "--node", shlex.quote(key.node_id), "--iteration", str(key.iteration),
+                     "--attempt", str(key.attempt), "--status", "cancelled"])
 
 
 def _safety_checkpoint(service: Service, owner: Attempt, cp: dict) -> dict:
