@@ -283,15 +283,18 @@ class _InPlace:
     def close(self) -> None:
         """Remove the temp files of a failure part-way, close every descriptor."""
         for parent, tmp, _name in self.staged:
+            where = os.fsdecode(parent + b"/" + tmp if parent else tmp)
             try:
                 fd = self.walker.open_dir(parent, create=False)
-                if fd is not None:
-                    os.unlink(tmp, dir_fd=fd)
+                if fd is None:
+                    log.warning("restore: the directory of the temporary file %s is gone or no "
+                                "longer a directory; the file is left where it went", where)
+                    continue
+                os.unlink(tmp, dir_fd=fd)
             except FileNotFoundError:
                 pass  # never created: the failure came before its write
             except (OSError, Obstacle) as exc:
-                log.warning("restore: could not remove the temporary file %s: %s",
-                            os.fsdecode(parent + b"/" + tmp if parent else tmp), exc)
+                log.warning("restore: could not remove the temporary file %s: %s", where, exc)
         self.staged.clear()
         self.walker.close()
         os.close(self.root_fd)
