@@ -22,9 +22,12 @@ from pathlib import Path
 import pygit2
 from pygit2.enums import DiffOption, DiffStatsFormat
 
+from snapshotd import errors
+from snapshotd.checkpoints import current_tree_of, empty_tree, find_checkpoint, selection
+from snapshotd.errors import ServiceError, int_value
 from snapshotd.keys import AttemptKey
-from snapshotd.restore import _validate, current_tree_of, find_checkpoint
-from snapshotd.service import Service, ServiceError
+from snapshotd.service import Service
+from snapshotd.store import parse_trailers
 
 WIRE_PATCH_LIMIT = 768 * 1024
 WIRE_FILES_LIMIT = 5000
@@ -37,15 +40,15 @@ def diff_checkpoints(service: Service, *, run_id: str, node_id: str, seq: int | 
     """Diff checkpoint ``seq`` against ``to_seq``, the worktree now, or its parent checkpoint."""
     started = time.perf_counter()
     if seq is None:
-        raise ServiceError("bad-request", "name the checkpoint to compare with --seq")
+        raise ServiceError(errors.BAD_REQUEST, "name the checkpoint to compare with --seq")
     if to_seq is not None and worktree:
-        raise ServiceError("bad-request", "compare with --to-seq or with --worktree, not both")
-    run_id, node_id, seq, iteration, attempt = _validate(run_id, node_id, seq, iteration, attempt)
+        raise ServiceError(errors.BAD_REQUEST, "compare with --to-seq or with --worktree, not both")
+    run_id, node_id, seq, iteration, attempt = selection(run_id, node_id, seq, iteration, attempt)
     if to_seq is not None:
-        _validate(run_id, node_id, to_seq, None, None)
+        to_seq = int_value("to_seq", to_seq, 0)
     base = find_checkpoint(service.ledger, run_id, node_id, seq=seq, iteration=iteration,
                            attempt=attempt)
-    repo = pygit2.Repository(str(service.store.path))
+    repo = service.store.reader()
     side_a = {"seq": base["seq"], "commit": base["commit"], "tree": base["tree"]}
     if to_seq is not None:
         other = find_checkpoint(service.ledger, run_id, node_id, seq=to_seq,
@@ -55,14 +58,14 @@ def diff_checkpoints(service: Service, *, run_id: str, node_id: str, seq: int | 
         attempt_row = service.ledger.get_attempt(_key(base))
         root = Path(attempt_row.worktree if attempt_row else base["worktree"])
         if not root.is_dir():
-            raise ServiceError("worktree-missing", f"worktree {root} does not exist any more; "
+            raise ServiceError(errors.WORKTREE_MISSING, f"worktree {root} does not exist any more; "
                                "compare two checkpoints with --to-seq instead")
         # Through the watcher when it vouches (a watched or lingering worktree): O(changes).
         with service.worktree_lock(root):
             try:
                 tree, _scan = current_tree_of(service, root)
             except ServiceError as exc:
-                raise ServiceError("capture-failed", exc.message) from exc
+                raise ServiceError(errors.CAPTURE_FAILED, exc.message) from exc
         side_b = {"seq": None, "commit": None, "tree": tree, "worktree": str(root)}
     else:
         # What checkpoint A changed: its parent commit in the attempt's chain, or nothing.
@@ -70,7 +73,7 @@ def diff_checkpoints(service: Service, *, run_id: str, node_id: str, seq: int | 
         parent = base.get("parent")
         side_a = ({"seq": base["seq"] - 1 if base["seq"] else None, "commit": parent,
                    "tree": str(repo[parent].peel(pygit2.Commit).tree_id)} if parent
-                  else {"seq": None, "commit": None, "tree": str(_empty_tree(repo))})
+                  else {"seq": None, "commit": None, "tree": empty_tree(repo)})
         if parent:
             side_a["seq"] = _seq_of(repo, parent, side_a["seq"])
     out = {"run_id": run_id, "node_id": node_id, "iteration": base["iteration"],
@@ -133,17 +136,11 @@ def _patch_text(diff: pygit2.Diff) -> str:
 
 
 def _seq_of(repo: pygit2.Repository, commit: str, guess: int | None) -> int | None:
-    from snapshotd.store import parse_trailers
-
     try:
         value = parse_trailers(repo[commit].peel(pygit2.Commit).message).get("Snapshotd-Seq")
     except (KeyError, ValueError, pygit2.GitError):
         return guess
     return int(value) if value is not None else guess
-
-
-def _empty_tree(repo: pygit2.Repository) -> pygit2.Oid:
-    return repo.TreeBuilder().write()
 
 
 def _key(cp: dict) -> AttemptKey:

@@ -384,7 +384,7 @@ def test_active_attempt_needs_force(sd_env: Env, daemon: Daemon, tmp_path: Path)
     capture(daemon, wt)
     proc = cli(sd_env, "restore", "r", "--node", "n", "--seq", "0")
     assert proc.returncode == 1 and "is active" in proc.stderr and "--force" in proc.stderr
-    assert "snapshotd attempt end r --node n" in proc.stderr
+    assert "snapshotd attempt end --run r --node n --iteration 0 --attempt 1" in proc.stderr
     assert (wt / "f").read_text() == "1"
     cli(sd_env, "restore", "r", "--node", "n", "--seq", "0", "--force", check=True)
     assert (wt / "f").read_text() == "0"
@@ -600,3 +600,27 @@ def test_linger_off_means_unwatched_and_still_exact(sd_env: Env, tmp_path: Path)
         assert checkpoint_state(sd_env, r["safety"]["commit"]) == pre_restore
     finally:
         d.stop()
+
+
+# -- the conflict hint ---------------------------------------------------------------------------
+
+
+def test_conflict_hint_ends_the_attempt_when_run(sd_env: Env, daemon: Daemon,
+                                                 tmp_path: Path) -> None:
+    """The `attempt end` line the conflict error prints is a command the CLI accepts, and it
+    ends exactly the attempt in the way, after which the restore goes through without --force."""
+    wt = tmp_path / "wt"
+    wt.mkdir()
+    (wt / "f").write_text("0")
+    capture(daemon, wt, node_id="odd node")
+    (wt / "f").write_text("1")
+    capture(daemon, wt, node_id="odd node")
+    proc = cli(sd_env, "restore", "r", "--node", "odd node", "--seq", "0")
+    assert proc.returncode == 1 and "is active" in proc.stderr
+    hint = proc.stderr.split("End it first (`", 1)[1].split("`", 1)[0]
+    assert hint.startswith("snapshotd attempt end ")
+    ended = run_printed(sd_env, hint)
+    assert ended.returncode == 0, ended.stderr
+    assert "r/odd node iteration 0 attempt 1: cancelled" in ended.stdout
+    cli(sd_env, "restore", "r", "--node", "odd node", "--seq", "0", check=True)
+    assert (wt / "f").read_text() == "0"
