@@ -23,7 +23,7 @@ from conftest import QUIET_WATCHER, Daemon, Env, claude_payload, git, make_git_w
 
 RUN = "claude-sess-1"
 # Tier 2 stays out of the way: every checkpoint here is the hook's, so seqs are exact.
-TOOLS = {"list_runs", "list_snapshots", "diff_checkpoint", "restore_checkpoint", "list_gaps",
+TOOLS = {"list_runs", "list_checkpoints", "diff_checkpoint", "restore_checkpoint", "list_gaps",
          "status"}
 
 
@@ -96,7 +96,7 @@ def two_checkpoints(env: Env, wt: Path) -> None:
     assert run_hook(env, claude_payload(wt, "toolu_two", file_path="new.txt")).returncode == 0
 
 
-def test_list_snapshots_diff_and_restore_through_mcp(sd_env: Env, daemon: Daemon,
+def test_list_checkpoints_diff_and_restore_through_mcp(sd_env: Env, daemon: Daemon,
                                                      tmp_path: Path) -> None:
     wt = make_git_worktree(tmp_path / "wt")
     two_checkpoints(sd_env, wt)
@@ -104,14 +104,14 @@ def test_list_snapshots_diff_and_restore_through_mcp(sd_env: Env, daemon: Daemon
     assert [cp["seq"] for cp in expected["checkpoints"]] == [0, 1]
 
     async def body(client: Client) -> None:
-        # list_snapshots: the hook-made checkpoints, with exactly the CLI's --json fields.
-        listing = await call(client, "list_snapshots", run_id=RUN)
+        # list_checkpoints: the hook-made checkpoints, with exactly the CLI's --json fields.
+        listing = await call(client, "list_checkpoints", run_id=RUN)
         assert [cp["seq"] for cp in listing["checkpoints"]] == [0, 1]
         assert [cp["tool_use_id"] for cp in listing["checkpoints"]] == ["toolu_one", "toolu_two"]
         assert listing["checkpoints"] == expected["checkpoints"]
         assert listing["gaps"] == expected["gaps"]
         assert listing["checkpoints"][1]["added"] == 1
-        newest = await call(client, "list_snapshots", run_id=RUN, node_id="session", limit=1)
+        newest = await call(client, "list_checkpoints", run_id=RUN, node_id="session", limit=1)
         assert [cp["seq"] for cp in newest["checkpoints"]] == [1]
         assert newest["checkpoints_total"] == 2 and newest["truncated"] is True
 
@@ -139,7 +139,7 @@ def test_list_snapshots_diff_and_restore_through_mcp(sd_env: Env, daemon: Daemon
                                                                 ("D", "new.txt")}
         assert plan["safety"] is None and plan["undo_command"] is None
         assert tree_state(wt) == before
-        unchanged = await call(client, "list_snapshots", run_id=RUN)
+        unchanged = await call(client, "list_checkpoints", run_id=RUN)
         assert len(unchanged["checkpoints"]) == 2  # no safety checkpoint either
 
         # The CLI's safety rule holds: the session's attempt is active, so no restore without
@@ -173,7 +173,7 @@ def test_list_snapshots_diff_and_restore_through_mcp(sd_env: Env, daemon: Daemon
         safety = done["safety"]
         assert safety["seq"] == 2 and safety["deduped"] is False
         assert f"--seq {safety['seq']}" in done["undo_command"]
-        after = (await call(client, "list_snapshots", run_id=RUN))["checkpoints"]
+        after = (await call(client, "list_checkpoints", run_id=RUN))["checkpoints"]
         assert [(cp["seq"], cp["source"]) for cp in after][-1] == (2, "restore")
 
         # Undo through MCP: the safety checkpoint brings the pre-restore files back.
@@ -197,7 +197,7 @@ def test_list_snapshots_diff_and_restore_through_mcp(sd_env: Env, daemon: Daemon
         (wt / "big.txt").write_text("".join(f"line {i} of a long file\n" for i in range(60000)))
         assert run_hook(sd_env, claude_payload(wt, "toolu_big", file_path="big.txt")
                         ).returncode == 0
-        newest = (await call(client, "list_snapshots", run_id=RUN, limit=1))["checkpoints"][0]
+        newest = (await call(client, "list_checkpoints", run_id=RUN, limit=1))["checkpoints"][0]
         assert newest["tool_use_id"] == "toolu_big"
         big = await call(client, "diff_checkpoint", run_id=RUN, node_id="session",
                          seq=newest["seq"], max_patch_bytes=5000)
@@ -222,9 +222,9 @@ def test_tools_have_input_schemas_and_bad_arguments_are_tool_errors(
             assert tool.input_schema["type"] == "object"
             assert "properties" in tool.input_schema
             assert tool.output_schema is not None and tool.output_schema["type"] == "object"
-        snapshots = listed["list_snapshots"].input_schema
-        assert snapshots["required"] == ["run_id"]
-        assert {"run_id", "node_id", "attempt"} <= set(snapshots["properties"])
+        checkpoints = listed["list_checkpoints"].input_schema
+        assert checkpoints["required"] == ["run_id"]
+        assert {"run_id", "node_id", "attempt"} <= set(checkpoints["properties"])
         diff = listed["diff_checkpoint"].input_schema
         assert set(diff["required"]) == {"run_id", "node_id", "seq"}
         assert {"to_seq", "worktree"} <= set(diff["properties"])
@@ -235,14 +235,14 @@ def test_tools_have_input_schemas_and_bad_arguments_are_tool_errors(
         assert "ctx" not in restore["properties"]
         assert "run_id" in listed["list_gaps"].input_schema["properties"]
         assert listed["restore_checkpoint"].annotations.destructive_hint is True
-        assert listed["list_snapshots"].annotations.read_only_hint is True
+        assert listed["list_checkpoints"].annotations.read_only_hint is True
 
         status = await call(client, "status")
         assert status["running"] is True
         assert status["pid"] == daemon.proc.pid
         assert Path(status["home"]) == sd_env.home.resolve()
 
-        text = await call_error(client, "list_snapshots", run_id="no-such-run")
+        text = await call_error(client, "list_checkpoints", run_id="no-such-run")
         assert "unknown run 'no-such-run'" in text and RUN in text
         text = await call_error(client, "restore_checkpoint", run_id="no-such-run",
                                 node_id="session")
@@ -252,7 +252,7 @@ def test_tools_have_input_schemas_and_bad_arguments_are_tool_errors(
         assert "unknown run" in text
         text = await call_error(client, "list_gaps", run_id="no-such-run")
         assert "unknown run" in text
-        assert "bad-id" in await call_error(client, "list_snapshots", run_id="../../etc")
+        assert "bad-id" in await call_error(client, "list_checkpoints", run_id="../../etc")
         text = await call_error(client, "restore_checkpoint", run_id=RUN, node_id="session",
                                 seq=99)
         assert "seq 99" in text and "0-1" in text
@@ -264,10 +264,10 @@ def test_tools_have_input_schemas_and_bad_arguments_are_tool_errors(
         # Ill-typed and missing arguments are rejected against the input schema.
         assert "seq" in await call_error(client, "diff_checkpoint", run_id=RUN,
                                          node_id="session", seq="latest")
-        assert "run_id" in await call_error(client, "list_snapshots")
-        assert "attempt" in await call_error(client, "list_snapshots", run_id=RUN, attempt=0)
+        assert "run_id" in await call_error(client, "list_checkpoints")
+        assert "attempt" in await call_error(client, "list_checkpoints", run_id=RUN, attempt=0)
         # ...and after all of that the same server still answers.
-        listing = await call(client, "list_snapshots", run_id=RUN)
+        listing = await call(client, "list_checkpoints", run_id=RUN)
         assert len(listing["checkpoints"]) == 2
 
     with_mcp(sd_env, body)
@@ -290,7 +290,7 @@ def test_without_a_daemon_reads_work_from_the_ledger_and_restore_works_directly(
     async def body(client: Client) -> None:
         status = await call(client, "status")
         assert status["running"] is False and str(sd_env.socket) in status["message"]
-        listing = await call(client, "list_snapshots", run_id=RUN)
+        listing = await call(client, "list_checkpoints", run_id=RUN)
         assert listing["source"] == "ledger"
         assert [cp["seq"] for cp in listing["checkpoints"]] == [0, 1]
         gaps = await call(client, "list_gaps")
@@ -313,6 +313,27 @@ def test_without_a_daemon_reads_work_from_the_ledger_and_restore_works_directly(
     with_mcp(sd_env, body)
 
 
+def test_a_remote_password_is_never_shown_through_mcp(sd_env: Env, tmp_path: Path) -> None:
+    # A remote nobody listens on: pushes fail, and the failure names the URL.
+    secret = "s3cret-pw"
+    remote = f"https://agent:{secret}@127.0.0.1:9/nowhere.git"
+    d = Daemon(sd_env, dict(QUIET_WATCHER, SNAPSHOTD_REMOTE=remote)).start()
+    seen: list[str] = []
+
+    async def body(client: Client) -> None:
+        status = await call(client, "status")
+        assert status["running"] is True
+        assert status["config"]["remote"] == "https://agent:***@127.0.0.1:9/nowhere.git"
+        seen.append(json.dumps(status))
+        seen.append(_text(await client.call_tool("list_runs", {})))
+
+    try:
+        with_mcp(sd_env, body)
+    finally:
+        d.stop()
+    assert seen and all(secret not in text for text in seen), seen
+
+
 def test_stdout_carries_nothing_but_the_protocol(sd_env: Env, daemon: Daemon,
                                                  tmp_path: Path) -> None:
     wt = make_git_worktree(tmp_path / "wt")
@@ -324,9 +345,9 @@ def test_stdout_carries_nothing_but_the_protocol(sd_env: Env, daemon: Daemon,
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
         {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
         {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
-         "params": {"name": "list_snapshots", "arguments": {"run_id": RUN}}},
+         "params": {"name": "list_checkpoints", "arguments": {"run_id": RUN}}},
         {"jsonrpc": "2.0", "id": 4, "method": "tools/call",
-         "params": {"name": "list_snapshots", "arguments": {"run_id": "nope"}}},
+         "params": {"name": "list_checkpoints", "arguments": {"run_id": "nope"}}},
         {"jsonrpc": "2.0", "id": 5, "method": "tools/call",
          "params": {"name": "restore_checkpoint",
                     "arguments": {"run_id": RUN, "node_id": "session", "seq": 0}}},

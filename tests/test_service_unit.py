@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, Daemon, Env, make_git_worktree
-from snapshotd.cli.service import render_plist, render_service, render_socket
+from snapshotd.cli.install import render_plist, render_service, render_socket
 
 CONTRIB = REPO / "contrib"
 

@@ -1,6 +1,6 @@
 """The ``snapshotd`` command line: one module per command group.
 
-Promises (DESIGN §10): every command has ``--help``; read commands take ``--json``; errors go to
+Promises: every command has ``--help``; read commands take ``--json``; errors go to
 stderr with a non-zero exit and a sentence that says what to do.
 """
 
@@ -18,12 +18,12 @@ from snapshotd.cli import (
     flush,
     gc,
     handoff,
+    install,
     mcp,
     push,
     restore,
     runs,
     serve,
-    service,
     snapshots,
     status,
 )
@@ -35,6 +35,6 @@ def main() -> None:
     """Durable, restorable history of the worktrees where coding agents work."""
 
 
-for _module in (attempt, config, diff, exec, fetch, flush, gc, handoff, mcp, push, restore, runs,
-                serve, service, snapshots, status):
+for _module in (attempt, config, diff, exec, fetch, flush, gc, handoff, install, mcp, push, restore,
+                runs, serve, snapshots, status):
     _module.register(main)

@@ -1,8 +1,8 @@
 """``snapshotd attempt begin | end``: open and close attempts, for engines and scripts.
 
-Owns the command-line face of the thin engine (DESIGN §1, §6, §7): ``begin`` registers an attempt
-on a worktree (superseding the one active there), ``end`` flushes, records the final pointer and
-the end time, and stops watching.
+Owns the command-line face of the thin engine (``snapshotd.engine``): ``begin`` registers an
+attempt on a worktree (superseding the one active there), ``end`` flushes, records the final
+pointer and the end time, and stops watching.
 
 Promises: ``begin --env`` prints only ``export SNAPSHOTD_…=…`` lines, each value shell-quoted, so
 ``eval "$(snapshotd attempt begin … --env)"`` is safe for any path; ``--json`` prints the attempt
@@ -26,7 +26,7 @@ def register(group: click.Group) -> None:
 
 def attempt_env(attempt: dict, socket: Path, home: str | None) -> dict[str, str]:
     """The ``SNAPSHOTD_*`` environment an agent process of this attempt runs with (its hooks
-    inherit it, DESIGN §6)."""
+    inherit it, so their captures land in this attempt)."""
     env = {
         "SNAPSHOTD_RUN_ID": str(attempt["run_id"]),
         "SNAPSHOTD_NODE_ID": str(attempt["node_id"]),

@@ -68,47 +68,32 @@ def call_daemon(sock: Path | None, op: str, **fields: Any) -> dict:
     raise AssertionError("unreachable")
 
 
-def daemon_or_local(sock: Path | None, home: Path | None, op: str,
-                    local: Callable[[Any], dict], **fields: Any) -> dict:
-    """Run ``op`` in the daemon when one answers (so it serializes with captures); otherwise
-    open the home directly under the daemon's own lock and call ``local(service)``."""
-    from snapshotd.daemon import prepare_home
-    from snapshotd.server import DaemonLockError, HomeLock
+def run_op(home: Path | None, sock: Path | None, op: str, fields: dict[str, Any],
+           local: Callable[[Any], dict], *, timeout: float = 60.0,
+           via_daemon: Callable[[Client], dict] | None = None,
+           require_ledger: bool = True) -> dict:
+    """``snapshotd.backend.run_op`` (the daemon when one answers, else the home directly under
+    its lock), its failures printed as a sentence: a bad config exits 2, anything else 1."""
+    from snapshotd import backend
+    from snapshotd.config import ConfigError
+    from snapshotd.errors import ServiceError
 
     try:
-        with daemon_client(sock) as client:
-            return client.request(op, **fields)
-    except DaemonUnavailable:
-        pass
-    except SnapshotdError as exc:
-        fail(f"{exc.message} ({exc.code})")
-    home_path = prepare_home(resolve_home(home))
-    lock = HomeLock(home_path)
-    try:
-        lock.acquire()
-    except DaemonLockError as exc:
-        fail(f"{exc} (it does not answer on {resolve_socket(sock)}; pass the same --socket)")
-    try:
-        return with_local_service(home_path, local)
-    finally:
-        lock.release()
-
-
-def with_local_service(home_path: Path, call: Callable[[Any], dict]) -> dict:
-    """Open the home directly (the caller holds its lock) and run ``call(service)``; a bad
-    config exits 2, a service error exits 1 with its sentence."""
-    from snapshotd.config import ConfigError, load_config
-    from snapshotd.service import Service, ServiceError
-
-    try:
-        config = load_config()
+        return backend.run_op(op, fields, local, home=home, socket=sock, timeout=timeout,
+                              via_daemon=via_daemon, require_ledger=require_ledger)
     except ConfigError as exc:
         fail(str(exc), 2)
-    service = Service(home_path, config)
-    try:
-        return call(service)
+    except backend.NoLedger as exc:
+        fail(f"{exc.message} (pass --home, or set SNAPSHOTD_HOME)")
+    except backend.DaemonSilent as exc:
+        fail(f"{exc.message}, or pass the socket it listens on with --socket")
     except ServiceError as exc:
         fail(f"{exc.message} ({exc.code})")
-    finally:
-        service.close()
     raise AssertionError("unreachable")
+
+
+def daemon_or_local(sock: Path | None, home: Path | None, op: str,
+                    local: Callable[[Any], dict], **fields: Any) -> dict:
+    """``run_op`` for commands that may start a new home (push, fetch, gc, handoff): the home
+    is created when missing rather than refused."""
+    return run_op(home, sock, op, fields, local, require_ledger=False)

@@ -1,9 +1,9 @@
 """``snapshotd diff RUN --node X --seq A``: what changed, as a git-style patch.
 
 Owns the command line of diff. Through the daemon when one answers (a ``--worktree`` diff then
-captures the worktree under its lock), else directly on the home (``cli.restore.run_op``).
-A patch or file list too large for one reply is rendered here from the two tree ids the reply
-names, reading the store read-only.
+captures the worktree under its lock), else directly on the home (``snapshotd.backend``).
+A patch or file list too large for one reply is rendered from the two tree ids the reply names,
+reading the store (``backend.complete_diff``).
 """
 
 from __future__ import annotations
@@ -13,8 +13,12 @@ from typing import Any
 
 import click
 
-from snapshotd.cli.common import home_option, json_option, print_json, socket_option
-from snapshotd.cli.restore import run_op
+from snapshotd.backend import complete_diff
+from snapshotd.cli.common import fail, home_option, json_option, print_json, run_op, socket_option
+from snapshotd.errors import ServiceError
+
+# A --worktree diff captures the worktree first.
+DIFF_TIMEOUT_S = 3600.0
 
 
 def register(group: click.Group) -> None:
@@ -57,9 +61,11 @@ def diff(run_id: str, node_id: str, seq: int, to_seq: int | None, worktree: bool
 
         return diff_checkpoints(service, **fields)
 
-    result = run_op(home, socket_, lambda c: c.request("diff", **fields), direct)
-    if result.get("patch_omitted") or result.get("files_truncated"):
-        result = _render_locally(result, want_patch)
+    result = run_op(home, socket_, "diff", fields, direct, timeout=DIFF_TIMEOUT_S)
+    try:
+        result = complete_diff(result, want_patch)
+    except ServiceError as exc:
+        fail(f"{exc.message} ({exc.code})")
     if as_json:
         print_json(result)
     elif show_stat:
@@ -72,17 +78,3 @@ def diff(run_id: str, node_id: str, seq: int, to_seq: int | None, worktree: bool
                 click.echo(f"{f['status']}\t{f['path']}")
     else:
         click.echo(result["patch"] or "", nl=False)
-
-
-def _render_locally(result: dict, want_patch: bool) -> dict:
-    import pygit2
-
-    from snapshotd.diff import render_trees
-
-    repo = pygit2.Repository(result["store"])
-    out = dict(result)
-    out.update(render_trees(repo, result["from"]["tree"], result["to"]["tree"],
-                            patch=want_patch))
-    for key in ("patch_omitted", "files_truncated", "files_total"):
-        out.pop(key, None)
-    return out

@@ -117,12 +117,12 @@ def _daemon_home(client: Client, sock: Path) -> str | None:
         pass
     except SnapshotdError as exc:
         _fail(f"snapshotd at {sock} did not answer: {exc.message} ({exc.code}); nothing was run")
-    from snapshotd_client.hook import _try_autostart
+    from snapshotd_client.hook import try_autostart
 
     if os.environ.get("SNAPSHOTD_AUTOSTART") == "0":
         _fail(f"no daemon answers on {sock} (autostart is off: SNAPSHOTD_AUTOSTART=0); start "
               "it with `snapshotd serve`; nothing was run")
-    if not _try_autostart(str(sock), time.monotonic() + AUTOSTART_WAIT_S):
+    if not try_autostart(str(sock), time.monotonic() + AUTOSTART_WAIT_S):
         _fail(f"no daemon answers on {sock} and none could be started; run `snapshotd serve` "
               "to see why; nothing was run")
     try:

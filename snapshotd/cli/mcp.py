@@ -27,7 +27,7 @@ def register(group: click.Group) -> None:
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
               help="Log level (logs go to stderr).")
 def mcp(home: Path | None, socket_: Path | None, log_level: str) -> None:
-    """Serve the MCP tools over stdio: list_runs, list_snapshots, diff_checkpoint,
+    """Serve the MCP tools over stdio: list_runs, list_checkpoints, diff_checkpoint,
     restore_checkpoint, list_gaps, status.
 
     Register it with an MCP client as the command `snapshotd mcp` (the Claude Code plugin does

@@ -1,8 +1,8 @@
 """``snapshotd restore RUN --node X``: bring a worktree (or a new directory) back to a checkpoint.
 
-Owns the command line of restore and the way every restore/diff command reaches the store:
-through the daemon when one answers on the socket (so the restore is serialized with captures of
-that worktree), else directly on the home under the daemon's own home lock (``run_op``).
+Owns the command line of restore. It runs through ``snapshotd.backend.run_op``: in the daemon
+when one answers on the socket (so the restore is serialized with captures of that worktree),
+else directly on the home under the daemon's own home lock.
 
 Promises: ``--dry-run`` prints one ``A``/``M``/``D`` line per path and changes nothing; an in-place
 restore prints the exact command that undoes it; ``--json`` prints the result map; a progress bar
@@ -11,33 +11,29 @@ shows on a terminal for large restores; errors go to stderr with exit 1.
 
 from __future__ import annotations
 
-import shlex
 import sys
 import threading
-import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
+from snapshotd.backend import with_location
 from snapshotd.cli.common import (
     daemon_client,
-    fail,
     home_option,
     json_option,
     print_json,
-    resolve_home,
-    resolve_socket,
+    run_op,
     socket_option,
-    with_local_service,
 )
-from snapshotd_client import DaemonUnavailable, SnapshotdError
+from snapshotd_client import SnapshotdError
 
 # Restores with at least this many paths get a progress bar on a terminal.
 PROGRESS_MIN = 1000
-LOCK_RETRY_S = 5.0
+# A restore may write a whole tree.
+RESTORE_TIMEOUT_S = 3600.0
 
 
 def register(group: click.Group) -> None:
@@ -122,58 +118,8 @@ def run_restore(home: Path | None, socket_: Path | None, fields: dict,
         first.update(plan=plan, plan_truncated=False, plan_offset=0)
         return first
 
-    return run_op(home, socket_, via_daemon, direct)
-
-
-def run_op(home: Path | None, socket_: Path | None, via_daemon: Callable[[Any], dict],
-           direct: Callable[[Any], dict]) -> dict:
-    """Run an operation through the daemon, or, when none answers, on the home directly under
-    the daemon's home lock (if that lock is held, a daemon is alive: keep asking the socket)."""
-    from snapshotd.server import DaemonLockError, HomeLock
-
-    deadline = time.monotonic() + LOCK_RETRY_S
-    while True:
-        try:
-            with daemon_client(socket_, timeout=3600) as client:
-                try:
-                    client.ping()
-                except DaemonUnavailable:
-                    client = None
-                if client is not None:
-                    # From here on a lost daemon is an error, never a silent second restore.
-                    return via_daemon(client)
-        except SnapshotdError as exc:
-            fail(exc.message if exc.remote else f"{exc.message} ({exc.code})")
-        home_path = resolve_home(home)
-        from snapshotd.ledger import describe_ledger, ledger_exists
-
-        if not ledger_exists(home_path):
-            fail(f"no ledger at {describe_ledger(home_path)}: nothing has been captured with "
-                 "this home yet (pass --home, or set SNAPSHOTD_HOME)")
-        lock = HomeLock(home_path)
-        try:
-            lock.acquire()
-        except DaemonLockError:
-            if time.monotonic() > deadline:
-                fail(f"a daemon holds {home_path} but does not answer on "
-                     f"{resolve_socket(socket_)}; check `snapshotd status`, or pass the "
-                     "socket it listens on with --socket")
-            time.sleep(0.2)
-            continue
-        try:
-            return with_local_service(home_path, direct)
-        finally:
-            lock.release()
-
-
-def with_location(command: str, home: Path | None, socket_: Path | None) -> str:
-    """The undo command, carrying --home/--socket when this command was given them."""
-    extra = ""
-    if home is not None:
-        extra += f" --home {shlex.quote(str(home.expanduser().absolute()))}"
-    if socket_ is not None:
-        extra += f" --socket {shlex.quote(str(socket_.absolute()))}"
-    return command + extra
+    return run_op(home, socket_, "restore", fields, direct, timeout=RESTORE_TIMEOUT_S,
+                  via_daemon=via_daemon)
 
 
 class _Bar:

@@ -1,14 +1,14 @@
 """``snapshotd runs``: every run the ledger knows, newest activity last.
 
-Owns the run summary: per run its nodes, attempts (by state), checkpoints, gaps (and how many are
-unresolved), worktrees and last activity. Reads the configured ledger (SQLite WAL or PostgreSQL,
-both safe beside a running daemon) and the gap spool; needs no daemon.
+Owns the table of the run summary (``snapshotd.listing.collect_runs``): per run its nodes,
+attempts (by state), checkpoints, gaps (and how many are unresolved), worktrees and last
+activity. Reads the configured ledger (SQLite WAL or PostgreSQL, both safe beside a running
+daemon) and the gap spool; needs no daemon.
 """
 
 from __future__ import annotations
 
 import time
-from collections import Counter, defaultdict
 from pathlib import Path
 
 import click
@@ -27,12 +27,15 @@ def runs(home: Path | None, as_json: bool) -> None:
     """List runs with their node and attempt counts, worktrees and last activity."""
     home_path = resolve_home(home)
     from snapshotd.config import ConfigError
-    from snapshotd.ledger import LedgerError, ledger_exists
+    from snapshotd.ledger import LedgerError
+    from snapshotd.listing import collect_runs
 
     try:
-        summary = collect_runs(home_path) if ledger_exists(home_path) else []
+        summary = collect_runs(home_path)
     except (ConfigError, LedgerError) as exc:
         fail(f"the ledger cannot be read: {exc}")
+    except OSError as exc:
+        fail(f"could not read the gap spool: {exc}")
     if as_json:
         print_json({"runs": summary})
         return
@@ -40,54 +43,6 @@ def runs(home: Path | None, as_json: bool) -> None:
         click.echo(f"no runs yet in {home_path}")
         return
     _print_table(summary)
-
-
-def collect_runs(home: Path) -> list[dict]:
-    """The run summaries, oldest activity first."""
-    from snapshotd.gaps import GapSpool
-    from snapshotd.ledger import open_ledger
-    from snapshotd_client.paths import gaps_path
-
-    ledger = open_ledger(home)
-    try:
-        attempts = ledger.attempts()
-        stats = ledger.checkpoint_stats()
-        covered = ledger.covered_tool_calls()
-    finally:
-        ledger.close()
-    gaps: dict[str, list[dict]] = defaultdict(list)
-    try:
-        for gap in GapSpool(gaps_path(home)).all():
-            if gap.get("run_id"):
-                gaps[gap["run_id"]].append(gap)
-    except OSError as exc:
-        fail(f"could not read the gap spool: {exc}")
-    by_run: dict[str, list] = defaultdict(list)
-    for a in attempts:
-        by_run[a.key.run_id].append(a)
-    out = []
-    for run_id, items in by_run.items():
-        count, last_cp = stats.get(run_id, (0, None))
-        times = [a.started_at for a in items] + [a.ended_at for a in items if a.ended_at]
-        if last_cp:
-            times.append(last_cp)
-        run_gaps = gaps.get(run_id, [])
-        unresolved = sum(1 for g in run_gaps
-                         if not (g.get("tool_use_id") and (run_id, g["tool_use_id"]) in covered))
-        out.append({
-            "run_id": run_id,
-            "nodes": len({a.key.node_id for a in items}),
-            "attempts": len(items),
-            "states": dict(Counter(a.state for a in items)),
-            "checkpoints": count,
-            "gaps": len(run_gaps),
-            "unresolved_gaps": unresolved,
-            "worktrees": sorted({a.worktree for a in items}),
-            "started_at": min(a.started_at for a in items),
-            "last_activity": max(times),
-        })
-    out.sort(key=lambda r: r["last_activity"])
-    return out
 
 
 def _print_table(summary: list[dict]) -> None:

@@ -58,16 +58,32 @@ def status(socket_: Path | None, as_json: bool) -> None:
 
 def render(info: dict) -> list[str]:
     """The status map as text, one fact per line, missing fields shown as '-'."""
+    spool = info.get("gap_spool") or {}
     out = [f"snapshotd {info.get('version', '?')}  pid {info.get('pid', '?')}  "
            f"up {human_duration(info.get('uptime_s'))}  log level {info.get('log_level', '-')}"]
     out.append(f"home      {info.get('home', '-')}")
     out.append(f"socket    {info.get('socket', '-')}  ({info.get('connections', 0)} open "
                f"connections, {info.get('refused_connections', 0)} refused)")
-    spool = info.get("gap_spool") or {}
     out.append(f"store     {human_bytes(info.get('store_bytes'))}   stat caches "
                f"{human_bytes(info.get('stat_cache_bytes'))}   ledger "
                f"{human_bytes(info.get('ledger_bytes'))}   gap spool "
                f"{human_bytes(spool.get('bytes'))}")
+    out.extend(_process_lines(info))
+    out.extend(_worktree_lines(info))
+    out.extend(_capture_lines(info))
+    out.extend(_config_lines(info.get("config") or {}))
+    out.extend(_replication_lines(info.get("replication")))
+    recon = info.get("reconciliation") or {}
+    if recon.get("rebuilt_rows"):
+        at = recon.get("at")
+        when = time.strftime(" (%Y-%m-%d %H:%M:%S)", time.localtime(at)) if at else ""
+        out.append(f"recovery  {recon['rebuilt_rows']} checkpoint rows rebuilt from the store at "
+                   f"start-up{when}")
+    return out
+
+
+def _process_lines(info: dict) -> list[str]:
+    out = []
     proc = info.get("process") or {}
     if "error" in proc:
         out.append(f"process   unavailable: {proc['error']}")
@@ -81,14 +97,17 @@ def render(info: dict) -> list[str]:
     if checkpoints:
         out.append(f"stored    {checkpoints.get('checkpoints', 0)} checkpoints "
                    f"(tier 1: {checkpoints.get('tier1', 0)}, tier 2: {checkpoints.get('tier2', 0)})")
+    return out
 
+
+def _worktree_lines(info: dict) -> list[str]:
     worktrees = info.get("worktrees")
     if worktrees is None:  # an older daemon without the metrics part: active attempts only
         worktrees = [{"path": a.get("worktree"), "state": a.get("state"),
                       "attempt": f"{a.get('run_id')}/{a.get('node_id')}/{a.get('iteration')}/"
                                  f"{a.get('attempt')}"}
                      for a in info.get("active_attempts", [])]
-    out.append(f"worktrees ({len(worktrees)})" + ("" if worktrees else "  none active"))
+    out = [f"worktrees ({len(worktrees)})" + ("" if worktrees else "  none active")]
     for row in worktrees:
         age = row.get("last_checkpoint_age_s")
         last = (f"last checkpoint seq {row.get('last_seq')} {human_duration(age)} ago"
@@ -100,13 +119,16 @@ def render(info: dict) -> list[str]:
         extra += f"  DEGRADED: {degraded}" if degraded else ""
         out.append(f"  {row.get('path')}")
         out.append(f"      {row.get('attempt') or '-'}  {row.get('state') or '-'}  {last}{extra}")
+    return out
 
+
+def _capture_lines(info: dict) -> list[str]:
     counters = info.get("counters") or {}
-    out.append("captures  " + (f"tier 1: {counters.get('captures_tier1', 0)}  tier 2: "
-                               f"{counters.get('captures_tier2', 0)}  dedups: "
-                               f"{counters.get('dedups', 0)}  repeats: "
-                               f"{counters.get('repeats', 0)}  errors: {counters.get('errors', 0)}"
-                               "  (since start)"))
+    out = ["captures  " + (f"tier 1: {counters.get('captures_tier1', 0)}  tier 2: "
+                           f"{counters.get('captures_tier2', 0)}  dedups: "
+                           f"{counters.get('dedups', 0)}  repeats: "
+                           f"{counters.get('repeats', 0)}  errors: {counters.get('errors', 0)}"
+                           "  (since start)")]
     latency = info.get("latency_ms") or {}
     for tier in sorted(latency):
         lat = latency[tier] or {}
@@ -117,27 +139,25 @@ def render(info: dict) -> list[str]:
             out.append(f"latency   {tier}: no captures yet")
     gaps = info.get("gaps_by_reason") or {}
     out.append("gaps      " + (_counts(gaps) or "none") + "  (since start)")
+    spool = info.get("gap_spool") or {}
     if spool.get("by_reason"):
         out.append(f"gap spool {_counts(spool['by_reason'])}  (all {spool.get('records', 0)} "
                    f"records in {spool.get('path')}; `snapshotd snapshots RUN` shows them)")
-    config = info.get("config") or {}
-    if config:
-        sources = config.get("sources") or {}
-        non_default = [f"{k}={config[k]!r} ({sources[k]})" for k in sorted(config)
-                       if k != "sources" and sources.get(k, "default") != "default"]
-        out.append(f"policy    settle {config.get('settle_ms')} ms, max wait "
-                   f"{config.get('max_wait_ms')} ms, max file {human_bytes(config.get('max_file_bytes'))}"
-                   f", durability {config.get('durability')}, hook timeout "
-                   f"{config.get('hook_timeout_ms')} ms")
-        if non_default:
-            out.append("          set: " + ", ".join(non_default))
-    out.extend(_replication_lines(info.get("replication")))
-    recon = info.get("reconciliation") or {}
-    if recon.get("rebuilt_rows"):
-        at = recon.get("at")
-        when = time.strftime(" (%Y-%m-%d %H:%M:%S)", time.localtime(at)) if at else ""
-        out.append(f"recovery  {recon['rebuilt_rows']} checkpoint rows rebuilt from the store at "
-                   f"start-up{when}")
+    return out
+
+
+def _config_lines(config: dict) -> list[str]:
+    if not config:
+        return []
+    sources = config.get("sources") or {}
+    non_default = [f"{k}={config[k]!r} ({sources[k]})" for k in sorted(config)
+                   if k != "sources" and sources.get(k, "default") != "default"]
+    out = [f"policy    settle {config.get('settle_ms')} ms, max wait "
+           f"{config.get('max_wait_ms')} ms, max file {human_bytes(config.get('max_file_bytes'))}"
+           f", durability {config.get('durability')}, hook timeout "
+           f"{config.get('hook_timeout_ms')} ms"]
+    if non_default:
+        out.append("          set: " + ", ".join(non_default))
     return out
 
 

@@ -1,0 +1,152 @@
+"""What was captured, read from the ledger and the gap spool without a daemon.
+
+Owns the run summary (``collect_runs``, behind ``snapshotd runs`` and the MCP ``list_runs``),
+the gap listing with each gap marked resolved or not (``list_gaps``), a run's listing read from
+the ledger (``list_from_ledger``, when no daemon answers) and the one sentence for an unknown
+run. The ledger (SQLite WAL or PostgreSQL) and the spool are safe to read beside a running
+daemon.
+
+Promises: nothing here writes; an unknown run is a ``ServiceError(not-found)`` naming the
+known runs; a spool or ledger that cannot be read raises (``OSError``, ``LedgerError``,
+``ConfigError``) for the front end to report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from snapshotd.errors import NOT_FOUND, ServiceError
+from snapshotd_client.paths import gaps_path
+
+if TYPE_CHECKING:
+    from snapshotd.ledger import Ledger
+
+KNOWN_RUNS_SHOWN = 20
+
+
+def collect_runs(home: Path) -> list[dict]:
+    """The run summaries, oldest activity first (none when nothing was captured)."""
+    with open_ledger_if_any(home) as ledger:
+        if ledger is None:
+            return []
+        attempts = ledger.attempts()
+        stats = ledger.checkpoint_stats()
+        covered = ledger.covered_tool_calls()
+    from snapshotd.gaps import GapSpool
+
+    gaps: dict[str, list[dict]] = defaultdict(list)
+    for gap in GapSpool(gaps_path(home)).all():
+        if gap.get("run_id"):
+            gaps[gap["run_id"]].append(gap)
+    by_run: dict[str, list] = defaultdict(list)
+    for a in attempts:
+        by_run[a.key.run_id].append(a)
+    out = []
+    for run_id, items in by_run.items():
+        count, last_cp = stats.get(run_id, (0, None))
+        times = [a.started_at for a in items] + [a.ended_at for a in items if a.ended_at]
+        if last_cp:
+            times.append(last_cp)
+        run_gaps = gaps.get(run_id, [])
+        unresolved = sum(1 for g in run_gaps
+                         if not (g.get("tool_use_id") and (run_id, g["tool_use_id"]) in covered))
+        out.append({
+            "run_id": run_id,
+            "nodes": len({a.key.node_id for a in items}),
+            "attempts": len(items),
+            "states": dict(Counter(a.state for a in items)),
+            "checkpoints": count,
+            "gaps": len(run_gaps),
+            "unresolved_gaps": unresolved,
+            "worktrees": sorted({a.worktree for a in items}),
+            "started_at": min(a.started_at for a in items),
+            "last_activity": max(times),
+        })
+    out.sort(key=lambda r: r["last_activity"])
+    return out
+
+
+def list_gaps(home: Path, run_id: str | None = None, *, unresolved_only: bool = False,
+              limit: int | None = None) -> dict:
+    """The gap records (of ``run_id``, or all), oldest first, each marked ``resolved`` when a
+    later checkpoint covered its tool call, with counts by reason."""
+    from snapshotd.gaps import GapSpool
+
+    spool = GapSpool(gaps_path(home))
+    gaps = spool.for_run(run_id) if run_id is not None else spool.all()
+    with open_ledger_if_any(home) as ledger:
+        if run_id is not None and not gaps:
+            if ledger is None or run_id not in ledger.run_ids():
+                raise unknown_run(run_id, ledger)
+        rows = _mark_resolved(gaps, ledger)
+    by_reason = dict(Counter(str(gap.get("reason")) for gap in rows))
+    unresolved = sum(1 for g in rows if not g["resolved"])
+    if unresolved_only:
+        rows = [g for g in rows if not g["resolved"]]
+    total = len(rows)
+    if limit is not None:
+        rows = rows[-limit:]
+    return {"gaps": rows, "total": total, "unresolved": unresolved, "by_reason": by_reason,
+            "truncated": len(rows) < total}
+
+
+def list_from_ledger(home: Path, run_id: str, node_id: str | None = None,
+                     attempt: int | None = None) -> dict:
+    """A run's checkpoints and gaps in the ``list`` op's shape, read without the daemon."""
+    from snapshotd.gaps import GapSpool
+    from snapshotd.service import list_run
+
+    with open_ledger_if_any(home) as ledger:
+        if ledger is None:
+            raise unknown_run(run_id, None)
+        return list_run(ledger, GapSpool(gaps_path(home)), run_id, node_id, attempt)
+
+
+def require_known_run(home: Path, run_id: str) -> None:
+    """``ServiceError(not-found)`` unless the ledger knows ``run_id``."""
+    with open_ledger_if_any(home) as ledger:
+        if ledger is None or run_id not in ledger.run_ids():
+            raise unknown_run(run_id, ledger)
+
+
+def unknown_run(run_id: str, ledger: Ledger | None) -> ServiceError:
+    known = ledger.run_ids() if ledger is not None else []
+    names = ", ".join(known[-KNOWN_RUNS_SHOWN:]) or "none"
+    return ServiceError(NOT_FOUND, f"unknown run {run_id!r}; known runs: {names} "
+                                   "(`snapshotd runs` or the list_runs tool shows them all)")
+
+
+@contextlib.contextmanager
+def open_ledger_if_any(home: Path) -> Iterator[Ledger | None]:
+    """The configured ledger, opened for reading; None when nothing was captured yet."""
+    from snapshotd.ledger import ledger_exists, open_ledger
+
+    if not ledger_exists(home):
+        yield None
+        return
+    ledger = open_ledger(home)
+    try:
+        yield ledger
+    finally:
+        ledger.close()
+
+
+def _mark_resolved(gaps: list[dict], ledger: Ledger | None) -> list[dict]:
+    covered: dict[str, set[str]] = {}
+    rows = []
+    for gap in gaps:
+        gap = dict(gap)
+        run = gap.get("run_id")
+        tool = gap.get("tool_use_id")
+        resolved = False
+        if ledger is not None and isinstance(run, str) and tool:
+            if run not in covered:
+                covered[run] = ledger.tool_use_ids(run)
+            resolved = tool in covered[run]
+        gap["resolved"] = resolved
+        rows.append(gap)
+    return rows
