@@ -106,6 +106,8 @@ REDACTED = "***"
 # ``scheme://userinfo@``: the userinfo runs to the last "@" before the path (a raw "@" in a
 # password is common enough), never across whitespace.
 _USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/\s]*)@")
+# ``user:secret@host`` without a scheme: how ssh and other tools git runs echo a destination.
+_BARE_USERINFO = re.compile(r"(?<![\w.+%\-])(?P<user>[\w.+%\-]+):(?P<secret>[^\s@/:'\"]+)@(?=[\w\[])")
 # ``password=…``, ``token=…``, ``api_key=…``: URL query parameters and libpq key=value strings.
 _SECRET_PARAM = re.compile(
     r"(?P<name>\b[A-Za-z_.\-]*(?:password|passwd|token|secret|api_?key)=)(?P<value>[^&\s'\";#]*)",
@@ -121,12 +123,14 @@ def redact_url(url: str) -> str:
 
 
 def redact_text(text: str) -> str:
-    """``text`` (a git error, a log line, a reply) with every credential in every URL or
-    ``key=value`` parameter in it redacted as ``redact_url`` does. Idempotent."""
+    """``text`` (a git error, a log line, a reply) with every credential in it redacted as
+    ``redact_url`` does, in URLs, in scheme-less ``user:secret@host`` (as ssh echoes a
+    destination) and in ``key=value`` parameters. Idempotent."""
     if not text:
         return text
-    return _SECRET_PARAM.sub(lambda m: m.group("name") + REDACTED,
-                             _USERINFO.sub(_redact_userinfo, text))
+    text = _USERINFO.sub(_redact_userinfo, text)
+    text = _BARE_USERINFO.sub(lambda m: f"{m.group('user')}:{REDACTED}@", text)
+    return _SECRET_PARAM.sub(lambda m: m.group("name") + REDACTED, text)
 
 
 def _redact_userinfo(m: re.Match[str]) -> str:

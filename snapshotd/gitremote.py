@@ -122,9 +122,10 @@ def run_git(args: list[str], *, timeout: float, stdin: bytes | None = None,
 
 
 def last_lines(proc: subprocess.CompletedProcess, n: int = 4) -> str:
-    """The last ``n`` lines of git's stderr on one line, credentials redacted."""
-    text = (proc.stderr or b"").decode(errors="replace").strip().splitlines()
-    joined = " | ".join(line.strip() for line in text[-n:]) or f"git exited {proc.returncode}"
+    """The last ``n`` non-blank lines of git's stderr on one line, credentials redacted."""
+    text = (proc.stderr or b"").decode(errors="replace").splitlines()
+    lines = [line.strip() for line in text if line.strip()]
+    joined = " | ".join(lines[-n:]) or f"git exited {proc.returncode}"
     return redact_text(joined)
 
 
