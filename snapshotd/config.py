@@ -107,10 +107,12 @@ REDACTED = "***"
 # password is common enough), never across whitespace.
 _USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/\s]*)@")
 # ``user:secret@host`` without a scheme: how ssh and other tools git runs echo a destination.
-_BARE_USERINFO = re.compile(r"(?<![\w.+%\-])(?P<user>[\w.+%\-]+):(?P<secret>[^\s@/:'\"]+)@(?=[\w\[])")
-# ``password=…``, ``token=…``, ``api_key=…``: URL query parameters and libpq key=value strings.
+_BARE_USERINFO = re.compile(
+    r"(?<![\w.+%\-])(?P<user>[\w.+%\-]+):(?P<secret>[^\s@/:'\"]+)@(?=[\w\[])")
+# ``password=…``, ``token=…``, ``api_key=…``: URL query parameters, libpq key=value strings.
 _SECRET_PARAM = re.compile(
-    r"(?P<name>\b[A-Za-z_.\-]*(?:password|passwd|token|secret|api_?key)=)(?P<value>[^&\s'\";#]*)",
+    r"(?P<name>\b[A-Za-z_.\-]*(?:password|passwd|token|secret|api_?key)=)"
+    r"(?P<value>[^&\s'\";#]*)",
     re.IGNORECASE)
 
 

@@ -263,6 +263,6 @@ def local_commit(service: Service, commit_id: str) -> pygit2.Commit | None:
 
 def _check_tree(commit: pygit2.Commit, commit_id: str, tree_id: str, where: str) -> None:
     if str(commit.id) != commit_id or str(commit.tree_id) != tree_id:
-        raise ServiceError(errors.VERIFY_FAILED, f"checkpoint commit {commit_id[:12]} from {where} has "
-                           f"tree {str(commit.tree_id)[:12]}, the ledger records "
+        raise ServiceError(errors.VERIFY_FAILED, f"checkpoint commit {commit_id[:12]} from "
+                           f"{where} has tree {str(commit.tree_id)[:12]}, the ledger records "
                            f"{tree_id[:12]}; refusing to restore it")

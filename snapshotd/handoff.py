@@ -51,7 +51,8 @@ def build_handoff(service: Service, run_id: str, node_id: str, *, iteration: int
                 and (iteration is None or a.key.iteration == iteration)
                 and (attempt is None or a.key.attempt == attempt)]
     if not attempts:
-        raise ServiceError(errors.NOT_FOUND, f"no attempt of run {run_id!r} node {node_id!r} matches"
+        raise ServiceError(errors.NOT_FOUND, f"no attempt of run {run_id!r} node {node_id!r} "
+                           "matches"
                            + (f" iteration {iteration}" if iteration is not None else "")
                            + (f" attempt {attempt}" if attempt is not None else ""))
     current = max(attempts, key=lambda a: (a.key.iteration, a.key.attempt))
@@ -104,8 +105,9 @@ def check_manifest(manifest: object) -> dict:
         raise ServiceError(errors.BAD_REQUEST, "not a snapshotd handoff manifest (write one with "
                            "`snapshotd handoff RUN --node X --output FILE`)")
     if manifest.get("version") != HANDOFF_VERSION:
-        raise ServiceError(errors.BAD_REQUEST, f"handoff manifest version {manifest.get('version')!r}"
-                           f" is not supported (this snapshotd reads version {HANDOFF_VERSION})")
+        raise ServiceError(errors.BAD_REQUEST, "handoff manifest version "
+                           f"{manifest.get('version')!r} is not supported (this snapshotd "
+                           f"reads version {HANDOFF_VERSION})")
     if manifest.get("digest") != manifest_digest(manifest):
         raise ServiceError(errors.VERIFY_FAILED, "the handoff manifest's digest does not match its "
                            "content: it was edited or damaged; write a new one")
@@ -113,7 +115,8 @@ def check_manifest(manifest: object) -> dict:
     if cp is not None:
         for name in ("commit", "tree"):
             if not isinstance(cp.get(name), str) or not re.fullmatch(r"[0-9a-f]{40}", cp[name]):
-                raise ServiceError(errors.BAD_REQUEST, f"handoff checkpoint {name} is not a sha-1 id")
+                raise ServiceError(errors.BAD_REQUEST,
+                                   f"handoff checkpoint {name} is not a sha-1 id")
     return manifest
 
 
