@@ -2,12 +2,19 @@
 
 Owns the reading of ``$XDG_CONFIG_HOME/snapshotd/config.toml`` (override ``SNAPSHOTD_CONFIG``).
 
+Also owns redaction: ``redact_url`` and ``redact_text`` are the one way a configured value, a URL
+or a message that may echo one (git's stderr, a driver's error) is made safe to show. Every
+surface that shows or logs them goes through these: ``Config.as_dict`` (``snapshotd config``,
+``status``), replication's replies, status block and log lines, the ledger's location.
+
 Promises: every effective value knows where it came from (``Config.sources``); an unknown key or
-a bad value is a ``ConfigError`` naming the key and what is accepted.
+a bad value is a ``ConfigError`` naming the key and what is accepted; no password, token or
+``user:password@`` part of a URL leaves through ``as_dict``, ``repr`` or the redaction functions.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -58,13 +65,17 @@ class Config:
     sources: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def as_dict(self) -> dict:
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "sources"}
-        if out.get("ledger_url"):  # shown by `config` and `status`: never the password
-            out["ledger_url"] = redact_url(out["ledger_url"])
-        return out
+        """Every setting as shown to people (``config``, ``status``): secrets redacted."""
+        return {f.name: _redacted(getattr(self, f.name)) for f in fields(self)
+                if f.name != "sources"}
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items())
+        return f"Config({shown})"
 
 
-_ENV = {
+# The environment variable of each setting (read by ``load_config``, shown by ``snapshotd config``).
+ENV_VARS: dict[str, str] = {
     "settle_ms": "SNAPSHOTD_SETTLE_MS",
     "max_wait_ms": "SNAPSHOTD_MAX_WAIT_MS",
     "max_file_bytes": "SNAPSHOTD_MAX_FILE_BYTES",
@@ -91,26 +102,67 @@ _ENV = {
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
+REDACTED = "***"
+# ``scheme://userinfo@``: the userinfo runs to the last "@" before the path (a raw "@" in a
+# password is common enough), never across whitespace.
+_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/\s]*)@")
+# ``user:secret@host`` without a scheme: how ssh and other tools git runs echo a destination.
+_BARE_USERINFO = re.compile(
+    r"(?<![\w.+%\-])(?P<user>[\w.+%\-]+):(?P<secret>[^\s@/:'\"]+)@(?=[\w\[])")
+# ``password=…``, ``token=…``, ``api_key=…``: URL query parameters, libpq key=value strings.
+_SECRET_PARAM = re.compile(
+    r"(?P<name>\b[A-Za-z_.\-]*(?:password|passwd|token|secret|api_?key)=)"
+    r"(?P<value>[^&\s'\";#]*)",
+    re.IGNORECASE)
+
+
 def redact_url(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (status, config and errors show URLs)."""
-    from urllib.parse import urlsplit, urlunsplit
+    """``url`` as shown to people: ``scheme://user:secret@host`` becomes ``user:***@host``, a bare
+    ``https://TOKEN@host`` becomes ``***@host`` (over http a lone user name is how tokens are
+    passed), and ``password=``/``token=``/``secret=``/``api_key=`` parameters become ``***``.
+    Anything else (paths, ``postgresql:///db``, ``user@host:path``) is returned unchanged."""
+    return redact_text(url)
 
-    try:
-        parts = urlsplit(url)
-        password = parts.password
-    except ValueError:
-        return url
-    if password is None and "password=" not in parts.query:
-        return url  # untouched: urlunsplit would also normalise "postgresql:///db"
-    if "password=" in parts.query:
-        import re
 
-        parts = parts._replace(query=re.sub(r"(^|&)password=[^&]*", r"\1password=***",
-                                            parts.query))
-    if password is not None:
-        host = parts.netloc.rsplit("@", 1)[-1]
-        parts = parts._replace(netloc=f"{parts.username or ''}:***@{host}")
-    return urlunsplit(parts)
+def redact_text(text: str) -> str:
+    """``text`` (a git error, a log line, a reply) with every credential in it redacted as
+    ``redact_url`` does, in URLs, in scheme-less ``user:secret@host`` (as ssh echoes a
+    destination) and in ``key=value`` parameters. Idempotent."""
+    if not text:
+        return text
+    text = _USERINFO.sub(_redact_userinfo, text)
+    text = _BARE_USERINFO.sub(lambda m: f"{m.group('user')}:{REDACTED}@", text)
+    return _SECRET_PARAM.sub(lambda m: m.group("name") + REDACTED, text)
+
+
+def _redact_userinfo(m: re.Match[str]) -> str:
+    scheme, userinfo = m.group("scheme"), m.group("userinfo")
+    user, colon, _password = userinfo.partition(":")
+    if colon:
+        return f"{scheme}{user}:{REDACTED}@"
+    if scheme.lower().startswith(("http://", "https://")) and user != REDACTED:
+        return f"{scheme}{REDACTED}@"
+    return m.group(0)
+
+
+class RedactingFilter(logging.Filter):
+    """A logging filter that passes every record through ``redact_text``: its message, and the
+    traceback of an exception logged with it (an exception may carry a URL or git's stderr)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        redacted = redact_text(message)
+        if redacted != message:
+            record.msg, record.args = redacted, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact_text(record.exc_text)
+        return True
+
+
+def _redacted(value: object) -> object:
+    return redact_text(value) if isinstance(value, str) else value
 
 
 def config_path(environ: Mapping[str, str] | None = None) -> Path:
@@ -141,7 +193,7 @@ def load_config(flags: Mapping[str, object] | None = None,
                 raise ConfigError(
                     f"{path}: unknown key {key!r}; known keys: {', '.join(sorted(names))}")
             _set(config, key, value, f"file {path}")
-    for key, var in _ENV.items():
+    for key, var in ENV_VARS.items():
         if var in env and env[var] != "":
             _set(config, key, env[var], f"env {var}")
     for key, value in (flags or {}).items():

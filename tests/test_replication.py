@@ -1,4 +1,4 @@
-"""Replication to a git remote, fetch, restore anywhere and handoff (issue 11, docs/scale-out.md).
+"""Replication to a git remote, fetch, restore anywhere and handoff (docs/scale-out.md).
 
 Two daemons with separate homes and sockets stand in for two hosts; a bare repository in the
 test's tmp directory is the remote; the git CLI is the oracle for what the remote holds.

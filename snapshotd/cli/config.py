@@ -12,7 +12,7 @@ from __future__ import annotations
 import click
 
 from snapshotd.cli.common import fail, json_option, print_json
-from snapshotd.config import _ENV, ConfigError, config_path, load_config
+from snapshotd.config import ENV_VARS, ConfigError, config_path, load_config
 
 BAD_CONFIG = 2
 
@@ -35,7 +35,7 @@ def config(as_json: bool) -> None:
     settings = {
         name: {"value": list(value) if isinstance(value, tuple) else value,
                "source": effective.sources.get(name, "default"),
-               "env": _ENV.get(name)}
+               "env": ENV_VARS.get(name)}
         for name, value in values.items()
     }
     if as_json:

@@ -37,13 +37,9 @@ def push(run_id: str | None, home: Path | None, socket_: Path | None, as_json: b
     """Push RUN's checkpoints (default: every run's) to the configured remote now."""
 
     def direct(service: object) -> dict:
-        from snapshotd.replication import NO_REMOTE, Replicator
-        from snapshotd.service import ServiceError
+        from snapshotd.pusher import push_now
 
-        if not service.config.remote:  # type: ignore[attr-defined]
-            raise ServiceError("no-remote", NO_REMOTE)
-        replicator = Replicator(service, service.config.remote, 0)  # type: ignore[arg-type,attr-defined]
-        return replicator.sync(_checked(run_id))
+        return push_now(service, _checked(run_id))  # type: ignore[arg-type]
 
     result = daemon_or_local(socket_, home, "push", direct, run_id=run_id)
     if as_json:
@@ -63,8 +59,6 @@ def push(run_id: str | None, home: Path | None, socket_: Path | None, as_json: b
 
 
 def _checked(run_id: str | None) -> str | None:
-    if run_id is None:
-        return None
-    from snapshotd.replication import _valid_id
+    from snapshotd.errors import id_field
 
-    return _valid_id("run_id", run_id)
+    return None if run_id is None else id_field("run_id", run_id)
