@@ -241,8 +241,7 @@ class Groups:
         wall = time.time()
         router = _Router(self.state, group)
         with self.state.cond:
-            for change, path in changes:
-                router.route(change, path)
+            router.route(changes)
         for root in router.root_events:
             self.host.check_root(root)
         if router.buckets:
@@ -291,20 +290,31 @@ class _Router:
         self._real_dirs: dict[str, str] = {}  # this batch's realpath of each event's directory
         self._under: dict[str, list[Entry]] = {}  # directory -> live entries at or above it
 
-    def route(self, change: int, path: str) -> None:
-        if path.startswith(self.cookie_prefix):
-            self.group.cookie_seen(path[len(self.cookie_prefix):])
-            return
-        if change == OVERFLOW:
-            self._overflow()
-            return
-        entry = self._live(path) if path in self.roots else None
-        if entry is not None:
-            self.root_events.add(path)
-            entry.changes.overflow = True  # the root itself changed: only a scan can tell
-        parent = path.rpartition("/")[0]
-        for entry in self._containing(parent):
-            self._deliver(entry, change, path, parent)
+    def route(self, changes: Iterable[Event]) -> None:
+        """Route a batch (one loop with everything it needs in locals: this runs for every
+        event, and on a capture's path when a cookie round trip drains the queue)."""
+        prefix = self.cookie_prefix
+        roots = self.roots
+        under = self._under
+        deliver = self._deliver
+        for change, path in changes:
+            if path.startswith(prefix):
+                self.group.cookie_seen(path[len(prefix):])
+                continue
+            if change == OVERFLOW:
+                self._overflow()
+                continue
+            if path in roots:
+                entry = self._live(path)
+                if entry is not None:
+                    self.root_events.add(path)
+                    entry.changes.overflow = True  # the root itself changed: only a scan can tell
+            parent = path.rpartition("/")[0]
+            entries = under.get(parent)
+            if entries is None:
+                entries = self._containing(parent)
+            for entry in entries:
+                deliver(entry, change, path, parent)
 
     def _overflow(self) -> None:
         """The kernel dropped events: every worktree of this notifier is owed a full scan, and
@@ -359,7 +369,7 @@ class _Router:
             if len(changes.dirty) > DIRTY_LIMIT:
                 changes.overflow = True
                 changes.dirty, changes.removed = set(), set()
-        if self._ignored(entry, rel):
+        if entry.matcher is not None and self._ignored(entry, rel):
             return
         bucket = self.buckets.setdefault(root, [])
         if len(bucket) < STAMP_PATHS:
@@ -391,11 +401,8 @@ class _Router:
         return real[len(real_root) + 1:] + "/" + path.rpartition("/")[2]
 
     def _ignored(self, entry: Entry, rel: str) -> bool:
-        matcher = entry.matcher
-        if matcher is None:
-            return False
         try:
-            return bool(matcher.path_is_ignored(rel))  # type: ignore[attr-defined]
+            return bool(entry.matcher.path_is_ignored(rel))  # type: ignore[attr-defined]
         except Exception as exc:  # noqa: BLE001 - when in doubt, look (and say so)
             self.state.count_error("ignore_errors", "cannot apply the ignore rules of %s to "
                                    "%r (treated as not ignored: it arms a capture): %s: %s",
