@@ -11,9 +11,11 @@ Owns ``SNAPSHOTD_CRASH_AT``, ``SNAPSHOTD_DELAY_AT`` and ``SNAPSHOTD_FAULT_FILE``
   taken off the notifier's queue, not yet dispatched), ``before-row`` (a capture's commit
   written, its ledger row not yet).
 - ``SNAPSHOTD_FAULT_FILE=<path>``: while that file exists, each line ``<seam>=<ERRNO>`` (seams
-  ``objects``, ``ledger``, ``gaps``, ``watch`` (each ``inotify_add_watch``); errno names such as
-  ``ENOSPC`` or ``EIO``) makes ``check(<seam>)`` raise that ``OSError``. Deleting the file
-  clears the fault at once, so a test can show that the next capture after the fault succeeds.
+  ``objects``, ``ledger``, ``gaps``, ``watch`` (each ``inotify_add_watch``), ``notifier-close``
+  (closing a ``watchfiles`` notifier, whose native close error cannot be provoked for real);
+  errno names such as ``ENOSPC`` or ``EIO``) makes ``check(<seam>)`` raise that ``OSError``.
+  Deleting the file clears the fault at once, so a test can show that the next capture after
+  the fault succeeds.
 
 Promises: with no variable set, ``crash_point``, ``delay`` and ``check`` cost one comparison.
 """
@@ -27,7 +29,7 @@ import time
 
 CRASH_POINTS = ("after-blobs", "after-tree", "after-commit", "after-ref", "after-row",
                 "before-reply", "restore-mid")
-SEAMS = ("objects", "ledger", "gaps", "watch")
+SEAMS = ("objects", "ledger", "gaps", "watch", "notifier-close")
 CRASH_EXIT_STATUS = 86
 
 

@@ -1,4 +1,4 @@
-"""Issue 8: tier-1 captures take the watcher's changed paths (after a cookie round trip) instead
+"""The fast path: tier-1 captures take the watcher's changed paths (after a cookie round trip) instead
 of a stat scan of the whole tree; after every step of a long randomized workload the fast
 path's tree equals ``git add -A && git write-tree`` into a fresh private index."""
 

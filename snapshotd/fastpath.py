@@ -1,0 +1,178 @@
+"""The fast path's change source: which paths of a watched worktree changed since its last capture.
+
+Owns ``FastPath``, the ``Service.change_source`` the watcher installs (``take`` / ``failed`` /
+``drift``), and the rules for when the watcher vouches for a worktree's changed paths
+(``Entry.changes``; the notifier groups fill them in as events arrive).
+
+Promises:
+- ``take`` never vouches for a path set it cannot stand behind: not before a full scan under the
+  current notifier (``baseline``), not after the kernel's event queue overflowed or drift, not
+  when a path changed type (file <-> directory: the per-path update cannot express it), not for
+  a watch whose notifier reported an event through a symlinked directory, not for a lingering
+  worktree gone ``QUIET_VERIFY_FACTOR`` verify intervals without a verification or a fresh
+  baseline, and not unless a cookie round trip through every notifier that may still hold one
+  of its events came back in time. When it does not vouch, the caller scans fully, and the set
+  restarts from that scan.
+- Drift (a full scan found changes no event reported) is one gap, ``watcher-drift``, and turns
+  the fast path off for that worktree for ``FAST_OFF_S``.
+- ``take`` costs two short holds of the watcher's lock and the cookie round trip(s); nothing in
+  it grows with the number of watched worktrees.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import time
+from pathlib import Path
+
+from snapshotd.watchstate import Entry, WatchState
+
+log = logging.getLogger("snapshotd.watcher")
+
+# A tier-1 capture trusts the watcher's changed paths only after a cookie round trip proves
+# every earlier event has arrived; it waits at most this long (s).
+COOKIE_TIMEOUT_S = 0.25
+# Past this many changed paths a full stat scan is cheaper than updating them one by one.
+DIRTY_LIMIT = 4096
+# A worktree with no event since its last verification is verified this many times less often.
+QUIET_VERIFY_FACTOR = 10
+# After drift, captures of that worktree use full scans for this long (s).
+FAST_OFF_S = 300.0
+
+
+class FastPath:
+    """``Service.change_source``: the watched worktrees' changed paths, vouched for or not."""
+
+    def __init__(self, state: WatchState) -> None:
+        self.state = state
+
+    def take(self, root: Path, mode: str) -> set[str] | None:
+        """The paths changed in ``root`` since its last capture, after a cookie round trip
+        proves every earlier event has been seen. None (and a full scan) when the watch cannot
+        vouch: not watching, no full scan yet under this watch, too many changes, recent drift,
+        or the cookie did not come back in time. Called under the worktree lock, so captures
+        never interleave here."""
+        cond = self.state.cond
+        with cond:
+            entry = self.state.entries.get(str(root))
+            if entry is None:
+                return None
+            group = entry.group
+            if not self._vouches(entry, time.monotonic()):
+                reset_dirty(entry)
+                return None
+            draining = list(entry.changes.draining)
+        assert group is not None
+        # An old notifier the merge has drained meanwhile needs no cookie of ours: it then
+        # retires (its sync fails), and what came after the new watch began is in ``group``.
+        if not (all(g.sync(COOKIE_TIMEOUT_S) or g.handed_over for g in draining)
+                and group.sync(COOKIE_TIMEOUT_S)):
+            with cond:
+                reset_dirty(entry)
+            return None
+        changes = entry.changes
+        with cond:
+            # A merge may have moved the entry to a new notifier meanwhile: the one synced here
+            # watched it all along (until it retires, when its sync fails), so its cookie still
+            # proves the set complete. A new watch or a failure resets the baseline.
+            if changes.overflow or not changes.baseline:
+                reset_dirty(entry)
+                return None
+            changed, changes.dirty = changes.dirty, set()
+            removed, changes.removed = changes.removed, set()
+        if mode == "fast" and type_changed(entry.root, changed, removed):
+            return None  # the full scan that follows sees everything; the baseline stays
+        if mode == "fast":
+            with cond:
+                changes.fast_captures += 1
+        return changed
+
+    def failed(self, root: Path) -> None:
+        """The capture that took the changes failed: they are owed, so the next capture scans."""
+        with self.state.cond:
+            entry = self.state.entries.get(str(root))
+            if entry is not None:
+                entry.changes.baseline = False
+
+    def drift(self, root: Path, missed: list[str]) -> None:
+        """A full scan found changes no event reported: record it, and scan for a while."""
+        with self.state.cond:
+            entry = self.state.entries.get(str(root))
+        if entry is None:
+            return
+        shown = ", ".join(missed[:10]) + (f" and {len(missed) - 10} more" if len(missed) > 10
+                                          else "")
+        self.record_drift(entry, f"a verification scan found {len(missed)} change(s) no event "
+                          f"reported ({shown})")
+
+    def record_drift(self, entry: Entry, found: str) -> None:
+        """Record drift in ``entry`` (``found`` says what was found): the ``watcher-drift``
+        gap, and full scans for ``FAST_OFF_S``."""
+        with self.state.cond:
+            now = time.monotonic()
+            entry.changes.drifts += 1
+            entry.changes.drift_at = now
+            entry.changes.fast_off_until = now + FAST_OFF_S
+        log.warning("watcher drift in %s: %s", entry.root, found)
+        self.state.gap(entry, "watcher-drift", f"{found}; captures of this worktree use full "
+                       f"stat scans for the next {FAST_OFF_S:g}s")
+
+    def fast_path_on(self, entry: Entry, now: float) -> bool:
+        """Whether ``status`` shows the fast path as on for ``entry``. Under the lock."""
+        changes = entry.changes
+        return (changes.baseline and entry.state == "watching" and now >= changes.fast_off_until
+                and not changes.aliased
+                and (entry.attempt is not None
+                     or (entry.linger.lingering and not self.linger_stale(entry, now))))
+
+    def linger_stale(self, entry: Entry, now: float) -> bool:
+        """Whether a lingering entry has gone too long without a verification or a fresh
+        baseline for its dirty set to be trusted (a quiet one is never scanned to renew it)."""
+        every = self.state.config.verify_interval_s
+        last = max(entry.checks.last_verify, entry.changes.baseline_at)
+        return now - last >= every * QUIET_VERIFY_FACTOR
+
+    def _vouches(self, entry: Entry, now: float) -> bool:
+        """Whether the watch may vouch for ``entry``'s changed paths (cookie aside)."""
+        group = entry.group
+        changes = entry.changes
+        return ((entry.attempt is not None
+                 or (entry.linger.lingering and not self.linger_stale(entry, now)))
+                and entry.state == "watching" and group is not None and not group.retired
+                and changes.baseline and not changes.overflow and not changes.aliased
+                and now >= changes.fast_off_until)
+
+
+def reset_dirty(entry: Entry) -> None:
+    """A full scan is about to run. Under the lock. Changes from now on are in ``dirty``; the
+    scan sees everything before, so the set is complete again once the watch is live."""
+    changes = entry.changes
+    changes.dirty = set()
+    changes.removed = set()
+    changes.overflow = False
+    changes.baseline = (entry.state == "watching" and entry.group is not None
+                        and not entry.group.retired)
+    if changes.baseline:
+        changes.baseline_at = time.monotonic()
+
+
+def type_changed(root: str, changed: set[str], removed: set[str]) -> bool:
+    """Whether a path changed type (file or link <-> directory) since the last capture: such a
+    change always deletes the path first. The fast path's per-path update does not handle it
+    (a directory holding only ignored files where a file was, or a file where a directory was,
+    leaves stale entries), so the capture scans instead."""
+    parents: set[str] | None = None
+    for rel in removed:
+        try:
+            st = os.lstat(os.path.join(root, rel))
+        except OSError:
+            continue  # gone: a plain deletion
+        if stat.S_ISDIR(st.st_mode):
+            return True  # deleted, then a directory: perhaps a file before
+        if parents is None:
+            parents = {p[:i] for p in changed for i, c in enumerate(p) if c == "/"}
+        if rel in parents:
+            return True  # a file or link now, and paths below it changed: a directory before
+    return False

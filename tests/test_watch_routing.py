@@ -1,0 +1,108 @@
+"""Events reach their worktrees by path: nested worktrees sharing one notifier each see the
+changes below their own root (the outer one sees the inner one's too), flush goes to the
+nearest watched root, and a verification that finds changes no event announced is one gap
+reason, ``watcher-drift``."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from conftest import Daemon, Env, make_git_worktree
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 15.0) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    return predicate()
+
+
+def test_nested_worktrees_on_one_notifier_each_see_the_changes_below_them(
+        sd_env: Env, tmp_path: Path) -> None:
+    outer = make_git_worktree(tmp_path / "outer")
+    (outer / "o.txt").write_text("o\n")
+    inner = make_git_worktree(outer / "inner")
+    (inner / "i.txt").write_text("i\n")
+    sibling = make_git_worktree(tmp_path / "sibling")
+    d = Daemon(sd_env, extra_env={"SNAPSHOTD_SETTLE_MS": "100",
+                                  "SNAPSHOTD_MAX_WAIT_MS": "300"}).start()
+    try:
+        with d.client() as c:
+            for run, root in (("outer", outer), ("inner", inner), ("sibling", sibling)):
+                c.attempt_begin(run, "n", str(root))
+                c.flush(str(root))
+            # Once things are quiet the three notifiers become one.
+            assert wait_for(lambda: c.status()["watcher"]["merges"] >= 1
+                            and c.status()["watcher"]["notifiers"] == 1, timeout=20)
+
+            def counts() -> dict[str, int]:
+                """Tier-2 captures per worktree (a deduplicated one counts: the outer
+                worktree's tree may not change when only the nested repository's files do)."""
+                rows = {r["path"]: r["captures"] for r in c.status()["watched"]}
+                return {run: rows[str(root)] for run, root in
+                        (("outer", outer), ("inner", inner), ("sibling", sibling))}
+
+            time.sleep(1.5)  # let verification scans of the first captures pass
+            before = counts()
+            (inner / "i.txt").write_text("i2\n")
+            assert wait_for(lambda: counts()["inner"] > before["inner"]
+                            and counts()["outer"] > before["outer"])
+            time.sleep(1.5)
+            before = counts()
+            (outer / "o.txt").write_text("o2\n")
+            assert wait_for(lambda: counts()["outer"] > before["outer"])
+            time.sleep(1.0)
+            after = counts()
+            assert after["inner"] == before["inner"] and after["sibling"] == before["sibling"]
+            # flush from a directory inside the inner worktree is the inner attempt's.
+            (inner / "sub").mkdir()
+            (inner / "sub" / "f.txt").write_text("f\n")
+            before = {run: len(c.list(run)["checkpoints"]) for run in ("outer", "inner")}
+            c.flush(str(inner / "sub"))
+            assert len(c.list("inner")["checkpoints"]) == before["inner"] + 1
+    finally:
+        d.stop()
+
+
+def test_changes_a_verification_finds_unannounced_are_watcher_drift(
+        sd_env: Env, tmp_path: Path) -> None:
+    """While the fast path is off (after a first drift), the verification scan after a burst
+    cannot compare against changed paths; a change it finds that no event announced is still
+    drift, with the same reason."""
+    wt = make_git_worktree(tmp_path / "wt")
+    (wt / "a.txt").write_text("before\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.link(wt / "a.txt", outside / "alias.txt")  # writes through it raise no event in wt
+    d = Daemon(sd_env, extra_env={"SNAPSHOTD_SETTLE_MS": "100", "SNAPSHOTD_MAX_WAIT_MS": "300",
+                                  "SNAPSHOTD_VERIFY_INTERVAL_S": "1"}).start()
+
+    def drifts() -> list[dict]:
+        return [g for g in sd_env.read_gaps() if g["reason"] == "watcher-drift"]
+
+    try:
+        with d.client() as c:
+            c.attempt_begin("judge", "n", str(wt))
+            c.snapshot(str(wt), run_id="judge", node_id="n")
+            (wt / "b.txt").write_text("b\n")
+            c.snapshot(str(wt), run_id="judge", node_id="n")
+            with open(outside / "alias.txt", "w") as f:
+                f.write("first unseen write\n")
+            assert wait_for(lambda: len(drifts()) == 1, timeout=20)
+            # The fast path is off now. A burst, and an unseen write before its verification.
+            (wt / "c.txt").write_text("c\n")
+            count = len(c.list("judge")["checkpoints"])
+            assert wait_for(lambda: len(c.list("judge")["checkpoints"]) > count)
+            with open(outside / "alias.txt", "w") as f:
+                f.write("second unseen write\n")
+            assert wait_for(lambda: len(drifts()) == 2, timeout=20)
+        assert "captured as seq" in drifts()[1]["detail"]
+        assert {g["reason"] for g in sd_env.read_gaps()} == {"watcher-drift"}
+    finally:
+        d.stop()
