@@ -33,8 +33,8 @@ from .protocol import (
     PROTOCOL_ERROR,
     PROTOCOL_VERSION,
     TIMEOUT,
-    UNATTRIBUTED_CODES,
     ProtocolError,
+    daemon_records_gap,
     encode_frame,
     preload_codec,
     read_frame,
@@ -62,7 +62,7 @@ class SnapshotdError(Exception):
     @property
     def daemon_recorded(self) -> bool:
         """Whether the daemon has already written a gap for this failure (so callers must not)."""
-        return self.remote and self.code not in UNATTRIBUTED_CODES
+        return self.remote and daemon_records_gap(self.code)
 
 
 class DaemonUnavailable(SnapshotdError):
@@ -177,26 +177,14 @@ class Client:
 
     def _exchange(self, frame: bytes, deadline: float) -> dict:
         sock, reused = self._connection(deadline)
-        try:
-            _send(sock, frame, deadline)
-        except TimeoutError:
-            self._drop()
-            raise DaemonTimeout(self._timeout_message()) from None
-        except OSError as exc:
-            self._drop()
-            if not reused:
-                raise DaemonUnavailable(self._unavailable_message(exc)) from None
+        refusal = self._send_request(sock, frame, deadline, reused=reused)
+        if refusal is _RESEND:
             # The daemon closed the kept connection before reading anything of ours (idle
             # timeout, restart): nothing was processed, so one resend on a fresh one is safe.
             sock = self._connect(deadline)
-            try:
-                _send(sock, frame, deadline)
-            except TimeoutError:
-                self._drop()
-                raise DaemonTimeout(self._timeout_message()) from None
-            except OSError as exc2:
-                self._drop()
-                raise DaemonUnavailable(self._unavailable_message(exc2)) from None
+            refusal = self._send_request(sock, frame, deadline, reused=False)
+        if isinstance(refusal, dict):
+            return refusal
         # A plain request went out without msgpack (protocol.pack_plain); importing it now
         # overlaps the daemon's work instead of preceding it (milliseconds of the hook).
         preload_codec()
@@ -219,6 +207,28 @@ class Client:
             raise DaemonUnavailable(
                 f"snapshotd at {self.socket_path} closed the connection without replying")
         return reply
+
+    def _send_request(self, sock: _socket.socket, frame: bytes, deadline: float, *,
+                      reused: bool) -> dict | object | None:
+        """Send ``frame``: None once sent; ``_RESEND`` when a kept connection turned out to be
+        closed; the daemon's reply when it refused the connection before reading it (``busy``,
+        ``forbidden``: it answers at once and hangs up, so our send fails with EPIPE while its
+        refusal waits in our receive buffer)."""
+        try:
+            _send(sock, frame, deadline)
+            return None
+        except TimeoutError:
+            self._drop()
+            raise DaemonTimeout(self._timeout_message()) from None
+        except OSError as exc:
+            if reused:
+                self._drop()
+                return _RESEND
+            refusal = _pending_refusal(sock)
+            self._drop()
+            if refusal is not None:
+                return refusal
+            raise DaemonUnavailable(self._unavailable_message(exc)) from None
 
     def _connection(self, deadline: float) -> tuple[_socket.socket, bool]:
         sock = self._sock
@@ -272,6 +282,20 @@ class Client:
 
     def _timeout_message(self) -> str:
         return f"snapshotd at {self.socket_path} did not reply in time"
+
+
+_RESEND = object()
+
+
+def _pending_refusal(sock: _socket.socket) -> dict | None:
+    # Only what is already in the receive buffer: the peer has hung up, nothing more will come.
+    try:
+        reply = read_frame(sock, time.monotonic() + 0.05)
+    except (OSError, ProtocolError):
+        return None
+    if reply is None or reply.get("ok") is not False:
+        return None
+    return reply
 
 
 def _send(sock: _socket.socket, frame: bytes, deadline: float) -> None:

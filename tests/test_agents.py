@@ -418,7 +418,7 @@ def test_hook_that_loses_the_start_race_waits_for_the_winner(sd_env: Env, tmp_pa
     import fcntl
     import threading
 
-    from snapshotd_client.hook import _try_autostart
+    from snapshotd_client.hook import try_autostart
 
     for key, value in sd_env.environ().items():
         monkeypatch.setenv(key, value)
@@ -429,7 +429,7 @@ def test_hook_that_loses_the_start_race_waits_for_the_winner(sd_env: Env, tmp_pa
     os.write(lock_fd, f"{os.getpid()}\n".encode())
     outcome: list[bool] = []
     hook = threading.Thread(target=lambda: outcome.append(
-        _try_autostart(str(sd_env.socket), time.monotonic() + 30)))
+        try_autostart(str(sd_env.socket), time.monotonic() + 30)))
     winner = Daemon(sd_env)
     try:
         hook.start()
