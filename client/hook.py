@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 DEFAULT_TIMEOUT_MS = 5000
 # SNAPSHOTD_HOOK_TIMEOUT_MS is clamped to this range (a value `select` and the agent can live
 # with); text that is not a positive decimal integer falls back to the default.
-MIN_TIMEOUT_MS = 50
+MIN_TIMEOUT_MS = 100
 MAX_TIMEOUT_MS = 120_000
 # Longest text kept in a gap's detail and in each of its other string fields: a 10 MB run id
 # from the environment must not become a 10 MB spool line.
@@ -102,7 +102,7 @@ def budget_setting(env: Mapping[str, str]) -> tuple[int, str]:
         return DEFAULT_TIMEOUT_MS, ""
     text = raw.strip()
     shown = repr(raw) if len(raw) <= 40 else repr(raw[:37]) + "..."
-    if not (text.isascii() and text.isdigit()) or int(text) == 0:
+    if not (text.isascii() and text.isdigit()) or not text.strip("0"):
         return DEFAULT_TIMEOUT_MS, (f"SNAPSHOTD_HOOK_TIMEOUT_MS={shown} is not a positive "
                                     f"number of ms; used {DEFAULT_TIMEOUT_MS}")
     # Digits only, so int() is exact; a very long one is simply over the maximum.
