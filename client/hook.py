@@ -1,17 +1,30 @@
 """``snapshot-hook``: the after-tool hook of Claude Code, Codex and Gemini CLI (tier 1, ``hook``).
 
 Owns: reading the agent's hook payload from stdin, telling the agent apart, deriving the tool
-call id and label, choosing the attribution (DESIGN §6), asking the daemon for a capture within
-one time budget, starting the daemon on first use, and recording a gap when the capture could not
-be asked for.
+call id and label, choosing the attribution (docs/protocol.md, "Attribution order"), asking the
+daemon for a capture within one time budget, starting the daemon on first use
+(``try_autostart``), and recording a gap when it could not get a checkpoint.
 
-Promises (DESIGN §10):
+Promises:
 - exits 0 and prints nothing, whatever happens: stdout and stderr are pointed at /dev/null first
   thing, so not even a warning at interpreter exit can reach the agent (exit 2 + stderr would be
   fed to the model);
-- returns within ``SNAPSHOTD_HOOK_TIMEOUT_MS`` (default 5000) of starting, covering stdin,
-  connect, daemon start, send and reply; with no daemon and autostart off, in a few tens of ms;
-- writes a gap when it could not get a capture and the daemon has not recorded one itself;
+- returns within ``SNAPSHOTD_HOOK_TIMEOUT_MS`` of starting, covering stdin, connect, daemon
+  start, send, reply and the gap's write (the capture stops ``_GAP_RESERVE_S`` short, and the
+  spool's lock is never waited for past the deadline); with no daemon and autostart off, in a
+  few tens of ms;
+- every outcome that is not a checkpoint is a gap, written exactly once: the hook writes it for
+  every failure the daemon records no gap for (``protocol.NO_DAEMON_GAP_CODES``: refusals,
+  ``busy``, ``shutting-down``, ``internal``, unknown codes), for timeouts, an unreachable or
+  untrusted socket (``socket-untrusted``), a bad payload and its own bugs; the daemon writes the
+  ones it attributes. A gap names the attempt the capture was meant for and the payload's
+  ``cwd`` (never the hook's own), with over-long fields cut;
+- every setting it reads is bounded: ``SNAPSHOTD_HOOK_TIMEOUT_MS`` is clamped to
+  ``MIN_TIMEOUT_MS..MAX_TIMEOUT_MS`` and text that is not a positive decimal integer means
+  ``DEFAULT_TIMEOUT_MS``, either noted in the detail of any gap written; ``SNAPSHOTD_ITERATION``
+  and ``SNAPSHOTD_ATTEMPT`` are sent as integers only when the protocol can carry them, else as
+  text the daemon refuses (a gap); ``SNAPSHOTD_AUTOSTART=0`` turns autostart off, any other value
+  leaves it on;
 - never leaves a child holding the agent's stdout/stderr (Gemini waits for them to close).
 
 Runs after every tool call, so it imports only what the path taken needs: module level is
