@@ -104,14 +104,13 @@ def socket_problem(path: str, uid: int | None = None) -> str | None:
     uid = os.getuid() if uid is None else uid
     try:
         problem = socket_dir_problem(os.path.dirname(path) or ".", uid)
-    except FileNotFoundError:
-        return None
-    if problem is not None:
-        return problem
-    try:
+        if problem is not None:
+            return problem
         st = os.stat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
+    except OSError as exc:  # EACCES on the way, ELOOP...: what cannot be examined is not trusted
+        return f"{path} cannot be examined ({exc.strerror or exc})"
     if st.st_uid != uid:
         return f"the socket {path} is owned by uid {st.st_uid}, not by you (uid {uid})"
     return None

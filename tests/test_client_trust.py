@@ -164,3 +164,12 @@ def test_daemon_refuses_to_serve_in_a_squatted_directory(sd_env: Env, how):
     st = squatted.stat()
     assert (st.st_uid, st.st_mode & 0o777) == (
         (NOBODY, 0o700) if how == "other-owner" else (0, 0o777))
+
+
+def test_a_socket_path_that_cannot_be_examined_is_not_trusted(short_dir):
+    loop = short_dir / "loop"
+    loop.symlink_to(loop)  # ELOOP on every stat through it
+    problem = socket_problem(str(loop / "d.sock"))
+    assert problem is not None and "cannot be examined" in problem
+    with pytest.raises(SocketUntrusted):
+        Client(loop / "d.sock").ping()
