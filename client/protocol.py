@@ -66,14 +66,27 @@ DAEMON_UNAVAILABLE = "daemon-unavailable"
 TIMEOUT = "timeout"
 PROTOCOL_ERROR = "protocol-error"
 BAD_PAYLOAD = "bad-payload"
+# The socket, its directory or the process listening on it is not the current user's: the
+# client refused to talk to it (see ``paths.socket_problem`` and ``Client``).
+SOCKET_UNTRUSTED = "socket-untrusted"
 
-# Refusals that happen before the daemon knows which attempt a request belongs to: the daemon
-# cannot have written an attributed gap for them, so the caller (hook, wrap) writes one. For every
-# other ok:false reply the daemon has already recorded its own gap and the caller must not add a
-# second.
-UNATTRIBUTED_CODES = frozenset({
+# Codes the daemon records no gap for. The rule: every reply to a snapshot that is not a
+# checkpoint is a gap, written exactly once. The daemon writes it when it can attribute the
+# failure to an attempt (fenced, worktree-refused, worktree-missing, capture-failed, ...); for
+# the codes here it cannot or does not (a refusal before the request is read or validated, a
+# full connection table, a daemon that is stopping, an unexpected error), so the caller (hook,
+# wrap) writes the gap. A code outside ``ERROR_CODES`` (a newer daemon's) is treated the same
+# way: a gap written twice is noise, a gap never written is a lost guarantee.
+NO_DAEMON_GAP_CODES = frozenset({
     BAD_FRAME, FRAME_TOO_LARGE, BAD_REQUEST, BAD_ID, UNKNOWN_OP, UNSUPPORTED_VERSION, FORBIDDEN,
+    BUSY, SHUTTING_DOWN, INTERNAL,
 })
+
+
+def daemon_records_gap(code: str) -> bool:
+    """Whether the daemon has itself recorded the gap for an ``ok: false`` reply with ``code``."""
+    return code in ERROR_CODES and code not in NO_DAEMON_GAP_CODES
+
 
 MAX_ID_BYTES = 200
 # Ledger rows are SQLite INTEGERs: anything wider cannot be stored.

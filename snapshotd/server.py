@@ -30,6 +30,7 @@ import msgpack
 
 from snapshotd.service import Service, ServiceError
 from snapshotd_client import protocol
+from snapshotd_client.paths import socket_dir_problem
 
 log = logging.getLogger("snapshotd.server")
 
@@ -75,9 +76,14 @@ def prepare_socket_dir(path: Path) -> None:
     """Create the socket's directory 0700 (or check that an existing one is ours and private)."""
     directory = path.parent
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    problem = socket_dir_problem(str(directory))
+    if problem is not None:
+        raise PermissionError(
+            f"refusing to serve in {directory}: {problem}, so another local user may have "
+            f"created it to intercept snapshotd's requests; remove it (as root if you cannot) "
+            f"and start again, or set XDG_RUNTIME_DIR or SNAPSHOTD_SOCKET to a directory only "
+            f"you can write to")
     st = directory.stat()
-    if st.st_uid != os.getuid():
-        raise PermissionError(f"socket directory {directory} belongs to uid {st.st_uid}, not us")
     if stat.S_IMODE(st.st_mode) & 0o077:
         os.chmod(directory, 0o700)
 
