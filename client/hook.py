@@ -302,9 +302,6 @@ def try_autostart(socket_path: str, deadline: float, argv: list[str] | None = No
     return False
 
 
-# The old private name, kept only until snapshotd/cli/exec.py imports ``try_autostart``.
-_try_autostart = try_autostart
-
 
 def _daemon_starting() -> bool:
     """Whether another daemon for this home has just taken its lock (it writes its pid into
