@@ -161,14 +161,18 @@ class Store:
     # -- commits and refs ------------------------------------------------------------------
 
     def head(self, key: AttemptKey) -> pygit2.Commit | None:
-        """The newest checkpoint commit of an attempt, or None."""
+        """The newest checkpoint commit of an attempt, or None when it has none yet. A ref that
+        cannot be read (a damaged file, a commit that is gone) raises ``StoreError``
+        (``commit-failed``): taken for "no checkpoint", the next commit would have no parent
+        and force-move the ref over the attempt's chain."""
         try:
             ref = self.repo.references.get(key.ref)
-        except (pygit2.GitError, ValueError):
-            return None
-        if ref is None:
-            return None
-        return self.repo[ref.target].peel(pygit2.Commit)
+            if ref is None:
+                return None
+            return self.repo[ref.target].peel(pygit2.Commit)
+        except (pygit2.GitError, ValueError, KeyError) as exc:
+            raise StoreError("commit-failed", f"could not read {key.ref} in {self.path}: "
+                             f"{type(exc).__name__}: {exc}") from exc
 
     def commit(self, meta: CheckpointMeta, tree: str, parent: str | None) -> str:
         """Write a checkpoint commit and move the attempt's ref to it. Returns the commit id."""
