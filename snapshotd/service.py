@@ -33,13 +33,13 @@ from snapshotd.gaps import GapSpool
 from snapshotd.ledger import ACTIVE, Attempt, DuplicateToolCall, Ledger, SeqConflict, open_ledger
 from snapshotd.store import (
     AttemptKey,
-    Capture,
     CheckpointMeta,
     Store,
     StoreError,
     parse_trailers,
     tree_changes,
 )
+from snapshotd.worktree_index import Capture
 from snapshotd_client.paths import gaps_path
 
 log = logging.getLogger("snapshotd.service")

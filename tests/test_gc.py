@@ -243,7 +243,7 @@ def test_object_writes_retry_when_gc_removes_their_directory_mid_write() -> None
     other failure is not."""
     import pygit2
 
-    from snapshotd.store import ODB_TRIES, odb_retry
+    from snapshotd.store_errors import ODB_TRIES, odb_retry
 
     vanished = pygit2.GitError("failed to rename lockfile to '/h/store.git/objects/39/cbbd1e': "
                                "No such file or directory")
