@@ -261,11 +261,17 @@ class Store:
 
     def _disk_cache_tree(self, gitdir: Path) -> str | None:
         """The tree a stat cache on disk (not loaded) describes, written into the store; None
-        (and the cache deleted) when it cannot be read or names a blob the store lacks."""
+        (and the cache deleted) when it cannot be read or its tree is not in the store (its
+        cache-tree names one that is gone)."""
         try:
-            disk_index = pygit2.Index(str(gitdir / "index"))
+            # Through a repository on the cache's git dir, not ``pygit2.Index(path)``: that one
+            # leaves a half-built object behind when the file does not parse.
+            disk_index = pygit2.Repository(str(gitdir)).index
             with self.lock:
-                return str(odb_retry(disk_index.write_tree, self.repo))
+                tree = odb_retry(disk_index.write_tree, self.repo)
+                if tree not in self.repo.odb:
+                    raise ValueError(f"its tree {tree} is not in the store")
+            return str(tree)
         except (pygit2.GitError, OSError, ValueError) as exc:
             log.warning("dropping the stat cache %s: it cannot name its tree (%s); it is "
                         "rebuilt on next use", gitdir.name, exc)
