@@ -242,7 +242,11 @@ def recover_journal(service: Service) -> bool:
         return False
     try:
         journal = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError) as exc:
+        # Written whole (temporary file, fsync, rename), so this is outside damage: the prune
+        # it names cannot be finished; its ledger changes may be missing or not yet applied.
+        log.warning("dropping an unreadable gc journal %s (%s): the prune it recorded is not "
+                    "completed", path, exc)
         path.unlink(missing_ok=True)
         return False
     _complete(service, journal)
