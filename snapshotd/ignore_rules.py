@@ -100,4 +100,3 @@ def _lookup_global_excludes() -> str | None:
 
 def _config_quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-

@@ -128,4 +128,3 @@ def _copy_objects(user_gitdir: Path, store: Path, oids: list[str]) -> bool:
         return struct.unpack(">I", header[-4:])[0] == len(oids)
     except (OSError, subprocess.TimeoutExpired):
         return False
-

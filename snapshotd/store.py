@@ -59,7 +59,6 @@ class CheckpointMeta:
     tool_use_id: str | None = None
 
 
-
 class Store:
     """The shared bare repository and the per-worktree stat caches."""
 
@@ -292,7 +291,6 @@ class Store:
         (self.home / "worktrees").mkdir(exist_ok=True)
 
 
-
 def build_message(meta: CheckpointMeta) -> str:
     """A checkpoint commit's message: a subject, then the ``Snapshotd-*`` trailers."""
     label = _one_line(meta.label) if meta.label else ""
@@ -326,4 +324,3 @@ def parse_trailers(message: str) -> dict[str, str]:
 
 def _one_line(text: str) -> str:
     return " ".join(str(text).split())[:300]
-

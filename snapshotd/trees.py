@@ -180,4 +180,3 @@ def _subtree(repo: pygit2.Repository, root: pygit2.Tree, path: str) -> pygit2.Tr
             raise TreeShapeChanged(path)
         tree = repo[entry.id]
     return tree
-

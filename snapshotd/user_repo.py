@@ -194,4 +194,3 @@ def valid_cache_tree(body: bytes) -> tuple[bytes, list[str]] | None:
     for path, entries, subtrees, oid in nodes:
         out += path + b"\0" + f"{entries} {subtrees}\n".encode() + (oid or b"")
     return bytes(out), [oid.hex() for _p, _e, _s, oid in nodes if oid is not None]
-
