@@ -33,13 +33,13 @@ from snapshotd.gaps import GapSpool
 from snapshotd.ledger import ACTIVE, Attempt, DuplicateToolCall, Ledger, SeqConflict, open_ledger
 from snapshotd.store import (
     AttemptKey,
-    Capture,
     CheckpointMeta,
     Store,
     StoreError,
     parse_trailers,
     tree_changes,
 )
+from snapshotd.worktree_index import Capture
 from snapshotd_client.paths import gaps_path
 
 log = logging.getLogger("snapshotd.service")
@@ -381,6 +381,7 @@ class Service:
         root = Path(attempt.worktree)
         try:
             capture = self.read_worktree(root, verify=req.full)
+            head = self.store.head(attempt.key)
         except StoreError as exc:
             self._gap(req, attempt, exc.reason, exc.message)
             code = exc.reason if exc.reason in ("worktree-missing", "worktree-replaced") \
@@ -390,7 +391,6 @@ class Service:
             self._gap(req, attempt, "capture-failed", f"{type(exc).__name__}: {exc}")
             raise ServiceError("capture-failed", f"capture of {root} failed: {exc}") from exc
         self.counters["fast_captures" if not capture.full_scan else "full_scans"] += 1
-        head = self.store.head(attempt.key)
         last = self.ledger.last_checkpoint(attempt.pk)
         if head is not None and (last is None or last["commit"] != str(head.id)):
             # The ref moved but its row was not written (a ledger fault): repair it now.
