@@ -13,8 +13,8 @@ from typing import Any
 
 import click
 
-from snapshotd.cli.common import home_option, json_option, print_json, socket_option
-from snapshotd.cli.restore import run_op
+from snapshotd.cli.common import home_option, json_option, socket_option
+from snapshotd.cli.restore import echo_json, run_op, shown
 
 
 def register(group: click.Group) -> None:
@@ -61,17 +61,20 @@ def diff(run_id: str, node_id: str, seq: int, to_seq: int | None, worktree: bool
     if result.get("patch_omitted") or result.get("files_truncated"):
         result = _render_locally(result, want_patch)
     if as_json:
-        print_json(result)
+        echo_json(result)
     elif show_stat:
-        click.echo(result["stat"], nl=False)
+        click.echo(shown(result["stat"]), nl=False)
     elif name_status:
         for f in result["files"]:
             if f["old_path"]:
-                click.echo(f"{f['status']}\t{f['old_path']}\t{f['path']}")
+                click.echo(f"{f['status']}\t{shown(f['old_path'])}\t{shown(f['path'])}")
             else:
-                click.echo(f"{f['status']}\t{f['path']}")
+                click.echo(f"{f['status']}\t{shown(f['path'])}")
     else:
-        click.echo(result["patch"] or "", nl=False)
+        # Byte for byte, as git writes a patch: names and text that are not UTF-8 included.
+        out = click.get_binary_stream("stdout")
+        out.write((result["patch"] or "").encode("utf-8", "surrogateescape"))
+        out.flush()
 
 
 def _render_locally(result: dict, want_patch: bool) -> dict:

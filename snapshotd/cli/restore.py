@@ -11,6 +11,7 @@ shows on a terminal for large restores; errors go to stderr with exit 1.
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 import threading
@@ -27,7 +28,6 @@ from snapshotd.cli.common import (
     fail,
     home_option,
     json_option,
-    print_json,
     resolve_home,
     resolve_socket,
     socket_option,
@@ -80,9 +80,23 @@ def restore(run_id: str, node_id: str, seq: int | None, iteration: int | None,
     if result.get("undo_command"):
         result["undo_command"] = with_location(result["undo_command"], home, socket_)
     if as_json:
-        print_json(result)
+        echo_json(result)
         return
     _print_result(result)
+
+
+def shown(text: str) -> str:
+    """``text`` printable whatever the locale: the bytes of a name that are not UTF-8 (surrogate
+    escapes, as ``os.fsdecode`` makes them) appear as ``\\xNN``."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def echo_json(value: object) -> None:
+    """``value`` as JSON text that is always valid UTF-8: a byte of a name that is not UTF-8
+    appears as the escape ``\\udcNN`` (the lone surrogate ``os.fsdecode`` makes of byte NN),
+    so ``os.fsencode(json.loads(...)[...])`` gives the name's bytes back."""
+    text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    click.echo(text.encode("utf-8", "backslashreplace").decode("utf-8"))
 
 
 def run_restore(home: Path | None, socket_: Path | None, fields: dict,
@@ -242,28 +256,28 @@ def _print_result(r: dict) -> None:
     counts = r.get("counts", {})
     total = r.get("plan_total", len(r["plan"]))
     for kept in r.get("kept", []):
-        click.echo(f"snapshotd: kept {kept['path']}: {kept['reason']}", err=True)
+        click.echo(shown(f"snapshotd: kept {kept['path']}: {kept['reason']}"), err=True)
     if r["dry_run"]:
         for row in r["plan"]:
-            click.echo(f"{row['op']} {row['path']}")
+            click.echo(f"{row['op']} {shown(row['path'])}")
         verb = "materialize" if r["mode"] == "to" else "restore"
         click.echo(f"dry run: {total} change(s) would {verb} seq {r['seq']} of {where} into "
-                   f"{r['target']}; nothing was changed", err=True)
+                   f"{shown(r['target'])}; nothing was changed", err=True)
         return
     summary = (f"{counts.get('A', 0)} added, {counts.get('M', 0)} modified, "
                f"{counts.get('D', 0)} deleted")
     if r["mode"] == "to":
         click.echo(f"materialized seq {r['seq']} of {where} ({r['commit'][:10]}) into "
-                   f"{r['target']}: {total} file(s)")
+                   f"{shown(r['target'])}: {total} file(s)")
         return
     if total == 0:
-        click.echo(f"{r['target']} already matches seq {r['seq']} of {where} "
+        click.echo(f"{shown(r['target'])} already matches seq {r['seq']} of {where} "
                    f"({r['commit'][:10]}); nothing to change")
     else:
         click.echo(f"restored seq {r['seq']} of {where} ({r['commit'][:10]}) into "
-                   f"{r['target']}: {summary}")
+                   f"{shown(r['target'])}: {summary}")
     safety = r.get("safety")
     if safety:
         click.echo(f"the state before the restore is safety checkpoint seq {safety['seq']}; "
                    "undo with:")
-        click.echo(f"  {r['undo_command']}")
+        click.echo(f"  {shown(r['undo_command'])}")
