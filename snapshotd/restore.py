@@ -46,6 +46,7 @@ import threading
 import time
 from pathlib import Path
 
+import msgpack
 import pygit2
 
 from snapshotd import errors
@@ -195,6 +196,10 @@ def attach(service: Service, server: Server, config: Config) -> None:
         token = fields.get("progress_token")
         if token is not None and (not isinstance(token, str) or len(token) > 100):
             raise ServiceError(errors.BAD_REQUEST, "progress_token must be a short string")
+        if isinstance(fields.get("to"), msgpack.ExtType):
+            raise ServiceError(errors.BAD_REQUEST, "to is a path that is not UTF-8, which a "
+                               "request cannot carry (docs/protocol.md); name a directory whose "
+                               "path is UTF-8")
         to = abs_path_field(fields, "to")
         try:
             result = restore_checkpoint(

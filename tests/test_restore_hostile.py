@@ -215,6 +215,13 @@ def test_names_that_are_not_utf8_restore_in_place_to_and_diff(sd_env: Env, daemo
                            str(fresh), "--json")))
     assert to["applied"] and tree_bytes(os.fsencode(fresh)) == state0
     assert os.fsdecode(NAME) in {p["path"] for p in to["plan"]}
+    # A --to path that is not UTF-8 cannot travel in a request: refused by name, nothing made.
+    odd_to = os.fsencode(tmp_path) + b"/out\xe9"
+    proc = subprocess.run([sys.executable, "-m", "snapshotd", "restore", "r", "--node", "n",
+                           "--to", odd_to], env=sd_env.environ(), capture_output=True,
+                          timeout=120)
+    assert proc.returncode == 1 and b"not UTF-8" in proc.stderr, proc.stderr
+    assert not os.path.lexists(odd_to)
 
     # diff: against the worktree and between checkpoints, as JSON and as text.
     d = json.loads(ok(cli(sd_env, "diff", "r", "--node", "n", "--seq", "0", "--worktree",
