@@ -315,3 +315,21 @@ def test_text_that_is_not_utf8_travels_as_an_extension_and_comes_back_the_same()
         assert read_frame(b) == message  # a client reads the same str back
     # The daemon reading a request leaves it an extension value, which no field accepts.
     assert isinstance(decode_body(frame[4:])["result"]["plan"][0]["path"], msgpack.ExtType)
+
+
+def test_a_reply_that_cannot_fit_keeps_the_undo_and_says_so(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from snapshotd.restore import fit_reply
+
+    result = {"run_id": "r", "node_id": "n", "iteration": 0, "attempt": 1, "seq": 0,
+              "commit": "c" * 40, "mode": "in-place", "dry_run": False, "applied": True,
+              "undo_command": "snapshotd restore r --node n --seq 3 --force",
+              "safety": {"seq": 3}, "counts": {"A": 0, "M": 300, "D": 0},
+              "plan": [{"op": "M", "path": f"{i:04d}" + "p" * 4000} for i in range(300)],
+              "kept": [], "plan_total": 300}
+    assert fit_reply({**result, "plan": result["plan"][:2]})["plan"]  # fits: unchanged
+    with caplog.at_level("WARNING", logger="snapshotd.restore"):
+        out = fit_reply(result)
+    assert out["undo_command"] == result["undo_command"] and out["safety"] == {"seq": 3}
+    assert out["plan"] == [] and out["plan_truncated"] and "exceeds" in out["reply_trimmed"]
+    assert any("did not fit" in r.getMessage() for r in caplog.records)
