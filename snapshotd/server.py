@@ -283,8 +283,13 @@ class Server:
         try:
             writer.write(protocol.encode_frame(message))
         except (ValueError, TypeError, msgpack.PackException) as exc:
+            # Whatever was done is done: an undo command the result carries must still reach
+            # the caller (an applied restore), so the error message names it.
+            result = message.get("result")
+            undo = result.get("undo_command") if isinstance(result, dict) else None
+            hint = f"; it was applied, undo with: {undo}" if isinstance(undo, str) else ""
             writer.write(protocol.encode_frame(_error(message.get("id"), "internal",
-                                                      f"reply could not be encoded: {exc}")))
+                                                      f"reply could not be encoded: {exc}{hint}")))
         await writer.drain()
 
     def _status(self, fields: dict) -> dict:
