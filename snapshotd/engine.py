@@ -62,14 +62,8 @@ _START_SLACK_S = 2.0
 def attach(service: Service, server: Server, config: Config) -> None:
     """Wire the engine into a daemon: liveness monitor, ``resume`` on begin, flush on end."""
     engine = Engine(service, server)
-    previous_begin = server.handlers["attempt_begin"]
-    server.register("attempt_begin", lambda fields: engine.attempt_begin(fields, previous_begin))
-    # The core registers attempt_end without a flush; give it the server's (set by the watcher
-    # when present), read at call time so attach order does not matter. A handler some other
-    # part already wrapped is left alone.
-    if server.handlers.get("attempt_end") == service.attempt_end:
-        server.register("attempt_end",
-                        lambda fields: service.attempt_end(fields, flush=server.flush_hook))
+    server.wrap("attempt_begin", engine.attempt_begin, layer="engine")
+    server.wrap("attempt_end", engine.attempt_end, layer="engine")
     server.status_extras.append(engine.status)
     server.shutdown_hooks.append(engine.stop)
     engine.start()
@@ -133,6 +127,16 @@ class Engine:
         if resumed_from is not None:
             self.resumed += 1
         return result
+
+    def attempt_end(self, fields: dict, end: Callable[[dict], dict]) -> dict:
+        """``attempt_end`` after the server's flush (the watcher's, read at call time), so
+        pending tier-2 work lands before the final pointer; ``end`` is the handler it extends."""
+        flush = self.server.flush_hook if self.server is not None else None
+        if flush is not None:
+            attempt = self.service.named_attempt(fields)
+            if attempt.state == ACTIVE:
+                flush(Path(attempt.worktree))
+        return end(fields)
 
     def _resume_source(self, fields: dict) -> _ResumeSource | None:
         """What a resume restores, and where: the newest checkpoint of the node's newest earlier
