@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from snapshotd import errors
-from snapshotd.errors import ServiceError, int_value
+from snapshotd.errors import ServiceError, abs_path_field, int_value
 from snapshotd.keys import AttemptKey
 from snapshotd.ledger import Attempt, Ledger
 from snapshotd.snapshot_request import SnapshotRequest
@@ -99,11 +99,13 @@ class Attribution:
                     best = attempt
         return best
 
-    def worktree_from_cwd(self, cwd: object) -> Path:
-        """The worktree an ``attempt_begin`` names, checked like a capture's (no gap)."""
-        if not isinstance(cwd, str) or not os.path.isabs(cwd) or "\0" in cwd:
+    def worktree_from_cwd(self, fields: dict) -> Path:
+        """The worktree an ``attempt_begin`` names in ``cwd``, checked like a capture's (but no
+        gap: there is no capture request to attribute one to)."""
+        cwd = abs_path_field(fields, "cwd")
+        if cwd is None:
             raise ServiceError(errors.BAD_REQUEST, "cwd must be an absolute path")
-        return self.checked_root(Path(cwd), None)
+        return self.checked_root(cwd, None)
 
     def checked_root(self, path: Path, req: SnapshotRequest | None) -> Path:
         """``path`` resolved, when it may be a worktree; else a gap (for a request) and a

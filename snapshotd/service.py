@@ -132,7 +132,7 @@ class Service:
         run_id = id_field("run_id", fields.get("run_id"))
         node_id = id_field("node_id", fields.get("node_id"))
         iteration = int_field(fields, "iteration", 0, 0)
-        root = self.attribution.worktree_from_cwd(fields.get("cwd"))
+        root = self.attribution.worktree_from_cwd(fields)
         owner_pid = fields.get("owner_pid")
         if owner_pid is not None and (not isinstance(owner_pid, int) or isinstance(owner_pid, bool)
                                       or owner_pid <= 0):
