@@ -8,6 +8,7 @@ the real engine and metrics attached in every order.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -15,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import Daemon, Env
 from snapshotd import engine, metrics
 from snapshotd.config import load_config
+from snapshotd.daemon import OPTIONAL_PARTS, attach_optional_parts
 from snapshotd.server import LAYERS, Server, bind_socket
 from snapshotd.service import Service
 
@@ -116,3 +119,22 @@ def test_engine_and_metrics_give_the_same_ops_in_any_attach_order(
 
     ended = server.handler("attempt_end")({"run_id": "r", "node_id": "n"})  # type: ignore[misc]
     assert ended["state"] == "finished" and flushed == [Path(ended["worktree"])]
+
+
+def test_a_part_that_is_not_installed_is_logged_and_shown_in_status(
+        make_server: Callable[[str], Server], caplog: pytest.LogCaptureFixture) -> None:
+    server = make_server("parts")
+    with caplog.at_level(logging.WARNING, logger="snapshotd"):
+        summary = attach_optional_parts(server.service, server, server.service.config,
+                                        parts=("snapshotd.no_such_part", "snapshotd.metrics"))
+    assert summary == {"attached": ["snapshotd.metrics"], "missing": ["snapshotd.no_such_part"]}
+    assert any("snapshotd.no_such_part is not installed" in r.getMessage()
+               for r in caplog.records)
+    status = server.handler("status")({})  # type: ignore[misc]
+    assert status["parts"] == summary and "store_bytes" in status
+
+
+def test_the_daemon_attaches_every_part_it_ships(sd_env: Env, daemon: Daemon) -> None:
+    with daemon.client() as c:
+        parts = c.status()["parts"]
+    assert parts == {"attached": list(OPTIONAL_PARTS), "missing": []}
