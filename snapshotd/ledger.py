@@ -43,8 +43,8 @@ from snapshotd.ledger_base import (  # noqa: F401  (the ledger's vocabulary, re-
     ACTIVE,
     ENDED_STATES,
     Attempt,
-    Backend,
     DuplicateToolCall,
+    LedgerBackend,
     LedgerError,
     LedgerUnavailable,
     SeqConflict,
@@ -130,7 +130,7 @@ class Ledger:
         assert url is not None
         scheme = _scheme(url)
         self._lock = threading.RLock()
-        self.backend: Backend
+        self.backend: LedgerBackend
         if scheme in POSTGRES_SCHEMES:
             self.path: Path | None = None
             self.backend = PostgresBackend(url)

@@ -2,12 +2,12 @@
 
 Owns ``Attempt`` (an attempt row), the attempt states, ``LedgerError`` and its subclasses (the only
 exceptions a ledger call raises for a database failure: a backend turns its driver's errors into
-them through ``Backend.translate``), and ``Backend``/``Tx``, the interface each backend module
-(``ledger_sqlite``, ``ledger_postgres``) implements. ``snapshotd.ledger`` re-exports the public
-names; callers import them from there.
+them through ``LedgerBackend.translate``), and ``LedgerBackend``/``Tx``, the interface each backend
+module (``ledger_sqlite``, ``ledger_postgres``) implements. ``snapshotd.ledger`` re-exports the
+public names; callers import them from there.
 
-Promises: ``Backend.translate`` maps every error of its driver to a ``LedgerError`` (a lost or
-unreachable database to ``LedgerUnavailable``), and returns None for anything else, which then
+Promises: ``LedgerBackend.translate`` maps every error of its driver to a ``LedgerError`` (a lost
+or unreachable database to ``LedgerUnavailable``), and returns None for anything else, which then
 propagates unchanged.
 """
 
@@ -73,7 +73,7 @@ class DuplicateToolCall(LedgerError):
 class Tx:
     """One open transaction: ``execute`` with ``?`` placeholders, plus the dialect's locks."""
 
-    def __init__(self, conn: Any, backend: Backend) -> None:
+    def __init__(self, conn: Any, backend: LedgerBackend) -> None:
         self._conn = conn
         self._backend = backend
 
@@ -87,7 +87,7 @@ class Tx:
         self._backend.migration_lock(self)
 
 
-class Backend:
+class LedgerBackend:
     """One database connection in one dialect. Not thread-safe: ``Ledger`` serializes calls."""
 
     dialect = ""

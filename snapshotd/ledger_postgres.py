@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from snapshotd.config import redact_url
-from snapshotd.ledger_base import Backend, LedgerError, LedgerUnavailable, Tx
+from snapshotd.ledger_base import LedgerBackend, LedgerError, LedgerUnavailable, Tx
 
 log = logging.getLogger("snapshotd.ledger")
 
@@ -33,7 +33,7 @@ MIGRATION_LOCK_KEY = 0x736E6170  # "snap"
 _PLACEHOLDER = re.compile(r"\?")
 
 
-class PostgresBackend(Backend):
+class PostgresBackend(LedgerBackend):
     dialect = "postgresql"
 
     def __init__(self, url: str) -> None:

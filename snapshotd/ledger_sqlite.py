@@ -17,10 +17,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from snapshotd.ledger_base import Backend, LedgerError, LedgerUnavailable, Tx
+from snapshotd.ledger_base import LedgerBackend, LedgerError, LedgerUnavailable, Tx
 
 
-class SqliteBackend(Backend):
+class SqliteBackend(LedgerBackend):
     dialect = "sqlite"
 
     def __init__(self, path: Path) -> None:

@@ -3,8 +3,8 @@
 Owns the per-worktree serialization of captures, deduplication, idempotency by tool call, fencing
 of superseded and ended attempts, the capture path itself (read the worktree, commit, record the
 row), ``attempt_begin``/``attempt_end``, and the service's own ``status`` figures. It delegates
-attribution (which attempt a request belongs to: ``snapshotd.attribution``), listing
-(``snapshotd.listing``) and start-up reconciliation of the ledger with the store's refs
+attribution (which attempt a request belongs to: ``snapshotd.attribution``), the ``list`` op
+(``snapshotd.list_op``) and start-up reconciliation of the ledger with the store's refs
 (``snapshotd.reconcile``).
 
 Promises:
@@ -36,7 +36,7 @@ from snapshotd.errors import ServiceError, id_field, int_field, opt_int_field
 from snapshotd.gaps import GapSpool
 from snapshotd.keys import AttemptKey
 from snapshotd.ledger import ACTIVE, Attempt, DuplicateToolCall, Ledger, SeqConflict, open_ledger
-from snapshotd.listing import list_op, list_run
+from snapshotd.list_op import list_op, list_run
 from snapshotd.reconcile import reconcile, reconcile_attempt
 from snapshotd.snapshot_request import SOURCES, SnapshotRequest, gap_fields
 from snapshotd.store import (

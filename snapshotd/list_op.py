@@ -1,4 +1,4 @@
-"""Listing a run: its checkpoints from the ledger with its gaps from the spool, in one answer.
+"""The ``list`` op: a run's checkpoints from the ledger with its gaps from the spool, in one answer.
 
 Owns the ``list`` op's shape (also ``snapshots --json`` and the MCP server's listing): every
 checkpoint row of the run (optionally one node, one attempt), and every gap of the run, each
