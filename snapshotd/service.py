@@ -297,9 +297,8 @@ class Service:
                 self.counters["repeats"] += 1
                 return self._reply(attempt, previous, deduped=True, repeated=True,
                                    started=started)
-        capture = self._read(attempt, req)
+        capture, head = self._read(attempt, req)
         self.counters["fast_captures" if not capture.full_scan else "full_scans"] += 1
-        head = self.store.head(attempt.key)
         last = self._level_ledger(attempt, req, head)
         if head is not None and str(head.tree_id) == capture.tree:
             seq = int(parse_trailers(head.message).get("Snapshotd-Seq", "0"))
@@ -335,11 +334,13 @@ class Service:
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _read(self, attempt: Attempt, req: SnapshotRequest) -> Capture:
-        """The worktree's tree, or a gap and ``ServiceError``."""
+    def _read(self, attempt: Attempt, req: SnapshotRequest
+              ) -> tuple[Capture, pygit2.Commit | None]:
+        """The worktree's tree and the attempt's newest commit, or a gap and ``ServiceError``
+        (a ref the store cannot read fails the capture like the worktree would)."""
         root = Path(attempt.worktree)
         try:
-            return self.read_worktree(root, verify=req.full)
+            return self.read_worktree(root, verify=req.full), self.store.head(attempt.key)
         except StoreError as exc:
             # The worktree's own trouble keeps its code; any other store failure is
             # capture-failed (the gap still names the store's reason).
