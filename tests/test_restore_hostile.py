@@ -249,9 +249,6 @@ def test_json_output_escapes_what_is_not_utf8(sd_env: Env, daemon: Daemon, odd_w
     assert NAME in {os.fsencode(p["path"]) for p in plan}
 
 
-@pytest.mark.xfail(strict=True, reason="outside restore's files: service._json writes the "
-                   "skipped list with ensure_ascii=False, which SQLite cannot bind (the capture "
-                   "fails), and cli.common.print_json prints the name's raw bytes (not UTF-8)")
 def test_snapshots_json_lists_a_checkpoint_whose_skipped_files_are_not_utf8(
         sd_env: Env, daemon: Daemon, odd_worktree: Path) -> None:
     root = os.fsencode(odd_worktree)
