@@ -75,6 +75,9 @@ BAD_PAYLOAD = "bad-payload"
 # The socket, its directory or the process listening on it is not the current user's: the
 # client refused to talk to it (see ``paths.socket_problem`` and ``Client``).
 SOCKET_UNTRUSTED = "socket-untrusted"
+CLIENT_CODES = frozenset({
+    DAEMON_UNAVAILABLE, TIMEOUT, PROTOCOL_ERROR, BAD_PAYLOAD, SOCKET_UNTRUSTED,
+})
 
 # Codes the daemon records no gap for. The rule: every reply to a snapshot that is not a
 # checkpoint is a gap, written exactly once. The daemon writes it when it can attribute the
