@@ -11,7 +11,7 @@ from pathlib import Path
 from random import Random
 
 import pytest
-from test_fastpath_store import Workload, full_tree
+from helpers import Workload, full_tree
 
 from conftest import QUIET_WATCHER, Daemon, Env, git, make_git_worktree
 

@@ -13,7 +13,7 @@ from random import Random
 import msgpack
 import psutil
 import pytest
-from test_server_hostile import recv as _read_reply
+from helpers import recv_frame as _read_reply
 
 from conftest import Daemon, Env, claude_payload, make_git_worktree, run_hook
 from snapshotd_client import SnapshotdError
