@@ -195,6 +195,9 @@ class Daemon:
         self.proc.wait()
 
 
+# ``make_daemon(env, extra_env=None, *, start=True)``, the factory fixture's type.
+MakeDaemon = Callable[..., Daemon]
+
 # What the running test made; ``_reap_daemons`` stops them all when it ends.
 _MADE_DAEMONS: list[Daemon] = []
 _MADE_ENVS: list[Env] = []
@@ -248,7 +251,7 @@ def sd_env(tmp_path: Path, ledger_backend: str, request: pytest.FixtureRequest) 
 
 
 @pytest.fixture
-def make_daemon() -> Callable[..., Daemon]:
+def make_daemon() -> MakeDaemon:
     """``make_daemon(env, extra_env=None, start=True)``: a registered ``Daemon``, started
     unless ``start=False``. Every one is stopped (SIGTERM, then SIGKILL) when the test ends;
     call it again on the same env to restart after ``kill9`` or ``stop``."""
@@ -262,7 +265,7 @@ def make_daemon() -> Callable[..., Daemon]:
 
 
 @pytest.fixture
-def daemon(sd_env: Env, make_daemon: Callable[..., Daemon]) -> Daemon:
+def daemon(sd_env: Env, make_daemon: MakeDaemon) -> Daemon:
     return make_daemon(sd_env, QUIET_WATCHER)
 
 
