@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -139,9 +139,11 @@ class Daemon:
     the test ends (``_reap_daemons``), so a test need not stop its own unless it checks the
     stop itself."""
 
-    def __init__(self, env: Env, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(self, env: Env, extra_env: dict[str, str] | None = None,
+                 args: Sequence[str] = ()) -> None:
         self.env = env
         self.extra_env = extra_env or {}
+        self.args = list(args)  # after ``serve``
         self.proc: subprocess.Popen | None = None
         self.log = env.root / "daemon.log"
         _MADE_DAEMONS.append(self)
@@ -149,7 +151,7 @@ class Daemon:
     def start(self, timeout: float = 20.0) -> Daemon:
         logf = open(self.log, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "snapshotd", "serve"],
+            [sys.executable, "-m", "snapshotd", "serve", *self.args],
             env=self.env.environ(**self.extra_env), stdout=logf, stderr=logf,
             stdin=subprocess.DEVNULL)
         logf.close()
@@ -195,7 +197,7 @@ class Daemon:
         self.proc.wait()
 
 
-# ``make_daemon(env, extra_env=None, *, start=True)``, the factory fixture's type.
+# ``make_daemon(env, extra_env=None, *, args=(), start=True)``, the factory fixture's type.
 MakeDaemon = Callable[..., Daemon]
 
 # What the running test made; ``_reap_daemons`` stops them all when it ends.
@@ -252,13 +254,14 @@ def sd_env(tmp_path: Path, ledger_backend: str, request: pytest.FixtureRequest) 
 
 @pytest.fixture
 def make_daemon() -> MakeDaemon:
-    """``make_daemon(env, extra_env=None, start=True)``: a registered ``Daemon``, started
-    unless ``start=False``. Every one is stopped (SIGTERM, then SIGKILL) when the test ends;
-    call it again on the same env to restart after ``kill9`` or ``stop``."""
+    """``make_daemon(env, extra_env=None, *, args=(), start=True)``: a ``Daemon`` running
+    ``snapshotd serve ARGS``, started (it answers ping) unless ``start=False``. Every one is
+    stopped (SIGTERM, then SIGKILL) when the test ends; call it again on the same env to restart
+    after ``kill9`` or ``stop``."""
 
-    def make(env: Env, extra_env: dict[str, str] | None = None, *,
+    def make(env: Env, extra_env: dict[str, str] | None = None, *, args: Sequence[str] = (),
              start: bool = True) -> Daemon:
-        d = Daemon(env, dict(extra_env) if extra_env else None)
+        d = Daemon(env, dict(extra_env) if extra_env else None, args)
         return d.start() if start else d
 
     return make

@@ -17,7 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUIET_WATCHER, Daemon, Env, claude_payload, git, make_git_worktree, run_hook
+from conftest import (
+    Daemon,
+    Env,
+    claude_payload,
+    git,
+    make_git_worktree,
+    run_hook,
+)
 from snapshotd.engine import ALIVE, GONE, ZOMBIE, owner_state
 
 FAKE_AGENT = textwrap.dedent("""
@@ -52,14 +59,8 @@ FAKE_AGENT = textwrap.dedent("""
 
 
 # Tier 2 (the watcher) would add its own checkpoints whenever writes go quiet for 200 ms; these
-# tests count the tier-1 ones exactly, so the daemon's settle window is made longer than a test.
-
-
-@pytest.fixture
-def daemon(sd_env: Env):
-    d = Daemon(sd_env, QUIET_WATCHER).start()
-    yield d
-    d.stop()
+# tests count the tier-1 ones exactly, so the ``daemon`` fixture (conftest) runs with
+# QUIET_WATCHER, a settle window longer than a test.
 
 
 @pytest.fixture

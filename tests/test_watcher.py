@@ -73,7 +73,7 @@ def test_one_write_settles_into_one_checkpoint_and_idle_records_nothing(
 
 def test_writes_that_never_settle_are_captured_every_max_wait(sd_env: Env,
                                                                tmp_path: Path,
-                                                                       make_daemon: MakeDaemon) -> None:
+                                                               make_daemon: MakeDaemon) -> None:
     d = make_daemon(sd_env)
     wt = make_git_worktree(tmp_path / "wt")
     begin(d, "burst", wt, settle_ms=200, max_wait_ms=1000)
@@ -118,7 +118,7 @@ def test_files_in_new_nested_directories_all_reach_the_settled_checkpoint(
 
 
 def test_ignored_paths_and_git_internals_arm_nothing(sd_env: Env, tmp_path: Path,
-        make_daemon: MakeDaemon) -> None:
+                                                     make_daemon: MakeDaemon) -> None:
     d = make_daemon(sd_env)
     wt = make_git_worktree(tmp_path / "wt")
     (wt / ".gitignore").write_text("build/\n*.log\n")
@@ -354,7 +354,7 @@ def test_flush_cli_and_ended_or_superseded_attempts_are_never_captured(
 
 
 def test_a_lingering_watch_records_nothing_verifies_and_ends(sd_env: Env, tmp_path: Path,
-        make_daemon: MakeDaemon) -> None:
+                                                             make_daemon: MakeDaemon) -> None:
     """After its attempt ends a worktree stays passively watched: changes open no window and
     record nothing, a verification (a full scan, recording nothing) still finds a write no event
     reported, and the watch ends after ``linger_s`` without events or when the worktree goes."""
@@ -455,7 +455,7 @@ def test_inotify_never_follows_a_symlinked_directory_and_keeps_the_fast_path(
 
 
 def test_a_path_that_changes_type_is_captured_exactly(sd_env: Env, tmp_path: Path,
-        make_daemon: MakeDaemon) -> None:
+                                                      make_daemon: MakeDaemon) -> None:
     """File -> directory (even one holding only ignored files) and directory -> file: the
     per-path update of the fast path cannot express these, so such a capture scans."""
     from conftest import QUIET_WATCHER
