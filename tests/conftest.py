@@ -5,7 +5,15 @@ Every test that takes ``sd_env`` (and so every daemon test) runs once per ledger
 by ``--ledgers`` (default ``sqlite,postgres``; env ``SNAPSHOTD_TEST_LEDGERS``): ``[sqlite]`` is
 the embedded default, ``[postgres]`` points the daemon and the CLI at a fresh database of a
 throwaway PostgreSQL cluster (``conftest_pg``) through ``SNAPSHOTD_LEDGER_URL``. Where
-PostgreSQL or psycopg is missing the ``[postgres]`` variants skip, saying why."""
+PostgreSQL or psycopg is missing the ``[postgres]`` variants skip, saying why.
+
+Daemons: take ``daemon`` (one, started, tier 2 kept quiet) or ``make_daemon(env, extra_env,
+args=..., start=...)`` for several, restarts and special environments. No test needs to stop a
+daemon: when a test ends (``_reap_daemons``) every ``Daemon`` it made is stopped (SIGTERM, then
+SIGKILL after a bound, reaped), and so is any other ``snapshotd serve`` whose home lies under
+one of its ``Env`` roots or its ``tmp_path`` (one the hook autostarted, say). A daemon that
+still escapes fails the session (``_no_daemon_outlives_the_session``, on every xdist worker).
+Helpers shared by test files (``wait_for``, process lookup, raw frames) are in ``helpers.py``."""
 
 from __future__ import annotations
 
