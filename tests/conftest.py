@@ -5,7 +5,15 @@ Every test that takes ``sd_env`` (and so every daemon test) runs once per ledger
 by ``--ledgers`` (default ``sqlite,postgres``; env ``SNAPSHOTD_TEST_LEDGERS``): ``[sqlite]`` is
 the embedded default, ``[postgres]`` points the daemon and the CLI at a fresh database of a
 throwaway PostgreSQL cluster (``conftest_pg``) through ``SNAPSHOTD_LEDGER_URL``. Where
-PostgreSQL or psycopg is missing the ``[postgres]`` variants skip, saying why."""
+PostgreSQL or psycopg is missing the ``[postgres]`` variants skip, saying why.
+
+Daemons: take ``daemon`` (one, started, tier 2 kept quiet) or ``make_daemon(env, extra_env,
+args=..., start=...)`` for several, restarts and special environments. No test needs to stop a
+daemon: when a test ends (``_reap_daemons``) every ``Daemon`` it made is stopped (SIGTERM, then
+SIGKILL after a bound, reaped), and so is any other ``snapshotd serve`` whose home lies under
+one of its ``Env`` roots or its ``tmp_path`` (one the hook autostarted, say). A daemon that
+still escapes fails the session (``_no_daemon_outlives_the_session``, on every xdist worker).
+Helpers shared by test files (``wait_for``, process lookup, raw frames) are in ``helpers.py``."""
 
 from __future__ import annotations
 
@@ -19,11 +27,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
 from conftest_pg import pg_cluster, pg_url  # noqa: F401 - fixtures used by name
+
+from helpers import daemon_of_home, daemons_under, git, stop_daemons_under, stop_processes
 
 LEDGER_BACKENDS = ("sqlite", "postgres")
 REPO = Path(__file__).resolve().parents[1]
@@ -83,6 +93,7 @@ class Env:
         }
         if ledger_url:
             self.vars["SNAPSHOTD_LEDGER_URL"] = ledger_url
+        _MADE_ENVS.append(self)
 
     def environ(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items()
@@ -133,18 +144,23 @@ QUIET_WATCHER = {"SNAPSHOTD_SETTLE_MS": "60000", "SNAPSHOTD_MAX_WAIT_MS": "12000
 
 
 class Daemon:
-    """``snapshotd serve`` as a real subprocess."""
+    """``snapshotd serve`` as a real subprocess. Every one made during a test is stopped when
+    the test ends (``_reap_daemons``), so a test need not stop its own unless it checks the
+    stop itself."""
 
-    def __init__(self, env: Env, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(self, env: Env, extra_env: dict[str, str] | None = None,
+                 args: Sequence[str] = ()) -> None:
         self.env = env
         self.extra_env = extra_env or {}
+        self.args = list(args)  # after ``serve``
         self.proc: subprocess.Popen | None = None
         self.log = env.root / "daemon.log"
+        _MADE_DAEMONS.append(self)
 
     def start(self, timeout: float = 20.0) -> Daemon:
         logf = open(self.log, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "snapshotd", "serve"],
+            [sys.executable, "-m", "snapshotd", "serve", *self.args],
             env=self.env.environ(**self.extra_env), stdout=logf, stderr=logf,
             stdin=subprocess.DEVNULL)
         logf.close()
@@ -172,12 +188,14 @@ class Daemon:
 
         return Client(self.env.socket, timeout=timeout)
 
-    def stop(self) -> int | None:
+    def stop(self, timeout: float = 30.0) -> int | None:
+        """SIGTERM, SIGKILL if it is still running after ``timeout``; always reaped. The exit
+        status (None if it never started)."""
         if self.proc is None or self.proc.poll() is not None:
             return self.proc.returncode if self.proc else None
         self.proc.send_signal(signal.SIGTERM)
         try:
-            return self.proc.wait(timeout=30)
+            return self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             return self.proc.wait()
@@ -186,6 +204,53 @@ class Daemon:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait()
+
+
+# ``make_daemon(env, extra_env=None, *, args=(), start=True)``, the factory fixture's type.
+MakeDaemon = Callable[..., Daemon]
+
+# What the running test made; ``_reap_daemons`` stops them all when it ends.
+_MADE_DAEMONS: list[Daemon] = []
+_MADE_ENVS: list[Env] = []
+
+
+@pytest.fixture(autouse=True)
+def _reap_daemons(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test (and after its other fixtures): stop every ``Daemon`` it made, then any
+    other ``snapshotd serve`` whose home is under one of its ``Env`` roots or its ``tmp_path``
+    (a daemon the hook autostarted, or one a subprocess of the test spawned)."""
+    _MADE_DAEMONS.clear()
+    _MADE_ENVS.clear()
+    yield
+    for d in reversed(_MADE_DAEMONS):
+        d.stop()
+    roots = [env.root for env in _MADE_ENVS]
+    tmp = request.node.funcargs.get("tmp_path") if hasattr(request.node, "funcargs") else None
+    if tmp is not None:
+        roots.append(tmp)
+    for env in _MADE_ENVS:
+        owner = daemon_of_home(env.home)
+        if owner is not None:
+            stop_processes([owner])
+    for root in roots:
+        stop_daemons_under(root)
+    _MADE_DAEMONS.clear()
+    _MADE_ENVS.clear()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_daemon_outlives_the_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Fail the run if a ``snapshotd serve`` with its home under this process's temporary
+    directories (each xdist worker has its own) is still alive once every test has ended;
+    stop it either way."""
+    yield
+    leaked = daemons_under(tmp_path_factory.getbasetemp())
+    if not leaked:
+        return
+    described = [f"pid {p.pid}: {' '.join(p.cmdline())}" for p in leaked]
+    stop_processes(leaked)
+    pytest.fail("snapshotd daemon(s) outlived the test session: " + "; ".join(described),
+                pytrace=False)
 
 
 @pytest.fixture
@@ -197,10 +262,23 @@ def sd_env(tmp_path: Path, ledger_backend: str, request: pytest.FixtureRequest) 
 
 
 @pytest.fixture
-def daemon(sd_env: Env) -> Iterator[Daemon]:
-    d = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
-    yield d
-    d.stop()
+def make_daemon() -> MakeDaemon:
+    """``make_daemon(env, extra_env=None, *, args=(), start=True)``: a ``Daemon`` running
+    ``snapshotd serve ARGS``, started (it answers ping) unless ``start=False``. Every one is
+    stopped (SIGTERM, then SIGKILL) when the test ends; call it again on the same env to restart
+    after ``kill9`` or ``stop``."""
+
+    def make(env: Env, extra_env: dict[str, str] | None = None, *, args: Sequence[str] = (),
+             start: bool = True) -> Daemon:
+        d = Daemon(env, dict(extra_env) if extra_env else None, args)
+        return d.start() if start else d
+
+    return make
+
+
+@pytest.fixture
+def daemon(sd_env: Env, make_daemon: MakeDaemon) -> Daemon:
+    return make_daemon(sd_env, QUIET_WATCHER)
 
 
 def run_hook(env: Env, payload: dict | str, timeout: float = 30.0,
@@ -211,15 +289,6 @@ def run_hook(env: Env, payload: dict | str, timeout: float = 30.0,
         [sys.executable, "-c", "from snapshotd_client.hook import main; main()"],
         input=data.encode(), env=env.environ(**extra_env), capture_output=True,
         timeout=timeout)
-
-
-def git(cwd: Path, *args: str, env: dict | None = None) -> str:
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    full_env.update({"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-                     "GIT_COMMITTER_EMAIL": "t@t"})
-    full_env.update(env or {})
-    out = subprocess.run(["git", *args], cwd=cwd, env=full_env, capture_output=True, check=True)
-    return out.stdout.decode()
 
 
 def make_git_worktree(path: Path) -> Path:

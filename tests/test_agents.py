@@ -7,39 +7,32 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-import psutil
-import pytest
-
 from conftest import (
     QUIET_WATCHER,
     Daemon,
     Env,
+    MakeDaemon,
     claude_payload,
     git,
     load_payloads,
     make_git_worktree,
     run_hook,
 )
+from helpers import daemons_under, stop_daemons_under, wait_for
+from snapshotd_client import Client
 
 Effect = Callable[[Path], None]
 
 
 # Tier 2 (the watcher) would add its own checkpoints whenever writes go quiet for 200 ms; these
-# tests count the tier-1 ones exactly, so the daemon's settle window is made longer than a test.
-
-
-@pytest.fixture
-def daemon(sd_env: Env):
-    d = Daemon(sd_env, QUIET_WATCHER).start()
-    yield d
-    d.stop()
+# tests count the tier-1 ones exactly, so the ``daemon`` fixture (conftest) runs with
+# QUIET_WATCHER, a settle window longer than a test.
 
 
 def listing(env: Env, run_id: str) -> dict:
@@ -294,53 +287,13 @@ def test_payload_with_nothing_to_go_on_gives_a_checkpoint_or_a_gap(sd_env: Env, 
 # -- start on first use ---------------------------------------------------------------------------
 
 
-def daemons_for(home: Path) -> list[psutil.Process]:
-    """Live ``snapshotd serve`` processes started for ``home``."""
-    found = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
-        try:
-            cmd = proc.info["cmdline"] or []
-            if "snapshotd" not in cmd or "serve" not in cmd:
-                continue
-            if proc.info["status"] == psutil.STATUS_ZOMBIE:
-                continue
-            if proc.environ().get("SNAPSHOTD_HOME") == str(home):
-                found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return found
-
-
-def stop_daemons(home: Path, settle_s: float = 1.0) -> None:
-    """Stop every daemon of ``home``, including one a hook started a moment ago: keep looking
-    until none has been seen for ``settle_s``."""
-    quiet_since = time.monotonic()
-    give_up = quiet_since + 30
-    while time.monotonic() < give_up:
-        procs = daemons_for(home)
-        if not procs:
-            if time.monotonic() - quiet_since >= settle_s:
-                return
-            time.sleep(0.1)
-            continue
-        for proc in procs:
-            try:
-                proc.send_signal(signal.SIGTERM)
-            except psutil.NoSuchProcess:
-                pass
-        _gone, alive = psutil.wait_procs(procs, timeout=20)
-        for proc in alive:
-            proc.kill()
-        quiet_since = time.monotonic()
-
-
 def test_eight_racing_hooks_start_exactly_one_daemon(sd_env: Env, tmp_path: Path) -> None:
     wt = make_git_worktree(tmp_path / "proj")
     (wt / "main.py").write_text("print('hi')\n")
     env = sd_env.environ(CLAUDE_PROJECT_DIR=str(wt), SNAPSHOTD_HOOK_TIMEOUT_MS="30000")
     env.pop("SNAPSHOTD_AUTOSTART")  # unset means on
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    assert daemons_for(sd_env.home) == []
+    assert daemons_under(sd_env.home) == []
     procs: list[subprocess.Popen] = []
     try:
         for _ in range(8):
@@ -360,14 +313,12 @@ def test_eight_racing_hooks_start_exactly_one_daemon(sd_env: Env, tmp_path: Path
 
         assert not sd_env.gaps.exists() or sd_env.read_gaps() == []
         # Losers of the start race exit on their own; exactly one daemon is left serving.
-        deadline = time.monotonic() + 20
-        while len(daemons_for(sd_env.home)) != 1 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        [survivor] = daemons_for(sd_env.home)
+        wait_for(lambda: len(daemons_under(sd_env.home)) == 1, what="the losers to exit")
+        [survivor] = daemons_under(sd_env.home)
         lock_pid = int((sd_env.home / "daemon.lock").read_text().split()[0])
         assert survivor.pid == lock_pid
         assert survivor.ppid() != os.getpid()  # detached: not a child of ours
-        with Daemon(sd_env).client() as c:
+        with Client(sd_env.socket, timeout=30) as c:
             assert c.ping()["pid"] == lock_pid
             # Every one of the 8 tool calls is on record (a repeat returns its original seq).
             for i in range(8):
@@ -383,8 +334,8 @@ def test_eight_racing_hooks_start_exactly_one_daemon(sd_env: Env, tmp_path: Path
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-        stop_daemons(sd_env.home)
-    assert daemons_for(sd_env.home) == []
+        stop_daemons_under(sd_env.home)
+    assert daemons_under(sd_env.home) == []
 
 
 def test_first_hook_of_a_session_starts_the_daemon(sd_env: Env, tmp_path: Path) -> None:
@@ -393,25 +344,24 @@ def test_first_hook_of_a_session_starts_the_daemon(sd_env: Env, tmp_path: Path) 
     # tier-2 capture from landing between the hooks (the second would then be a dedup onto it).
     env = sd_env.environ(CLAUDE_PROJECT_DIR=str(wt), SNAPSHOTD_HOOK_TIMEOUT_MS="30000",
                          SNAPSHOTD_AUTOSTART="1", **QUIET_WATCHER)
-    try:
-        for i in range(2):
-            (wt / "a.txt").write_text(f"a{i}\n")
-            proc = subprocess.run(
-                [sys.executable, "-c", "from snapshotd_client.hook import main; main()"],
-                input=json.dumps(claude_payload(wt, f"toolu_{i}", session_id="first")).encode(),
-                env=env, capture_output=True, timeout=60)
-            assert (proc.returncode, proc.stdout, proc.stderr) == (0, b"", b"")
-        assert len(daemons_for(sd_env.home)) == 1  # the second hook found the first's daemon
-        data = listing(sd_env, "claude-first")
-        assert data["gaps"] == []
-        hooked = [c for c in data["checkpoints"] if c["source"] == "hook"]
-        assert [c["tool_use_id"] for c in hooked] == ["toolu_0", "toolu_1"]
-    finally:
-        stop_daemons(sd_env.home)
+    # The autostarted daemon is stopped at teardown with every daemon under the test's homes.
+    for i in range(2):
+        (wt / "a.txt").write_text(f"a{i}\n")
+        proc = subprocess.run(
+            [sys.executable, "-c", "from snapshotd_client.hook import main; main()"],
+            input=json.dumps(claude_payload(wt, f"toolu_{i}", session_id="first")).encode(),
+            env=env, capture_output=True, timeout=60)
+        assert (proc.returncode, proc.stdout, proc.stderr) == (0, b"", b"")
+    assert len(daemons_under(sd_env.home)) == 1  # the second hook found the first's daemon
+    data = listing(sd_env, "claude-first")
+    assert data["gaps"] == []
+    hooked = [c for c in data["checkpoints"] if c["source"] == "hook"]
+    assert [c["tool_use_id"] for c in hooked] == ["toolu_0", "toolu_1"]
 
 
 def test_hook_that_loses_the_start_race_waits_for_the_winner(sd_env: Env, tmp_path: Path,
-                                                             monkeypatch) -> None:
+                                                             monkeypatch,
+                                                             make_daemon: MakeDaemon) -> None:
     # The winner holds the home's lock but is still opening its store when the daemon this hook
     # started gives up on the lock and exits: the hook must keep waiting for the winner's
     # socket rather than write a gap.
@@ -430,18 +380,19 @@ def test_hook_that_loses_the_start_race_waits_for_the_winner(sd_env: Env, tmp_pa
     outcome: list[bool] = []
     hook = threading.Thread(target=lambda: outcome.append(
         try_autostart(str(sd_env.socket), time.monotonic() + 30)))
-    winner = Daemon(sd_env)
+    winner = make_daemon(sd_env, start=False)
     try:
         hook.start()
         # Wait until the daemon the hook spawned has lost on the lock and exited.
         start, seen = time.monotonic(), False
         while time.monotonic() < start + 15:
-            if daemons_for(sd_env.home):
+            if daemons_under(sd_env.home):
                 seen = True
             elif seen or time.monotonic() > start + 4:
                 break
             time.sleep(0.05)
-        time.sleep(0.5)
+        # Let time pass: the hook polls every 20 ms and has seen its daemon exit by now.
+        time.sleep(0.2)
         assert hook.is_alive(), "the hook gave up while the lock holder was still starting"
         os.close(lock_fd)  # the "winner" hands over to a real daemon, which now binds
         lock_fd = -1
@@ -451,6 +402,4 @@ def test_hook_that_loses_the_start_race_waits_for_the_winner(sd_env: Env, tmp_pa
     finally:
         if lock_fd >= 0:
             os.close(lock_fd)
-        hook.join(timeout=30)
-        winner.stop()
-        stop_daemons(sd_env.home)
+        hook.join(timeout=30)  # the winner and any daemon of the home are stopped at teardown

@@ -12,7 +12,16 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from conftest import QUIET_WATCHER, Daemon, Env, claude_payload, git, make_git_worktree, run_hook
+from conftest import (
+    QUIET_WATCHER,
+    Daemon,
+    Env,
+    MakeDaemon,
+    claude_payload,
+    git,
+    make_git_worktree,
+    run_hook,
+)
 
 
 def store_git(env: Env, *args: str) -> str:
@@ -165,24 +174,22 @@ def test_same_tool_use_id_twice_is_one_checkpoint(sd_env: Env, daemon: Daemon,
     assert again["seq"] == 0 and again.get("repeated")
 
 
-def test_kill_9_then_restart_never_reuses_a_seq(sd_env: Env, tmp_path: Path) -> None:
+def test_kill_9_then_restart_never_reuses_a_seq(sd_env: Env, tmp_path: Path,
+                                                make_daemon: MakeDaemon) -> None:
     wt = make_git_worktree(tmp_path / "wt")
-    first = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
+    first = make_daemon(sd_env, extra_env=dict(QUIET_WATCHER))
     acked = []
     with first.client() as c:
         for i in range(3):
             (wt / "f").write_text(str(i))
             acked.append(c.snapshot(str(wt), run_id="r", node_id="n")["seq"])
     first.kill9()
-    second = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
-    try:
-        (wt / "f").write_text("after restart")
-        with second.client() as c:
-            nxt = c.snapshot(str(wt), run_id="r", node_id="n")
-        assert acked == [0, 1, 2] and nxt["seq"] == 3
-        store_git(sd_env, "fsck", "--strict")
-    finally:
-        second.stop()
+    second = make_daemon(sd_env, extra_env=dict(QUIET_WATCHER))
+    (wt / "f").write_text("after restart")
+    with second.client() as c:
+        nxt = c.snapshot(str(wt), run_id="r", node_id="n")
+    assert acked == [0, 1, 2] and nxt["seq"] == 3
+    store_git(sd_env, "fsck", "--strict")
 
 
 def test_no_daemon_hook_exits_fast_with_a_gap(sd_env: Env, tmp_path: Path) -> None:
@@ -264,8 +271,9 @@ def test_second_daemon_on_same_home_is_refused(sd_env: Env, daemon: Daemon) -> N
     assert daemon.proc is not None and str(daemon.proc.pid).encode() in proc.stderr
 
 
-def test_sigterm_exits_zero_and_removes_socket(sd_env: Env, tmp_path: Path) -> None:
-    d = Daemon(sd_env).start()
+def test_sigterm_exits_zero_and_removes_socket(sd_env: Env, tmp_path: Path,
+                                               make_daemon: MakeDaemon) -> None:
+    d = make_daemon(sd_env)
     assert oct(sd_env.socket.stat().st_mode & 0o777) == oct(0o600)
     assert oct(sd_env.sockdir.stat().st_mode & 0o777) == oct(0o700)
     assert d.stop() == 0

@@ -15,7 +15,15 @@ from random import Random
 
 import pytest
 
-from conftest import QUIET_WATCHER, Daemon, Env, claude_payload, git, make_git_worktree, run_hook
+from conftest import (
+    QUIET_WATCHER,
+    Env,
+    MakeDaemon,
+    claude_payload,
+    git,
+    make_git_worktree,
+    run_hook,
+)
 from snapshotd.faults import CRASH_EXIT_STATUS
 from snapshotd_client import SnapshotdError
 
@@ -30,7 +38,8 @@ def store_git(env: Env, *args: str) -> str:
 
 
 @pytest.mark.parametrize("point", CAPTURE_POINTS)
-def test_crash_at_every_capture_boundary(point: str, sd_env: Env, tmp_path: Path) -> None:
+def test_crash_at_every_capture_boundary(point: str, sd_env: Env, tmp_path: Path,
+                                         make_daemon: MakeDaemon) -> None:
     rng = Random(zlib.crc32(point.encode()))
     wt = make_git_worktree(tmp_path / "wt")
     acked: dict[int, tuple[str, str]] = {}
@@ -39,8 +48,8 @@ def test_crash_at_every_capture_boundary(point: str, sd_env: Env, tmp_path: Path
     step = 0
     for run in range(RUNS):
         k = rng.randint(1, 3)
-        daemon = Daemon(sd_env, extra_env={**QUIET_WATCHER,
-                                           "SNAPSHOTD_CRASH_AT": f"{point}:{k}"})
+        daemon = make_daemon(sd_env, extra_env={**QUIET_WATCHER,
+                                                "SNAPSHOTD_CRASH_AT": f"{point}:{k}"}, start=False)
         try:
             daemon.start()
         except RuntimeError:
@@ -68,12 +77,10 @@ def test_crash_at_every_capture_boundary(point: str, sd_env: Env, tmp_path: Path
                 hook_ids.append(tool_id)
         assert daemon.proc.wait(timeout=20) == CRASH_EXIT_STATUS
 
-    final = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
-    try:
-        with final.client() as c:
-            listing = c.list("crash")
-    finally:
-        final.stop()
+    final = make_daemon(sd_env, extra_env=dict(QUIET_WATCHER))
+    with final.client() as c:
+        listing = c.list("crash")
+    final.stop()
     checkpoints = [cp for cp in listing["checkpoints"] if cp["node_id"] == "n"]
     seqs = [cp["seq"] for cp in checkpoints]
     assert seqs == sorted(set(seqs)), "seqs strictly increase with no duplicate"
@@ -115,11 +122,12 @@ def _tree_state(root: Path) -> dict[str, tuple[str, bytes]]:
     return out
 
 
-def test_restore_killed_half_way_then_rerun(sd_env: Env, tmp_path: Path) -> None:
+def test_restore_killed_half_way_then_rerun(sd_env: Env, tmp_path: Path,
+                                            make_daemon: MakeDaemon) -> None:
     wt = make_git_worktree(tmp_path / "wt")
     for i in range(40):
         (wt / f"f{i}.txt").write_text(f"checkpoint {i}\n")
-    daemon = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
+    daemon = make_daemon(sd_env, extra_env=dict(QUIET_WATCHER))
     with daemon.client() as c:
         c.snapshot(str(wt), run_id="rs", node_id="n")
     daemon.stop()
@@ -130,8 +138,7 @@ def test_restore_killed_half_way_then_rerun(sd_env: Env, tmp_path: Path) -> None
     (wt / "extra.txt").write_text("not in the checkpoint\n")
     original = _tree_state(wt)
 
-    dying = Daemon(sd_env, extra_env={**QUIET_WATCHER, "SNAPSHOTD_CRASH_AT": "restore-mid"})
-    dying.start()
+    dying = make_daemon(sd_env, extra_env={**QUIET_WATCHER, "SNAPSHOTD_CRASH_AT": "restore-mid"})
     with dying.client() as c:
         try:
             c.restore(run_id="rs", node_id="n", seq=0, force=True)
@@ -142,16 +149,14 @@ def test_restore_killed_half_way_then_rerun(sd_env: Env, tmp_path: Path) -> None
     half = _tree_state(wt)
     assert half != target and half != original  # really half-way
 
-    again = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
-    try:
-        with again.client() as c:
-            cps = c.list("rs")["checkpoints"]
-            safety = [cp for cp in cps if cp["source"] == "restore"]
-            assert len(safety) == 1  # the first run's safety checkpoint survived the crash
-            c.restore(run_id="rs", node_id="n", seq=0, force=True)
-            assert _tree_state(wt) == target
-            c.restore(run_id="rs", node_id="n", seq=safety[0]["seq"], force=True)
-            assert _tree_state(wt) == original
-    finally:
-        again.stop()
+    again = make_daemon(sd_env, extra_env=dict(QUIET_WATCHER))
+    with again.client() as c:
+        cps = c.list("rs")["checkpoints"]
+        safety = [cp for cp in cps if cp["source"] == "restore"]
+        assert len(safety) == 1  # the first run's safety checkpoint survived the crash
+        c.restore(run_id="rs", node_id="n", seq=0, force=True)
+        assert _tree_state(wt) == target
+        c.restore(run_id="rs", node_id="n", seq=safety[0]["seq"], force=True)
+        assert _tree_state(wt) == original
+    again.stop()
     store_git(sd_env, "fsck", "--strict")

@@ -17,7 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUIET_WATCHER, Daemon, Env, claude_payload, git, make_git_worktree, run_hook
+from conftest import (
+    Daemon,
+    Env,
+    claude_payload,
+    git,
+    make_git_worktree,
+    run_hook,
+)
+from helpers import wait_for
 from snapshotd.engine import ALIVE, GONE, ZOMBIE, owner_state
 
 FAKE_AGENT = textwrap.dedent("""
@@ -52,14 +60,8 @@ FAKE_AGENT = textwrap.dedent("""
 
 
 # Tier 2 (the watcher) would add its own checkpoints whenever writes go quiet for 200 ms; these
-# tests count the tier-1 ones exactly, so the daemon's settle window is made longer than a test.
-
-
-@pytest.fixture
-def daemon(sd_env: Env):
-    d = Daemon(sd_env, QUIET_WATCHER).start()
-    yield d
-    d.stop()
+# tests count the tier-1 ones exactly, so the ``daemon`` fixture (conftest) runs with
+# QUIET_WATCHER, a settle window longer than a test.
 
 
 @pytest.fixture
@@ -185,9 +187,8 @@ def test_exec_forwards_sigterm_and_reports_the_signal(sd_env: Env, daemon: Daemo
     proc = subprocess.Popen(cmd, env=cli_env(sd_env, FAKE_AGENT_HANG="1"),
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while not report.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: report.exists() or proc.poll() is not None, timeout=60,
+             what="the agent to write its report")
     assert report.exists(), proc.stderr.read() if proc.poll() is not None else "agent not up"
     agent_pid = json.loads(report.read_text())["pid"]
     proc.send_signal(signal.SIGTERM)
@@ -292,12 +293,8 @@ def test_fencing_a_superseded_attempt(sd_env: Env, daemon: Daemon, tmp_path: Pat
 
 
 def wait_until_inactive(env: Env, run_id: str, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not any(a["run_id"] == run_id for a in status(env)["active_attempts"]):
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"{run_id} still active after {timeout} s")
+    wait_for(lambda: not any(a["run_id"] == run_id for a in status(env)["active_attempts"]),
+             timeout=timeout, every=0.2, what=f"{run_id} to be no longer active")
 
 
 def test_owner_death_abandons_the_attempt(sd_env: Env, daemon: Daemon, tmp_path: Path) -> None:
@@ -310,7 +307,8 @@ def test_owner_death_abandons_the_attempt(sd_env: Env, daemon: Daemon, tmp_path:
         result = run_hook(sd_env, claude_payload(wt, "toolu_1"), SNAPSHOTD_RUN_ID="live",
                           SNAPSHOTD_NODE_ID="n")
         assert result.returncode == 0
-        time.sleep(1.5)  # several liveness passes: a live owner keeps its attempt
+        # Let time pass: several liveness passes (every 0.5 s); a live owner keeps its attempt.
+        time.sleep(1.5)
         info = status(sd_env)
         [active] = info["active_attempts"]
         assert (active["run_id"], active["owner_pid"]) == ("live", owner.pid)
@@ -343,12 +341,10 @@ def test_unreaped_owner_is_abandoned_after_the_grace(sd_env: Env, daemon: Daemon
         snapshotd(sd_env, "attempt", "begin", "--run", "zombie", "--node", "n", "--cwd",
                   str(wt), "--owner-pid", str(owner.pid))
         os.kill(owner.pid, signal.SIGKILL)  # dead, but not reaped: a zombie
-        deadline = time.monotonic() + 10
-        while owner_state(owner.pid, time.time()) != ZOMBIE and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert owner_state(owner.pid, time.time()) == ZOMBIE
+        wait_for(lambda: owner_state(owner.pid, time.time()) == ZOMBIE, timeout=10,
+                 what="the owner to be a zombie")
         # Within the grace the attempt is kept (`exec` ends its own attempt in that time)...
-        time.sleep(1.5)
+        time.sleep(1.5)  # let time pass: three liveness passes, well inside the 5 s grace
         assert [a["run_id"] for a in status(sd_env)["active_attempts"]] == ["zombie"]
         # ... after it, a parent that never reaps does not keep the attempt alive forever.
         wait_until_inactive(sd_env, "zombie", timeout=20)

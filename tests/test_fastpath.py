@@ -11,15 +11,16 @@ from pathlib import Path
 from random import Random
 
 import pytest
-from test_fastpath_store import Workload, full_tree
 
-from conftest import QUIET_WATCHER, Daemon, Env, git, make_git_worktree
+from conftest import QUIET_WATCHER, Env, MakeDaemon, git, make_git_worktree
+from helpers import Workload, full_tree, wait_for
 
 STEPS = 150
 SEED = 11
 
 
-def test_fast_path_tier1_matches_a_full_capture_every_step(sd_env: Env, tmp_path: Path) -> None:
+def test_fast_path_tier1_matches_a_full_capture_every_step(sd_env: Env, tmp_path: Path,
+                                                           make_daemon: MakeDaemon) -> None:
     wt = make_git_worktree(tmp_path / "wt")
     (wt / ".gitignore").write_text("ignored_dir/\n*.log\n")
     (wt / "src").mkdir()
@@ -35,35 +36,34 @@ def test_fast_path_tier1_matches_a_full_capture_every_step(sd_env: Env, tmp_path
     git(wt, "add", "-A")
     git(wt, "commit", "-q", "-m", "side")
     git(wt, "checkout", "-q", "main")
-    daemon = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
-    try:
-        with daemon.client() as c:
-            c.attempt_begin("fast", "n", str(wt))
-            c.snapshot(str(wt), run_id="fast", node_id="n")  # the full scan that makes a baseline
-            work = Workload(wt, Random(SEED))
-            branch = "main"
-            for step in range(STEPS):
-                if step % 25 == 24:
-                    # A branch switch rewrites whole directories under the watcher.
-                    git(wt, "add", "-A")
-                    git(wt, "commit", "-q", "-m", f"step {step}", "--allow-empty")
-                    branch = "side" if branch == "main" else "main"
-                    git(wt, "checkout", "-q", branch)
-                else:
-                    work.step()
-                r = c.snapshot(str(wt), run_id="fast", node_id="n", tool_use_id=f"t{step}")
-                expected = full_tree(wt, tmp_path / "oracle-index")
-                assert r["tree"] == expected, f"step {step}: the fast path diverged"
-            status = c.status()
-    finally:
-        daemon.stop()
+    daemon = make_daemon(sd_env, extra_env=dict(QUIET_WATCHER))
+    with daemon.client() as c:
+        c.attempt_begin("fast", "n", str(wt))
+        c.snapshot(str(wt), run_id="fast", node_id="n")  # the full scan that makes a baseline
+        work = Workload(wt, Random(SEED))
+        branch = "main"
+        for step in range(STEPS):
+            if step % 25 == 24:
+                # A branch switch rewrites whole directories under the watcher.
+                git(wt, "add", "-A")
+                git(wt, "commit", "-q", "-m", f"step {step}", "--allow-empty")
+                branch = "side" if branch == "main" else "main"
+                git(wt, "checkout", "-q", branch)
+            else:
+                work.step()
+            r = c.snapshot(str(wt), run_id="fast", node_id="n", tool_use_id=f"t{step}")
+            expected = full_tree(wt, tmp_path / "oracle-index")
+            assert r["tree"] == expected, f"step {step}: the fast path diverged"
+        status = c.status()
+    daemon.stop()
     assert status["counters"]["fast_captures"] >= STEPS * 0.8, status["counters"]
     [row] = [w for w in status["watched"] if w["path"] == str(wt)]
     assert row["drifts"] == 0
     assert [g for g in sd_env.read_gaps() if g["reason"] == "watcher-drift"] == []
 
 
-def test_drift_is_found_recorded_and_turns_the_fast_path_off(sd_env: Env, tmp_path: Path) -> None:
+def test_drift_is_found_recorded_and_turns_the_fast_path_off(sd_env: Env, tmp_path: Path,
+                                                             make_daemon: MakeDaemon) -> None:
     """A write the watcher cannot see (through a hard link outside the watched tree, which
     inotify reports only to the directory it was made through) is caught by the periodic
     verification scan: gap ``watcher-drift``, a checkpoint with the change, and full scans for
@@ -75,42 +75,36 @@ def test_drift_is_found_recorded_and_turns_the_fast_path_off(sd_env: Env, tmp_pa
     os.link(wt / "a.txt", outside / "alias.txt")
     env = {"SNAPSHOTD_SETTLE_MS": "200", "SNAPSHOTD_MAX_WAIT_MS": "1000",
            "SNAPSHOTD_VERIFY_INTERVAL_S": "1"}
-    daemon = Daemon(sd_env, extra_env=env).start()
-    try:
-        with daemon.client() as c:
-            c.attempt_begin("drift", "n", str(wt))
-            c.snapshot(str(wt), run_id="drift", node_id="n")
-            (wt / "b.txt").write_text("b\n")
-            r = c.snapshot(str(wt), run_id="drift", node_id="n")
-            assert r["changes"]["added"] == 1
-            before = c.status()["counters"]
-            assert before["fast_captures"] >= 1
-            with open(outside / "alias.txt", "w") as f:  # same inode, unwatched directory
-                f.write("changed behind the watcher's back\n")
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline:
-                if any(g["reason"] == "watcher-drift" for g in sd_env.read_gaps()):
-                    break
-                time.sleep(0.2)
-            [gap] = [g for g in sd_env.read_gaps() if g["reason"] == "watcher-drift"]
-            assert "a.txt" in gap["detail"] and gap["run_id"] == "drift"
-            cps = c.list("drift")["checkpoints"]
-            store = ["--git-dir", str(sd_env.home / "store.git")]
-            assert git(wt, *store, "show", f"{cps[-1]['commit']}:a.txt") == \
-                "changed behind the watcher's back\n"
-            status = c.status()
-            [row] = [w for w in status["watched"] if w["path"] == str(wt)]
-            assert row["fast_path"] == "off" and row["drifts"] == 1
-            (wt / "c.txt").write_text("c\n")
-            full_before = status["counters"]["full_scans"]
-            c.snapshot(str(wt), run_id="drift", node_id="n")
-            assert c.status()["counters"]["full_scans"] == full_before + 1
-    finally:
-        daemon.stop()
+    daemon = make_daemon(sd_env, extra_env=env)
+    with daemon.client() as c:
+        c.attempt_begin("drift", "n", str(wt))
+        c.snapshot(str(wt), run_id="drift", node_id="n")
+        (wt / "b.txt").write_text("b\n")
+        r = c.snapshot(str(wt), run_id="drift", node_id="n")
+        assert r["changes"]["added"] == 1
+        before = c.status()["counters"]
+        assert before["fast_captures"] >= 1
+        with open(outside / "alias.txt", "w") as f:  # same inode, unwatched directory
+            f.write("changed behind the watcher's back\n")
+        wait_for(lambda: any(g["reason"] == "watcher-drift" for g in sd_env.read_gaps()),
+                 what="the verification to record the drift")
+        [gap] = [g for g in sd_env.read_gaps() if g["reason"] == "watcher-drift"]
+        assert "a.txt" in gap["detail"] and gap["run_id"] == "drift"
+        cps = c.list("drift")["checkpoints"]
+        store = ["--git-dir", str(sd_env.home / "store.git")]
+        assert git(wt, *store, "show", f"{cps[-1]['commit']}:a.txt") == \
+            "changed behind the watcher's back\n"
+        status = c.status()
+        [row] = [w for w in status["watched"] if w["path"] == str(wt)]
+        assert row["fast_path"] == "off" and row["drifts"] == 1
+        (wt / "c.txt").write_text("c\n")
+        full_before = status["counters"]["full_scans"]
+        c.snapshot(str(wt), run_id="drift", node_id="n")
+        assert c.status()["counters"]["full_scans"] == full_before + 1
 
 
 def test_a_write_just_before_a_capture_is_never_missed_while_events_stream(
-        sd_env: Env, tmp_path: Path) -> None:
+        sd_env: Env, tmp_path: Path, make_daemon: MakeDaemon) -> None:
     """The cookie proves the notifier's queue is drained up to the capture; the poll thread may
     at that moment hold a batch it took but has not dispatched. Another worktree on the same
     notifier keeps that thread busy; every capture must still hold the write made just before
@@ -123,8 +117,8 @@ def test_a_write_just_before_a_capture_is_never_missed_while_events_stream(
     busy = make_git_worktree(tmp_path / "busy")
     # Every batch the poll thread takes waits 30 ms before it is dispatched: the window is
     # wide open, so a capture that trusted the cookie alone would miss writes here.
-    daemon = Daemon(sd_env, extra_env={**QUIET_WATCHER,
-                                       "SNAPSHOTD_DELAY_AT": "dispatch:30"}).start()
+    daemon = make_daemon(sd_env, extra_env={**QUIET_WATCHER,
+                                            "SNAPSHOTD_DELAY_AT": "dispatch:30"})
     stop = threading.Event()
 
     def churn() -> None:
@@ -155,40 +149,37 @@ def test_a_write_just_before_a_capture_is_never_missed_while_events_stream(
             counters = c.status()["counters"]
     finally:
         stop.set()
-        daemon.stop()
     assert missed == [], f"captures missed the write made just before them: {missed[:10]}"
     assert counters["fast_captures"] >= 50, counters
 
 
 
-def test_a_name_that_is_not_utf8_is_captured_exactly(sd_env: Env, tmp_path: Path) -> None:
+def test_a_name_that_is_not_utf8_is_captured_exactly(sd_env: Env, tmp_path: Path,
+                                                     make_daemon: MakeDaemon) -> None:
     """The inotify reader hands such a name over with surrogate escapes; the capture must
     still store the exact bytes (the git CLI, reading the same tree, is the oracle)."""
     wt = make_git_worktree(tmp_path / "wt")
-    daemon = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
-    try:
-        with daemon.client() as c:
-            c.attempt_begin("bytes", "n", str(wt))
-            c.snapshot(str(wt), run_id="bytes", node_id="n")
-            bad = os.path.join(os.fsencode(wt), b"bad-\xff-name.txt")
-            with open(bad, "wb") as f:
-                f.write(b"latin-1 name\n")
-            r = c.snapshot(str(wt), run_id="bytes", node_id="n")
-            assert r["tree"] == full_tree(wt, tmp_path / "oracle1")
-            with open(bad, "ab") as f:
-                f.write(b"more\n")
-            r = c.snapshot(str(wt), run_id="bytes", node_id="n")
-            assert r["tree"] == full_tree(wt, tmp_path / "oracle2")
-            os.unlink(bad)
-            r = c.snapshot(str(wt), run_id="bytes", node_id="n")
-            assert r["tree"] == full_tree(wt, tmp_path / "oracle3")
-            assert not [g for g in sd_env.read_gaps()]
-    finally:
-        daemon.stop()
+    daemon = make_daemon(sd_env, extra_env=dict(QUIET_WATCHER))
+    with daemon.client() as c:
+        c.attempt_begin("bytes", "n", str(wt))
+        c.snapshot(str(wt), run_id="bytes", node_id="n")
+        bad = os.path.join(os.fsencode(wt), b"bad-\xff-name.txt")
+        with open(bad, "wb") as f:
+            f.write(b"latin-1 name\n")
+        r = c.snapshot(str(wt), run_id="bytes", node_id="n")
+        assert r["tree"] == full_tree(wt, tmp_path / "oracle1")
+        with open(bad, "ab") as f:
+            f.write(b"more\n")
+        r = c.snapshot(str(wt), run_id="bytes", node_id="n")
+        assert r["tree"] == full_tree(wt, tmp_path / "oracle2")
+        os.unlink(bad)
+        r = c.snapshot(str(wt), run_id="bytes", node_id="n")
+        assert r["tree"] == full_tree(wt, tmp_path / "oracle3")
+        assert not [g for g in sd_env.read_gaps()]
 
 
 def test_a_kernel_queue_overflow_turns_the_next_capture_into_an_exact_full_scan(
-        sd_env: Env, tmp_path: Path) -> None:
+        sd_env: Env, tmp_path: Path, make_daemon: MakeDaemon) -> None:
     """Events the kernel dropped can hide any change: the watcher hears of the overflow (our
     inotify reader reports it; watchfiles would not), and the next capture scans."""
     limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
@@ -198,32 +189,27 @@ def test_a_kernel_queue_overflow_turns_the_next_capture_into_an_exact_full_scan(
     (wt / "keep.txt").write_text("v1\n")
     # The reader thread holds each batch 2 s before dispatching it, so the kernel's queue
     # fills while it sleeps.
-    daemon = Daemon(sd_env, extra_env={**QUIET_WATCHER,
-                                       "SNAPSHOTD_DELAY_AT": "dispatch:2000"}).start()
-    try:
-        with daemon.client() as c:
-            c.attempt_begin("flood", "n", str(wt))
-            c.snapshot(str(wt), run_id="flood", node_id="n")
-            (wt / "a").write_text("a\n")
-            (wt / "b").write_text("b\n")
-            time.sleep(0.1)  # the reader takes these events and sleeps on them
-            # Alternating files: the kernel merges only an event identical to the last one.
-            for i in range(limit + 500):
-                os.chmod(wt / ("a" if i % 2 else "b"), 0o644 if (i // 2) % 2 else 0o600)
-            (wt / "keep.txt").write_text("v2\n")
-            deadline = time.monotonic() + 30
-            while c.status()["watcher"]["overflows"] == 0 and time.monotonic() < deadline:
-                time.sleep(0.2)
-            assert c.status()["watcher"]["overflows"] >= 1
-            r = c.snapshot(str(wt), run_id="flood", node_id="n")
-            assert r["scan"] == "full"
-            assert r["tree"] == full_tree(wt, tmp_path / "oracle")
-    finally:
-        daemon.stop()
+    daemon = make_daemon(sd_env, extra_env={**QUIET_WATCHER,
+                                            "SNAPSHOTD_DELAY_AT": "dispatch:2000"})
+    with daemon.client() as c:
+        c.attempt_begin("flood", "n", str(wt))
+        c.snapshot(str(wt), run_id="flood", node_id="n")
+        (wt / "a").write_text("a\n")
+        (wt / "b").write_text("b\n")
+        time.sleep(0.1)  # the reader takes these events and sleeps on them
+        # Alternating files: the kernel merges only an event identical to the last one.
+        for i in range(limit + 500):
+            os.chmod(wt / ("a" if i % 2 else "b"), 0o644 if (i // 2) % 2 else 0o600)
+        (wt / "keep.txt").write_text("v2\n")
+        wait_for(lambda: c.status()["watcher"]["overflows"] >= 1, timeout=30,
+                 what="the reader to hear of the overflow")
+        r = c.snapshot(str(wt), run_id="flood", node_id="n")
+        assert r["scan"] == "full"
+        assert r["tree"] == full_tree(wt, tmp_path / "oracle")
 
 
 def test_a_notifier_merge_hands_over_without_a_full_scan_and_misses_nothing(
-        sd_env: Env, tmp_path: Path) -> None:
+        sd_env: Env, tmp_path: Path, make_daemon: MakeDaemon) -> None:
     """Two attempts start two notifiers; once things are quiet they are merged into one. The
     old notifier's queue is drained into the worktree's changed paths before the fast path
     trusts the new one alone, so captures stay fast across the merge and hold every write."""
@@ -231,32 +217,30 @@ def test_a_notifier_merge_hands_over_without_a_full_scan_and_misses_nothing(
 
     wt = make_git_worktree(tmp_path / "wt")
     other = make_git_worktree(tmp_path / "other")
-    daemon = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
-    try:
-        with daemon.client() as c:
-            c.attempt_begin("merge", "n", str(wt))
-            c.attempt_begin("other", "n", str(other))
-            c.snapshot(str(wt), run_id="merge", node_id="n")  # the baseline scan
-            assert c.status()["watcher"]["merges"] == 0
-            store = pygit2.Repository(str(sd_env.home / "store.git"))
-            missed, scans, i = [], [], 0
-            merged_at = None
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                body = f"write {i:06d}\n".encode()
-                (wt / "f.txt").write_bytes(body)
-                r = c.snapshot(str(wt), run_id="merge", node_id="n")
-                if store[r["tree"]]["f.txt"].id != pygit2.hash(body):
-                    missed.append(i)
-                scans.append(r["scan"])
-                i += 1
-                if merged_at is None and c.status()["watcher"]["merges"] >= 1:
-                    merged_at = i
-                if merged_at is not None and i >= merged_at + 50:
-                    break
-            watched = {w["path"]: w for w in c.status()["watched"]}
-    finally:
-        daemon.stop()
+    daemon = make_daemon(sd_env, extra_env=dict(QUIET_WATCHER))
+    with daemon.client() as c:
+        c.attempt_begin("merge", "n", str(wt))
+        c.attempt_begin("other", "n", str(other))
+        c.snapshot(str(wt), run_id="merge", node_id="n")  # the baseline scan
+        assert c.status()["watcher"]["merges"] == 0
+        store = pygit2.Repository(str(sd_env.home / "store.git"))
+        missed, scans, i = [], [], 0
+        merged_at = None
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            body = f"write {i:06d}\n".encode()
+            (wt / "f.txt").write_bytes(body)
+            r = c.snapshot(str(wt), run_id="merge", node_id="n")
+            if store[r["tree"]]["f.txt"].id != pygit2.hash(body):
+                missed.append(i)
+            scans.append(r["scan"])
+            i += 1
+            if merged_at is None and c.status()["watcher"]["merges"] >= 1:
+                merged_at = i
+            if merged_at is not None and i >= merged_at + 50:
+                break
+        watched = {w["path"]: w for w in c.status()["watched"]}
+    daemon.stop()
     assert merged_at is not None, "the notifiers were never merged"
     assert missed == [], f"captures missed the write made just before them: {missed[:10]}"
     assert scans[1:].count("full") == 0, ([k for k, s in enumerate(scans) if s == "full"], merged_at, len(scans))  # not even the capture after the merge

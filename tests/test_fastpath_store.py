@@ -3,111 +3,17 @@ randomized workload (fixed seed, bounded count), given the paths a watcher would
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 from random import Random
 
 from conftest import git, make_git_worktree
+from helpers import Workload, full_tree
 from snapshotd.store import Store
 from snapshotd.trees import compute_tree_changes, tree_changes
 
 STEPS = 250
 SEED = 8
-
-
-class Workload:
-    """Random file-system operations; each returns the paths an inotify watcher reports."""
-
-    def __init__(self, root: Path, rng: Random) -> None:
-        self.root = root
-        self.rng = rng
-
-    def files(self) -> list[str]:
-        out = []
-        for dirpath, dirnames, filenames in os.walk(self.root):
-            if ".git" in dirnames:
-                dirnames.remove(".git")
-            for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
-                out.append(os.path.relpath(os.path.join(dirpath, name), self.root))
-        return sorted(out)
-
-    def dirs(self) -> list[str]:
-        out = []
-        for dirpath, dirnames, _ in os.walk(self.root):
-            dirnames[:] = [d for d in dirnames if d != ".git"
-                           and not os.path.islink(os.path.join(dirpath, d))]
-            out.extend(os.path.relpath(os.path.join(dirpath, d), self.root) for d in dirnames)
-        return sorted(out)
-
-    def step(self) -> set[str]:
-        r = self.rng
-        op = r.choice(["create", "create", "modify", "modify", "delete", "rename", "chmod",
-                       "symlink", "nested", "rmdir", "ignored", "burst"])
-        files = [f for f in self.files() if not f.startswith("ignored_dir")]
-        if op == "create" or not files:
-            base = r.choice(["", *self.dirs()])
-            rel = os.path.join(base, f"f{r.randrange(10**6)}.txt")
-            (self.root / rel).write_text(f"{r.random()}\n")
-            return {rel}
-        if op == "modify":
-            rel = r.choice(files)
-            if os.path.islink(self.root / rel):
-                return set()
-            (self.root / rel).write_text(f"changed {r.random()}\n")
-            return {rel}
-        if op == "delete":
-            rel = r.choice(files)
-            os.unlink(self.root / rel)
-            return {rel}
-        if op == "rename":
-            rel = r.choice(files)
-            dest = os.path.join(r.choice(["", *self.dirs()]), f"r{r.randrange(10**6)}")
-            os.rename(self.root / rel, self.root / dest)
-            return {rel, dest}
-        if op == "chmod":
-            rel = r.choice(files)
-            if os.path.islink(self.root / rel):
-                return set()
-            os.chmod(self.root / rel, r.choice([0o644, 0o755]))
-            return {rel}
-        if op == "symlink":
-            rel = f"l{r.randrange(10**6)}"
-            os.symlink(r.choice(files), self.root / rel)
-            return {rel}
-        if op == "nested":
-            top = f"n{r.randrange(10**6)}"
-            deep = self.root / top / "a" / "b"
-            deep.mkdir(parents=True)
-            for i in range(r.randrange(1, 6)):
-                (deep / f"x{i}").write_text(str(i))
-            return {top}  # inotify reports the new top directory; its files may be missed
-        if op == "rmdir":
-            dirs = [d for d in self.dirs() if d.startswith("n") and "/" not in d]
-            if not dirs:
-                return set()
-            d = r.choice(dirs)
-            shutil.rmtree(self.root / d)
-            return {d}
-        if op == "ignored":
-            (self.root / "ignored_dir").mkdir(exist_ok=True)
-            (self.root / "ignored_dir" / "junk").write_text(str(r.random()))
-            (self.root / "x.log").write_text("log")
-            return {"ignored_dir/junk", "x.log"}
-        out: set[str] = set()
-        for _ in range(r.randrange(5, 30)):
-            rel = f"burst{r.randrange(50)}.txt"
-            (self.root / rel).write_text(str(r.random()))
-            out.add(rel)
-        return out
-
-
-def full_tree(root: Path, scratch_index: Path) -> str:
-    """The oracle: ``git add -A && git write-tree`` into a fresh private index."""
-    scratch_index.unlink(missing_ok=True)
-    env = {"GIT_INDEX_FILE": str(scratch_index)}
-    git(root, "add", "-A", env=env)
-    return git(root, "write-tree", env=env).strip()
 
 
 def test_fast_path_matches_full_capture_every_step(tmp_path: Path) -> None:

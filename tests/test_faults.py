@@ -7,7 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUIET_WATCHER, Daemon, Env, claude_payload, git, make_git_worktree, run_hook
+from conftest import (
+    QUIET_WATCHER,
+    Daemon,
+    Env,
+    MakeDaemon,
+    claude_payload,
+    git,
+    make_git_worktree,
+    run_hook,
+)
 from snapshotd_client import SnapshotdError
 
 RUN_ENV = {"SNAPSHOTD_RUN_ID": "faulty", "SNAPSHOTD_NODE_ID": "n"}
@@ -23,10 +32,8 @@ def fault_file(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def faulty_daemon(sd_env: Env, fault_file: Path):
-    d = Daemon(sd_env, extra_env={**QUIET_WATCHER, "SNAPSHOTD_FAULT_FILE": str(fault_file)}).start()
-    yield d
-    d.stop()
+def faulty_daemon(sd_env: Env, fault_file: Path, make_daemon: MakeDaemon) -> Daemon:
+    return make_daemon(sd_env, {**QUIET_WATCHER, "SNAPSHOTD_FAULT_FILE": str(fault_file)})
 
 
 @pytest.mark.parametrize("seam, errno_name, reason", [
@@ -92,11 +99,11 @@ def test_full_gap_spool_does_not_stop_the_daemon(sd_env: Env, faulty_daemon: Dae
 
 @pytest.mark.parametrize("damage", ["corrupt", "missing", "truncated"])
 def test_damaged_stat_cache_is_rebuilt_not_trusted(sd_env: Env, tmp_path: Path,
-                                                   damage: str) -> None:
+                                                   damage: str, make_daemon: MakeDaemon) -> None:
     wt = make_git_worktree(tmp_path / "wt")
     for i in range(20):
         (wt / f"f{i}.txt").write_text(f"{i}\n")
-    d = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
+    d = make_daemon(sd_env, extra_env=dict(QUIET_WATCHER))
     with d.client() as c:
         c.snapshot(str(wt), run_id="r", node_id="n")
     d.stop()
@@ -109,12 +116,10 @@ def test_damaged_stat_cache_is_rebuilt_not_trusted(sd_env: Env, tmp_path: Path,
         index.write_bytes(index.read_bytes()[:60])
     (wt / "f3.txt").write_text("changed while the daemon was down\n")
     (wt / "f4.txt").unlink()
-    d = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
-    try:
-        with d.client() as c:
-            r = c.snapshot(str(wt), run_id="r", node_id="n")
-    finally:
-        d.stop()
+    d = make_daemon(sd_env, extra_env=dict(QUIET_WATCHER))
+    with d.client() as c:
+        r = c.snapshot(str(wt), run_id="r", node_id="n")
+    d.stop()
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     for p in wt.iterdir():
@@ -127,7 +132,7 @@ def test_damaged_stat_cache_is_rebuilt_not_trusted(sd_env: Env, tmp_path: Path,
 
 @pytest.mark.parametrize("scan", ["fast", "full"])
 def test_a_blob_the_store_cannot_take_fails_the_capture_never_skips_the_file(
-        sd_env: Env, tmp_path: Path, scan: str) -> None:
+        sd_env: Env, tmp_path: Path, scan: str, make_daemon: MakeDaemon) -> None:
     """A real store-side write failure: the object directory the new blob belongs in cannot be
     created (a file sits where it goes; a concurrent ``git gc`` removing it mid-write fails the
     same way). The file itself is fine, so leaving it out and acknowledging the checkpoint would
@@ -142,36 +147,33 @@ def test_a_blob_the_store_cannot_take_fails_the_capture_never_skips_the_file(
         if scan == "full":  # an ignore file among the changes: only a full scan can tell
             (wt / ".gitignore").write_text(f"*.tmp{i}\n")
 
-    d = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
-    try:
-        with d.client() as c:
-            c.attempt_begin("blocked", "n", str(wt))
-            c.snapshot(str(wt), run_id="blocked", node_id="n")
-            (wt / "warm.txt").write_text("the capture path in use\n")
-            poke_ignore_rules(1)
-            assert c.snapshot(str(wt), run_id="blocked", node_id="n")["scan"] == scan
-            n = 0
-            while (objects / str(pygit2.hash(f"new content {n}\n".encode()))[:2]).exists():
-                n += 1
-            body = f"new content {n}\n"
-            blocker = objects / str(pygit2.hash(body.encode()))[:2]
-            blocker.write_text("not a directory\n")
-            (wt / "a.txt").write_text(body)
-            poke_ignore_rules(2)
-            with pytest.raises(SnapshotdError) as err:
-                c.snapshot(str(wt), run_id="blocked", node_id="n", tool_use_id="toolu_blocked")
-            assert err.value.code == "capture-failed"
-            assert "a.txt" in err.value.message
-            [gap] = [g for g in sd_env.read_gaps() if g["tool_use_id"] == "toolu_blocked"]
-            assert gap["reason"] == "object-write-failed"
-            blocker.unlink()
-            r = c.snapshot(str(wt), run_id="blocked", node_id="n")
-            assert r["scan"] == "full"  # what the failed capture took is owed: a full scan
-        store = ["--git-dir", str(sd_env.home / "store.git")]
-        assert git(wt, *store, "show", f"{r['commit']}:a.txt") == body
-        git(wt, *store, "fsck", "--strict")
-    finally:
-        d.stop()
+    d = make_daemon(sd_env, extra_env=dict(QUIET_WATCHER))
+    with d.client() as c:
+        c.attempt_begin("blocked", "n", str(wt))
+        c.snapshot(str(wt), run_id="blocked", node_id="n")
+        (wt / "warm.txt").write_text("the capture path in use\n")
+        poke_ignore_rules(1)
+        assert c.snapshot(str(wt), run_id="blocked", node_id="n")["scan"] == scan
+        n = 0
+        while (objects / str(pygit2.hash(f"new content {n}\n".encode()))[:2]).exists():
+            n += 1
+        body = f"new content {n}\n"
+        blocker = objects / str(pygit2.hash(body.encode()))[:2]
+        blocker.write_text("not a directory\n")
+        (wt / "a.txt").write_text(body)
+        poke_ignore_rules(2)
+        with pytest.raises(SnapshotdError) as err:
+            c.snapshot(str(wt), run_id="blocked", node_id="n", tool_use_id="toolu_blocked")
+        assert err.value.code == "capture-failed"
+        assert "a.txt" in err.value.message
+        [gap] = [g for g in sd_env.read_gaps() if g["tool_use_id"] == "toolu_blocked"]
+        assert gap["reason"] == "object-write-failed"
+        blocker.unlink()
+        r = c.snapshot(str(wt), run_id="blocked", node_id="n")
+        assert r["scan"] == "full"  # what the failed capture took is owed: a full scan
+    store = ["--git-dir", str(sd_env.home / "store.git")]
+    assert git(wt, *store, "show", f"{r['commit']}:a.txt") == body
+    git(wt, *store, "fsck", "--strict")
 
 
 def test_a_gap_the_spool_cannot_take_is_counted_in_status(sd_env: Env, faulty_daemon: Daemon,

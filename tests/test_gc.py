@@ -139,7 +139,7 @@ def test_max_store_size_deletes_oldest_finished_runs_first(sd_env: Env, daemon: 
     for name in ("old", "mid", "new"):
         wt = make_git_worktree(tmp_path / name)
         make_run(daemon, wt, name, 5, size=200_000)
-        time.sleep(0.05)
+        time.sleep(0.05)  # let time pass: each run ends measurably later than the one before
     live_wt = make_git_worktree(tmp_path / "live")
     make_run(daemon, live_wt, "live", 2, end=False, size=1000)
     age_all_objects(sd_env)

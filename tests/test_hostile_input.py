@@ -13,9 +13,10 @@ from random import Random
 import msgpack
 import psutil
 import pytest
-from test_server_hostile import recv as _read_reply
 
-from conftest import Daemon, Env, claude_payload, make_git_worktree, run_hook
+from conftest import Daemon, Env, MakeDaemon, claude_payload, make_git_worktree, run_hook
+from helpers import recv_frame as _read_reply
+from helpers import wait_for
 from snapshotd_client import SnapshotdError
 
 FUZZ_FRAMES = 100_000
@@ -114,43 +115,42 @@ class FrameFactory:
         return _frame(b"\xa3" + bytes([0xff, 0xfe, 0xfd])), True  # non-UTF-8 str
 
 
-def test_fuzzed_frames_never_hurt_the_daemon(sd_env: Env, tmp_path: Path) -> None:
+def test_fuzzed_frames_never_hurt_the_daemon(sd_env: Env, tmp_path: Path,
+                                             make_daemon: MakeDaemon) -> None:
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     afile = tmp_path / "afile"
     afile.write_text("x")
-    daemon = Daemon(sd_env).start()
-    try:
-        assert daemon.proc is not None
-        proc = psutil.Process(daemon.proc.pid)
-        rss_start = proc.memory_info().rss
-        factory = FrameFactory(Random(FUZZ_SEED), tmp_path, fifo, afile)
-        conn = _connect(sd_env)
-        replies = 0
-        for i in range(FUZZ_FRAMES):
-            data, closes = factory.frame()
-            try:
-                conn.sendall(data)
-                if closes:
-                    conn.shutdown(socket.SHUT_WR)
-                reply = _read_reply(conn)
-            except (BrokenPipeError, ConnectionResetError):
-                reply = None
-            if reply is not None:
-                replies += 1
-                assert isinstance(reply, dict) and "ok" in reply
-            if closes or reply is None:
-                conn.close()
-                conn = _connect(sd_env)
-            if i % 5000 == 0:
-                assert daemon.ping(), f"daemon stopped answering after {i} frames"
-        conn.close()
-        assert daemon.ping()
-        growth = proc.memory_info().rss - rss_start
-        assert growth < 50 * 1024 * 1024, f"RSS grew by {growth} bytes"
-        assert replies > FUZZ_FRAMES // 2
-    finally:
-        daemon.stop()
+    daemon = make_daemon(sd_env)
+    assert daemon.proc is not None
+    proc = psutil.Process(daemon.proc.pid)
+    rss_start = proc.memory_info().rss
+    factory = FrameFactory(Random(FUZZ_SEED), tmp_path, fifo, afile)
+    conn = _connect(sd_env)
+    replies = 0
+    for i in range(FUZZ_FRAMES):
+        data, closes = factory.frame()
+        try:
+            conn.sendall(data)
+            if closes:
+                conn.shutdown(socket.SHUT_WR)
+            reply = _read_reply(conn)
+        except (BrokenPipeError, ConnectionResetError):
+            reply = None
+        if reply is not None:
+            replies += 1
+            assert isinstance(reply, dict) and "ok" in reply
+        if closes or reply is None:
+            conn.close()
+            conn = _connect(sd_env)
+        if i % 5000 == 0:
+            assert daemon.ping(), f"daemon stopped answering after {i} frames"
+    conn.close()
+    assert daemon.ping()
+    growth = proc.memory_info().rss - rss_start
+    assert growth < 50 * 1024 * 1024, f"RSS grew by {growth} bytes"
+    assert replies > FUZZ_FRAMES // 2
+    daemon.stop()
     log = daemon.log.read_text()
     assert "Traceback" not in log, log[-3000:]
     # Nothing was captured from the hostile paths.
@@ -197,13 +197,15 @@ def test_worktree_swapped_for_a_symlink_to_root_is_refused(sd_env: Env, daemon: 
     assert "worktree-replaced" in [g["reason"] for g in sd_env.read_gaps()]
 
 
-def test_idle_connections_do_not_delay_a_new_client(sd_env: Env, tmp_path: Path) -> None:
-    daemon = Daemon(sd_env, extra_env={"SNAPSHOTD_MAX_CONNECTIONS": "520"}).start()
+def test_idle_connections_do_not_delay_a_new_client(sd_env: Env, tmp_path: Path,
+                                                    make_daemon: MakeDaemon) -> None:
+    daemon = make_daemon(sd_env, extra_env={"SNAPSHOTD_MAX_CONNECTIONS": "520"})
     idle: list[socket.socket] = []
     try:
         for _ in range(500):
             idle.append(_connect(sd_env))
-        time.sleep(0.5)
+        with daemon.client() as c:  # every idle connection accepted (and this one)
+            wait_for(lambda: c.status()["connections"] >= 501, what="500 accepted connections")
         samples = []
         for _ in range(5):
             t0 = time.monotonic()
@@ -212,7 +214,8 @@ def test_idle_connections_do_not_delay_a_new_client(sd_env: Env, tmp_path: Path)
         assert sorted(samples)[2] < 0.1, samples
         for _ in range(30):
             idle.append(_connect(sd_env))
-        time.sleep(0.5)
+        # The daemon takes connections in the order they came: the extra one is judged after
+        # the 30 before it have filled the last 20 slots.
         extra = _connect(sd_env)
         reply = _read_reply(extra)
         assert reply is not None and reply["error"]["code"] == "busy"
@@ -220,24 +223,17 @@ def test_idle_connections_do_not_delay_a_new_client(sd_env: Env, tmp_path: Path)
     finally:
         for s in idle:
             s.close()
-    time.sleep(0.3)
-    try:
-        assert daemon.ping()
-    finally:
-        daemon.stop()
+    wait_for(daemon.ping, what="the daemon to serve again once the idle connections closed")
 
 
-def test_slow_and_idle_connections_time_out(sd_env: Env) -> None:
-    daemon = Daemon(sd_env, extra_env={"SNAPSHOTD_IDLE_TIMEOUT_S": "0.5"}).start()
-    try:
-        slow = _connect(sd_env)
-        slow.sendall(struct.pack(">I", 100) + b"\x81")
-        idle = _connect(sd_env)
-        time.sleep(1.5)
-        assert slow.recv(10) == b"" and idle.recv(10) == b""
-        assert daemon.ping()
-    finally:
-        daemon.stop()
+def test_slow_and_idle_connections_time_out(sd_env: Env, make_daemon: MakeDaemon) -> None:
+    daemon = make_daemon(sd_env, extra_env={"SNAPSHOTD_IDLE_TIMEOUT_S": "0.5"})
+    slow = _connect(sd_env)
+    slow.sendall(struct.pack(">I", 100) + b"\x81")
+    idle = _connect(sd_env)
+    # Each recv blocks (up to the socket's 10 s) until the daemon's 0.5 s idle timeout hangs up.
+    assert slow.recv(10) == b"" and idle.recv(10) == b""
+    assert daemon.ping()
 
 
 def test_bursts_of_hooks_across_worktrees_leave_no_gap(sd_env: Env, daemon: Daemon,

@@ -20,7 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUIET_WATCHER, Daemon, Env, claude_payload, make_git_worktree, run_hook
+from conftest import (
+    QUIET_WATCHER,
+    Env,
+    MakeDaemon,
+    claude_payload,
+    make_git_worktree,
+    run_hook,
+)
 from snapshotd.keys import AttemptKey
 from snapshotd.ledger import (
     ACTIVE,
@@ -415,10 +422,11 @@ def _cli(env: Env, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_daemon_on_postgresql_hooks_listing_and_kill_9(sd_env: Env, pg_url: str,  # noqa: F811
-                                                      tmp_path: Path) -> None:
+                                                      tmp_path: Path,
+                                                      make_daemon: MakeDaemon) -> None:
     sd_env.vars["SNAPSHOTD_LEDGER_URL"] = pg_url
     wt = make_git_worktree(tmp_path / "wt")
-    first = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
+    first = make_daemon(sd_env, extra_env=dict(QUIET_WATCHER))
     for i in range(3):
         (wt / "hello.txt").write_text(f"version {i}\n")
         done = run_hook(sd_env, claude_payload(wt, f"toolu_{i}"))
@@ -433,20 +441,17 @@ def test_daemon_on_postgresql_hooks_listing_and_kill_9(sd_env: Env, pg_url: str,
         assert [c["commit"] for c in shared.checkpoints("claude-sess-1")] == \
             [c["commit"] for c in cps]
     first.kill9()
-    second = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
-    try:
-        (wt / "hello.txt").write_text("after restart\n")
-        assert run_hook(sd_env, claude_payload(wt, "toolu_3")).returncode == 0
-        (wt / "hello.txt").write_text("once more\n")
-        assert run_hook(sd_env, claude_payload(wt, "toolu_0")).returncode == 0  # a repeat
-        cps = json.loads(_cli(sd_env, "snapshots", "claude-sess-1", "--json").stdout)
-        assert [c["seq"] for c in cps["checkpoints"]] == [0, 1, 2, 3]
-        runs = json.loads(_cli(sd_env, "runs", "--json").stdout)["runs"]
-        assert [r["run_id"] for r in runs] == ["claude-sess-1"]
-        status = _cli(sd_env, "status", "--json")
-        assert status.returncode == 0 and "snapshotd.db" not in status.stdout.decode()
-    finally:
-        second.stop()
+    make_daemon(sd_env, extra_env=dict(QUIET_WATCHER))  # restarted on the same ledger
+    (wt / "hello.txt").write_text("after restart\n")
+    assert run_hook(sd_env, claude_payload(wt, "toolu_3")).returncode == 0
+    (wt / "hello.txt").write_text("once more\n")
+    assert run_hook(sd_env, claude_payload(wt, "toolu_0")).returncode == 0  # a repeat
+    cps = json.loads(_cli(sd_env, "snapshots", "claude-sess-1", "--json").stdout)
+    assert [c["seq"] for c in cps["checkpoints"]] == [0, 1, 2, 3]
+    runs = json.loads(_cli(sd_env, "runs", "--json").stdout)["runs"]
+    assert [r["run_id"] for r in runs] == ["claude-sess-1"]
+    status = _cli(sd_env, "status", "--json")
+    assert status.returncode == 0 and "snapshotd.db" not in status.stdout.decode()
 
 
 def test_serve_refuses_an_unreachable_ledger(sd_env: Env) -> None:

@@ -21,7 +21,7 @@ def gap(env: Env, wt: Path, *, node: str, attempt: int, tool: str | None, reason
     append_gap(make_gap(run_id="r1", node_id=node, iteration=0, attempt=attempt,
                         worktree=str(wt), tier=1, source="hook", tool_use_id=tool,
                         reason=reason, detail=f"{reason} happened"), env.gaps)
-    time.sleep(0.02)
+    time.sleep(0.02)  # let time pass: records made in turn get distinct, ordered timestamps
 
 
 def populate(env: Env, daemon: Daemon, tmp_path: Path) -> dict[str, Path]:

@@ -11,27 +11,29 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
-import pytest
 from mcp import Client, StdioServerParameters
 
-from conftest import QUIET_WATCHER, Daemon, Env, claude_payload, git, make_git_worktree, run_hook
+from conftest import (
+    QUIET_WATCHER,
+    Daemon,
+    Env,
+    MakeDaemon,
+    claude_payload,
+    git,
+    make_git_worktree,
+    run_hook,
+)
 
 RUN = "claude-sess-1"
-# Tier 2 stays out of the way: every checkpoint here is the hook's, so seqs are exact.
+# Tier 2 stays out of the way (the ``daemon`` fixture runs with QUIET_WATCHER): every checkpoint
+# here is the hook's, so seqs are exact.
 TOOLS = {"list_runs", "list_checkpoints", "diff_checkpoint", "restore_checkpoint", "list_gaps",
          "status"}
-
-
-@pytest.fixture
-def daemon(sd_env: Env) -> Iterator[Daemon]:
-    d = Daemon(sd_env, QUIET_WATCHER).start()
-    yield d
-    d.stop()
 
 
 def with_mcp(env: Env, body: Callable[[Client], Awaitable[None]], *args: str) -> None:
@@ -275,17 +277,15 @@ def test_tools_have_input_schemas_and_bad_arguments_are_tool_errors(
 
 
 def test_without_a_daemon_reads_work_from_the_ledger_and_restore_works_directly(
-        sd_env: Env, tmp_path: Path) -> None:
+        sd_env: Env, tmp_path: Path, make_daemon: MakeDaemon) -> None:
     wt = make_git_worktree(tmp_path / "wt")
-    d = Daemon(sd_env, QUIET_WATCHER).start()
-    try:
-        two_checkpoints(sd_env, wt)
-        # A gap the daemon could not see: a capture of a vanished worktree.
-        gone = tmp_path / "gone"
-        assert run_hook(sd_env, claude_payload(gone, "toolu_gone", session_id="sess-2")
-                        ).returncode == 0
-    finally:
-        assert d.stop() == 0
+    d = make_daemon(sd_env, QUIET_WATCHER)
+    two_checkpoints(sd_env, wt)
+    # A gap the daemon could not see: a capture of a vanished worktree.
+    gone = tmp_path / "gone"
+    assert run_hook(sd_env, claude_payload(gone, "toolu_gone", session_id="sess-2")
+                    ).returncode == 0
+    assert d.stop() == 0
 
     async def body(client: Client) -> None:
         status = await call(client, "status")

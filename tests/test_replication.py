@@ -12,12 +12,12 @@ import subprocess
 import sys
 import time
 import zlib
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from conftest import QUIET_WATCHER, Daemon, Env, git
+from helpers import wait_for
 
 RUN = "rep-run"
 NODE = "build"
@@ -31,14 +31,16 @@ class Host:
         self.env = Env(root)
         self.extra = dict(QUIET_WATCHER, SNAPSHOTD_REMOTE=str(remote),
                           SNAPSHOTD_PUSH_INTERVAL_MS="50")
-        self.daemon = Daemon(self.env, extra_env=self.extra)
+        self.daemon = Daemon(self.env, extra_env=self.extra)  # started by start()
 
     @property
     def store(self) -> Path:
         return self.env.home / "store.git"
 
     def start(self) -> Host:
-        self.daemon.start()
+        """Start a daemon with the current ``extra`` (again after a stop or kill -9). Every
+        Daemon is stopped when the test ends (conftest), so a Host needs no teardown."""
+        self.daemon = Daemon(self.env, extra_env=self.extra).start()
         return self
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -68,12 +70,8 @@ def remote(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def hosts(tmp_path: Path, remote: Path) -> Iterator[tuple[Host, Host]]:
-    a = Host(tmp_path / "hostA", remote)
-    b = Host(tmp_path / "hostB", remote)
-    yield a, b
-    for h in (a, b):
-        h.daemon.stop()
+def hosts(tmp_path: Path, remote: Path) -> tuple[Host, Host]:
+    return Host(tmp_path / "hostA", remote), Host(tmp_path / "hostB", remote)
 
 
 def remote_refs(remote: Path) -> dict[str, str]:
@@ -154,9 +152,9 @@ def test_captures_replicate_in_the_background(hosts: tuple[Host, Host], remote: 
     assert len(chain) == 3
     subprocess.run(["git", "-C", str(remote), "fsck", "--strict"], check=True,
                    capture_output=True)
-    deadline = time.monotonic() + 5
-    while (st := a.status())["unpushed_checkpoints"] and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: a.status()["unpushed_checkpoints"] == 0, timeout=5,
+             what="nothing left unpushed")
+    st = a.status()
     assert st["enabled"] and st["remote"] == str(remote)
     assert st["unpushed_checkpoints"] == 0 and st["attempts"] == []
     assert st["last_error"] is None and st["pushes"] >= 1
@@ -167,49 +165,43 @@ def test_captures_replicate_in_the_background(hosts: tuple[Host, Host], remote: 
 def test_remote_down_captures_continue_and_catch_up(tmp_path: Path) -> None:
     remote = tmp_path / "later.git"  # does not exist yet: unreachable
     a = Host(tmp_path / "hostA", remote).start()
-    try:
-        wt = tmp_path / "wtA"
-        for i in range(3):
-            populate(wt, i)
-            assert a.snap(wt, f"toolu_{i}")["seq"] == i  # captures succeed locally
-        deadline = time.monotonic() + 10
-        while (first := a.status())["last_error"] is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert first["unpushed_checkpoints"] == 3
-        assert str(remote) in first["last_error"]
-        [row] = first["attempts"]
-        assert (row["run_id"], row["attempt"], row["unpushed"]) == (RUN, 1, 3)
-        time.sleep(0.5)
-        second = a.status()
-        assert second["lag_s"] > first["lag_s"]  # lag grows while the remote is away
-        assert second["consecutive_failures"] >= 1
-        human = a.cli("status").stdout
-        assert "3 checkpoint(s) not pushed" in human and "FAILING" in human, human
-        assert f"{RUN}/{NODE}/0/1: 3 unpushed" in human
-        # The remote appears: everything replicates, nothing lost.
-        subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
-        wait_replicated(a, remote, ref_of(), timeout=40)
-        assert len(git(remote, "rev-list", ref_of()).split()) == 3
-        deadline = time.monotonic() + 5
-        while a.status()["unpushed_checkpoints"] and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert a.status()["unpushed_checkpoints"] == 0
-        assert f"replicate {remote}  up to date" in a.cli("status").stdout
-        # Remote away again, a capture, the daemon stops before it can push: at the next
-        # start-up the comparison with the remote finds the ref behind and pushes it.
-        moved = tmp_path / "moved.git"
-        remote.rename(moved)
-        populate(wt, 9)
-        assert a.snap(wt, "toolu_9")["seq"] == 3
-        assert a.daemon.stop() == 0
-        moved.rename(remote)
-        assert remote_refs(remote)[ref_of()] != local_ref(a, ref_of())
-        a.daemon = Daemon(a.env, extra_env=a.extra)
-        a.start()
-        wait_replicated(a, remote, ref_of(), timeout=20)
-        assert len(git(remote, "rev-list", ref_of()).split()) == 4
-    finally:
-        a.daemon.stop()
+    wt = tmp_path / "wtA"
+    for i in range(3):
+        populate(wt, i)
+        assert a.snap(wt, f"toolu_{i}")["seq"] == i  # captures succeed locally
+    wait_for(lambda: a.status()["last_error"] is not None, timeout=10,
+             what="a failed push")
+    first = a.status()
+    assert first["unpushed_checkpoints"] == 3
+    assert str(remote) in first["last_error"]
+    [row] = first["attempts"]
+    assert (row["run_id"], row["attempt"], row["unpushed"]) == (RUN, 1, 3)
+    time.sleep(0.1)  # let time pass: the lag is measured to the millisecond
+    second = a.status()
+    assert second["lag_s"] > first["lag_s"]  # lag grows while the remote is away
+    assert second["consecutive_failures"] >= 1
+    human = a.cli("status").stdout
+    assert "3 checkpoint(s) not pushed" in human and "FAILING" in human, human
+    assert f"{RUN}/{NODE}/0/1: 3 unpushed" in human
+    # The remote appears: everything replicates, nothing lost.
+    subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+    wait_replicated(a, remote, ref_of(), timeout=40)
+    assert len(git(remote, "rev-list", ref_of()).split()) == 3
+    wait_for(lambda: a.status()["unpushed_checkpoints"] == 0, timeout=5,
+             what="nothing left unpushed")
+    assert f"replicate {remote}  up to date" in a.cli("status").stdout
+    # Remote away again, a capture, the daemon stops before it can push: at the next
+    # start-up the comparison with the remote finds the ref behind and pushes it.
+    moved = tmp_path / "moved.git"
+    remote.rename(moved)
+    populate(wt, 9)
+    assert a.snap(wt, "toolu_9")["seq"] == 3
+    assert a.daemon.stop() == 0
+    moved.rename(remote)
+    assert remote_refs(remote)[ref_of()] != local_ref(a, ref_of())
+    a.start()
+    wait_replicated(a, remote, ref_of(), timeout=20)
+    assert len(git(remote, "rev-list", ref_of()).split()) == 4
 
 
 # -- fetch and restore anywhere ------------------------------------------------------------------
@@ -411,51 +403,45 @@ def test_host_b_takes_over_from_killed_host_a_and_fences_it(tmp_path: Path, remo
     b = Host(tmp_path / "hostB", remote)
     for h in (a, b):
         h.extra["SNAPSHOTD_LEDGER_URL"] = pg_url
-        h.daemon = Daemon(h.env, extra_env=h.extra)
-    try:
-        a.start()
-        wt = tmp_path / "wtA"
-        wt.mkdir()
-        a.cli("attempt", "begin", "--run", RUN, "--node", NODE, "--cwd", str(wt))
-        hook_env = {"SNAPSHOTD_RUN_ID": RUN, "SNAPSHOTD_NODE_ID": NODE, "SNAPSHOTD_ATTEMPT": "1"}
-        for i in range(2):
-            populate(wt, i)
-            assert run_hook(a.env, claude_payload(wt, f"toolu_{i}"), **hook_env).returncode == 0
-        acknowledged = tree_state(wt)
-        wait_replicated(a, remote, ref_of())
-        (wt / "notes.md").write_text("written after the last checkpoint\n")
-        a.daemon.kill9()
-        b.start()
-        # B shares only PostgreSQL and the remote: it writes the handoff from the shared
-        # ledger and resumes from it (fetching A's checkpoint, verifying it).
-        manifest = tmp_path / "handoff.json"
-        b.cli("handoff", RUN, "--node", NODE, "--to", "hostB", "--output", str(manifest))
-        wt_b = tmp_path / "wtB"
-        wt_b.mkdir()
-        began = json.loads(b.cli("attempt", "begin", "--run", RUN, "--node", NODE, "--cwd",
-                                 str(wt_b), "--resume", "--handoff", str(manifest),
-                                 "--json").stdout)
-        assert began["attempt"] == 2 and began["resumed_from"]["seq"] == 1
-        assert began["handoff"]["fenced"] == f"{RUN}/{NODE}/0/1"
-        assert tree_state(wt_b) == acknowledged
-        populate(wt_b, 5)
-        with b.daemon.client() as c:
-            assert c.snapshot(str(wt_b), run_id=RUN, node_id=NODE, attempt=2)["seq"] == 0
-        b_rows = json.loads(b.cli("snapshots", RUN, "--attempt", "2", "--json").stdout)
-        # A comes back: its hooks for attempt 1 are fenced, B's seqs untouched.
-        a.daemon = Daemon(a.env, extra_env=a.extra)
-        a.start()
-        assert run_hook(a.env, claude_payload(wt, "toolu_late"), **hook_env).returncode == 0
-        assert [g["reason"] for g in a.env.read_gaps() if g.get("tool_use_id") == "toolu_late"] \
-            == ["fenced"]
-        after = json.loads(b.cli("snapshots", RUN, "--attempt", "2", "--json").stdout)
-        assert after["checkpoints"] == b_rows["checkpoints"]
-        seqs_1 = [c["seq"] for c in json.loads(a.cli("snapshots", RUN, "--attempt", "1",
-                                                      "--json").stdout)["checkpoints"]]
-        assert seqs_1 == [0, 1]
-    finally:
-        for h in (a, b):
-            h.daemon.stop()
+    a.start()
+    wt = tmp_path / "wtA"
+    wt.mkdir()
+    a.cli("attempt", "begin", "--run", RUN, "--node", NODE, "--cwd", str(wt))
+    hook_env = {"SNAPSHOTD_RUN_ID": RUN, "SNAPSHOTD_NODE_ID": NODE, "SNAPSHOTD_ATTEMPT": "1"}
+    for i in range(2):
+        populate(wt, i)
+        assert run_hook(a.env, claude_payload(wt, f"toolu_{i}"), **hook_env).returncode == 0
+    acknowledged = tree_state(wt)
+    wait_replicated(a, remote, ref_of())
+    (wt / "notes.md").write_text("written after the last checkpoint\n")
+    a.daemon.kill9()
+    b.start()
+    # B shares only PostgreSQL and the remote: it writes the handoff from the shared
+    # ledger and resumes from it (fetching A's checkpoint, verifying it).
+    manifest = tmp_path / "handoff.json"
+    b.cli("handoff", RUN, "--node", NODE, "--to", "hostB", "--output", str(manifest))
+    wt_b = tmp_path / "wtB"
+    wt_b.mkdir()
+    began = json.loads(b.cli("attempt", "begin", "--run", RUN, "--node", NODE, "--cwd",
+                             str(wt_b), "--resume", "--handoff", str(manifest),
+                             "--json").stdout)
+    assert began["attempt"] == 2 and began["resumed_from"]["seq"] == 1
+    assert began["handoff"]["fenced"] == f"{RUN}/{NODE}/0/1"
+    assert tree_state(wt_b) == acknowledged
+    populate(wt_b, 5)
+    with b.daemon.client() as c:
+        assert c.snapshot(str(wt_b), run_id=RUN, node_id=NODE, attempt=2)["seq"] == 0
+    b_rows = json.loads(b.cli("snapshots", RUN, "--attempt", "2", "--json").stdout)
+    # A comes back: its hooks for attempt 1 are fenced, B's seqs untouched.
+    a.start()
+    assert run_hook(a.env, claude_payload(wt, "toolu_late"), **hook_env).returncode == 0
+    assert [g["reason"] for g in a.env.read_gaps() if g.get("tool_use_id") == "toolu_late"] \
+        == ["fenced"]
+    after = json.loads(b.cli("snapshots", RUN, "--attempt", "2", "--json").stdout)
+    assert after["checkpoints"] == b_rows["checkpoints"]
+    seqs_1 = [c["seq"] for c in json.loads(a.cli("snapshots", RUN, "--attempt", "1",
+                                                  "--json").stdout)["checkpoints"]]
+    assert seqs_1 == [0, 1]
 
 
 def _two_hosts_on(tmp_path: Path, remote: Path, pg_url: str,
@@ -464,7 +450,6 @@ def _two_hosts_on(tmp_path: Path, remote: Path, pg_url: str,
     b = Host(tmp_path / "hostB", remote)
     for h, more in ((a, {}), (b, b_extra or {})):
         h.extra.update(SNAPSHOTD_LEDGER_URL=pg_url, **more)
-        h.daemon = Daemon(h.env, extra_env=h.extra)
     return a, b
 
 
@@ -476,33 +461,29 @@ def test_same_tool_id_racing_on_two_hosts_is_one_checkpoint(tmp_path: Path, remo
     import threading
 
     a, b = _two_hosts_on(tmp_path, remote, pg_url, {"SNAPSHOTD_DELAY_AT": "before-row:800"})
-    try:
-        a.start()
-        b.start()
-        wt = tmp_path / "wt"
-        populate(wt, 0)
-        a.cli("attempt", "begin", "--run", RUN, "--node", NODE, "--cwd", str(wt))
-        replies: dict[str, dict] = {}
+    a.start()
+    b.start()
+    wt = tmp_path / "wt"
+    populate(wt, 0)
+    a.cli("attempt", "begin", "--run", RUN, "--node", NODE, "--cwd", str(wt))
+    replies: dict[str, dict] = {}
 
-        def from_b() -> None:
-            replies["b"] = b.snap(wt, "toolu_race", attempt=1)
+    def from_b() -> None:
+        replies["b"] = b.snap(wt, "toolu_race", attempt=1)
 
-        t = threading.Thread(target=from_b)
-        t.start()
-        time.sleep(0.4)  # B is now waiting before its row
-        replies["a"] = a.snap(wt, "toolu_race", attempt=1)
-        t.join(30)
-        assert replies["a"]["seq"] == 0 and not replies["a"].get("repeated")
-        assert replies["b"]["seq"] == 0 and replies["b"]["repeated"] is True
-        assert replies["b"]["commit"] == replies["a"]["commit"]
-        rows = json.loads(a.cli("snapshots", RUN, "--json").stdout)["checkpoints"]
-        assert [(r["seq"], r["tool_use_id"]) for r in rows] == [(0, "toolu_race")]
-        # B's refused commit is gone from its ref: the attempt has no local tip on B.
-        assert git(b.store, "for-each-ref", ref_of()).strip() == ""
-        assert [g for g in b.env.read_gaps() if g.get("tool_use_id") == "toolu_race"] == []
-    finally:
-        for h in (a, b):
-            h.daemon.stop()
+    t = threading.Thread(target=from_b)
+    t.start()
+    time.sleep(0.4)  # B is now waiting before its row
+    replies["a"] = a.snap(wt, "toolu_race", attempt=1)
+    t.join(30)
+    assert replies["a"]["seq"] == 0 and not replies["a"].get("repeated")
+    assert replies["b"]["seq"] == 0 and replies["b"]["repeated"] is True
+    assert replies["b"]["commit"] == replies["a"]["commit"]
+    rows = json.loads(a.cli("snapshots", RUN, "--json").stdout)["checkpoints"]
+    assert [(r["seq"], r["tool_use_id"]) for r in rows] == [(0, "toolu_race")]
+    # B's refused commit is gone from its ref: the attempt has no local tip on B.
+    assert git(b.store, "for-each-ref", ref_of()).strip() == ""
+    assert [g for g in b.env.read_gaps() if g.get("tool_use_id") == "toolu_race"] == []
 
 
 def test_concurrent_captures_of_two_attempts_on_two_hosts_never_collide(
@@ -510,40 +491,36 @@ def test_concurrent_captures_of_two_attempts_on_two_hosts_never_collide(
     import threading
 
     a, b = _two_hosts_on(tmp_path, remote, pg_url)
-    try:
-        a.start()
-        b.start()
-        wts = {h: tmp_path / f"wt-{name}" for h, name in ((a, "a"), (b, "b"))}
-        for i, (h, wt) in enumerate(wts.items()):
-            populate(wt, 0)
-            h.cli("attempt", "begin", "--run", RUN, "--node", f"{NODE}{i}", "--cwd", str(wt))
-        got: dict[Host, list[int]] = {a: [], b: []}
-        errors: list[BaseException] = []
+    a.start()
+    b.start()
+    wts = {h: tmp_path / f"wt-{name}" for h, name in ((a, "a"), (b, "b"))}
+    for i, (h, wt) in enumerate(wts.items()):
+        populate(wt, 0)
+        h.cli("attempt", "begin", "--run", RUN, "--node", f"{NODE}{i}", "--cwd", str(wt))
+    got: dict[Host, list[int]] = {a: [], b: []}
+    errors: list[BaseException] = []
 
-        def loop(h: Host, node: str) -> None:
-            try:
-                with h.daemon.client() as c:
-                    for n in range(25):
-                        populate(wts[h], n + 1)
-                        got[h].append(c.snapshot(str(wts[h]), run_id=RUN, node_id=node,
-                                                 tool_use_id=f"t{n}")["seq"])
-            except BaseException as exc:  # noqa: BLE001
-                errors.append(exc)
+    def loop(h: Host, node: str) -> None:
+        try:
+            with h.daemon.client() as c:
+                for n in range(25):
+                    populate(wts[h], n + 1)
+                    got[h].append(c.snapshot(str(wts[h]), run_id=RUN, node_id=node,
+                                             tool_use_id=f"t{n}")["seq"])
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
 
-        threads = [threading.Thread(target=loop, args=(h, f"{NODE}{i}"))
-                   for i, h in enumerate((a, b))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
-        assert not errors, errors
-        assert got[a] == list(range(25)) and got[b] == list(range(25))
-        rows = json.loads(a.cli("snapshots", RUN, "--all", "--json").stdout)["checkpoints"]
-        keys = [(r["node_id"], r["attempt"], r["seq"]) for r in rows]
-        assert len(keys) == len(set(keys)) == 50
-    finally:
-        for h in (a, b):
-            h.daemon.stop()
+    threads = [threading.Thread(target=loop, args=(h, f"{NODE}{i}"))
+               for i, h in enumerate((a, b))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    assert got[a] == list(range(25)) and got[b] == list(range(25))
+    rows = json.loads(a.cli("snapshots", RUN, "--all", "--json").stdout)["checkpoints"]
+    keys = [(r["node_id"], r["attempt"], r["seq"]) for r in rows]
+    assert len(keys) == len(set(keys)) == 50
 
 
 def test_plain_resume_on_another_host_fences_the_attempt_still_active_there(
@@ -554,32 +531,28 @@ def test_plain_resume_on_another_host_fences_the_attempt_still_active_there(
     from conftest import claude_payload, run_hook
 
     a, b = _two_hosts_on(tmp_path, remote, pg_url)
-    try:
-        a.start()
-        b.start()
-        wt = tmp_path / "wtA"
-        populate(wt, 0)
-        a.cli("attempt", "begin", "--run", RUN, "--node", NODE, "--cwd", str(wt))
-        hook_env = {"SNAPSHOTD_RUN_ID": RUN, "SNAPSHOTD_NODE_ID": NODE, "SNAPSHOTD_ATTEMPT": "1"}
-        for i in range(2):
-            populate(wt, i + 1)
-            assert run_hook(a.env, claude_payload(wt, f"toolu_{i}"), **hook_env).returncode == 0
-        acknowledged = tree_state(wt)
-        wait_replicated(a, remote, ref_of())
-        wt_b = tmp_path / "wtB"
-        wt_b.mkdir()
-        began = json.loads(b.cli("attempt", "begin", "--run", RUN, "--node", NODE, "--cwd",
-                                 str(wt_b), "--resume", "--json").stdout)
-        assert began["attempt"] == 2
-        assert began["resumed_from"]["seq"] == 1
-        assert began["resumed_from"]["fenced"] == f"{RUN}/{NODE}/0/1"
-        assert tree_state(wt_b) == acknowledged
-        populate(wt, 9)
-        assert run_hook(a.env, claude_payload(wt, "toolu_late"), **hook_env).returncode == 0
-        assert [g["reason"] for g in a.env.read_gaps()
-                if g.get("tool_use_id") == "toolu_late"] == ["fenced"]
-        rows = json.loads(b.cli("snapshots", RUN, "--all", "--json").stdout)["checkpoints"]
-        assert [(r["attempt"], r["seq"]) for r in rows if r["attempt"] == 1] == [(1, 0), (1, 1)]
-    finally:
-        for h in (a, b):
-            h.daemon.stop()
+    a.start()
+    b.start()
+    wt = tmp_path / "wtA"
+    populate(wt, 0)
+    a.cli("attempt", "begin", "--run", RUN, "--node", NODE, "--cwd", str(wt))
+    hook_env = {"SNAPSHOTD_RUN_ID": RUN, "SNAPSHOTD_NODE_ID": NODE, "SNAPSHOTD_ATTEMPT": "1"}
+    for i in range(2):
+        populate(wt, i + 1)
+        assert run_hook(a.env, claude_payload(wt, f"toolu_{i}"), **hook_env).returncode == 0
+    acknowledged = tree_state(wt)
+    wait_replicated(a, remote, ref_of())
+    wt_b = tmp_path / "wtB"
+    wt_b.mkdir()
+    began = json.loads(b.cli("attempt", "begin", "--run", RUN, "--node", NODE, "--cwd",
+                             str(wt_b), "--resume", "--json").stdout)
+    assert began["attempt"] == 2
+    assert began["resumed_from"]["seq"] == 1
+    assert began["resumed_from"]["fenced"] == f"{RUN}/{NODE}/0/1"
+    assert tree_state(wt_b) == acknowledged
+    populate(wt, 9)
+    assert run_hook(a.env, claude_payload(wt, "toolu_late"), **hook_env).returncode == 0
+    assert [g["reason"] for g in a.env.read_gaps()
+            if g.get("tool_use_id") == "toolu_late"] == ["fenced"]
+    rows = json.loads(b.cli("snapshots", RUN, "--all", "--json").stdout)["checkpoints"]
+    assert [(r["attempt"], r["seq"]) for r in rows if r["attempt"] == 1] == [(1, 0), (1, 1)]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUIET_WATCHER, Daemon, Env, git, make_git_worktree
+from conftest import QUIET_WATCHER, Daemon, Env, MakeDaemon, git, make_git_worktree
 
 # -- helpers -------------------------------------------------------------------------------------
 
@@ -412,7 +412,8 @@ def test_ignored_files_in_the_way_are_kept(sd_env: Env, daemon: Daemon, tmp_path
 
 
 def test_without_a_daemon_the_cli_restores_under_the_home_lock(sd_env: Env, daemon: Daemon,
-                                                               tmp_path: Path) -> None:
+                                                               tmp_path: Path,
+                                                               make_daemon: MakeDaemon) -> None:
     wt = tmp_path / "wt"
     wt.mkdir()
     (wt / "f").write_text("0")
@@ -427,12 +428,9 @@ def test_without_a_daemon_the_cli_restores_under_the_home_lock(sd_env: Env, daem
                check=True).returncode == 0
     assert (wt / "f").read_text() == "1"
     # The lock file names no live owner: a daemon starts fine afterwards.
-    again = Daemon(sd_env).start()
-    try:
-        with again.client() as c:
-            assert c.ping()["pid"] == again.proc.pid
-    finally:
-        again.stop()
+    again = make_daemon(sd_env)
+    with again.client() as c:
+        assert c.ping()["pid"] == again.proc.pid
 
 
 def test_progress_op_and_bar(sd_env: Env, daemon: Daemon, tmp_path: Path) -> None:
@@ -544,62 +542,57 @@ def _watched(d: Daemon, wt: Path) -> dict | None:
 
 
 def test_after_the_attempt_ends_a_restore_takes_the_fast_path_and_is_exact(
-        sd_env: Env, tmp_path: Path) -> None:
+        sd_env: Env, tmp_path: Path, make_daemon: MakeDaemon) -> None:
     wt = build_worktree(tmp_path / "wt")
     # A symlinked directory makes the notifier report changes under the link's path, which
     # turns the fast path off for the whole watch (test_watcher covers that): a file link here.
     (wt / "dirlink").unlink()
     os.symlink("run.sh", wt / "dirlink")
-    d = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
-    try:
-        cp0 = _attempt_then_end(d, wt)
-        row = _watched(d, wt)
-        assert row is not None and row["state"] == "lingering", row
-        assert row["ended_attempt"] == "r/n/0/1" and row["attempt"] is None
-        # Changes made while lingering: they must be in the safety checkpoint.
-        (wt / "README.md").write_text("edited after the attempt ended\n")
-        (wt / "later" / "deep").mkdir(parents=True)
-        (wt / "later" / "deep" / "new.txt").write_text("new after the end\n")
-        (wt / "sub" / "keep.txt").unlink()
-        ignored_before = {p: (wt / p).read_bytes() for p in IGNORED}
-        pre_restore = _captured(wt)
-        with d.client() as c:
-            r = c.restore(run_id="r", node_id="n", seq=cp0["seq"])  # no --force: ended
-        assert r["scan"] == "fast" and r["safety"]["scan"] == "fast", r
-        assert _captured(wt) == checkpoint_state(sd_env, cp0["commit"])
-        assert {p: (wt / p).read_bytes() for p in IGNORED} == ignored_before
-        # The safety checkpoint is the true state before the restore, lingering changes too.
-        safety = checkpoint_state(sd_env, r["safety"]["commit"])
-        assert safety == pre_restore
-        assert safety["README.md"] == ("file", b"edited after the attempt ended\n", False)
-        # The undo also runs on the fast path, and brings every lingering change back.
-        with d.client() as c:
-            undo = c.restore(run_id="r", node_id="n", seq=r["safety"]["seq"], force=True)
-            seqs = [cp["seq"] for cp in c.list("r")["checkpoints"]]
-        assert undo["scan"] == "fast"
-        assert _captured(wt) == pre_restore
-        # Nothing but restores' safety checkpoints was recorded after the end: no tier-2.
-        assert seqs == [0, 1, r["safety"]["seq"], undo["safety"]["seq"]]
-    finally:
-        d.stop()
+    d = make_daemon(sd_env, extra_env=dict(QUIET_WATCHER))
+    cp0 = _attempt_then_end(d, wt)
+    row = _watched(d, wt)
+    assert row is not None and row["state"] == "lingering", row
+    assert row["ended_attempt"] == "r/n/0/1" and row["attempt"] is None
+    # Changes made while lingering: they must be in the safety checkpoint.
+    (wt / "README.md").write_text("edited after the attempt ended\n")
+    (wt / "later" / "deep").mkdir(parents=True)
+    (wt / "later" / "deep" / "new.txt").write_text("new after the end\n")
+    (wt / "sub" / "keep.txt").unlink()
+    ignored_before = {p: (wt / p).read_bytes() for p in IGNORED}
+    pre_restore = _captured(wt)
+    with d.client() as c:
+        r = c.restore(run_id="r", node_id="n", seq=cp0["seq"])  # no --force: ended
+    assert r["scan"] == "fast" and r["safety"]["scan"] == "fast", r
+    assert _captured(wt) == checkpoint_state(sd_env, cp0["commit"])
+    assert {p: (wt / p).read_bytes() for p in IGNORED} == ignored_before
+    # The safety checkpoint is the true state before the restore, lingering changes too.
+    safety = checkpoint_state(sd_env, r["safety"]["commit"])
+    assert safety == pre_restore
+    assert safety["README.md"] == ("file", b"edited after the attempt ended\n", False)
+    # The undo also runs on the fast path, and brings every lingering change back.
+    with d.client() as c:
+        undo = c.restore(run_id="r", node_id="n", seq=r["safety"]["seq"], force=True)
+        seqs = [cp["seq"] for cp in c.list("r")["checkpoints"]]
+    assert undo["scan"] == "fast"
+    assert _captured(wt) == pre_restore
+    # Nothing but restores' safety checkpoints was recorded after the end: no tier-2.
+    assert seqs == [0, 1, r["safety"]["seq"], undo["safety"]["seq"]]
 
 
-def test_linger_off_means_unwatched_and_still_exact(sd_env: Env, tmp_path: Path) -> None:
+def test_linger_off_means_unwatched_and_still_exact(sd_env: Env, tmp_path: Path,
+                                                    make_daemon: MakeDaemon) -> None:
     wt = build_worktree(tmp_path / "wt")
-    d = Daemon(sd_env, extra_env=dict(QUIET_WATCHER, SNAPSHOTD_LINGER_S="0")).start()
-    try:
-        cp0 = _attempt_then_end(d, wt)
-        row = _watched(d, wt)
-        assert row is None or row["state"] == "idle", row
-        (wt / "README.md").write_text("edited after the attempt ended\n")
-        pre_restore = _captured(wt)
-        with d.client() as c:
-            r = c.restore(run_id="r", node_id="n", seq=cp0["seq"])
-        assert r["scan"] == "full", r
-        assert _captured(wt) == checkpoint_state(sd_env, cp0["commit"])
-        assert checkpoint_state(sd_env, r["safety"]["commit"]) == pre_restore
-    finally:
-        d.stop()
+    d = make_daemon(sd_env, extra_env=dict(QUIET_WATCHER, SNAPSHOTD_LINGER_S="0"))
+    cp0 = _attempt_then_end(d, wt)
+    row = _watched(d, wt)
+    assert row is None or row["state"] == "idle", row
+    (wt / "README.md").write_text("edited after the attempt ended\n")
+    pre_restore = _captured(wt)
+    with d.client() as c:
+        r = c.restore(run_id="r", node_id="n", seq=cp0["seq"])
+    assert r["scan"] == "full", r
+    assert _captured(wt) == checkpoint_state(sd_env, cp0["commit"])
+    assert checkpoint_state(sd_env, r["safety"]["commit"]) == pre_restore
 
 
 # -- the conflict hint ---------------------------------------------------------------------------

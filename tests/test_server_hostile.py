@@ -9,10 +9,11 @@ import struct
 import subprocess
 from pathlib import Path
 
-import msgpack
 import pytest
 
 from conftest import Daemon, Env, make_git_worktree
+from helpers import recv_frame as recv
+from helpers import send_frame as send
 
 
 def raw(env: Env) -> socket.socket:
@@ -20,28 +21,6 @@ def raw(env: Env) -> socket.socket:
     s.settimeout(10)
     s.connect(str(env.socket))
     return s
-
-
-def send(s: socket.socket, obj: object) -> None:
-    body = msgpack.packb(obj, use_bin_type=True)
-    s.sendall(struct.pack(">I", len(body)) + body)
-
-
-def recv(s: socket.socket) -> dict | None:
-    header = b""
-    while len(header) < 4:
-        chunk = s.recv(4 - len(header))
-        if not chunk:
-            return None
-        header += chunk
-    (n,) = struct.unpack(">I", header)
-    body = b""
-    while len(body) < n:
-        chunk = s.recv(n - len(body))
-        if not chunk:
-            return None
-        body += chunk
-    return msgpack.unpackb(body, raw=False)
 
 
 def assert_alive(daemon: Daemon) -> None:

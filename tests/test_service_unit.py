@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, Daemon, Env, make_git_worktree
+from conftest import REPO, Env, MakeDaemon, make_git_worktree
+from helpers import wait_for
 from snapshotd.cli.install import render_plist, render_service, render_socket
 
 CONTRIB = REPO / "contrib"
@@ -42,21 +43,11 @@ def cli(env: Env, *args: str, **extra: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=60)
 
 
-def wait_for(predicate, timeout: float = 20.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 # -- socket activation -----------------------------------------------------------------------
 
 
-def test_socket_activation_adopts_the_passed_socket_and_serves_a_client(sd_env: Env,
-                                                                        tmp_path: Path) -> None:
+def test_socket_activation_adopts_the_passed_socket_and_serves_a_client(
+        sd_env: Env, tmp_path: Path, make_daemon: MakeDaemon) -> None:
     activated = sd_env.sockdir / "activated.sock"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(activated))
@@ -70,34 +61,31 @@ def test_socket_activation_adopts_the_passed_socket_and_serves_a_client(sd_env: 
                             stdout=log, stderr=log, stdin=subprocess.DEVNULL)
     log.close()
     listener.close()  # the daemon holds its own copy now, as under systemd
-    daemon = Daemon(sd_env)
+    daemon = make_daemon(sd_env, start=False)
     daemon.proc = proc
-    try:
-        from snapshotd_client import Client, SnapshotdError
+    from snapshotd_client import Client, SnapshotdError
 
-        def served() -> dict | None:
-            if proc.poll() is not None:
-                raise AssertionError((sd_env.root / "daemon.log").read_text())
-            try:
-                with Client(activated, timeout=2) as c:
-                    return c.ping()
-            except (SnapshotdError, OSError):
-                return None
+    def served() -> dict | None:
+        if proc.poll() is not None:
+            raise AssertionError((sd_env.root / "daemon.log").read_text())
+        try:
+            with Client(activated, timeout=2) as c:
+                return c.ping()
+        except (SnapshotdError, OSError):
+            return None
 
-        pong = wait_for(served, what="the daemon to answer on the activated socket")
-        assert pong["pid"] == proc.pid
-        with Client(activated, timeout=30) as c:
-            cp = c.snapshot(str(wt), run_id="act", node_id="n", label="via activation")
-            status = c.status()
-        assert cp["seq"] == 0 and not cp["deduped"]
-        assert status["socket"] == str(activated)
-        assert not sd_env.socket.exists(), "the daemon bound its own socket despite activation"
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
-        # The socket belongs to the supervisor: the daemon must not remove it on exit.
-        assert stat.S_ISSOCK(activated.lstat().st_mode)
-    finally:
-        daemon.stop()
+    pong = wait_for(served, what="the daemon to answer on the activated socket")
+    assert pong["pid"] == proc.pid
+    with Client(activated, timeout=30) as c:
+        cp = c.snapshot(str(wt), run_id="act", node_id="n", label="via activation")
+        status = c.status()
+    assert cp["seq"] == 0 and not cp["deduped"]
+    assert status["socket"] == str(activated)
+    assert not sd_env.socket.exists(), "the daemon bound its own socket despite activation"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+    # The socket belongs to the supervisor: the daemon must not remove it on exit.
+    assert stat.S_ISSOCK(activated.lstat().st_mode)
 
 
 def test_listen_fds_ignores_variables_meant_for_another_process_and_unsets_them() -> None:
@@ -147,12 +135,12 @@ def _drain(sock: socket.socket, until: float, stop=None) -> list[str]:
     return messages
 
 
-def test_sd_notify_ready_then_watchdog_pings_then_stopping_on_sigterm(sd_env: Env) -> None:
+def test_sd_notify_ready_then_watchdog_pings_then_stopping_on_sigterm(
+        sd_env: Env, make_daemon: MakeDaemon) -> None:
     path = sd_env.sockdir / "notify.sock"
     listener = _notify_socket(str(path))
-    daemon = Daemon(sd_env, {"NOTIFY_SOCKET": str(path), "WATCHDOG_USEC": "200000"})
     try:
-        daemon.start()
+        daemon = make_daemon(sd_env, {"NOTIFY_SOCKET": str(path), "WATCHDOG_USEC": "200000"})
         # start() returns once ping answers; READY=1 was sent when the listener went live.
         messages = _drain(listener, time.monotonic() + 10,
                           stop=lambda m: sum("WATCHDOG=1" in x for x in m) >= 4)
@@ -168,23 +156,21 @@ def test_sd_notify_ready_then_watchdog_pings_then_stopping_on_sigterm(sd_env: En
         assert any("STOPPING=1" in m.split("\n") for m in rest), rest
         assert daemon.proc.wait(timeout=30) == 0
     finally:
-        daemon.stop()
         listener.close()
 
 
-def test_sd_notify_abstract_address_and_no_watchdog_for_another_pid(sd_env: Env) -> None:
+def test_sd_notify_abstract_address_and_no_watchdog_for_another_pid(
+        sd_env: Env, make_daemon: MakeDaemon) -> None:
     name = f"snapshotd-test-{uuid.uuid4().hex}"
     listener = _notify_socket(b"\0" + name.encode())
     # WATCHDOG_PID names another process: the watchdog is not ours to feed.
-    daemon = Daemon(sd_env, {"NOTIFY_SOCKET": "@" + name, "WATCHDOG_USEC": "100000",
-                             "WATCHDOG_PID": "1"})
     try:
-        daemon.start()
+        make_daemon(sd_env, {"NOTIFY_SOCKET": "@" + name, "WATCHDOG_USEC": "100000",
+                             "WATCHDOG_PID": "1"})
         messages = _drain(listener, time.monotonic() + 1.0)
         assert any("READY=1" in m.split("\n") for m in messages), messages
         assert not any("WATCHDOG=1" in m for m in messages), messages
     finally:
-        daemon.stop()
         listener.close()
 
 
@@ -259,7 +245,7 @@ def test_unit_files_pass_systemd_analyze_verify(sd_env: Env, tmp_path: Path) -> 
 
 
 def test_install_service_print_renders_a_launchagent_that_runs_the_daemon(
-        sd_env: Env, tmp_path: Path) -> None:
+        sd_env: Env, tmp_path: Path, make_daemon: MakeDaemon) -> None:
     fake_home = tmp_path / "user"
     result = cli(sd_env, "install-service", "--print", "--platform", "macos",
                  HOME=str(fake_home))
@@ -283,12 +269,10 @@ def test_install_service_print_renders_a_launchagent_that_runs_the_daemon(
     proc = subprocess.Popen(program, env=run_env, cwd=plist["WorkingDirectory"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             stdin=subprocess.DEVNULL)
-    daemon = Daemon(sd_env)
+    daemon = make_daemon(sd_env, start=False)
     daemon.proc = proc
-    try:
-        wait_for(daemon.ping, what="the LaunchAgent's program to serve")
-    finally:
-        assert daemon.stop() == 0
+    wait_for(daemon.ping, what="the LaunchAgent's program to serve")
+    assert daemon.stop() == 0
 
 
 def test_install_service_print_linux_writes_nothing_and_names_this_interpreter(

@@ -17,7 +17,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import Daemon, Env, make_git_worktree
+from conftest import Daemon, Env, MakeDaemon, make_git_worktree
+from helpers import wait_for
 from snapshotd import __version__
 from snapshotd_client.gaps import append_gap, make_gap
 
@@ -25,25 +26,6 @@ from snapshotd_client.gaps import append_gap, make_gap
 def cli(env: Env, *args: str, **extra: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "snapshotd", *args], env=env.environ(**extra),
                           capture_output=True, text=True, timeout=60)
-
-
-def start_serve(env: Env, *args: str, **extra: str) -> Daemon:
-    """``snapshotd serve ARGS`` as a real process, handed to a Daemon for ping/stop."""
-    daemon = Daemon(env)
-    log = open(daemon.log, "ab")
-    daemon.proc = subprocess.Popen([sys.executable, "-m", "snapshotd", "serve", *args],
-                                   env=env.environ(**extra), stdout=log, stderr=log,
-                                   stdin=subprocess.DEVNULL)
-    log.close()
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if daemon.proc.poll() is not None:
-            raise RuntimeError(f"daemon exited {daemon.proc.returncode}: {daemon.log.read_text()}")
-        if daemon.ping():
-            return daemon
-        time.sleep(0.05)
-    daemon.stop()
-    raise RuntimeError("daemon did not answer: " + daemon.log.read_text())
 
 
 def tree_size(path: Path) -> int:
@@ -148,8 +130,8 @@ def test_status_with_no_daemon_says_so_and_exits_3(sd_env: Env) -> None:
     assert cli(sd_env, "status").returncode == 3
 
 
-def test_status_after_the_daemon_was_killed_exits_3(sd_env: Env) -> None:
-    daemon = Daemon(sd_env).start()
+def test_status_after_the_daemon_was_killed_exits_3(sd_env: Env, make_daemon: MakeDaemon) -> None:
+    daemon = make_daemon(sd_env)
     assert cli(sd_env, "status").returncode == 0
     daemon.kill9()
     result = cli(sd_env, "status")
@@ -165,33 +147,34 @@ def test_default_log_level_prints_no_line_per_capture(sd_env: Env, daemon: Daemo
     with daemon.client() as c:
         # The first capture creates the attempt: an event, which may be logged once.
         c.snapshot(str(wt), run_id="quiet", node_id="n", tool_use_id="q-first")
+        # Let time pass: a line another daemon thread logs after the reply lands by then.
         time.sleep(0.3)
         before = daemon.log.read_text()
         for i in range(20):
             (wt / "f.txt").write_text(f"v{i}\n")
             c.snapshot(str(wt), run_id="quiet", node_id="n", tool_use_id=f"q{i}")
-    time.sleep(0.3)
+    time.sleep(0.3)  # as above: give a late line the time to show up
     assert daemon.log.read_text() == before
 
 
-def test_journald_priority_prefixes_under_systemd(sd_env: Env, tmp_path: Path) -> None:
-    daemon = start_serve(sd_env, INVOCATION_ID="0123456789abcdef", JOURNAL_STREAM="8:1234")
-    try:
-        with daemon.client() as c:
-            try:
-                c.snapshot(str(tmp_path / "missing"), run_id="j", node_id="n")
-            except Exception:  # noqa: BLE001 - the gap is what we want logged
-                pass
-    finally:
-        assert daemon.stop() == 0
+def test_journald_priority_prefixes_under_systemd(sd_env: Env, tmp_path: Path,
+                                                   make_daemon: MakeDaemon) -> None:
+    daemon = make_daemon(sd_env, {"INVOCATION_ID": "0123456789abcdef",
+                                  "JOURNAL_STREAM": "8:1234"})
+    with daemon.client() as c:
+        try:
+            c.snapshot(str(tmp_path / "missing"), run_id="j", node_id="n")
+        except Exception:  # noqa: BLE001 - the gap is what we want logged
+            pass
+    assert daemon.stop() == 0
     lines = [line for line in daemon.log.read_text().splitlines() if line]
     assert lines and all(line[:3] in ("<3>", "<4>", "<6>", "<7>", "<2>") for line in lines), lines
     assert any(line.startswith("<6>") and "serving on" in line for line in lines), lines
     assert any(line.startswith("<4>") and "worktree-missing" in line for line in lines), lines
 
 
-def test_log_level_flag_silences_info(sd_env: Env) -> None:
-    daemon = start_serve(sd_env, "--log-level", "warning")
+def test_log_level_flag_silences_info(sd_env: Env, make_daemon: MakeDaemon) -> None:
+    daemon = make_daemon(sd_env, args=["--log-level", "warning"])
     assert daemon.stop() == 0
     assert "serving on" not in daemon.log.read_text()
 
@@ -206,7 +189,8 @@ def write_config(env: Env, text: str) -> Path:
     return path
 
 
-def test_config_precedence_flag_over_env_over_file_over_default(sd_env: Env) -> None:
+def test_config_precedence_flag_over_env_over_file_over_default(sd_env: Env,
+                                                                make_daemon: MakeDaemon) -> None:
     path = write_config(sd_env, 'settle_ms = 300\nmax_wait_ms = 4000\ndurability = "full"\n'
                                 'log_level = "warning"\nexcludes = ["*.bak", "tmp/"]\n')
     env = {"SNAPSHOTD_MAX_WAIT_MS": "5000", "SNAPSHOTD_DURABILITY": "process"}
@@ -230,11 +214,9 @@ def test_config_precedence_flag_over_env_over_file_over_default(sd_env: Env) -> 
     assert "5000" in line and "env SNAPSHOTD_MAX_WAIT_MS" in line
 
     # The flag beats the env beats the file, as the running daemon reports it.
-    daemon = start_serve(sd_env, "--durability", "full", "--log-level", "debug", **env)
-    try:
-        info = json.loads(cli(sd_env, "status", "--json").stdout)
-    finally:
-        daemon.stop()
+    daemon = make_daemon(sd_env, env, args=["--durability", "full", "--log-level", "debug"])
+    info = json.loads(cli(sd_env, "status", "--json").stdout)
+    daemon.stop()
     config = info["config"]
     assert config["durability"] == "full" and config["sources"]["durability"] == "flag"
     assert config["max_wait_ms"] == 5000
@@ -269,8 +251,8 @@ def test_bad_value_unknown_key_and_bad_env_are_errors_naming_the_key(sd_env: Env
     assert "notifier" in result.stderr and "inotify" in result.stderr
 
 
-def test_sigterm_stops_a_serving_daemon_cleanly(sd_env: Env) -> None:
-    daemon = start_serve(sd_env)
+def test_sigterm_stops_a_serving_daemon_cleanly(sd_env: Env, make_daemon: MakeDaemon) -> None:
+    daemon = make_daemon(sd_env)
     daemon.proc.send_signal(signal.SIGTERM)
     assert daemon.proc.wait(timeout=30) == 0
     assert "stopped" in daemon.log.read_text()
@@ -287,15 +269,13 @@ def test_status_shows_a_watched_worktree_that_went_missing_as_degraded(
         if "watched" not in c.status():
             pytest.skip("this build has no watcher (snapshotd.watcher), so nothing degrades")
     shutil.rmtree(wt)
-    deadline = time.monotonic() + 30
-    row: dict = {}
-    while time.monotonic() < deadline:
+
+    def degraded_row() -> dict | None:
         info = json.loads(cli(sd_env, "status", "--json").stdout)
         row = next((r for r in info["worktrees"] if r["path"] == str(wt.resolve())), {})
-        if row.get("degraded_reason"):
-            break
-        time.sleep(0.2)
-    assert row.get("degraded_reason"), row
+        return row if row.get("degraded_reason") else None
+
+    row = wait_for(degraded_row, timeout=30, every=0.2, what="the worktree to show degraded")
     assert row["attempt"] == "deg/impl/0/1" and row["last_seq"] == 0
     assert row["watch"]["state"] != "watching"
     text = cli(sd_env, "status").stdout
