@@ -75,7 +75,8 @@ def _attach_optional_parts(service: Service, server: Server, config: Config) -> 
     """Wire the parts that extend the core (watcher, restore, engine) when present."""
     for name in ("snapshotd.watcher", "snapshotd.restore", "snapshotd.engine",
                  "snapshotd.sdnotify", "snapshotd.metrics", "snapshotd.gc",
-                 "snapshotd.replication"):
+                 "snapshotd.replication", "snapshotd.blame", "snapshotd.export",
+                 "snapshotd.bracket"):
         try:
             module = __import__(name, fromlist=["attach"])
         except ModuleNotFoundError as exc:

@@ -40,11 +40,12 @@ from snapshotd.store import (
     parse_trailers,
     tree_changes,
 )
+from snapshotd.userrepo import user_head
 from snapshotd_client.paths import gaps_path
 
 log = logging.getLogger("snapshotd.service")
 
-SOURCES = ("hook", "wrap", "watch", "restore", "cli")
+SOURCES = ("hook", "wrap", "watch", "restore", "cli", "outside")
 _PSEUDO_FS = (Path("/proc"), Path("/sys"), Path("/dev"))
 
 
@@ -413,7 +414,8 @@ class Service:
         seq = self._next_seq(head, last)
         added, modified, deleted = self._changes(head, capture.tree)
         meta = CheckpointMeta(key=attempt.key, seq=seq, tier=req.tier, source=req.source,
-                              worktree=str(root), label=req.label, tool_use_id=req.tool_use_id)
+                              worktree=str(root), label=req.label, tool_use_id=req.tool_use_id,
+                              base=user_head(root) if head is None else None)
         parent = str(head.id) if head else None
         commit = None
         try:
