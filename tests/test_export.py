@@ -22,7 +22,7 @@ def fingerprint(wt: Path) -> dict[str, str]:
     out = {name: hashlib.sha256((wt / ".git" / name).read_bytes()).hexdigest()
            for name in ("HEAD", "index", "config")}
     out["refs"] = git(wt, "for-each-ref", "--format=%(refname) %(objectname)")
-    out["status"] = git(wt, "status", "--porcelain", "--untracked-files=all")
+    out["status"] = git(wt, "--no-optional-locks", "status", "--porcelain", "-uall")
     for path in sorted(wt.rglob("*")):
         rel = path.relative_to(wt).as_posix()
         if path.is_file() and not rel.startswith(".git/"):
