@@ -97,3 +97,16 @@ def test_blame_errors(sd_env: Env, daemon: Daemon, tmp_path: Path) -> None:
     assert unknown.returncode == 1 and "unknown run" in unknown.stderr
     seq = cli(sd_env, "blame", rep.run_id, "README.md", "--node", rep.node_id, "--seq", "99")
     assert seq.returncode == 1 and "no checkpoint seq 99" in seq.stderr
+
+
+def test_the_mcp_twin_answers_the_same(sd_env: Env, daemon: Daemon, tmp_path: Path) -> None:
+    from snapshotd.mcp_ops import Operations
+
+    commits = build_history(tmp_path / "wt", count=8)
+    rep = replay(sd_env, daemon, tmp_path / "wt", commits, 2)
+    ops = Operations(home=sd_env.home, socket=sd_env.socket)
+    whole = blame_json(sd_env, rep, "README.md")
+    assert ops.blame_file(run_id=rep.run_id, node_id=rep.node_id, path="README.md") == whole
+    part = ops.blame_file(run_id=rep.run_id, node_id=rep.node_id, path="README.md",
+                          first_line=3, last_line=5)
+    assert part["lines"] == whole["lines"][2:5]

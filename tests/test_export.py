@@ -129,3 +129,23 @@ def test_export_outside_a_repository(sd_env: Env, daemon: Daemon, tmp_path: Path
     git(fresh, "am", "-q", *sorted(result["files"]))
     assert (fresh / "a.txt").read_text() == "one\ntwo\n"
     assert git(fresh, "log", "--format=%s").split("\n")[:2] == ["second", "first"]
+
+
+def test_the_mcp_twin_exports(sd_env: Env, daemon: Daemon, tmp_path: Path) -> None:
+    from snapshotd.errors import ServiceError
+    from snapshotd.mcp_ops import Operations
+
+    wt = tmp_path / "wt"
+    commits = build_history(wt, count=8)
+    rep = replay(sd_env, daemon, wt, commits, 2)
+    ops = Operations(home=sd_env.home, socket=sd_env.socket)
+    result = ops.export_checkpoints(run_id=rep.run_id, node_id=rep.node_id, branch="via-mcp",
+                                    squash=True)
+    assert [c["seq"] for c in result["commits"]] == [list(range(len(commits) - 2))]
+    assert tree_of(wt, "via-mcp") == tree_of(wt, commits[-1])
+    try:
+        ops.export_checkpoints(run_id=rep.run_id, node_id=rep.node_id, branch="via-mcp")
+    except ServiceError as exc:
+        assert exc.code == "conflict"
+    else:
+        raise AssertionError("an existing branch must be refused")
