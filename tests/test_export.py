@@ -149,3 +149,24 @@ def test_the_mcp_twin_exports(sd_env: Env, daemon: Daemon, tmp_path: Path) -> No
         assert exc.code == "conflict"
     else:
         raise AssertionError("an existing branch must be refused")
+
+
+def test_an_unreadable_head_is_logged_and_the_capture_still_lands(sd_env: Env, daemon: Daemon,
+                                                                  tmp_path: Path) -> None:
+    wt = tmp_path / "wt"
+    commits = build_history(wt, count=2)
+    (wt / ".git" / "refs" / "heads" / "main").write_text("garbage\n")
+    with daemon.client() as c:
+        cp = c.snapshot(str(wt), run_id="broken", node_id="n", tool_use_id="t0")
+    assert cp["seq"] == 0
+    assert "could not read the HEAD of the repository" in daemon.log.read_text()
+    # Export then has no recorded base: it builds on HEAD at export time.
+    (wt / ".git" / "refs" / "heads" / "main").write_text(commits[-1] + "\n")
+    (wt / "new.txt").write_text("new\n")
+    with daemon.client() as c:
+        c.snapshot(str(wt), run_id="broken", node_id="n", tool_use_id="t1")
+    proc = cli(sd_env, "export", "broken", "--node", "n", "--branch", "b", "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["base_source"] == "head" and result["base"] == commits[-1]
+    assert result["skipped"] == [0] and len(result["commits"]) == 1
