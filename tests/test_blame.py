@@ -110,3 +110,23 @@ def test_the_mcp_twin_answers_the_same(sd_env: Env, daemon: Daemon, tmp_path: Pa
     part = ops.blame_file(run_id=rep.run_id, node_id=rep.node_id, path="README.md",
                           first_line=3, last_line=5)
     assert part["lines"] == whole["lines"][2:5]
+
+
+def test_a_blame_too_large_for_one_frame_is_completed_from_the_store(
+        sd_env: Env, daemon: Daemon, tmp_path: Path) -> None:
+    wt = tmp_path / "big"
+    wt.mkdir()
+    lines = [f"{i:06d} " + "x" * 120 for i in range(6000)]  # ~760 KB of text
+    (wt / "big.txt").write_text("\n".join(lines) + "\n")
+    with daemon.client() as c:
+        c.snapshot(str(wt), run_id="big", node_id="n", tool_use_id="t0", label="write big")
+        lines[100] = "changed by the second call"
+        (wt / "big.txt").write_text("\n".join(lines) + "\n")
+        c.snapshot(str(wt), run_id="big", node_id="n", tool_use_id="t1", label="edit big")
+        raw = c.request("blame", run_id="big", node_id="n", path="big.txt")
+    assert raw["lines_omitted"] is True and raw["lines"] == []
+    proc = cli(sd_env, "blame", "big", "big.txt", "--node", "n", "--json")
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)["lines"]
+    assert len(got) == 6000 and got[100]["seq"] == 1 and got[100]["tool_use_id"] == "t1"
+    assert {x["seq"] for i, x in enumerate(got) if i != 100} == {0}

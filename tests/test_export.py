@@ -170,3 +170,17 @@ def test_an_unreadable_head_is_logged_and_the_capture_still_lands(sd_env: Env, d
     result = json.loads(proc.stdout)
     assert result["base_source"] == "head" and result["base"] == commits[-1]
     assert result["skipped"] == [0] and len(result["commits"]) == 1
+
+
+def test_export_into_another_repository(sd_env: Env, daemon: Daemon, tmp_path: Path) -> None:
+    wt = tmp_path / "wt"
+    commits = build_history(wt, count=8)
+    rep = replay(sd_env, daemon, wt, commits, 3)
+    other = tmp_path / "other"
+    git(tmp_path, "clone", "-q", "--no-local", str(wt), str(other))
+    refs = git(wt, "for-each-ref")
+    proc = export(sd_env, rep, "--branch", "from-agent", "--repo", str(other), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["base_source"] == "recorded"
+    assert tree_of(other, "from-agent") == tree_of(wt, commits[-1])
+    assert git(wt, "for-each-ref") == refs  # the worktree's own repository is not touched
