@@ -7,7 +7,7 @@ Measured, in one run, on a ``--files`` tree (default 10,000) watched by the daem
 - ``before_tool_on_one_change_ms``: on, one file edited since (a new ``outside`` checkpoint);
 - ``after_tool_one_change_ms``: for scale, the after-tool hook after one changed file.
 Each is the median of ``--rounds`` (default 15) process start-to-exit times of the environment's
-installed ``snapshot-hook``.
+installed ``snapshot-hook``; the two daemons' rounds are interleaved.
 
 Usage: ``python -m bench.bracket [--files 10000] [--rounds 15]``; prints JSON.
 """
@@ -38,28 +38,39 @@ def hook_ms(daemon: DaemonProc, wt: Path, event: str, tool_use_id: str) -> float
     return (time.perf_counter() - t0) * 1000
 
 
-def measure(files: int, rounds: int, bracket: bool) -> dict[str, float]:
-    daemon = DaemonProc(dict(QUIET, SNAPSHOTD_BRACKET="1" if bracket else "0"))
+def measure(files: int, rounds: int) -> dict[str, float]:
+    """Two daemons (bracket off, on) on two copies of the tree, their rounds interleaved so a
+    change in the machine's load hits both alike."""
+    daemons = {False: DaemonProc(dict(QUIET, SNAPSHOTD_BRACKET="0")),
+               True: DaemonProc(dict(QUIET, SNAPSHOTD_BRACKET="1"))}
+    samples: dict[str, list[float]] = {name: [] for name in (
+        "before_tool_off_ms", "after_tool_one_change_ms", "before_tool_on_unchanged_ms",
+        "before_tool_on_one_change_ms")}
     try:
         with tempfile.TemporaryDirectory(prefix="sdbracket") as tmp:
-            wt = make_tree(Path(tmp) / "wt", files)
-            with daemon.client() as c:
-                c.attempt_begin("bench", "bracket", str(wt))
-                c.snapshot(str(wt), run_id="bench", node_id="bracket")  # the cold capture
-            before_unchanged, before_changed, after = [], [], []
+            trees = {on: make_tree(Path(tmp) / f"wt-{on}", files) for on in daemons}
+            for on, daemon in daemons.items():
+                with daemon.client() as c:
+                    c.attempt_begin("bench", "bracket", str(trees[on]))
+                    c.snapshot(str(trees[on]), run_id="bench", node_id="bracket")  # cold
             for r in range(rounds):
-                (wt / "edited.txt").write_text(f"by the tool {r}\n")
-                after.append(hook_ms(daemon, wt, "PostToolUse", f"t{r}"))
-                before_unchanged.append(hook_ms(daemon, wt, "PreToolUse", f"u{r}"))
-                (wt / "edited.txt").write_text(f"by hand {r}\n")
-                before_changed.append(hook_ms(daemon, wt, "PreToolUse", f"c{r}"))
-            if not bracket:
-                return {"before_tool_off_ms": median(before_unchanged),
-                        "after_tool_one_change_ms": median(after)}
-            return {"before_tool_on_unchanged_ms": median(before_unchanged),
-                    "before_tool_on_one_change_ms": median(before_changed)}
+                for on, daemon in daemons.items():
+                    wt = trees[on]
+                    (wt / "edited.txt").write_text(f"by the tool {r}\n")
+                    after = hook_ms(daemon, wt, "PostToolUse", f"t{r}")
+                    unchanged = hook_ms(daemon, wt, "PreToolUse", f"u{r}")
+                    (wt / "edited.txt").write_text(f"by hand {r}\n")
+                    changed = hook_ms(daemon, wt, "PreToolUse", f"c{r}")
+                    if on:
+                        samples["before_tool_on_unchanged_ms"].append(unchanged)
+                        samples["before_tool_on_one_change_ms"].append(changed)
+                    else:
+                        samples["after_tool_one_change_ms"].append(after)
+                        samples["before_tool_off_ms"] += [unchanged, changed]
     finally:
-        daemon.stop()
+        for daemon in daemons.values():
+            daemon.stop()
+    return {name: median(values) for name, values in samples.items()}
 
 
 def main() -> None:
@@ -68,8 +79,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
     result: dict = {"files": args.files, "rounds": args.rounds}
-    result.update(measure(args.files, args.rounds, bracket=False))
-    result.update(measure(args.files, args.rounds, bracket=True))
+    result.update(measure(args.files, args.rounds))
     print(json.dumps(result, indent=2))
 
 
