@@ -59,6 +59,8 @@ _PATCH_PREFIXES = ("*** Update File: ", "*** Add File: ", "*** Delete File: ")
 _GAP_RESERVE_S = 0.05
 # A lock file written this recently belongs to a daemon still starting up.
 _LOCK_FRESH_S = 30.0
+# Before-tool events (Claude Code and Codex, Gemini): a bracketing capture, see _before_tool.
+BEFORE_TOOL_EVENTS = ("PreToolUse", "BeforeTool")
 
 
 def main() -> None:
@@ -97,6 +99,8 @@ def handle(data: bytes | None, *, deadline: float, budget_ms: int, note: str = "
 
     fields: dict[str, Any] = {}
     try:
+        if payload.get("hook_event_name") in BEFORE_TOOL_EVENTS:
+            return _before_tool(payload, env, deadline=deadline, budget_ms=budget_ms)
         fields = snapshot_fields(payload, env)
         return _capture(fields, gaps, deadline=deadline, budget_ms=budget_ms)
     except Exception as exc:  # a hook bug must still leave a trace of the missed capture
@@ -169,7 +173,7 @@ def detect_agent(payload: Mapping[str, Any]) -> str:
     Gemini is checked first: it also sets ``CLAUDE_PROJECT_DIR`` for compatibility, so the
     environment cannot tell it apart; its event name can.
     """
-    if payload.get("hook_event_name") == "AfterTool":
+    if payload.get("hook_event_name") in ("AfterTool", "BeforeTool"):
         return "gemini"
     if "turn_id" in payload:
         return "codex"
@@ -357,6 +361,28 @@ def _capture(fields: dict[str, Any], gaps: _GapWriter, *, deadline: float,
             detail += autostart_note
         gaps.write(_gap_attribution(None, env, fields), tool_use_id=fields.get("tool_use_id"),
                    reason=exc.code, detail=detail)
+        return exc.code
+    finally:
+        client.close()
+    return "ok"
+
+
+def _before_tool(payload: Mapping[str, Any], env: Mapping[str, str], *, deadline: float,
+                 budget_ms: int) -> str:
+    """Ask for a bracketing capture (``before_tool`` op, source ``outside``) before a tool call.
+    The daemon decides whether bracketing is on (a no-op reply when not), so the hook reads no
+    configuration. No autostart and no gap: when no daemon answers, the after-tool capture of
+    this call takes whatever changed and writes the gap if it cannot either."""
+    from .client import Client, SnapshotdError
+
+    fields = snapshot_fields(payload, env)
+    fields["tool_use_id"] = None  # the after-tool capture owns the call's id
+    if fields.get("label"):
+        fields["label"] = "before " + fields["label"]
+    client = Client(timeout=budget_ms / 1000.0, deadline=deadline)
+    try:
+        client.request("before_tool", **fields)
+    except SnapshotdError as exc:
         return exc.code
     finally:
         client.close()

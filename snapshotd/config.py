@@ -62,6 +62,8 @@ class Config:
     ledger_url: str = ""
     remote: str = ""
     push_interval_ms: int = 200
+    # Before-tool captures (source "outside"): separate a person's edits from the tool call's.
+    bracket: bool = False
     sources: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def as_dict(self) -> dict:
@@ -98,6 +100,7 @@ ENV_VARS: dict[str, str] = {
     "ledger_url": "SNAPSHOTD_LEDGER_URL",
     "remote": "SNAPSHOTD_REMOTE",
     "push_interval_ms": "SNAPSHOTD_PUSH_INTERVAL_MS",
+    "bracket": "SNAPSHOTD_BRACKET",
 }
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -244,6 +247,8 @@ def _coerce(key: str, value: object, source: str) -> object:
         if not isinstance(value, str) or "\0" in value or "\n" in value:
             raise ConfigError(f"{where}: expected a git remote URL or path, got {value!r}")
         return value.strip()
+    if key == "bracket":
+        return _boolean(value, where)
     if key in ("gc_older_than", "gc_max_store_size", "store_size_warn"):
         if value in ("", None):
             return ""
@@ -271,6 +276,17 @@ def _coerce(key: str, value: object, source: str) -> object:
     if number < 0 or (number == 0 and key not in ("max_zero_setup_files", "gc_keep_last")):
         raise ConfigError(f"{where}: must be positive, got {value!r}")
     return number
+
+
+def _boolean(value: object, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{where}: expected true or false, got {value!r}")
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")

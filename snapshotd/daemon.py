@@ -25,7 +25,8 @@ log = logging.getLogger("snapshotd")
 # The parts that extend the core, attached at start-up when installed.
 OPTIONAL_PARTS = ("snapshotd.watcher", "snapshotd.restore", "snapshotd.engine",
                   "snapshotd.sdnotify", "snapshotd.metrics", "snapshotd.gc",
-                  "snapshotd.replication")
+                  "snapshotd.replication", "snapshotd.blame", "snapshotd.export",
+                  "snapshotd.bracket")
 
 
 def prepare_home(home: Path) -> Path:

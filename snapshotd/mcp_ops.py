@@ -1,8 +1,9 @@
 """The operations behind the MCP tools, as plain calls with no MCP SDK in sight.
 
 Owns what each tool of ``snapshotd mcp`` does: ``list_runs``, ``list_checkpoints``,
-``diff_checkpoint``, ``restore_checkpoint``, ``list_gaps`` and ``status``, plus the restore
-progress board the restore tool polls. ``snapshotd.mcp_server`` wraps them as tools.
+``diff_checkpoint``, ``restore_checkpoint``, ``list_gaps``, ``status``, ``blame_file`` and
+``export_checkpoints`` (``snapshotd.blame``, ``snapshotd.export``), plus the restore progress
+board the restore tool polls. ``snapshotd.mcp_server`` wraps them as tools.
 
 Promises:
 - Diff and restore go through ``snapshotd.backend.run_op``, the path the CLI uses: in the daemon
@@ -23,7 +24,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from snapshotd import backend, listing
+from snapshotd.blame import public_shape, run_blame
 from snapshotd.errors import BAD_REQUEST, ServiceError, id_field
+from snapshotd.export import run_export
 from snapshotd_client import Client, DaemonUnavailable, SnapshotdError
 from snapshotd_client.paths import home_dir, socket_path
 
@@ -41,7 +44,7 @@ DEFAULT_PLAN_LIMIT = 1000
 
 
 class Operations:
-    """The six operations on one home and socket (both default the way the CLI's do)."""
+    """The operations on one home and socket (both default the way the CLI's do)."""
 
     def __init__(self, *, home: Path | None = None, socket: Path | None = None) -> None:
         self._home = home
@@ -146,6 +149,29 @@ class Operations:
                 return client.request("restore_progress", progress_token=token)
         except SnapshotdError:
             return {}
+
+    def blame_file(self, *, run_id: str, node_id: str, path: str, seq: int | None = None,
+                   iteration: int | None = None, attempt: int | None = None,
+                   first_line: int = 1, last_line: int | None = None) -> dict:
+        """``snapshotd blame --json``, cut to lines ``first_line``..``last_line``."""
+        fields = {"run_id": run_id, "node_id": node_id, "path": path, "seq": seq,
+                  "iteration": iteration, "attempt": attempt}
+        result = public_shape(run_blame(fields, home=self._home, socket=self._socket))
+        result["lines"] = [x for x in result["lines"] if x["line"] >= first_line
+                           and (last_line is None or x["line"] <= last_line)]
+        return result
+
+    def export_checkpoints(self, *, run_id: str, node_id: str, branch: str | None = None,
+                           patches_dir: str | None = None, squash: bool = False,
+                           repo_dir: str | None = None, from_seq: int | None = None,
+                           to_seq: int | None = None, iteration: int | None = None,
+                           attempt: int | None = None) -> dict:
+        """``snapshotd export --json``."""
+        fields = {"run_id": run_id, "node_id": node_id, "branch": branch, "squash": squash,
+                  "repo": _absolute_dir(repo_dir), "patches": _absolute_dir(patches_dir),
+                  "from_seq": from_seq, "to_seq": to_seq, "iteration": iteration,
+                  "attempt": attempt}
+        return run_export(fields, home=self._home, socket=self._socket)
 
     def list_gaps(self, *, run_id: str | None = None, unresolved_only: bool = False,
                   limit: int | None = None) -> dict:

@@ -1,8 +1,8 @@
-"""The MCP twin of the command line: ``snapshotd mcp`` serves six tools over stdio.
+"""The MCP twin of the command line: ``snapshotd mcp`` serves eight tools over stdio.
 
 Owns the tools an agent (or any MCP client) uses to see and use its durability surface:
-``list_runs``, ``list_checkpoints``, ``diff_checkpoint``, ``restore_checkpoint``, ``list_gaps``
-and ``status``, built on the official MCP Python SDK (2.x, ``MCPServer``), and how their
+``list_runs``, ``list_checkpoints``, ``diff_checkpoint``, ``restore_checkpoint``, ``list_gaps``,
+``status``, ``blame_file`` and ``export_checkpoints``, built on the official MCP Python SDK (2.x, ``MCPServer``), and how their
 failures and secrets reach the client. What each tool does is ``snapshotd.mcp_ops``.
 
 Promises:
@@ -61,7 +61,8 @@ from it now, and restore_checkpoint to get a checkpoint back. restore_checkpoint
 unless dry_run=false; an in-place restore first takes a safety checkpoint and returns
 `undo_command` and `safety.seq` (restore that seq to undo). It refuses while an attempt is active
 on the worktree (your own session counts) unless force=true. list_gaps shows captures that could
-not be taken; status shows the daemon's health."""
+not be taken; status shows the daemon's health. blame_file tells which checkpoint (tool call)
+introduced each line of a file; export_checkpoints turns an attempt into a new branch or patches."""
 
 PROGRESS_POLL_S = 0.25
 # A URL in text (a status field, a git error): each one goes through redact_url.
@@ -162,7 +163,7 @@ def serve_stdio(*, home: Path | None = None, socket: Path | None = None,
 
 def build_server(*, home: Path | None = None, socket: Path | None = None,
                  log_level: str = "WARNING") -> MCPServer:
-    """The MCP server with the six tools, talking to the daemon on ``socket`` and reading the
+    """The MCP server with the eight tools, talking to the daemon on ``socket`` and reading the
     ledger under ``home`` (both default the way the CLI's do)."""
     ops = Operations(home=home, socket=socket)
     app: MCPServer = MCPServer(SERVER_NAME, title="snapshotd checkpoints", version=__version__,
@@ -172,6 +173,7 @@ def build_server(*, home: Path | None = None, socket: Path | None = None,
     _add_diff_tool(app, ops)
     _add_restore_tool(app, ops)
     _add_health_tools(app, ops)
+    _add_review_tools(app, ops)
     return app
 
 
@@ -294,6 +296,56 @@ def _add_health_tools(app: MCPServer, ops: Operations) -> None:
         `running: true`; `{running: false, socket, message}` when no daemon answers. Passwords
         in URLs (remote, ledger) are shown as `***`."""
         return redact(_tool(ops.status))
+
+
+# Shared argument descriptions of the review tools (module level: annotations are resolved here).
+_RUN = Field(description="The run.")
+_NODE = Field(description="The node, e.g. `session`.")
+_ITERATION = Field(ge=0, description="The iteration (default: the newest).")
+_ATTEMPT = Field(ge=1, description="The attempt (default: the newest).")
+
+
+def _add_review_tools(app: MCPServer, ops: Operations) -> None:
+    @app.tool(annotations=_read_only("Blame a file"))
+    def blame_file(
+        run_id: Annotated[str, _RUN], node_id: Annotated[str, _NODE],
+        path: Annotated[str, Field(description="The file, relative to the worktree.")],
+        seq: Annotated[int | None, Field(ge=0, description="The checkpoint (default: the "
+                                         "newest).")] = None,
+        iteration: Annotated[int | None, _ITERATION] = None,
+        attempt: Annotated[int | None, _ATTEMPT] = None,
+        first_line: Annotated[int, Field(ge=1, description="First line to return.")] = 1,
+        last_line: Annotated[int | None, Field(ge=1, description="Last line to return.")] = None,
+    ) -> dict[str, Any]:
+        """Each line of `path` at a checkpoint with the checkpoint that introduced it (seq,
+        tool_use_id, label, tier, source), as `snapshotd blame --json`. Tier 2, or source
+        `outside`, means it was written outside the agent's tool calls."""
+        return _tool(ops.blame_file, run_id=run_id, node_id=node_id, path=path, seq=seq,
+                     iteration=iteration, attempt=attempt, first_line=first_line,
+                     last_line=last_line)
+
+    @app.tool(annotations=ToolAnnotations(title="Export checkpoints", read_only_hint=False,
+                                          destructive_hint=False, idempotent_hint=False,
+                                          open_world_hint=False))
+    def export_checkpoints(
+        run_id: Annotated[str, _RUN], node_id: Annotated[str, _NODE],
+        branch: Annotated[str | None, Field(description="A new branch to create.")] = None,
+        patches_dir: Annotated[str | None, Field(description="Or: a new or empty directory "
+                                                 "(absolute) for a `git am` series.")] = None,
+        squash: Annotated[bool, Field(description="One commit for the range.")] = False,
+        repo_dir: Annotated[str | None, Field(description="The repository (absolute; default "
+                                              "the worktree's).")] = None,
+        from_seq: Annotated[int | None, Field(ge=0, description="Export after this seq.")] = None,
+        to_seq: Annotated[int | None, Field(ge=0, description="Up to this seq.")] = None,
+        iteration: Annotated[int | None, _ITERATION] = None,
+        attempt: Annotated[int | None, _ATTEMPT] = None,
+    ) -> dict[str, Any]:
+        """The attempt's checkpoints as commits on a new branch (based on the commit HEAD
+        pointed at when the attempt began) or as patches, as `snapshotd export --json`. Writes
+        only objects and the new branch: never HEAD, the index, the worktree or another ref."""
+        return _tool(ops.export_checkpoints, run_id=run_id, node_id=node_id, branch=branch,
+                     patches_dir=patches_dir, squash=squash, repo_dir=repo_dir,
+                     from_seq=from_seq, to_seq=to_seq, iteration=iteration, attempt=attempt)
 
 
 async def _restore_with_progress(ctx: Context, ops: Operations, kwargs: dict[str, Any]) -> Any:

@@ -46,6 +46,7 @@ from snapshotd.store import (
     parse_trailers,
     tree_changes,
 )
+from snapshotd.user_repo import user_head
 from snapshotd.worktree_index import Capture
 from snapshotd_client.paths import gaps_path
 
@@ -376,7 +377,8 @@ class Service:
         seq = self._next_seq(head, last)
         added, modified, deleted = self._changes(head, capture.tree)
         meta = CheckpointMeta(key=attempt.key, seq=seq, tier=req.tier, source=req.source,
-                              worktree=root, label=req.label, tool_use_id=req.tool_use_id)
+                              worktree=root, label=req.label, tool_use_id=req.tool_use_id,
+                              base=user_head(Path(root)) if head is None else None)
         parent = str(head.id) if head else None
         commit = None
         try:

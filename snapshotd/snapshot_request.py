@@ -19,7 +19,7 @@ from snapshotd import errors
 from snapshotd.errors import ServiceError, id_field, int_field
 from snapshotd.ledger import Attempt
 
-SOURCES = ("hook", "wrap", "watch", "restore", "cli")
+SOURCES = ("hook", "wrap", "watch", "restore", "cli", "outside")
 MAX_TEXT_BYTES = 1000
 
 

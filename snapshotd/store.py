@@ -57,6 +57,8 @@ class CheckpointMeta:
     worktree: str
     label: str | None = None
     tool_use_id: str | None = None
+    # The user's HEAD commit when the attempt began (its first checkpoint only): export's base.
+    base: str | None = None
 
 
 class Store:
@@ -309,6 +311,8 @@ def build_message(meta: CheckpointMeta) -> str:
     if label:
         trailers.append(("Snapshotd-Label", label))
     trailers.append(("Snapshotd-Worktree", _one_line(meta.worktree)))
+    if meta.base:
+        trailers.append(("Snapshotd-Base", meta.base))
     return subject + "\n\n" + "".join(f"{k}: {v}\n" for k, v in trailers)
 
 

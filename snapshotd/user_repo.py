@@ -1,16 +1,23 @@
 """The user's own git repository beside a worktree, read and never written.
 
 Owns finding a worktree's git dir (a ``.git`` directory or a ``gitdir:`` file), its
-``info/exclude``, the files its index tracks, and a parsed, cleaned copy of its index
-(``strip_index``) from which a new stat cache is seeded.
+``info/exclude``, the files its index tracks, a parsed, cleaned copy of its index
+(``strip_index``) from which a new stat cache is seeded, the repository itself
+(``open_user_repo``), the commit its HEAD points at (``user_head``, the base an attempt's export
+builds on) and where its objects live (``objects_dir``, for a scratch repository that borrows
+them read-only).
 
 Promises: nothing here writes into the user's repository; an index we do not fully understand
-(format 4, split or sparse, conflicts, SHA-256) is refused (None), never half-used.
+(format 4, split or sparse, conflicts, SHA-256) is refused (None), never half-used;
+``user_head`` never fails a capture: outside any repository, with an unborn HEAD or a repository
+libgit2 cannot read it gives None (the last logged at warning, since export then falls back to
+the HEAD at export time).
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import stat
 import struct
 from dataclasses import dataclass
@@ -18,6 +25,8 @@ from pathlib import Path
 
 import pygit2
 from pygit2.enums import FileMode
+
+log = logging.getLogger("snapshotd.user_repo")
 
 
 def user_gitdir(root: Path) -> Path | None:
@@ -194,3 +203,37 @@ def valid_cache_tree(body: bytes) -> tuple[bytes, list[str]] | None:
     for path, entries, subtrees, oid in nodes:
         out += path + b"\0" + f"{entries} {subtrees}\n".encode() + (oid or b"")
     return bytes(out), [oid.hex() for _p, _e, _s, oid in nodes if oid is not None]
+
+
+def open_user_repo(path: Path) -> pygit2.Repository | None:
+    """The non-bare repository whose worktree holds ``path``, or None (not in a repository).
+    Discovery stops at filesystem boundaries, as git's does by default."""
+    found = pygit2.discover_repository(str(path))
+    if found is None:
+        return None
+    repo = pygit2.Repository(found)
+    return None if repo.is_bare else repo
+
+
+def user_head(root: Path) -> str | None:
+    """The commit the HEAD of ``root``'s repository points at, or None (no repository, unborn
+    HEAD, or unreadable: logged)."""
+    try:
+        repo = open_user_repo(root)
+        if repo is None or repo.head_is_unborn:
+            return None
+        return str(repo.head.target)
+    except (pygit2.GitError, KeyError, ValueError, OSError) as exc:
+        log.warning("could not read the HEAD of the repository at %s (export will use the HEAD "
+                    "at export time): %s", root, exc)
+        return None
+
+
+def objects_dir(repo: pygit2.Repository) -> Path:
+    """The object directory of ``repo`` (its common dir's, for a linked worktree)."""
+    gitdir = Path(repo.path)
+    common = gitdir / "commondir"
+    if common.is_file():
+        text = common.read_text().strip()
+        gitdir = (gitdir / text).resolve() if not Path(text).is_absolute() else Path(text)
+    return gitdir / "objects"

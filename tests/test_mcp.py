@@ -33,7 +33,7 @@ RUN = "claude-sess-1"
 # Tier 2 stays out of the way (the ``daemon`` fixture runs with QUIET_WATCHER): every checkpoint
 # here is the hook's, so seqs are exact.
 TOOLS = {"list_runs", "list_checkpoints", "diff_checkpoint", "restore_checkpoint", "list_gaps",
-         "status"}
+         "status", "blame_file", "export_checkpoints"}
 
 
 def with_mcp(env: Env, body: Callable[[Client], Awaitable[None]], *args: str) -> None:

@@ -82,8 +82,8 @@ def test_plugin_manifest() -> None:
 def test_plugin_hooks_cover_the_tools_that_change_files() -> None:
     config = load("hooks/hooks.json")
     hooks = config["hooks"]
-    assert set(hooks) == {"PostToolUse", "PostToolUseFailure"}
-    for event in ("PostToolUse", "PostToolUseFailure"):
+    assert set(hooks) == {"PreToolUse", "PostToolUse", "PostToolUseFailure"}
+    for event in ("PreToolUse", "PostToolUse", "PostToolUseFailure"):
         commands = check_entries(hooks[event], timeout_max=600)  # seconds
         for hook in commands:
             assert hook["command"] == "snapshot-hook"
@@ -127,7 +127,8 @@ def test_the_configured_command_captures(sd_env: Env, daemon: Daemon, tmp_path: 
 
 def test_codex_hooks() -> None:
     hooks = load("contrib/codex/hooks.json")["hooks"]
-    assert set(hooks) == {"PostToolUse"}  # Codex has no failure event
+    assert set(hooks) == {"PreToolUse", "PostToolUse"}  # Codex has no failure event
+    assert hooks["PreToolUse"] == hooks["PostToolUse"]  # bracketing: the same tools
     for hook in check_entries(hooks["PostToolUse"], timeout_max=600):  # seconds
         assert hook["command"] == "snapshot-hook" and hook["timeout"] > HOOK_BUDGET_S
     for tool in ("Bash", "apply_patch", "mcp__github__push_files"):
@@ -138,7 +139,8 @@ def test_codex_hooks() -> None:
 
 def test_gemini_settings() -> None:
     hooks = load("contrib/gemini/settings.json")["hooks"]
-    assert set(hooks) == {"AfterTool"}
+    assert set(hooks) == {"BeforeTool", "AfterTool"}
+    assert hooks["BeforeTool"][0]["matcher"] == hooks["AfterTool"][0]["matcher"]
     for hook in check_entries(hooks["AfterTool"], timeout_max=600_000):  # milliseconds
         assert hook["command"] == "snapshot-hook"
         # Milliseconds: a value in seconds (like 10) would kill the hook after 10 ms.

@@ -11,9 +11,11 @@ import click
 from snapshotd import __version__
 from snapshotd.cli import (
     attempt,
+    blame,
     config,
     diff,
     exec,
+    export,
     fetch,
     flush,
     gc,
@@ -35,6 +37,6 @@ def main() -> None:
     """Durable, restorable history of the worktrees where coding agents work."""
 
 
-for _module in (attempt, config, diff, exec, fetch, flush, gc, handoff, install, mcp, push, restore,
-                runs, serve, snapshots, status):
+for _module in (attempt, blame, config, diff, exec, export, fetch, flush, gc, handoff, install, mcp,
+                push, restore, runs, serve, snapshots, status):
     _module.register(main)
