@@ -1,14 +1,18 @@
-"""``snapshot-hook``: the after-tool hook of Claude Code, Codex and Gemini CLI (tier 1, ``hook``).
+"""``snapshot-hook``: the hook of Claude Code, Codex and Gemini CLI (tier 1, ``hook``).
 
 Owns: reading the agent's hook payload from stdin, telling the agent apart, deriving the tool
 call id and label, choosing the attribution (docs/protocol.md, "Attribution order"), asking the
 daemon for a capture within one time budget, starting the daemon on first use
-(``try_autostart``), and recording a gap when it could not get a checkpoint.
+(``try_autostart``), and recording a gap when it could not get a checkpoint. After a tool call it
+asks for a capture; on a session's lifecycle events (``SESSION_EVENTS``: start, a turn begun, a
+turn ended, end) it tells the daemon instead (the ``session`` op, docs/agents.md, "Session
+lifecycle"), naming its parent process so the daemon can find the agent that owns the session.
 
 Promises:
-- exits 0 and prints nothing, whatever happens: stdout and stderr are pointed at /dev/null first
-  thing, so not even a warning at interpreter exit can reach the agent (exit 2 + stderr would be
-  fed to the model);
+- exits 0 and prints nothing, whatever happens, but for the one line of context a session's
+  start gives the agent (``hookSpecificOutput.additionalContext``, JSON on stdout): stdout and
+  stderr are pointed at /dev/null first thing, so not even a warning at interpreter exit can
+  reach the agent (exit 2 + stderr would be fed to the model);
 - returns within ``SNAPSHOTD_HOOK_TIMEOUT_MS`` of starting, covering stdin, connect, daemon
   start, send, reply and the gap's write (the capture stops ``_GAP_RESERVE_S`` short, and the
   spool's lock is never waited for past the deadline); with no daemon and autostart off, in a
@@ -55,6 +59,11 @@ GAP_DETAIL_MAX = 2000
 GAP_FIELD_MAX = 1024
 LABEL_PART_MAX = 60
 _PATCH_PREFIXES = ("*** Update File: ", "*** Add File: ", "*** Delete File: ")
+# An agent session's lifecycle events, by the agents' event names, and what each tells the daemon
+# (docs/agents.md has the table per agent; Codex has no end event).
+SESSION_EVENTS = {"SessionStart": "start", "UserPromptSubmit": "working", "BeforeAgent": "working",
+                  "Stop": "idle", "AfterAgent": "idle", "SessionEnd": "end"}
+_GEMINI_EVENTS = ("AfterTool", "BeforeAgent", "AfterAgent")
 # What the capture leaves of the budget for writing a gap (at most a tenth of the budget).
 _GAP_RESERVE_S = 0.05
 # A lock file written this recently belongs to a daemon still starting up.
@@ -97,6 +106,8 @@ def handle(data: bytes | None, *, deadline: float, budget_ms: int, note: str = "
 
     fields: dict[str, Any] = {}
     try:
+        if payload.get("hook_event_name") in SESSION_EVENTS:
+            return _session(payload, gaps, deadline=deadline, budget_ms=budget_ms)
         fields = snapshot_fields(payload, env)
         return _capture(fields, gaps, deadline=deadline, budget_ms=budget_ms)
     except Exception as exc:  # a hook bug must still leave a trace of the missed capture
@@ -167,11 +178,18 @@ def detect_agent(payload: Mapping[str, Any]) -> str:
     """``gemini``, ``codex`` or ``claude``, told from the payload alone.
 
     Gemini is checked first: it also sets ``CLAUDE_PROJECT_DIR`` for compatibility, so the
-    environment cannot tell it apart; its event name can.
+    environment cannot tell it apart; its event names can, and for the events it shares with
+    Claude Code (``SessionStart``, ``SessionEnd``) the ``timestamp`` every Gemini payload has.
+    Codex puts a ``turn_id`` in every event of a turn; its ``SessionStart`` has none, but its
+    transcript is a ``rollout-*.jsonl`` under ``.codex``.
     """
-    if payload.get("hook_event_name") == "AfterTool":
+    event = payload.get("hook_event_name")
+    if event in _GEMINI_EVENTS or (event in ("SessionStart", "SessionEnd")
+                                   and "timestamp" in payload):
         return "gemini"
-    if "turn_id" in payload:
+    transcript = payload.get("transcript_path")
+    if "turn_id" in payload or (isinstance(transcript, str) and (
+            "/.codex/" in transcript or os.path.basename(transcript).startswith("rollout-"))):
         return "codex"
     return "claude"
 
@@ -363,6 +381,62 @@ def _capture(fields: dict[str, Any], gaps: _GapWriter, *, deadline: float,
     return "ok"
 
 
+def _session(payload: Mapping[str, Any], gaps: _GapWriter, *, deadline: float,
+             budget_ms: int) -> str:
+    """Tell the daemon about a session's lifecycle event (``SESSION_EVENTS``); on a start, give
+    the agent one line of context. An attempt begun for the agent (``SNAPSHOTD_RUN_ID``: exec,
+    an engine) has its own lifecycle: nothing to do. A session's end starts no daemon."""
+    from .client import Client, DaemonUnavailable, SnapshotdError
+
+    env = os.environ
+    if env.get("SNAPSHOTD_RUN_ID") and env.get("SNAPSHOTD_NODE_ID"):
+        return "ok"
+    event = SESSION_EVENTS[payload["hook_event_name"]]
+    fields = snapshot_fields(payload, env)
+    # The hook's parent is the agent, or a shell it ran the hook's command with: the daemon
+    # walks up from it past shells (snapshotd.sessions.agent_process).
+    request = {"event": event, "cwd": fields["cwd"], "fallback": fields["fallback"],
+               "agent_pid": os.getppid()}
+    client = Client(timeout=budget_ms / 1000.0,
+                    deadline=deadline - min(_GAP_RESERVE_S, budget_ms / 10000.0))
+    try:
+        try:
+            result = client.request("session", **request)
+        except DaemonUnavailable:
+            if event == "end" or not try_autostart(client.socket_path, client.deadline or deadline):
+                raise
+            result = client.request("session", **request)
+    except SnapshotdError as exc:
+        if not exc.daemon_recorded:
+            gaps.write(_gap_attribution(None, env, fields), tool_use_id=None, reason=exc.code,
+                       detail=f"session {event} was not recorded: {exc.message}")
+        return exc.code
+    finally:
+        client.close()
+    if event == "start":
+        _tell_agent(result)
+    return "ok"
+
+
+def _tell_agent(result: Mapping[str, Any]) -> None:
+    """The one line of context a session start gives the agent, as the JSON the agents read
+    from a ``SessionStart`` hook's stdout."""
+    import json
+
+    run = result.get("run_id")
+    line = (f"snapshotd checkpoints this session's files as run {run} (node "
+            f"{result.get('node_id')}, attempt {result.get('attempt')}); the snapshotd MCP "
+            "tools (list_checkpoints, diff_checkpoint, restore_checkpoint) can list and restore "
+            "them.")
+    text = json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart",
+                                              "additionalContext": line}})
+    if _AGENT_STDOUT is not None:
+        try:
+            os.write(_AGENT_STDOUT, text.encode() + b"\n")
+        except OSError:  # the agent closed its end: the context is a courtesy, not a duty
+            pass
+
+
 def _gap_attribution(payload: Mapping[str, Any] | None, env: Mapping[str, str],
                      fields: Mapping[str, Any]) -> dict[str, Any]:
     # The attempt the capture was meant for: explicit ids when sent, else the fallback's.
@@ -472,9 +546,18 @@ def _read_stdin(deadline: float) -> bytes | None:
     return b"".join(chunks)
 
 
+# The agent's stdout, kept (not inheritable) for the one line a session start prints.
+_AGENT_STDOUT: int | None = None
+
+
 def _silence_output() -> None:
     # Point fds 1 and 2 at /dev/null: nothing (warnings, tracebacks at exit, a child process)
     # can write to the agent's stdout/stderr or keep its pipes open.
+    global _AGENT_STDOUT
+    try:
+        _AGENT_STDOUT = os.dup(1)
+    except OSError:  # no stdout at all: there is nobody to give context to
+        _AGENT_STDOUT = None
     fd = os.open(os.devnull, os.O_WRONLY)
     for target in (1, 2):
         if fd != target:

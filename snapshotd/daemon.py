@@ -25,7 +25,7 @@ log = logging.getLogger("snapshotd")
 # The parts that extend the core, attached at start-up when installed.
 OPTIONAL_PARTS = ("snapshotd.watcher", "snapshotd.restore", "snapshotd.engine",
                   "snapshotd.sdnotify", "snapshotd.metrics", "snapshotd.gc",
-                  "snapshotd.replication")
+                  "snapshotd.replication", "snapshotd.sessions")
 
 
 def prepare_home(home: Path) -> Path:
