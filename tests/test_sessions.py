@@ -264,3 +264,28 @@ def test_session_whose_agent_dies_is_abandoned(sd_env: Env, daemon: Daemon,
     assert [(a["attempt"], a["state"]) for a in attempts(sd_env, "claude-gone")] == [
         (1, "abandoned"), (2, "active")]
     assert [g for g in sd_env.read_gaps() if g["reason"] == "fenced"] == []
+
+
+# -- the hook's side -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("agent", sorted(LIFECYCLE))
+def test_lifecycle_payloads_are_told_apart(agent: str) -> None:
+    from snapshotd_client.hook import SESSION_EVENTS, detect_agent
+
+    for payload in load_payloads(LIFECYCLE[agent]):
+        assert detect_agent(payload) == agent, payload["hook_event_name"]
+        assert payload["hook_event_name"] in SESSION_EVENTS
+
+
+def test_an_event_no_daemon_hears_is_a_gap(sd_env: Env, tmp_path: Path) -> None:
+    wt = make_git_worktree(tmp_path / "proj")
+    for name in ("SessionStart", "Stop", "SessionEnd"):
+        started = time.monotonic()
+        proc = hook(sd_env, wt, event(wt, "deaf", name))
+        assert proc.stdout == b"" and time.monotonic() - started < 5
+    gaps = sd_env.read_gaps()
+    assert [(g["reason"], g["run_id"], g["worktree"], g["tool_use_id"]) for g in gaps] == [
+        ("daemon-unavailable", "claude-deaf", str(wt), None)] * 3
+    assert [g["detail"].split(" was ")[0] for g in gaps] == [
+        "session start", "session idle", "session end"]
