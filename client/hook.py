@@ -5,8 +5,8 @@ call id and label, choosing the attribution (docs/protocol.md, "Attribution orde
 daemon for a capture within one time budget, starting the daemon on first use
 (``try_autostart``), and recording a gap when it could not get a checkpoint. After a tool call it
 asks for a capture; on a session's lifecycle events (``SESSION_EVENTS``: start, a turn begun, a
-turn ended, end) it tells the daemon instead (the ``session`` op, docs/agents.md, "Session
-lifecycle"), naming its parent process so the daemon can find the agent that owns the session.
+turn ended, end) it tells the daemon instead (``snapshotd_client.lifecycle``; docs/agents.md,
+"Session lifecycle").
 
 Promises:
 - exits 0 and prints nothing, whatever happens, but for the one line of context a session's
@@ -383,58 +383,21 @@ def _capture(fields: dict[str, Any], gaps: _GapWriter, *, deadline: float,
 
 def _session(payload: Mapping[str, Any], gaps: _GapWriter, *, deadline: float,
              budget_ms: int) -> str:
-    """Tell the daemon about a session's lifecycle event (``SESSION_EVENTS``); on a start, give
-    the agent one line of context. An attempt begun for the agent (``SNAPSHOTD_RUN_ID``: exec,
-    an engine) has its own lifecycle: nothing to do. A session's end starts no daemon."""
-    from .client import Client, DaemonUnavailable, SnapshotdError
+    """Tell the daemon a session's lifecycle event (``snapshotd_client.lifecycle``). An attempt
+    begun for the agent (``SNAPSHOTD_RUN_ID``: exec, an engine) has its own lifecycle."""
+    from .lifecycle import tell_daemon
 
     env = os.environ
     if env.get("SNAPSHOTD_RUN_ID") and env.get("SNAPSHOTD_NODE_ID"):
         return "ok"
-    event = SESSION_EVENTS[payload["hook_event_name"]]
     fields = snapshot_fields(payload, env)
-    # The hook's parent is the agent, or a shell it ran the hook's command with: the daemon
-    # walks up from it past shells (snapshotd.sessions.agent_process).
-    request = {"event": event, "cwd": fields["cwd"], "fallback": fields["fallback"],
-               "agent_pid": os.getppid()}
-    client = Client(timeout=budget_ms / 1000.0,
-                    deadline=deadline - min(_GAP_RESERVE_S, budget_ms / 10000.0))
-    try:
-        try:
-            result = client.request("session", **request)
-        except DaemonUnavailable:
-            if event == "end" or not try_autostart(client.socket_path, client.deadline or deadline):
-                raise
-            result = client.request("session", **request)
-    except SnapshotdError as exc:
-        if not exc.daemon_recorded:
-            gaps.write(_gap_attribution(None, env, fields), tool_use_id=None, reason=exc.code,
-                       detail=f"session {event} was not recorded: {exc.message}")
-        return exc.code
-    finally:
-        client.close()
-    if event == "start":
-        _tell_agent(result)
-    return "ok"
-
-
-def _tell_agent(result: Mapping[str, Any]) -> None:
-    """The one line of context a session start gives the agent, as the JSON the agents read
-    from a ``SessionStart`` hook's stdout."""
-    import json
-
-    run = result.get("run_id")
-    line = (f"snapshotd checkpoints this session's files as run {run} (node "
-            f"{result.get('node_id')}, attempt {result.get('attempt')}); the snapshotd MCP "
-            "tools (list_checkpoints, diff_checkpoint, restore_checkpoint) can list and restore "
-            "them.")
-    text = json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart",
-                                              "additionalContext": line}})
-    if _AGENT_STDOUT is not None:
-        try:
-            os.write(_AGENT_STDOUT, text.encode() + b"\n")
-        except OSError:  # the agent closed its end: the context is a courtesy, not a duty
-            pass
+    return tell_daemon(
+        SESSION_EVENTS[payload["hook_event_name"]], fields, budget_ms=budget_ms,
+        deadline=deadline - min(_GAP_RESERVE_S, budget_ms / 10000.0), autostart=try_autostart,
+        write_gap=lambda reason, detail: gaps.write(_gap_attribution(None, env, fields),
+                                                    tool_use_id=None, reason=reason,
+                                                    detail=detail),
+        stdout=_AGENT_STDOUT)
 
 
 def _gap_attribution(payload: Mapping[str, Any] | None, env: Mapping[str, str],
@@ -556,7 +519,7 @@ def _silence_output() -> None:
     global _AGENT_STDOUT
     try:
         _AGENT_STDOUT = os.dup(1)
-    except OSError:  # no stdout at all: there is nobody to give context to
+    except OSError:  # no stdout: nobody to give context to
         _AGENT_STDOUT = None
     fd = os.open(os.devnull, os.O_WRONLY)
     for target in (1, 2):
