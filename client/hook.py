@@ -1,14 +1,19 @@
-"""``snapshot-hook``: the after-tool hook of Claude Code, Codex and Gemini CLI (tier 1, ``hook``).
+"""``snapshot-hook``: the hook of Claude Code, Codex and Gemini CLI (tier 1, ``hook``).
 
 Owns: reading the agent's hook payload from stdin, telling the agent apart, deriving the tool
 call id and label, choosing the attribution (docs/protocol.md, "Attribution order"), asking the
 daemon for a capture within one time budget, starting the daemon on first use
-(``try_autostart``), and recording a gap when it could not get a checkpoint.
+(``try_autostart``), and recording a gap when it could not get a checkpoint. After a tool call it
+asks for a capture; on a session's lifecycle events (``SESSION_EVENTS``: start, a turn begun, a
+turn ended, end) it tells the daemon instead (``snapshotd_client.lifecycle``; docs/agents.md,
+"Session lifecycle"). Before a tool call (``BEFORE_TOOL_EVENTS``) it asks for a bracketing
+capture the daemon answers as a no-op unless ``bracket = true`` (docs/review.md, "Bracket").
 
 Promises:
-- exits 0 and prints nothing, whatever happens: stdout and stderr are pointed at /dev/null first
-  thing, so not even a warning at interpreter exit can reach the agent (exit 2 + stderr would be
-  fed to the model);
+- exits 0 and prints nothing, whatever happens, but for the one line of context a session's
+  start gives the agent (``hookSpecificOutput.additionalContext``, JSON on stdout): stdout and
+  stderr are pointed at /dev/null first thing, so not even a warning at interpreter exit can
+  reach the agent (exit 2 + stderr would be fed to the model);
 - returns within ``SNAPSHOTD_HOOK_TIMEOUT_MS`` of starting, covering stdin, connect, daemon
   start, send, reply and the gap's write (the capture stops ``_GAP_RESERVE_S`` short, and the
   spool's lock is never waited for past the deadline); with no daemon and autostart off, in a
@@ -55,6 +60,11 @@ GAP_DETAIL_MAX = 2000
 GAP_FIELD_MAX = 1024
 LABEL_PART_MAX = 60
 _PATCH_PREFIXES = ("*** Update File: ", "*** Add File: ", "*** Delete File: ")
+# An agent session's lifecycle events, by the agents' event names, and what each tells the daemon
+# (docs/agents.md has the table per agent; Codex has no end event).
+SESSION_EVENTS = {"SessionStart": "start", "UserPromptSubmit": "working", "BeforeAgent": "working",
+                  "Stop": "idle", "AfterAgent": "idle", "SessionEnd": "end"}
+_GEMINI_EVENTS = ("AfterTool", "BeforeTool", "BeforeAgent", "AfterAgent")
 # What the capture leaves of the budget for writing a gap (at most a tenth of the budget).
 _GAP_RESERVE_S = 0.05
 # A lock file written this recently belongs to a daemon still starting up.
@@ -101,6 +111,8 @@ def handle(data: bytes | None, *, deadline: float, budget_ms: int, note: str = "
     try:
         if payload.get("hook_event_name") in BEFORE_TOOL_EVENTS:
             return _before_tool(payload, env, deadline=deadline, budget_ms=budget_ms)
+        if payload.get("hook_event_name") in SESSION_EVENTS:
+            return _session(payload, gaps, deadline=deadline, budget_ms=budget_ms)
         fields = snapshot_fields(payload, env)
         return _capture(fields, gaps, deadline=deadline, budget_ms=budget_ms)
     except Exception as exc:  # a hook bug must still leave a trace of the missed capture
@@ -171,11 +183,18 @@ def detect_agent(payload: Mapping[str, Any]) -> str:
     """``gemini``, ``codex`` or ``claude``, told from the payload alone.
 
     Gemini is checked first: it also sets ``CLAUDE_PROJECT_DIR`` for compatibility, so the
-    environment cannot tell it apart; its event name can.
+    environment cannot tell it apart; its event names can, and for the events it shares with
+    Claude Code (``SessionStart``, ``SessionEnd``) the ``timestamp`` every Gemini payload has.
+    Codex puts a ``turn_id`` in every event of a turn; its ``SessionStart`` has none, but its
+    transcript is a ``rollout-*.jsonl`` under ``.codex``.
     """
-    if payload.get("hook_event_name") in ("AfterTool", "BeforeTool"):
+    event = payload.get("hook_event_name")
+    if event in _GEMINI_EVENTS or (event in ("SessionStart", "SessionEnd")
+                                   and "timestamp" in payload):
         return "gemini"
-    if "turn_id" in payload:
+    transcript = payload.get("transcript_path")
+    if "turn_id" in payload or (isinstance(transcript, str) and (
+            "/.codex/" in transcript or os.path.basename(transcript).startswith("rollout-"))):
         return "codex"
     return "claude"
 
@@ -389,6 +408,25 @@ def _before_tool(payload: Mapping[str, Any], env: Mapping[str, str], *, deadline
     return "ok"
 
 
+def _session(payload: Mapping[str, Any], gaps: _GapWriter, *, deadline: float,
+             budget_ms: int) -> str:
+    """Tell the daemon a session's lifecycle event (``snapshotd_client.lifecycle``). An attempt
+    begun for the agent (``SNAPSHOTD_RUN_ID``: exec, an engine) has its own lifecycle."""
+    from .lifecycle import tell_daemon
+
+    env = os.environ
+    if env.get("SNAPSHOTD_RUN_ID") and env.get("SNAPSHOTD_NODE_ID"):
+        return "ok"
+    fields = snapshot_fields(payload, env)
+    return tell_daemon(
+        SESSION_EVENTS[payload["hook_event_name"]], fields, budget_ms=budget_ms,
+        deadline=deadline - min(_GAP_RESERVE_S, budget_ms / 10000.0), autostart=try_autostart,
+        write_gap=lambda reason, detail: gaps.write(_gap_attribution(None, env, fields),
+                                                    tool_use_id=None, reason=reason,
+                                                    detail=detail),
+        stdout=_AGENT_STDOUT)
+
+
 def _gap_attribution(payload: Mapping[str, Any] | None, env: Mapping[str, str],
                      fields: Mapping[str, Any]) -> dict[str, Any]:
     # The attempt the capture was meant for: explicit ids when sent, else the fallback's.
@@ -498,9 +536,18 @@ def _read_stdin(deadline: float) -> bytes | None:
     return b"".join(chunks)
 
 
+# The agent's stdout, kept (not inheritable) for the one line a session start prints.
+_AGENT_STDOUT: int | None = None
+
+
 def _silence_output() -> None:
     # Point fds 1 and 2 at /dev/null: nothing (warnings, tracebacks at exit, a child process)
     # can write to the agent's stdout/stderr or keep its pipes open.
+    global _AGENT_STDOUT
+    try:
+        _AGENT_STDOUT = os.dup(1)
+    except OSError:  # no stdout: nobody to give context to
+        _AGENT_STDOUT = None
     fd = os.open(os.devnull, os.O_WRONLY)
     for target in (1, 2):
         if fd != target:

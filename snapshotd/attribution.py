@@ -3,7 +3,11 @@
 Owns the order in which a ``snapshot`` request is attributed: the attempt the request names
 (``run_id``/``node_id``, with ``attempt`` or the node's newest), else the active attempt registered
 for the worktree holding ``cwd`` (the nearest registered ancestor; the newest attempt when several
-are active there), else the zero-setup ``fallback`` the hook proposes. Owns the refusal of
+are active there), else the zero-setup ``fallback`` the hook proposes: the agent session's own
+attempt (``session_attempt``). A request that carries a fallback names an agent session, so it
+only ever goes to an attempt registered with ``attempt_begin`` (``snapshotd exec``, an engine) or
+to its own session's attempt, never to another session's zero-setup attempt in the same
+directory (docs/agents.md, "Several sessions in one folder"). Owns the refusal of
 directories that must never be captured (the filesystem root, pseudo filesystems, the snapshotd
 home and anything inside or above it) and, for zero-setup worktrees only, of the home directory
 and of trees over ``max_zero_setup_files`` files.
@@ -23,7 +27,7 @@ from typing import NoReturn
 from snapshotd import errors
 from snapshotd.errors import ServiceError, abs_path_field, int_value
 from snapshotd.keys import AttemptKey
-from snapshotd.ledger import Attempt, Ledger
+from snapshotd.ledger import ACTIVE, Attempt, Ledger
 from snapshotd.snapshot_request import SnapshotRequest
 from snapshotd.store import Store
 
@@ -50,22 +54,34 @@ class Attribution:
         """Which attempt a capture belongs to: explicit, registered worktree, or zero-setup."""
         if req.run_id is not None:
             return self._named(req)
-        registered = self.active_for(req.cwd)
+        registered = self.active_for(req.cwd, registered_only=req.fallback is not None)
         if registered is not None:
             return registered
         if req.fallback is None:
             raise ServiceError(
                 errors.BAD_REQUEST, f"no attempt is registered for {req.cwd}: name run_id and "
                 "node_id, or run `snapshotd attempt begin` for this worktree")
+        return self.session_attempt(req)
+
+    def session_attempt(self, req: SnapshotRequest, *, owner_pid: int | None = None,
+                        renew: bool = False) -> Attempt:
+        """The attempt of the agent session ``req.fallback`` names: its node's newest attempt
+        while that is active (unless ``renew``), else a new one: the fallback's number for the
+        first, one more than the newest once that ended (a resumed session, or one whose
+        registered attempt came and went), so a session's later work is never fenced. A new
+        one is created (zero-setup, owned by ``owner_pid``) only for a directory that may be
+        adopted; else a gap and ``worktree-refused``."""
         fb = req.fallback
-        key = AttemptKey(fb["run_id"], fb["node_id"], fb["iteration"], fb["attempt"])
-        found = self.ledger.get_attempt(key)
-        if found is not None:
-            return found
+        assert fb is not None
+        newest = self.newest_attempt(fb["run_id"], fb["node_id"], fb["iteration"])
+        if newest is not None and newest.state == ACTIVE and not renew:
+            return newest
+        number = fb["attempt"] if newest is None else newest.key.attempt + 1
+        key = AttemptKey(fb["run_id"], fb["node_id"], fb["iteration"], number)
         req.run_id, req.node_id, req.attempt = key.run_id, key.node_id, key.attempt
         root = self.checked_root(Path(fb["worktree"]), req)
         self._refuse_zero_setup(root, req)
-        return self._new_attempt(key, root, zero_setup=True)
+        return self._new_attempt(key, root, zero_setup=True, owner_pid=owner_pid)
 
     def find_attempt(self, run_id: str, node_id: str, iteration: int,
                      number: object) -> Attempt:
@@ -87,11 +103,14 @@ class Attribution:
             return None
         return self.ledger.get_attempt(AttemptKey(run_id, node_id, iteration, number))
 
-    def active_for(self, cwd: Path) -> Attempt | None:
-        """The active attempt whose worktree is ``cwd`` or its nearest registered ancestor."""
+    def active_for(self, cwd: Path, *, registered_only: bool = False) -> Attempt | None:
+        """The active attempt whose worktree is ``cwd`` or its nearest registered ancestor;
+        with ``registered_only``, among attempts begun by ``attempt_begin`` (not zero-setup)."""
         path = resolve(cwd)
         best: Attempt | None = None
         for attempt in self.ledger.active_attempts():
+            if registered_only and attempt.zero_setup:
+                continue
             root = Path(attempt.worktree)
             if path == root or root in path.parents:
                 if best is None or len(str(root)) > len(best.worktree) or (
@@ -143,9 +162,11 @@ class Attribution:
         root = Path(registered.worktree) if registered else self.checked_root(req.cwd, req)
         return self._new_attempt(key, root, zero_setup=False)
 
-    def _new_attempt(self, key: AttemptKey, root: Path, *, zero_setup: bool) -> Attempt:
+    def _new_attempt(self, key: AttemptKey, root: Path, *, zero_setup: bool,
+                     owner_pid: int | None = None) -> Attempt:
         self.ledger.ensure_worktree(self.store.worktree(root).id, str(root))
-        attempt = self.ledger.create_attempt(key, str(root), zero_setup=zero_setup)
+        attempt = self.ledger.create_attempt(key, str(root), zero_setup=zero_setup,
+                                             owner_pid=owner_pid)
         self.announce_active(attempt)
         return attempt
 

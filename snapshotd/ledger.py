@@ -233,13 +233,25 @@ class Ledger:
                           ended: bool = False) -> None:
         # Two statements rather than ``CASE WHEN ?``: PostgreSQL will not take an integer
         # parameter as a boolean.
-        ended_sql = ", ended_at=?" if ended else ""
+        # An ended attempt is no longer idle: it no longer works at all.
+        ended_sql = ", ended_at=?, idle_since=NULL" if ended else ""
         args: list = [state, final_commit] + ([time.time()] if ended else [])
         with self.transaction() as db:
             db.execute(
                 f"UPDATE attempts SET state=?, final_commit=COALESCE(?, final_commit){ended_sql}"
                 " WHERE run_id=? AND node_id=? AND iteration=? AND attempt=?",
                 (*args, key.run_id, key.node_id, key.iteration, key.attempt))
+
+    def set_attempt_idle(self, key: AttemptKey, idle: bool) -> bool:
+        """Mark an active attempt idle (its agent waits for its user; the first moment is kept)
+        or working again. Returns False when no active attempt has that key."""
+        with self.transaction() as db:
+            cur = db.execute(
+                f"UPDATE attempts SET idle_since={'COALESCE(idle_since, ?)' if idle else '?'}"
+                " WHERE run_id=? AND node_id=? AND iteration=? AND attempt=? AND state=?",
+                (time.time() if idle else None, key.run_id, key.node_id, key.iteration,
+                 key.attempt, ACTIVE))
+            return cur.rowcount > 0
 
     def active_attempts(self, worktree: str | None = None) -> list[Attempt]:
         sql = "SELECT * FROM attempts WHERE state = ?"

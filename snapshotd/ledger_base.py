@@ -37,13 +37,22 @@ class Attempt:
     started_at: float
     ended_at: float | None
     final_commit: str | None
+    # When the attempt's agent last ended its turn and began waiting for its user (an agent
+    # session's ``Stop``); None while it works. Only an active attempt is ever idle.
+    idle_since: float | None = None
+
+    @property
+    def working(self) -> bool:
+        """Active and not waiting for its user: restoring under it would fight its agent."""
+        return self.state == ACTIVE and self.idle_since is None
 
     def as_dict(self) -> dict:
         d = self.key.as_dict()
         d.update(worktree=self.worktree, state=self.state, epoch=self.epoch,
                  owner_pid=self.owner_pid, zero_setup=self.zero_setup, settle_ms=self.settle_ms,
                  max_wait_ms=self.max_wait_ms, started_at=self.started_at,
-                 ended_at=self.ended_at, final_commit=self.final_commit)
+                 ended_at=self.ended_at, final_commit=self.final_commit,
+                 idle_since=self.idle_since)
         return d
 
 
@@ -131,7 +140,7 @@ def attempt_from_row(row: Any) -> Attempt:
         owner_pid=row["owner_pid"], zero_setup=bool(row["zero_setup"]),
         settle_ms=row["settle_ms"], max_wait_ms=row["max_wait_ms"],
         started_at=row["started_at"], ended_at=row["ended_at"],
-        final_commit=row["final_commit"])
+        final_commit=row["final_commit"], idle_since=row["idle_since"])
 
 
 def checkpoint_from_row(row: Any) -> dict:

@@ -11,7 +11,7 @@ run the same statements in the same order.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 DIALECTS = ("sqlite", "postgresql")
 
@@ -83,6 +83,11 @@ _MIGRATIONS: dict[int, str] = {
     2: """
     ALTER TABLE checkpoints ADD COLUMN pruned_at {REAL};
     ALTER TABLE checkpoints ADD COLUMN pruned_reason TEXT
+    """,
+    # 3: agent sessions. An active attempt whose agent waits for its user (its turn ended) has
+    # idle_since set; NULL while it works. Restore refuses only attempts that work.
+    3: """
+    ALTER TABLE attempts ADD COLUMN idle_since {REAL}
     """,
 }
 

@@ -15,8 +15,9 @@ Promises:
   when that attempt has ended; so target, safety checkpoint and undo live in one commit chain and
   the undo is ``snapshotd restore RUN --node X --iteration I --attempt A --seq <safety> --force``.
   (The engine's resume into a directory of its own records it in the new attempt instead.)
-- While an attempt is active on the worktree, an in-place restore is refused (``conflict``)
-  unless forced; the message carries an ``attempt end`` command line the CLI accepts.
+- While an attempt is working on the worktree (active, and not an agent session idle between
+  turns), an in-place restore is refused (``conflict``) unless forced; the message carries an
+  ``attempt end`` command line the CLI accepts.
 - Only what differs is touched: the plan is a tree-to-tree diff of the worktree's current capture
   against the checkpoint, so its cost follows the difference, not the tree.
 - Writes are confined and atomic per file, and a checkpoint path that would leave the target is
@@ -345,7 +346,9 @@ def _apply(repo: pygit2.Repository, root: Path, plan: Plan, progress: Progress |
 
 
 def _refuse_active(service: Service, root: Path) -> None:
-    active = service.ledger.active_attempts(str(root))
+    # An agent session that waits for its user (idle) is not working: restoring then cannot
+    # fight it. One that works still refuses.
+    active = [a for a in service.ledger.active_attempts(str(root)) if a.working]
     if active:
         a = active[-1]
         raise ServiceError(

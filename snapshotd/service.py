@@ -100,6 +100,9 @@ class Service:
         # Called with the attempt and its new row once a checkpoint is recorded (replication);
         # runs on the capture path, so a listener only notes the work and returns.
         self.on_checkpoint: list[Callable[[Attempt, dict], None]] = []
+        # Which attempt each worktree's tier-2 captures go to (the last one announced active).
+        self._tier2_owner: dict[str, AttemptKey] = {}
+        self._routing_lock = threading.RLock()
         self.attribution = Attribution(
             home=home, ledger=self.ledger, store=self.store,
             max_zero_setup_files=config.max_zero_setup_files, record_gap=self.record_gap,
@@ -115,12 +118,17 @@ class Service:
         req = SnapshotRequest.from_fields(fields)
         attempt = self.attribution.attribute(req)
         root = Path(attempt.worktree)
+        if attempt.zero_setup:
+            self.route_tier2(attempt)
         with self.worktree_lock(root):
             # Re-read under the lock: an attempt_begin may have fenced this attempt meanwhile.
             current = self.ledger.get_attempt(attempt.key)
             if current is None or current.state != ACTIVE:
                 self._fenced(req, attempt, current)
             result = self.capture_locked(current, req, started)
+            if current.idle_since is not None and req.source == "hook":
+                # A tool call is its agent at work, whatever the last turn's end said.
+                self.ledger.set_attempt_idle(current.key, False)
         faults.crash_point("before-reply")
         return result
 
@@ -320,18 +328,41 @@ class Service:
         self.gaps.record(reason=reason, detail=detail, **gap_fields(req, attempt))
 
     def announce_active(self, attempt: Attempt) -> None:
-        for listener in self.on_attempt_active:
-            try:
-                listener(attempt)
-            except Exception:  # noqa: BLE001
-                log.exception("attempt-active listener failed for %s", attempt.worktree)
+        """Tell the listeners (watcher, engine) that ``attempt`` now owns its worktree's
+        tier-2 captures."""
+        with self._routing_lock:
+            self._tier2_owner[attempt.worktree] = attempt.key
+            for listener in self.on_attempt_active:
+                try:
+                    listener(attempt)
+                except Exception:  # noqa: BLE001
+                    log.exception("attempt-active listener failed for %s", attempt.worktree)
 
     def announce_inactive(self, attempt: Attempt) -> None:
-        for listener in self.on_attempt_inactive:
-            try:
-                listener(attempt)
-            except Exception:  # noqa: BLE001
-                log.exception("attempt-inactive listener failed for %s", attempt.worktree)
+        """Tell the listeners that ``attempt`` ended. When it owned its worktree's tier-2
+        captures and another attempt is still active there (two agent sessions in one folder),
+        the newest of those takes them over."""
+        with self._routing_lock:
+            for listener in self.on_attempt_inactive:
+                try:
+                    listener(attempt)
+                except Exception:  # noqa: BLE001
+                    log.exception("attempt-inactive listener failed for %s", attempt.worktree)
+            if self._tier2_owner.get(attempt.worktree) not in (attempt.key, None):
+                return
+            self._tier2_owner.pop(attempt.worktree, None)
+            others = [a for a in self.ledger.active_attempts(attempt.worktree)
+                      if a.key != attempt.key]
+            if others:
+                self.announce_active(others[-1])
+
+    def route_tier2(self, attempt: Attempt) -> None:
+        """Make ``attempt`` (an agent session that just made a request) the owner of its
+        worktree's tier-2 captures, when another active attempt there held them: with several
+        sessions in one folder, tier 2 goes to the one active most recently."""
+        with self._routing_lock:
+            if self._tier2_owner.get(attempt.worktree) != attempt.key:
+                self.announce_active(attempt)
 
     # -- helpers ---------------------------------------------------------------------------
 

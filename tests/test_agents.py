@@ -1,4 +1,4 @@
-"""The three agent CLIs end to end: their real hook payloads (shared/fixtures) replayed through
+"""The three agent CLIs end to end: their real hook payloads (tests/fixtures) replayed through
 the real ``snapshot-hook`` against a real daemon, with the tool's file effects applied in between,
 must give checkpoints attributed to ``<agent>-<session>`` and labelled by the tool call; and a
 hook with no daemon running starts exactly one, even when eight race."""

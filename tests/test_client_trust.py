@@ -54,13 +54,13 @@ def test_hook_records_socket_untrusted_for_a_squatted_directory(hook_env, short_
     hook_env["SNAPSHOTD_GAPS"] = str(Path(hook_env["SNAPSHOTD_HOME"]) / "gaps.ndjson")
     with FakeDaemon(short_dir / "d.sock", ok()) as fake:
         _squat(short_dir, how)
-        proc, elapsed = run_hook(hook_env, claude_payload("/work/proj"))
+        proc, elapsed = run_hook(hook_env, claude_payload("/srv/proj"))
     assert_silent_success(proc)
     assert elapsed < 2.0
     assert fake.requests == []
     (gap,) = read_gaps(hook_env["SNAPSHOTD_GAPS"])
     assert gap["reason"] == "socket-untrusted"
-    assert gap["worktree"] == "/work/proj" and gap["tool_use_id"] == "toolu_test_1"
+    assert gap["worktree"] == "/srv/proj" and gap["tool_use_id"] == "toolu_test_1"
 
 
 def test_a_squatted_directory_without_a_socket_is_untrusted_not_unavailable(short_dir):
@@ -74,7 +74,7 @@ def test_client_refuses_a_socket_file_owned_by_another_user(hook_env, short_dir)
         os.chown(short_dir / "d.sock", NOBODY, NOBODY)
         with pytest.raises(SocketUntrusted, match="owned by uid 65534"):
             Client(short_dir / "d.sock").ping()
-        proc, _ = run_hook(hook_env, claude_payload("/work/proj"))
+        proc, _ = run_hook(hook_env, claude_payload("/srv/proj"))
         assert fake.requests == []
     assert_silent_success(proc)
     (gap,) = read_gaps(short_dir / "gaps.ndjson")
@@ -123,7 +123,7 @@ def test_client_refuses_a_listener_running_as_another_user(hook_env, short_dir):
         assert os.stat(sock).st_uid == 0 and socket_problem(str(sock)) is None
         with pytest.raises(SocketUntrusted, match="runs as uid 65534"):
             Client(sock).ping()
-        hook, _ = run_hook(hook_env, claude_payload("/work/proj"))
+        hook, _ = run_hook(hook_env, claude_payload("/srv/proj"))
     finally:
         proc.kill()
         proc.wait()

@@ -43,11 +43,11 @@ short_dir = nodaemon.short_dir
 def test_hook_writes_the_gap_for_every_code_the_daemon_records_none_for(hook_env, short_dir,
                                                                        code):
     with FakeDaemon(short_dir / "d.sock", fail(code)):
-        proc, _ = run_plain_hook(hook_env, claude_payload("/work/proj"))
+        proc, _ = run_plain_hook(hook_env, claude_payload("/srv/proj"))
     assert_silent_success(proc)
     (gap,) = read_gaps(short_dir / "gaps.ndjson")
     assert (gap["reason"], gap["detail"]) == (code, f"refused: {code}")
-    assert (gap["run_id"], gap["worktree"]) == (f"claude-{SESSION}", "/work/proj")
+    assert (gap["run_id"], gap["worktree"]) == (f"claude-{SESSION}", "/srv/proj")
 
 
 def test_the_unattributed_set_names_the_daemons_gapless_replies():
@@ -58,7 +58,7 @@ def test_the_unattributed_set_names_the_daemons_gapless_replies():
 @pytest.mark.parametrize("code", [FENCED, WORKTREE_REFUSED, CAPTURE_FAILED])
 def test_hook_leaves_attributed_failures_to_the_daemon(hook_env, short_dir, code):
     with FakeDaemon(short_dir / "d.sock", fail(code)):
-        proc, _ = run_plain_hook(hook_env, claude_payload("/work/proj"))
+        proc, _ = run_plain_hook(hook_env, claude_payload("/srv/proj"))
     assert_silent_success(proc)
     assert read_gaps(short_dir / "gaps.ndjson") == []
 
@@ -67,7 +67,7 @@ def test_busy_reply_without_an_id_is_a_gap(hook_env, short_dir):
     # The real daemon answers "busy" before reading the request, so with id None.
     reply = {"id": None, "ok": False, "error": {"code": "busy", "message": "too many"}}
     with FakeDaemon(short_dir / "d.sock", lambda req: reply):
-        proc, _ = run_plain_hook(hook_env, claude_payload("/work/proj"))
+        proc, _ = run_plain_hook(hook_env, claude_payload("/srv/proj"))
     assert_silent_success(proc)
     (gap,) = read_gaps(short_dir / "gaps.ndjson")
     assert gap["reason"] == "busy"
@@ -75,11 +75,11 @@ def test_busy_reply_without_an_id_is_a_gap(hook_env, short_dir):
 
 def test_explicit_run_gap_records_the_payloads_cwd_not_the_hooks(hook_env, short_dir):
     hook_env.update(SNAPSHOTD_RUN_ID="run-9", SNAPSHOTD_NODE_ID="impl", SNAPSHOTD_ITERATION="3")
-    proc, _ = run_plain_hook(hook_env, claude_payload("/work/proj/sub"))  # no daemon
+    proc, _ = run_plain_hook(hook_env, claude_payload("/srv/proj/sub"))  # no daemon
     assert_silent_success(proc)
     (gap,) = read_gaps(short_dir / "gaps.ndjson")
     assert (gap["run_id"], gap["node_id"], gap["iteration"]) == ("run-9", "impl", 3)
-    assert gap["worktree"] == "/work/proj/sub"
+    assert gap["worktree"] == "/srv/proj/sub"
     assert gap["worktree"] != os.getcwd()
 
 

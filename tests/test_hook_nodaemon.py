@@ -152,7 +152,7 @@ def fail(code: str) -> Callable[[dict], dict]:
 
 
 def test_hook_with_no_daemon_exits_0_silently_fast_and_records_a_gap(hook_env, short_dir):
-    proc, elapsed = run_hook(hook_env, claude_payload("/work/proj"))
+    proc, elapsed = run_hook(hook_env, claude_payload("/srv/proj"))
     assert_silent_success(proc)
     assert elapsed < 1.0
     (gap,) = read_gaps(short_dir / "gaps.ndjson")
@@ -160,7 +160,7 @@ def test_hook_with_no_daemon_exits_0_silently_fast_and_records_a_gap(hook_env, s
     assert gap["tool_use_id"] == "toolu_test_1"
     assert (gap["run_id"], gap["node_id"], gap["iteration"], gap["attempt"]) == (
         f"claude-{SESSION}", "session", 0, 1)
-    assert (gap["worktree"], gap["tier"], gap["source"]) == ("/work/proj", 1, "hook")
+    assert (gap["worktree"], gap["tier"], gap["source"]) == ("/srv/proj", 1, "hook")
     assert hook_env["SNAPSHOTD_SOCKET"] in gap["detail"]
     assert "No such file or directory" in gap["detail"]
 
@@ -169,7 +169,7 @@ def test_hook_with_a_stale_socket_file_reports_refused(hook_env, short_dir):
     stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     stale.bind(hook_env["SNAPSHOTD_SOCKET"])  # bound, never listening: like a crashed daemon's
     try:
-        proc, elapsed = run_hook(hook_env, claude_payload("/work/proj"))
+        proc, elapsed = run_hook(hook_env, claude_payload("/srv/proj"))
     finally:
         stale.close()
     assert_silent_success(proc)
@@ -182,7 +182,7 @@ def test_hook_with_a_stale_socket_file_reports_refused(hook_env, short_dir):
 def test_hook_times_out_on_a_mute_daemon_within_its_budget(hook_env, short_dir):
     hook_env["SNAPSHOTD_HOOK_TIMEOUT_MS"] = "500"
     with FakeDaemon(short_dir / "d.sock", lambda req: "silent") as daemon:
-        proc, elapsed = run_hook(hook_env, claude_payload("/work/proj"))
+        proc, elapsed = run_hook(hook_env, claude_payload("/srv/proj"))
     assert_silent_success(proc)
     assert 0.45 <= elapsed < 1.5
     assert [r["op"] for r in daemon.requests] == ["snapshot"]
@@ -194,36 +194,36 @@ def test_hook_times_out_on_a_mute_daemon_within_its_budget(hook_env, short_dir):
 
 def test_hook_zero_setup_request_and_no_gap_on_success(hook_env, short_dir):
     with FakeDaemon(short_dir / "d.sock", ok()) as daemon:
-        proc, elapsed = run_hook(hook_env, claude_payload("/work/proj"))
+        proc, elapsed = run_hook(hook_env, claude_payload("/srv/proj"))
     assert_silent_success(proc)
     assert elapsed < 1.0
     assert not (short_dir / "gaps.ndjson").exists()
     (req,) = daemon.requests
     assert isinstance(req.pop("id"), int)
     assert req == {
-        "v": 1, "op": "snapshot", "cwd": "/work/proj", "tier": 1,
-        "source": "hook", "label": "Write /work/proj/hello.txt", "tool_use_id": "toolu_test_1",
+        "v": 1, "op": "snapshot", "cwd": "/srv/proj", "tier": 1,
+        "source": "hook", "label": "Write /srv/proj/hello.txt", "tool_use_id": "toolu_test_1",
         "fallback": {"run_id": f"claude-{SESSION}", "node_id": "session", "iteration": 0,
-                     "attempt": 1, "worktree": "/work/proj"},
+                     "attempt": 1, "worktree": "/srv/proj"},
     }
 
 
 def test_hook_explicit_attribution_from_env(hook_env, short_dir):
     hook_env.update(SNAPSHOTD_RUN_ID="run-9", SNAPSHOTD_NODE_ID="impl", SNAPSHOTD_ITERATION="1",
-                    SNAPSHOTD_ATTEMPT="2", CLAUDE_PROJECT_DIR="/work/proj")
+                    SNAPSHOTD_ATTEMPT="2", CLAUDE_PROJECT_DIR="/srv/proj")
     with FakeDaemon(short_dir / "d.sock", ok()) as daemon:
-        proc, _ = run_hook(hook_env, claude_payload("/work/proj/sub"))
+        proc, _ = run_hook(hook_env, claude_payload("/srv/proj/sub"))
     assert_silent_success(proc)
     (req,) = daemon.requests
     assert (req["run_id"], req["node_id"], req["iteration"], req["attempt"]) == (
         "run-9", "impl", 1, 2)
-    assert req["cwd"] == "/work/proj/sub"
+    assert req["cwd"] == "/srv/proj/sub"
     assert "fallback" not in req
 
 
 def test_hook_does_not_duplicate_a_gap_the_daemon_recorded(hook_env, short_dir):
     with FakeDaemon(short_dir / "d.sock", fail("fenced")):
-        proc, _ = run_hook(hook_env, claude_payload("/work/proj"))
+        proc, _ = run_hook(hook_env, claude_payload("/srv/proj"))
     assert_silent_success(proc)
     assert read_gaps(short_dir / "gaps.ndjson") == []
 
@@ -233,7 +233,7 @@ def test_hook_records_the_gap_for_a_request_the_daemon_could_not_attribute(hook_
                                                                            code):
     hook_env.update(SNAPSHOTD_RUN_ID="run-9", SNAPSHOTD_NODE_ID="impl")
     with FakeDaemon(short_dir / "d.sock", fail(code)):
-        proc, _ = run_hook(hook_env, claude_payload("/work/proj"))
+        proc, _ = run_hook(hook_env, claude_payload("/srv/proj"))
     assert_silent_success(proc)
     (gap,) = read_gaps(short_dir / "gaps.ndjson")
     assert (gap["reason"], gap["run_id"], gap["node_id"]) == (code, "run-9", "impl")
@@ -243,7 +243,7 @@ def test_hook_records_the_gap_for_a_request_the_daemon_could_not_attribute(hook_
 def test_hook_records_a_protocol_error_for_a_garbled_reply(hook_env, short_dir):
     with FakeDaemon(short_dir / "d.sock", lambda req: {"id": req["id"] + 1000, "ok": True,
                                                        "result": {}}):
-        proc, _ = run_hook(hook_env, claude_payload("/work/proj"))
+        proc, _ = run_hook(hook_env, claude_payload("/srv/proj"))
     assert_silent_success(proc)
     (gap,) = read_gaps(short_dir / "gaps.ndjson")
     assert gap["reason"] == "protocol-error"
@@ -402,7 +402,7 @@ def test_hook_autostarts_and_never_holds_the_agents_pipes(hook_env, short_dir, s
     hook_env.update(SNAPSHOTD_AUTOSTART="1", FAKE_DAEMON_INFO=str(spawned))
     start = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", script, FAKE_DAEMON_PROCESS],
-                          input=claude_payload("/work/proj"), env=hook_env,
+                          input=claude_payload("/srv/proj"), env=hook_env,
                           capture_output=True, timeout=20)
     elapsed = time.monotonic() - start
     assert_silent_success(proc)

@@ -1,4 +1,4 @@
-"""snapshot-hook's reading of real agent payloads (shared/fixtures): agent, tool_use_id, label,
+"""snapshot-hook's reading of real agent payloads (tests/fixtures): agent, tool_use_id, label,
 attribution."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from pathlib import Path
 
 import pytest
 
+from conftest import fixtures_dir
 from snapshotd_client.hook import (
     detect_agent,
     label_for,
@@ -17,21 +17,7 @@ from snapshotd_client.hook import (
     tool_use_id_for,
 )
 
-
-def _fixtures_dir() -> Path | None:
-    # CI runs in a fresh clone with a copy of shared/ beside it: <repo>/../shared/fixtures.
-    repo = Path(__file__).resolve().parents[1]
-    for candidate in (repo.parent / "shared" / "fixtures", Path("/work/shared/fixtures")):
-        if (candidate / "claude-code").is_dir():
-            return candidate
-    return None
-
-
-FIXTURES = _fixtures_dir()
-if FIXTURES is None:
-    pytest.skip("hook payload fixtures not found: expected <repo>/../shared/fixtures "
-                "(a copy of shared/ beside the clone)", allow_module_level=True)
-assert FIXTURES is not None
+FIXTURES = fixtures_dir()
 
 FILES = {
     "claude": ["claude-code/post-tool-use.ndjson", "claude-code/post-tool-use-failure.ndjson"],

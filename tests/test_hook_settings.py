@@ -51,7 +51,7 @@ def test_budget_setting_rule(raw, used, noted):
 @pytest.mark.parametrize("raw", [str(10 ** 30), "-1", "nan", "text", "0"])
 def test_hook_with_an_absurd_timeout_still_writes_a_noted_gap(hook_env, short_dir, raw):
     hook_env["SNAPSHOTD_HOOK_TIMEOUT_MS"] = raw
-    proc, elapsed = run_hook(hook_env, claude_payload("/work/proj"))
+    proc, elapsed = run_hook(hook_env, claude_payload("/srv/proj"))
     assert_silent_success(proc)
     assert elapsed < 2.0
     (gap,) = read_gaps(short_dir / "gaps.ndjson")
@@ -62,7 +62,7 @@ def test_hook_with_an_absurd_timeout_still_writes_a_noted_gap(hook_env, short_di
 def test_hook_with_a_tiny_timeout_is_clamped_and_still_asks(hook_env, short_dir):
     hook_env["SNAPSHOTD_HOOK_TIMEOUT_MS"] = "1"
     with FakeDaemon(short_dir / "d.sock", ok()) as daemon:
-        proc, elapsed = run_hook(hook_env, claude_payload("/work/proj"))
+        proc, elapsed = run_hook(hook_env, claude_payload("/srv/proj"))
     assert_silent_success(proc)
     assert elapsed < 2.0
     gaps = read_gaps(short_dir / "gaps.ndjson")
@@ -78,7 +78,7 @@ def test_hook_with_a_tiny_timeout_is_clamped_and_still_asks(hook_env, short_dir)
 def test_an_attempt_number_the_protocol_cannot_carry_is_sent_as_text(hook_env, short_dir, raw):
     hook_env.update(SNAPSHOTD_RUN_ID="run-9", SNAPSHOTD_NODE_ID="impl", SNAPSHOTD_ATTEMPT=raw)
     with FakeDaemon(short_dir / "d.sock", nodaemon.fail("bad-request")) as daemon:
-        proc, _ = run_hook(hook_env, claude_payload("/work/proj"))
+        proc, _ = run_hook(hook_env, claude_payload("/srv/proj"))
     assert_silent_success(proc)
     (req,) = daemon.requests
     assert isinstance(req["attempt"], str) and len(req["attempt"]) <= 100
@@ -88,7 +88,7 @@ def test_an_attempt_number_the_protocol_cannot_carry_is_sent_as_text(hook_env, s
 
 def test_an_oversized_run_id_becomes_a_bounded_gap(hook_env, short_dir):
     hook_env.update(SNAPSHOTD_RUN_ID="r" * 100_000, SNAPSHOTD_NODE_ID="impl")  # no daemon
-    proc, _ = run_hook(hook_env, claude_payload("/work/proj"))
+    proc, _ = run_hook(hook_env, claude_payload("/srv/proj"))
     assert_silent_success(proc)
     (gap,) = read_gaps(short_dir / "gaps.ndjson")
     assert gap["reason"] == "daemon-unavailable"

@@ -1,8 +1,9 @@
 """The agent configurations shipped in the repository: the Claude Code plugin (the repository root,
 ``.claude-plugin/plugin.json`` + ``hooks/hooks.json``), ``contrib/codex/hooks.json`` and
-``contrib/gemini/settings.json``. Valid JSON with the fields each CLI requires, matchers that
-cover exactly the tools that can change files, synchronous hooks with a timeout in each CLI's
-unit, and a command that really is the installed ``snapshot-hook``."""
+``contrib/gemini/settings.json``, and the marketplace that offers the plugin
+(``.claude-plugin/marketplace.json``). Valid JSON with the fields each CLI requires, matchers that
+cover exactly the tools that can change files, every session lifecycle event, synchronous hooks
+with a timeout in each CLI's unit, and a command that really is the installed ``snapshot-hook``."""
 
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ HOOK_BUDGET_S = 5.0  # snapshot-hook's own default budget (SNAPSHOTD_HOOK_TIMEOU
 
 CLAUDE_WRITERS = ["Write", "Edit", "MultiEdit", "NotebookEdit", "Bash", "mcp__github__push_files",
                   "mcp__fs__write_file"]
+CLAUDE_LIFECYCLE = {"SessionStart", "UserPromptSubmit", "Stop", "SessionEnd"}
+CODEX_LIFECYCLE = {"SessionStart", "UserPromptSubmit", "Stop"}  # Codex has no SessionEnd
+GEMINI_LIFECYCLE = {"SessionStart", "BeforeAgent", "AfterAgent", "SessionEnd"}
 CLAUDE_READERS = ["Read", "Glob", "Grep", "WebFetch", "WebSearch", "Task", "TodoWrite",
                   "NotebookRead", "LS", "BashOutput"]
 
@@ -59,6 +63,21 @@ def check_entries(entries: object, *, timeout_max: float) -> list[dict]:
     return commands
 
 
+def check_lifecycle(hooks: dict, events: set[str], *, timeout_max: float,
+                    timeout_min: float) -> None:
+    """A session's lifecycle events: one ``snapshot-hook`` each, for every occasion (no matcher:
+    a session that starts by resuming or after ``/clear`` is a session all the same),
+    synchronous, with a timeout longer than the hook's own budget."""
+    for event in events:
+        entries = hooks[event]
+        assert isinstance(entries, list) and len(entries) == 1, event
+        assert "matcher" not in entries[0], event
+        [hook] = entries[0]["hooks"]
+        assert (hook["type"], hook["command"]) == ("command", "snapshot-hook"), event
+        assert "async" not in hook and "background" not in hook, event
+        assert isinstance(hook["timeout"], int) and timeout_min < hook["timeout"] <= timeout_max
+
+
 def matches(entries: list[dict], tool: str) -> bool:
     # Claude Code, Codex and Gemini all test the matcher as a regular expression on the name.
     return any(re.search(e["matcher"], tool) for e in entries)
@@ -79,10 +98,38 @@ def test_plugin_manifest() -> None:
     assert manifest["version"] == project["version"]
 
 
+def test_marketplace_manifest_offers_the_plugin_at_the_repository_root() -> None:
+    # `claude plugin marketplace add <this repository>` then `claude plugin install
+    # snapshotd@snapshotd`: the marketplace lists the plugin whose root is the repository's.
+    marketplace = load(".claude-plugin/marketplace.json")
+    manifest = load(".claude-plugin/plugin.json")
+    assert re.fullmatch(r"[a-z][a-z0-9]*(-[a-z0-9]+)*", marketplace["name"])
+    assert isinstance(marketplace["owner"]["name"], str) and marketplace["owner"]["name"]
+    [entry] = marketplace["plugins"]
+    assert entry["name"] == manifest["name"] and entry["source"] == "./"
+    assert entry["version"] == manifest["version"]
+    assert isinstance(entry["description"], str) and entry["description"]
+
+
+@pytest.mark.parametrize("relative,agent", [
+    ("claude-code/session-lifecycle.ndjson", "hooks/hooks.json"),
+    ("codex/session-lifecycle.ndjson", "contrib/codex/hooks.json"),
+    ("gemini/session-lifecycle.ndjson", "contrib/gemini/settings.json"),
+])
+def test_every_lifecycle_event_reaches_the_hook(relative: str, agent: str) -> None:
+    from conftest import load_payloads
+    from snapshotd_client.hook import SESSION_EVENTS
+
+    hooks = load(agent)["hooks"]
+    for payload in load_payloads(relative):
+        assert payload["hook_event_name"] in hooks and payload["hook_event_name"] in SESSION_EVENTS
+
+
 def test_plugin_hooks_cover_the_tools_that_change_files() -> None:
     config = load("hooks/hooks.json")
     hooks = config["hooks"]
-    assert set(hooks) == {"PreToolUse", "PostToolUse", "PostToolUseFailure"}
+    assert set(hooks) == {"PreToolUse", "PostToolUse", "PostToolUseFailure", *CLAUDE_LIFECYCLE}
+    check_lifecycle(hooks, CLAUDE_LIFECYCLE, timeout_max=600, timeout_min=HOOK_BUDGET_S)
     for event in ("PreToolUse", "PostToolUse", "PostToolUseFailure"):
         commands = check_entries(hooks[event], timeout_max=600)  # seconds
         for hook in commands:
@@ -127,8 +174,9 @@ def test_the_configured_command_captures(sd_env: Env, daemon: Daemon, tmp_path: 
 
 def test_codex_hooks() -> None:
     hooks = load("contrib/codex/hooks.json")["hooks"]
-    assert set(hooks) == {"PreToolUse", "PostToolUse"}  # Codex has no failure event
+    assert set(hooks) == {"PreToolUse", "PostToolUse", *CODEX_LIFECYCLE}  # no failure event
     assert hooks["PreToolUse"] == hooks["PostToolUse"]  # bracketing: the same tools
+    check_lifecycle(hooks, CODEX_LIFECYCLE, timeout_max=600, timeout_min=HOOK_BUDGET_S)
     for hook in check_entries(hooks["PostToolUse"], timeout_max=600):  # seconds
         assert hook["command"] == "snapshot-hook" and hook["timeout"] > HOOK_BUDGET_S
     for tool in ("Bash", "apply_patch", "mcp__github__push_files"):
@@ -139,8 +187,13 @@ def test_codex_hooks() -> None:
 
 def test_gemini_settings() -> None:
     hooks = load("contrib/gemini/settings.json")["hooks"]
-    assert set(hooks) == {"BeforeTool", "AfterTool"}
+    assert set(hooks) == {"BeforeTool", "AfterTool", *GEMINI_LIFECYCLE}
     assert hooks["BeforeTool"][0]["matcher"] == hooks["AfterTool"][0]["matcher"]
+    # Milliseconds here too.
+    check_lifecycle(hooks, GEMINI_LIFECYCLE, timeout_max=600_000,
+                    timeout_min=1000 * (HOOK_BUDGET_S + 1))
+    for event in GEMINI_LIFECYCLE:
+        assert isinstance(hooks[event][0]["hooks"][0].get("name"), str)
     for hook in check_entries(hooks["AfterTool"], timeout_max=600_000):  # milliseconds
         assert hook["command"] == "snapshot-hook"
         # Milliseconds: a value in seconds (like 10) would kill the hook after 10 ms.

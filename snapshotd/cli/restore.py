@@ -55,7 +55,7 @@ def register(group: click.Group) -> None:
               help="Materialize into this new or empty directory instead of the worktree.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (A/M/D per path); change nothing.")
 @click.option("--force", is_flag=True,
-              help="Restore in place even while an attempt is active on the worktree.")
+              help="Restore in place even while an attempt is working on the worktree.")
 @home_option
 @socket_option
 @json_option

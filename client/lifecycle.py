@@ -1,0 +1,72 @@
+"""The hook's side of an agent session's lifecycle: telling the daemon, and the agent's context.
+
+Owns ``tell_daemon``: one ``session`` request (docs/protocol.md, "Ops") for a lifecycle event the
+hook has read (``start``, ``working``, ``idle``, ``end``; ``snapshotd_client.hook.SESSION_EVENTS``
+maps the agents' event names), with one autostart of the daemon (never for an ``end``), and on a
+``start`` the one line of context the agent reads from the hook's stdout.
+
+Promises: returns within the deadline it is given; every failure the daemon did not record
+itself is handed to ``write_gap`` exactly once; writes to ``stdout`` only the JSON of a start's
+context, once. Imports only the stdlib and the client (the hook's budget), ``json`` only to print
+that context.
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any
+
+
+def tell_daemon(event: str, fields: Mapping[str, Any], *, deadline: float, budget_ms: int,
+                autostart: Callable[[str, float], bool], write_gap: Callable[[str, str], None],
+                stdout: int | None) -> str:
+    """Send the ``session`` request for ``event`` of the session ``fields`` (the hook's
+    snapshot fields: ``cwd`` and the zero-setup ``fallback``) and return the outcome: ``"ok"`` or
+    the failure's code. ``autostart(socket, deadline)`` starts a daemon; ``write_gap(reason,
+    detail)`` records a failure; ``stdout`` is the agent's stdout for a start's context."""
+    from .client import Client, DaemonUnavailable, SnapshotdError
+
+    # The hook's parent is the agent, or a shell the agent ran the hook's command with: the
+    # daemon walks up from it past shells (snapshotd.sessions.agent_process).
+    request = {"event": event, "cwd": fields["cwd"], "fallback": fields["fallback"],
+               "agent_pid": os.getppid()}
+    client = Client(timeout=budget_ms / 1000.0, deadline=deadline)
+    try:
+        try:
+            result = client.request("session", **request)
+        except DaemonUnavailable:
+            if event == "end" or not autostart(client.socket_path, deadline):
+                raise
+            result = client.request("session", **request)
+    except SnapshotdError as exc:
+        if not exc.daemon_recorded:
+            write_gap(exc.code, f"session {event} was not recorded: {exc.message}")
+        return exc.code
+    finally:
+        client.close()
+    if event == "start" and stdout is not None:
+        _tell_agent(result, stdout)
+    return "ok"
+
+
+def context_line(result: Mapping[str, Any]) -> str:
+    """What a session's start tells the agent: its run, and where to find its checkpoints."""
+    return (f"snapshotd checkpoints this session's files as run {result.get('run_id')} (node "
+            f"{result.get('node_id')}, attempt {result.get('attempt')}); the snapshotd MCP "
+            "tools (list_checkpoints, diff_checkpoint, restore_checkpoint) can list and restore "
+            "them.")
+
+
+def _tell_agent(result: Mapping[str, Any], stdout: int) -> None:
+    import json
+
+    text = json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart",
+                                              "additionalContext": context_line(result)}})
+    try:
+        os.write(stdout, text.encode() + b"\n")
+    except OSError:  # the agent closed its end: the context is a courtesy, the session is kept
+        pass
