@@ -297,20 +297,23 @@ class Service:
                 self.counters["repeats"] += 1
                 return self._reply(attempt, previous, deduped=True, repeated=True,
                                    started=started)
-        capture, head = self._read(attempt, req)
-        self.counters["fast_captures" if not capture.full_scan else "full_scans"] += 1
-        last = self._level_ledger(attempt, req, head)
-        if head is not None and str(head.tree_id) == capture.tree:
-            seq = int(parse_trailers(head.message).get("Snapshotd-Seq", "0"))
-            if last is not None and last["seq"] == seq:
-                if req.tool_use_id:
-                    self.ledger.record_tool_call(attempt, req.tool_use_id, seq)
-                self.counters["dedups"] += 1
-                return self._reply(attempt, {"seq": seq, "commit": str(head.id),
-                                             "tree": capture.tree}, deduped=True,
-                                   started=started, skipped=capture.skipped, tier=req.tier,
-                                   scan="full" if capture.full_scan else "fast")
-        return self._record(attempt, req, capture, head, last, started)
+        # Shared with other captures, exclusive of gc's prune: from the first object written
+        # to the ref moved, nothing this capture wrote is named by a ref yet.
+        with self.store.gate.shared():
+            capture, head = self._read(attempt, req)
+            self.counters["fast_captures" if not capture.full_scan else "full_scans"] += 1
+            last = self._level_ledger(attempt, req, head)
+            if head is not None and str(head.tree_id) == capture.tree:
+                seq = int(parse_trailers(head.message).get("Snapshotd-Seq", "0"))
+                if last is not None and last["seq"] == seq:
+                    if req.tool_use_id:
+                        self.ledger.record_tool_call(attempt, req.tool_use_id, seq)
+                    self.counters["dedups"] += 1
+                    return self._reply(attempt, {"seq": seq, "commit": str(head.id),
+                                                 "tree": capture.tree}, deduped=True,
+                                       started=started, skipped=capture.skipped, tier=req.tier,
+                                       scan="full" if capture.full_scan else "fast")
+            return self._record(attempt, req, capture, head, last, started)
 
     def record_gap(self, req: SnapshotRequest, attempt: Attempt | None, reason: str,
                    detail: str) -> None:

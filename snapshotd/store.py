@@ -2,8 +2,9 @@
 
 Owns ``<home>/store.git`` and every write to it: checkpoint commits, the attempt refs
 ``refs/snapshotd/runs/<run>/<node>/<iteration>/<attempt>``, chain rewrites, the stat-cache keep
-refs ``refs/snapshotd/cache/<id>``, and ``Store.lock``, which serializes writes through its
-handle. Other modules read through ``Store`` methods or a handle of their own from
+refs ``refs/snapshotd/cache/<id>``, ``Store.lock``, which serializes writes through its
+handle, and ``Store.gate`` (``store_gate.ObjectGate``), which keeps ``git gc`` apart from captures
+in flight. Other modules read through ``Store`` methods or a handle of their own from
 ``Store.reader()``; nothing else opens the repository.
 
 The store's parts live in modules of their own, below this one: ``worktree_index`` (the
@@ -36,6 +37,7 @@ import pygit2
 from snapshotd import faults
 from snapshotd.keys import REF_PREFIX, AttemptKey
 from snapshotd.store_errors import ODB_TRIES, StoreError, odb_retry
+from snapshotd.store_gate import ObjectGate
 from snapshotd.trees import tree_changes
 from snapshotd.worktree_index import WorktreeIndex, worktree_id
 
@@ -69,6 +71,8 @@ class Store:
         self.excludes = tuple(excludes)
         self.max_file_bytes = max_file_bytes
         self.lock = threading.Lock()
+        # Captures write objects under it shared; gc deletes unreachable ones under it alone.
+        self.gate = ObjectGate()
         self._indexes: dict[str, WorktreeIndex] = {}
         self._init_repository()
         self.repo = pygit2.Repository(str(self.path))
