@@ -3,7 +3,8 @@
 Owns the ``list`` op (``list_op``/``list_run``: every checkpoint row of a run, optionally one
 node or attempt, in attempt and seq order, with the run's gaps in spool order, each marked
 ``resolved`` when its tool call later got a checkpoint; also ``snapshots --json`` and the MCP
-listing), the run summary (``collect_runs``, behind ``snapshotd runs`` and the MCP ``list_runs``),
+listing), the run summary (``collect_runs``, behind ``snapshotd runs`` and the MCP ``list_runs``; it names
+the run's damaged attempts from their ``attempt-damaged`` gaps),
 the gap listing with each gap marked resolved or not (``list_gaps``), a run's listing read from
 the ledger (``list_from_ledger``, when no daemon answers) and the one sentence for an unknown
 run. The ledger (SQLite WAL or PostgreSQL) and the spool are safe to read beside a running
@@ -22,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from snapshotd.damage import ATTEMPT_DAMAGED
 from snapshotd.errors import NOT_FOUND, ServiceError, id_field, int_field
 from snapshotd.gaps import GapSpool
 from snapshotd_client.paths import gaps_path
@@ -96,6 +98,7 @@ def collect_runs(home: Path) -> list[dict]:
             "gaps": len(run_gaps),
             "unresolved_gaps": unresolved,
             "worktrees": sorted({a.worktree for a in items}),
+            "damaged_attempts": _damaged(run_gaps),
             "started_at": min(a.started_at for a in items),
             "last_activity": max(times),
         })
@@ -162,6 +165,17 @@ def open_ledger_if_any(home: Path) -> Iterator[Ledger | None]:
         yield ledger
     finally:
         ledger.close()
+
+
+def _damaged(run_gaps: list[dict]) -> list[dict]:
+    """The run's attempts found damaged (their ``attempt-damaged`` gaps), newest record each."""
+    out: dict[tuple, dict] = {}
+    for gap in run_gaps:
+        if gap.get("reason") == ATTEMPT_DAMAGED:
+            key = (gap.get("node_id"), gap.get("iteration"), gap.get("attempt"))
+            out[key] = {"node_id": key[0], "iteration": key[1], "attempt": key[2],
+                        "detail": gap.get("detail"), "ts": gap.get("ts")}
+    return list(out.values())
 
 
 def _mark_resolved(gaps: list[dict], ledger: Ledger | None) -> list[dict]:

@@ -166,15 +166,66 @@ class Store:
             return True
 
     def attempt_refs(self) -> Iterator[tuple[AttemptKey, str]]:
-        """Every attempt ref in the store with its target commit id."""
+        """Every attempt ref in the store with its target commit id. A ref whose target cannot
+        be read is left out with a warning (one damaged ref must not hide the others);
+        ``ref_problem`` says what is wrong with it."""
+        targets = []
         with self.lock:
-            names = [r for r in self.repo.references if r.startswith(REF_PREFIX)]
-            targets = [(n, str(self.repo.references[n].target)) for n in names]
+            for name in [r for r in self.repo.references if r.startswith(REF_PREFIX)]:
+                try:
+                    targets.append((name, str(self.repo.references[name].target)))
+                except (pygit2.GitError, KeyError, ValueError) as exc:
+                    log.warning("the ref %s cannot be read: %s", name, exc)
         for name, target in targets:
             try:
                 yield AttemptKey.from_ref(name), target
             except ValueError:
                 continue
+
+    def attempt_keys(self) -> list[AttemptKey]:
+        """The attempts that have a ref in the store, readable or not."""
+        with self.lock:
+            names = [r for r in self.repo.references if r.startswith(REF_PREFIX)]
+        keys = []
+        for name in names:
+            try:
+                keys.append(AttemptKey.from_ref(name))
+            except ValueError:
+                continue
+        return keys
+
+    def ref_problem(self, key: AttemptKey) -> str | None:
+        """What is wrong with the attempt's ref, for certain: its file cannot be parsed, or it
+        names an object the store does not hold or that is not a commit. None when it is
+        absent or names a readable commit (an I/O error reading it is not "for certain": the
+        caller sees it from ``head``)."""
+        with self.lock:
+            try:
+                ref = self.repo.references.get(key.ref)
+            except pygit2.GitError as exc:
+                if "corrupted" not in str(exc):
+                    return None
+                return f"its ref {key.ref} cannot be parsed ({exc})"
+            if ref is None:
+                return None
+            target = ref.target
+            if not isinstance(target, pygit2.Oid):
+                return f"its ref {key.ref} is symbolic (-> {target})"
+            if target not in self.repo.odb:
+                return f"its ref {key.ref} names commit {target}, which is not in the store"
+            try:
+                self.repo[target].peel(pygit2.Commit)
+            except (pygit2.GitError, ValueError, KeyError) as exc:
+                return f"its ref {key.ref} names {target}, which is not a commit ({exc})"
+        return None
+
+    def has_object(self, oid: str) -> bool:
+        """Whether the store holds the object ``oid`` (a malformed id: False)."""
+        try:
+            with self.lock:
+                return pygit2.Oid(hex=oid) in self.repo.odb
+        except (ValueError, TypeError, pygit2.GitError):
+            return False
 
     def read_commit(self, commit_id: str) -> pygit2.Commit:
         """A commit of the store by id (KeyError when it has none)."""
@@ -210,6 +261,17 @@ class Store:
         tip, or finishing a rewrite a crash interrupted)."""
         with self.lock:
             self.repo.references.create(key.ref, pygit2.Oid(hex=commit), force=True)
+
+    def remove_attempt_ref(self, key: AttemptKey) -> None:
+        """Remove the attempt's ref even when its file cannot be parsed (libgit2 will not
+        delete such a ref: the loose file is unlinked)."""
+        with self.lock:
+            try:
+                self.repo.references.delete(key.ref)
+            except KeyError:
+                return
+            except pygit2.GitError:
+                (self.path / key.ref).unlink(missing_ok=True)
 
     def delete_attempt_refs(self, keys: Iterable[AttemptKey]) -> None:
         """Delete the refs of ``keys`` (a run being deleted); a ref already gone is fine."""

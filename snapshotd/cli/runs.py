@@ -50,6 +50,8 @@ def _print_table(summary: list[dict]) -> None:
     rows = [("RUN", "NODES", "ATTEMPTS", "STATES", "CHECKPOINTS", "GAPS", "LAST", "WORKTREE")]
     for r in summary:
         states = ",".join(f"{k}={v}" for k, v in sorted(r["states"].items()))
+        if r.get("damaged_attempts"):
+            states += f",DAMAGED={len(r['damaged_attempts'])}"
         gaps = str(r["gaps"]) + (f" ({r['unresolved_gaps']} open)" if r["unresolved_gaps"] else "")
         worktree = r["worktrees"][0] if len(r["worktrees"]) == 1 else (
             f"{r['worktrees'][0]} (+{len(r['worktrees']) - 1})" if r["worktrees"] else "-")
