@@ -20,7 +20,7 @@ import pygit2
 
 from snapshotd.damage import DamageRegistry, repair_ref
 from snapshotd.keys import AttemptKey
-from snapshotd.ledger import Ledger
+from snapshotd.ledger import Ledger, LedgerDamaged
 from snapshotd.store import Store, parse_trailers
 
 log = logging.getLogger("snapshotd.reconcile")
@@ -38,6 +38,8 @@ def reconcile(store: Store, ledger: Ledger, damage: DamageRegistry | None = None
             head = store.head(key)
             if head is not None:
                 rebuilt += reconcile_attempt(store, ledger, key, str(head.id))
+        except LedgerDamaged:
+            raise  # the whole ledger, not this attempt: `snapshotd repair`
         except Exception as exc:  # noqa: BLE001 - contained to this attempt, recorded below
             detail = f"it could not be reconciled: {type(exc).__name__}: {exc}"
         if detail is None:

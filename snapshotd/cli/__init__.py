@@ -21,6 +21,7 @@ from snapshotd.cli import (
     install,
     mcp,
     push,
+    repair,
     restore,
     runs,
     serve,
@@ -35,6 +36,6 @@ def main() -> None:
     """Durable, restorable history of the worktrees where coding agents work."""
 
 
-for _module in (attempt, config, diff, exec, fetch, flush, gc, handoff, install, mcp, push, restore,
-                runs, serve, snapshots, status):
+for _module in (attempt, config, diff, exec, fetch, flush, gc, handoff, install, mcp, push, repair,
+                restore, runs, serve, snapshots, status):
     _module.register(main)

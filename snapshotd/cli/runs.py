@@ -13,7 +13,14 @@ from pathlib import Path
 
 import click
 
-from snapshotd.cli.common import fail, home_option, json_option, print_json, resolve_home
+from snapshotd.cli.common import (
+    fail,
+    home_option,
+    json_option,
+    ledger_failure,
+    print_json,
+    resolve_home,
+)
 
 
 def register(group: click.Group) -> None:
@@ -32,8 +39,10 @@ def runs(home: Path | None, as_json: bool) -> None:
 
     try:
         summary = collect_runs(home_path)
-    except (ConfigError, LedgerError) as exc:
+    except ConfigError as exc:
         fail(f"the ledger cannot be read: {exc}")
+    except LedgerError as exc:
+        ledger_failure(exc)
     except OSError as exc:
         fail(f"could not read the gap spool: {exc}")
     if as_json:
