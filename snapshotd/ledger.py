@@ -334,16 +334,24 @@ class Ledger:
                        (attempt.pk, tool_use_id, seq, time.time()))
 
     def checkpoints(self, run_id: str, node_id: str | None = None,
-                    attempt: int | None = None) -> list[dict]:
-        sql = "SELECT * FROM checkpoints WHERE run_id=?"
-        args: list = [run_id]
-        if node_id is not None:
-            sql += " AND node_id=?"
-            args.append(node_id)
-        if attempt is not None:
-            sql += " AND attempt=?"
-            args.append(attempt)
-        return [checkpoint_from_row(r) for r in self._all(sql + " ORDER BY attempt_pk, seq", args)]
+                    attempt: int | None = None, *, offset: int = 0,
+                    limit: int | None = None) -> list[dict]:
+        """A run's rows (of one node, one attempt number) by attempt and seq; ``offset`` and
+        ``limit`` select a page of that order."""
+        where, args = _run_filter(run_id, node_id, attempt)
+        sql = f"SELECT * FROM checkpoints WHERE {where} ORDER BY attempt_pk, seq"
+        if limit is not None or offset:
+            sql += " LIMIT ? OFFSET ?"
+            args += [limit if limit is not None else -1 if self.dialect == "sqlite" else None,
+                     offset]
+        return [checkpoint_from_row(r) for r in self._all(sql, args)]
+
+    def count_checkpoints(self, run_id: str, node_id: str | None = None,
+                          attempt: int | None = None) -> int:
+        """How many rows ``checkpoints`` lists with the same filters and no page."""
+        where, args = _run_filter(run_id, node_id, attempt)
+        row = self._one(f"SELECT COUNT(*) AS n FROM checkpoints WHERE {where}", args)
+        return int(row["n"]) if row else 0
 
     def tool_use_ids(self, run_id: str) -> set[str]:
         rows = self._all(
@@ -480,6 +488,18 @@ def _refuse_emptied(home: Path, path: Path) -> None:
     if has_refs:
         raise LedgerDamaged(damaged_message(str(path), "the file is empty but the store holds "
                                                        "checkpoints"))
+
+
+def _run_filter(run_id: str, node_id: str | None, attempt: int | None) -> tuple[str, list]:
+    where = "run_id=?"
+    args: list = [run_id]
+    if node_id is not None:
+        where += " AND node_id=?"
+        args.append(node_id)
+    if attempt is not None:
+        where += " AND attempt=?"
+        args.append(attempt)
+    return where, args
 
 
 def _file_size(path: Path) -> int:
