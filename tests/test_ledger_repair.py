@@ -109,3 +109,22 @@ def test_repair_is_refused_while_a_daemon_runs(sd_env: Env, daemon: Daemon) -> N
     proc = _cli(sd_env, "repair")
     assert proc.returncode == 1
     assert "only while no daemon runs" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_repair_rebuilds_into_an_empty_postgres_database_only(
+        sd_env: Env, tmp_path: Path, pg_url: str, pg_cluster) -> None:  # noqa: ANN001
+    _populate(sd_env, tmp_path)
+    before = json.loads(_cli(sd_env, "snapshots", "live", "--json").stdout)
+    refused = _cli(sd_env, "repair")
+    assert refused.returncode == 1 and "rebuilds only into an empty database" in refused.stderr
+    name = pg_cluster.create_database()
+    try:
+        sd_env.vars["SNAPSHOTD_LEDGER_URL"] = pg_cluster.url(name)
+        proc = _cli(sd_env, "repair", "--json")
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["rebuilt"]["checkpoints"] == 28
+        after = json.loads(_cli(sd_env, "snapshots", "live", "--json").stdout)
+        assert _identity(after) == _identity(before)
+    finally:
+        sd_env.vars["SNAPSHOTD_LEDGER_URL"] = pg_url
+        pg_cluster.drop_database(name)
