@@ -142,9 +142,10 @@ class Store:
                     self.repo.references.create(meta.key.ref, oid, force=True)
                     break
                 except pygit2.GitError as exc:
-                    # Seen once under a concurrent `git gc` (cause not pinned down): the commit
-                    # just written was gone when the ref was moved. Writing it again is safe
-                    # (same bytes, same id); a missing tree or parent still fails above.
+                    # Seen under a concurrent `git gc` with a short prune grace, which deleted
+                    # the commit just written before its ref moved (gc now holds ``gate``
+                    # alone for that). Writing it again is safe (same bytes, same id); a
+                    # missing tree or parent still fails above.
                     if "doesn't exist" not in str(exc) or attempt == ODB_TRIES:
                         raise
                     log.warning("commit %s vanished before its ref moved (%s); writing it "
