@@ -179,7 +179,25 @@ class Client:
         return self.request("status")
 
     def list(self, run_id: str, node_id: str | None = None, attempt: int | None = None) -> dict:
-        return self.request("list", run_id=run_id, node_id=node_id, attempt=attempt)
+        """A run's checkpoints and gaps: every page of the ``list`` op, read and joined."""
+        return self.pages("list", run_id=run_id, node_id=node_id, attempt=attempt)
+
+    def pages(self, op: str, **fields: Any) -> dict:
+        """Every page of a paged op (``list``): asked from ``offset`` 0 to the last page's
+        ``next_offset``, each page's lists appended to the first's. A daemon that does not page
+        answers once, whole."""
+        result = self.request(op, **fields, offset=0)
+        offset = 0
+        while isinstance(result.get("next_offset"), int) and result["next_offset"] > offset:
+            offset = result["next_offset"]
+            page = self.request(op, **fields, offset=offset)
+            for name, value in page.items():
+                if isinstance(value, list) and isinstance(result.get(name), list):
+                    result[name].extend(value)
+            result["next_offset"] = page.get("next_offset")
+        result.pop("next_offset", None)
+        result.pop("offset", None)
+        return result
 
     def restore(self, **fields: Any) -> dict:
         return self.request("restore", **_abs_paths(fields))

@@ -118,6 +118,19 @@ def request(op: str, *, socket: Path | None = None, timeout: float = DEFAULT_TIM
             raise _as_service_error(exc, op, sock) from None
 
 
+def request_pages(op: str, *, socket: Path | None = None, timeout: float = DEFAULT_TIMEOUT_S,
+                  **fields: Any) -> dict:
+    """``request`` for a paged op (``list``): every page, joined (``Client.pages``)."""
+    sock = socket_path(socket)
+    with Client(sock, timeout=timeout) as client:
+        try:
+            return client.pages(op, **fields)
+        except DaemonUnavailable:
+            raise
+        except SnapshotdError as exc:
+            raise _as_service_error(exc, op, sock) from None
+
+
 def resolve_home(home: Path | None) -> Path:
     return (home or home_dir()).expanduser()
 

@@ -16,13 +16,17 @@ Promises:
   The chain design is kept because ``git log`` on an attempt ref then shows exactly the kept
   checkpoints, and a rewrite costs one small commit object per kept checkpoint.
 - Crash safety: the new commits are written, then a journal, then the ledger transaction, then
-  the ref; a journal left by a crash is completed at the next start. Objects younger than the
-  safety interval (default 1 hour) are never pruned, so a capture in flight never loses one.
+  the ref; a journal left by a crash is completed at the next start.
+- ``git gc`` never removes an object reachable from an attempt ref (active or not) or a stat
+  cache, whatever the prune grace: objects younger than the grace (default 1 hour) are never
+  pruned, so a capture in flight keeps its objects; with a shorter grace, captures wait for
+  ``git gc`` to finish instead (``Store.gate``). One gc runs at a time.
 - Pruned rows stay in the ledger, marked with when and why.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
@@ -48,6 +52,7 @@ log = logging.getLogger("snapshotd.gc")
 
 RESTORE_PROTECT_S = 7 * 86400
 SAFETY_INTERVAL_S = 3600.0
+_RUN_LOCK = threading.Lock()
 
 
 @dataclass
@@ -82,6 +87,13 @@ def run_gc(service: Service, policy: Policy, *, dry_run: bool = False) -> dict:
     if policy.empty:
         raise ServiceError(errors.BAD_REQUEST, "name a policy: --keep-last N, --older-than "
                            "DURATION, --max-store-size SIZE, or --run R --all")
+    with _RUN_LOCK:
+        # One gc at a time (the automatic one and a requested one): a prune's rewritten chain
+        # is unreferenced until its ref moves, and another gc's `git gc` must not see it so.
+        return _run_gc(service, policy, dry_run=dry_run)
+
+
+def _run_gc(service: Service, policy: Policy, *, dry_run: bool) -> dict:
     recover_journal(service)
     size_before = store_bytes(service)
     report: dict = {"policy": policy.describe(), "dry_run": dry_run, "pruned": [],
@@ -221,8 +233,26 @@ def drop_run_gaps(path: Path, run_ids: set[str]) -> int:
 
 def reclaim(service: Service, safety_interval_s: float = SAFETY_INTERVAL_S) -> None:
     """Keep every stat cache's blobs reachable, then let git drop unreachable objects older
-    than the safety interval."""
-    service.store.refresh_cache_refs(service.worktree_lock)
+    than the safety interval.
+
+    ``git gc`` reads the refs, then deletes what they do not reach. A capture that writes a
+    commit and moves its ref in between is safe only while the grace covers its objects (they
+    are younger than it). A grace shorter than ``SAFETY_INTERVAL_S`` does not vouch for that, so
+    then gc runs with the store's object gate held alone: captures wait for it (no capture is
+    in flight, every object a capture wrote is named by a ref or a stat cache's keep ref)."""
+    if safety_interval_s >= SAFETY_INTERVAL_S:
+        service.store.refresh_cache_refs(service.worktree_lock)
+        _git_gc(service, safety_interval_s)
+        return
+    with service.store.gate.exclusive():
+        # No capture holds the gate, and captures are what change a stat cache: the caches are
+        # read without their worktree locks (taking one here could wait on a capture that is
+        # waiting on the gate).
+        service.store.refresh_cache_refs(lambda _root: contextlib.nullcontext())
+        _git_gc(service, safety_interval_s)
+
+
+def _git_gc(service: Service, safety_interval_s: float) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env["GIT_CONFIG_NOSYSTEM"] = "1"
     # Refs stay loose: packing them could race the daemon's ref updates.

@@ -45,12 +45,14 @@ from snapshotd.ledger_base import (  # noqa: F401  (the ledger's vocabulary, re-
     Attempt,
     DuplicateToolCall,
     LedgerBackend,
+    LedgerDamaged,
     LedgerError,
     LedgerUnavailable,
     SeqConflict,
     Tx,
     attempt_from_row,
     checkpoint_from_row,
+    damaged_message,
 )
 from snapshotd.ledger_postgres import PostgresBackend
 from snapshotd.ledger_schema import SCHEMA_VERSION, migration_sql
@@ -61,7 +63,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ACTIVE", "ENDED_STATES", "POSTGRES_SCHEMES", "SCHEMA_VERSION", "SQLITE_FILE", "Attempt",
-    "DuplicateToolCall", "Ledger", "LedgerError", "LedgerUnavailable", "SeqConflict",
+    "DuplicateToolCall", "Ledger", "LedgerDamaged", "LedgerError", "LedgerUnavailable", "SeqConflict",
     "describe_ledger", "ledger_exists", "ledger_url", "migration_sql", "open_ledger",
 ]
 
@@ -80,7 +82,10 @@ def open_ledger(home: Path, config: Config | None = None) -> Ledger:
     ``config`` defaults to the effective configuration (file < environment), so read-side
     commands see the same ledger as the daemon without being told.
     """
-    return Ledger(url=ledger_url(home, config))
+    url = ledger_url(home, config)
+    if _scheme(url) == "sqlite":
+        _refuse_emptied(home, _sqlite_path(url))
+    return Ledger(url=url)
 
 
 def ledger_url(home: Path, config: Config | None = None) -> str:
@@ -341,16 +346,24 @@ class Ledger:
                        (attempt.pk, tool_use_id, seq, time.time()))
 
     def checkpoints(self, run_id: str, node_id: str | None = None,
-                    attempt: int | None = None) -> list[dict]:
-        sql = "SELECT * FROM checkpoints WHERE run_id=?"
-        args: list = [run_id]
-        if node_id is not None:
-            sql += " AND node_id=?"
-            args.append(node_id)
-        if attempt is not None:
-            sql += " AND attempt=?"
-            args.append(attempt)
-        return [checkpoint_from_row(r) for r in self._all(sql + " ORDER BY attempt_pk, seq", args)]
+                    attempt: int | None = None, *, offset: int = 0,
+                    limit: int | None = None) -> list[dict]:
+        """A run's rows (of one node, one attempt number) by attempt and seq; ``offset`` and
+        ``limit`` select a page of that order."""
+        where, args = _run_filter(run_id, node_id, attempt)
+        sql = f"SELECT * FROM checkpoints WHERE {where} ORDER BY attempt_pk, seq"
+        if limit is not None or offset:
+            sql += " LIMIT ? OFFSET ?"
+            args += [limit if limit is not None else -1 if self.dialect == "sqlite" else None,
+                     offset]
+        return [checkpoint_from_row(r) for r in self._all(sql, args)]
+
+    def count_checkpoints(self, run_id: str, node_id: str | None = None,
+                          attempt: int | None = None) -> int:
+        """How many rows ``checkpoints`` lists with the same filters and no page."""
+        where, args = _run_filter(run_id, node_id, attempt)
+        row = self._one(f"SELECT COUNT(*) AS n FROM checkpoints WHERE {where}", args)
+        return int(row["n"]) if row else 0
 
     def tool_use_ids(self, run_id: str) -> set[str]:
         rows = self._all(
@@ -468,6 +481,37 @@ class Ledger:
                 db.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
             elif current != SCHEMA_VERSION:
                 db.execute("UPDATE schema_version SET version=?", (SCHEMA_VERSION,))
+
+
+def _refuse_emptied(home: Path, path: Path) -> None:
+    """An empty ledger file beside a store that holds attempts was truncated: opening it would
+    start a fresh ledger and hide every run's attempt states. ``LedgerDamaged`` then."""
+    try:
+        if not path.is_file() or path.stat().st_size != 0:
+            return
+    except OSError:
+        return
+    store = home / "store.git"
+    runs = store / "refs" / "snapshotd" / "runs"
+    packed = store / "packed-refs"
+    has_refs = runs.is_dir() and any(p.is_file() for p in runs.rglob("*"))
+    if not has_refs and packed.is_file():
+        has_refs = "refs/snapshotd/runs/" in packed.read_text(errors="replace")
+    if has_refs:
+        raise LedgerDamaged(damaged_message(str(path), "the file is empty but the store holds "
+                                                       "checkpoints"))
+
+
+def _run_filter(run_id: str, node_id: str | None, attempt: int | None) -> tuple[str, list]:
+    where = "run_id=?"
+    args: list = [run_id]
+    if node_id is not None:
+        where += " AND node_id=?"
+        args.append(node_id)
+    if attempt is not None:
+        where += " AND attempt=?"
+        args.append(attempt)
+    return where, args
 
 
 def _file_size(path: Path) -> int:

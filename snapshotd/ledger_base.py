@@ -65,6 +65,18 @@ class LedgerUnavailable(LedgerError):
     that cannot be opened)."""
 
 
+class LedgerDamaged(LedgerUnavailable):
+    """The ledger's file is damaged (truncated, overwritten, pages that do not parse): its
+    message says where it is and how to rebuild it (``snapshotd repair``)."""
+
+
+def damaged_message(location: str, what: str) -> str:
+    """The one sentence for a damaged ledger: what is wrong, where, and what to do."""
+    return (f"the ledger {location} is damaged ({what}); stop the daemon if one runs and run "
+            "`snapshotd repair` to rebuild it from the store's commits (the damaged file is "
+            "kept beside it, renamed)")
+
+
 class SeqConflict(LedgerError):
     """A checkpoint row whose seq is not after the attempt's last one: another daemon sharing
     the ledger recorded into this attempt first."""

@@ -5,8 +5,10 @@ Owns the SQLite connection, its pragmas (WAL; ``synchronous`` NORMAL, or FULL fo
 
 Promises: ``BEGIN IMMEDIATE`` takes the database's write lock, which already serializes every
 writer (one daemon per home), so the per-row locks of the interface are no-ops here. A file that
-cannot be opened as a SQLite database raises ``LedgerUnavailable``; every other ``sqlite3.Error``
-is translated to ``LedgerError`` (``translate``).
+cannot be opened as a SQLite database raises ``LedgerUnavailable``; a file SQLite finds damaged
+(malformed pages, not a database) raises ``LedgerDamaged`` naming the file and ``snapshotd
+repair``, on open or on any later statement; every other ``sqlite3.Error`` is translated to
+``LedgerError`` (``translate``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from snapshotd.ledger_base import LedgerBackend, LedgerError, LedgerUnavailable, Tx
+from snapshotd.ledger_base import (
+    LedgerBackend,
+    LedgerDamaged,
+    LedgerError,
+    LedgerUnavailable,
+    Tx,
+    damaged_message,
+)
+
+# What SQLite says of a file that is not (or no longer) a whole database.
+_DAMAGE_MARKS = ("malformed", "not a database", "file is encrypted")
 
 
 class SqliteBackend(LedgerBackend):
@@ -38,7 +50,8 @@ class SqliteBackend(LedgerBackend):
             self._db.execute("PRAGMA foreign_keys=ON")
         except sqlite3.Error as exc:
             self._db.close()
-            raise LedgerUnavailable(f"cannot open the SQLite ledger {path}: {exc}") from exc
+            raise (self.translate(exc) if _is_damage(exc) else
+                   LedgerUnavailable(f"cannot open the SQLite ledger {path}: {exc}")) from exc
 
     @contextmanager
     def transaction(self, *, pipeline: bool = False) -> Iterator[Tx]:
@@ -56,6 +69,8 @@ class SqliteBackend(LedgerBackend):
         return cur.fetchone() if one else cur.fetchall()
 
     def translate(self, exc: BaseException) -> LedgerError | None:
+        if isinstance(exc, sqlite3.Error) and _is_damage(exc):
+            return LedgerDamaged(damaged_message(self.location, str(exc)))
         if isinstance(exc, sqlite3.Error):
             return LedgerError(f"SQLite ledger {self.location}: {type(exc).__name__}: {exc}")
         return None
@@ -65,3 +80,8 @@ class SqliteBackend(LedgerBackend):
 
     def close(self) -> None:
         self._db.close()
+
+
+def _is_damage(exc: sqlite3.Error) -> bool:
+    return isinstance(exc, sqlite3.DatabaseError) and any(
+        mark in str(exc).lower() for mark in _DAMAGE_MARKS)

@@ -1,9 +1,10 @@
 """What was captured, read from the ledger and the gap spool without a daemon.
 
-Owns the ``list`` op (``list_op``/``list_run``: every checkpoint row of a run, optionally one
-node or attempt, in attempt and seq order, with the run's gaps in spool order, each marked
-``resolved`` when its tool call later got a checkpoint; also ``snapshots --json`` and the MCP
-listing), the run summary (``collect_runs``, behind ``snapshotd runs`` and the MCP ``list_runs``),
+Owns the ``list`` op (``list_op``/``list_page``: a page of a run's checkpoint rows, optionally
+of one node or attempt, in attempt and seq order, then the run's gaps in spool order, each marked
+``resolved`` when its tool call later got a checkpoint; pages keep a reply far under the frame
+limit, docs/protocol.md), the whole listing (``list_run``: ``snapshots --json``, handoff), the run summary (``collect_runs``, behind ``snapshotd runs`` and the MCP ``list_runs``; it names
+the run's damaged attempts from their ``attempt-damaged`` gaps),
 the gap listing with each gap marked resolved or not (``list_gaps``), a run's listing read from
 the ledger (``list_from_ledger``, when no daemon answers) and the one sentence for an unknown
 run. The ledger (SQLite WAL or PostgreSQL) and the spool are safe to read beside a running
@@ -22,18 +23,25 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from snapshotd.errors import NOT_FOUND, ServiceError, id_field, int_field
+from snapshotd.damage import ATTEMPT_DAMAGED
+from snapshotd.errors import NOT_FOUND, ServiceError, id_field, int_field, opt_int_field
 from snapshotd.gaps import GapSpool
 from snapshotd_client.paths import gaps_path
+from snapshotd_client.protocol import pack_plain
 
 if TYPE_CHECKING:
     from snapshotd.ledger import Ledger
 
 KNOWN_RUNS_SHOWN = 20
+# A ``list`` page: at most this many items and about this many bytes, well under the 1 MiB
+# frame (a row is a few hundred bytes; its skipped list can be longer).
+PAGE_ROWS = 2000
+PAGE_BYTES = 512 << 10
 
 
 def list_op(ledger: Ledger, gaps: GapSpool, fields: dict) -> dict:
-    """The ``list`` op: validates ``run_id`` (``node_id``, ``attempt`` optional) and lists."""
+    """The ``list`` op: validates ``run_id`` (``node_id``, ``attempt``, ``offset``, ``limit``
+    optional) and lists one page (``list_page``)."""
     run_id = id_field("run_id", fields.get("run_id"))
     node_id = fields.get("node_id")
     if node_id is not None:
@@ -41,7 +49,9 @@ def list_op(ledger: Ledger, gaps: GapSpool, fields: dict) -> dict:
     attempt = fields.get("attempt")
     if attempt is not None:
         attempt = int_field(fields, "attempt", 1, 1)
-    return list_run(ledger, gaps, run_id, node_id, attempt)
+    offset = int_field(fields, "offset", 0, 0)
+    limit = opt_int_field(fields, "limit", 1)
+    return list_page(ledger, gaps, run_id, node_id, attempt, offset=offset, limit=limit)
 
 
 def list_run(ledger: Ledger, gaps: GapSpool, run_id: str, node_id: str | None = None,
@@ -49,17 +59,37 @@ def list_run(ledger: Ledger, gaps: GapSpool, run_id: str, node_id: str | None = 
     """A run's checkpoints and its gaps; a gap whose tool call later got a checkpoint is
     marked resolved."""
     checkpoints = ledger.checkpoints(run_id, node_id, attempt)
-    covered = ledger.tool_use_ids(run_id)
-    gap_rows = []
-    for gap in gaps.for_run(run_id):
-        if node_id is not None and gap.get("node_id") != node_id:
-            continue
-        if attempt is not None and gap.get("attempt") not in (None, attempt):
-            continue
-        gap = dict(gap)
-        gap["resolved"] = bool(gap.get("tool_use_id")) and gap["tool_use_id"] in covered
-        gap_rows.append(gap)
-    return {"run_id": run_id, "checkpoints": checkpoints, "gaps": gap_rows}
+    return {"run_id": run_id, "checkpoints": checkpoints,
+            "gaps": _run_gaps(ledger, gaps, run_id, node_id, attempt)}
+
+
+def list_page(ledger: Ledger, gaps: GapSpool, run_id: str, node_id: str | None = None,
+              attempt: int | None = None, *, offset: int = 0, limit: int | None = None,
+              budget: int = PAGE_BYTES) -> dict:
+    """One page of ``list_run``'s items: the checkpoints, then the gaps, counted as one
+    sequence from ``offset``; at most ``limit`` (and ``PAGE_ROWS``) items and about ``budget``
+    bytes of msgpack (always at least one item). ``next_offset`` is where the next page starts,
+    None after the last; ``total`` counts every item."""
+    count = ledger.count_checkpoints(run_id, node_id, attempt)
+    cap = min(limit or PAGE_ROWS, PAGE_ROWS)
+    rows = ledger.checkpoints(run_id, node_id, attempt, offset=offset, limit=cap) \
+        if offset < count else []
+    gap_rows = _run_gaps(ledger, gaps, run_id, node_id, attempt)
+    items = rows + (gap_rows[max(0, offset - count):] if offset + len(rows) >= count else [])
+    used = taken = 0
+    for item in items[:cap]:
+        size = len(pack_plain(item) or b"") or len(repr(item))
+        if taken and used + size > budget:
+            break
+        used += size
+        taken += 1
+    total = count + len(gap_rows)
+    end = offset + taken
+    kept_rows = min(taken, len(rows))
+    return {"run_id": run_id, "checkpoints": rows[:kept_rows],
+            "gaps": items[kept_rows:taken], "offset": offset, "total": total,
+            "checkpoints_total": count, "gaps_total": len(gap_rows),
+            "next_offset": end if end < total else None}
 
 
 def collect_runs(home: Path) -> list[dict]:
@@ -96,6 +126,7 @@ def collect_runs(home: Path) -> list[dict]:
             "gaps": len(run_gaps),
             "unresolved_gaps": unresolved,
             "worktrees": sorted({a.worktree for a in items}),
+            "damaged_attempts": _damaged(run_gaps),
             "started_at": min(a.started_at for a in items),
             "last_activity": max(times),
         })
@@ -162,6 +193,33 @@ def open_ledger_if_any(home: Path) -> Iterator[Ledger | None]:
         yield ledger
     finally:
         ledger.close()
+
+
+def _damaged(run_gaps: list[dict]) -> list[dict]:
+    """The run's attempts found damaged (their ``attempt-damaged`` gaps), newest record each."""
+    out: dict[tuple, dict] = {}
+    for gap in run_gaps:
+        if gap.get("reason") == ATTEMPT_DAMAGED:
+            key = (gap.get("node_id"), gap.get("iteration"), gap.get("attempt"))
+            out[key] = {"node_id": key[0], "iteration": key[1], "attempt": key[2],
+                        "detail": gap.get("detail"), "ts": gap.get("ts")}
+    return list(out.values())
+
+
+def _run_gaps(ledger: Ledger, gaps: GapSpool, run_id: str, node_id: str | None,
+              attempt: int | None) -> list[dict]:
+    """The run's gaps (of a node, an attempt number) in spool order, each marked resolved."""
+    covered = ledger.tool_use_ids(run_id)
+    gap_rows = []
+    for gap in gaps.for_run(run_id):
+        if node_id is not None and gap.get("node_id") != node_id:
+            continue
+        if attempt is not None and gap.get("attempt") not in (None, attempt):
+            continue
+        gap = dict(gap)
+        gap["resolved"] = bool(gap.get("tool_use_id")) and gap["tool_use_id"] in covered
+        gap_rows.append(gap)
+    return gap_rows
 
 
 def _mark_resolved(gaps: list[dict], ledger: Ledger | None) -> list[dict]:

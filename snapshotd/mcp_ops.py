@@ -71,8 +71,9 @@ class Operations:
         if node_id is not None:
             node_id = id_field("node_id", node_id)
         try:
-            result = backend.request("list", socket=self.socket, timeout=QUICK_TIMEOUT_S,
-                                     run_id=run_id, node_id=node_id, attempt=attempt)
+            # Every page (a long run's listing does not fit one reply frame), then cut below.
+            result = backend.request_pages("list", socket=self.socket, timeout=QUICK_TIMEOUT_S,
+                                           run_id=run_id, node_id=node_id, attempt=attempt)
             result["source"] = "daemon"
         except DaemonUnavailable:
             result = listing.list_from_ledger(self.home, run_id, node_id, attempt)

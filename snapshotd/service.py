@@ -32,6 +32,7 @@ import pygit2
 from snapshotd import __version__, errors, faults
 from snapshotd.attribution import Attribution
 from snapshotd.config import Config
+from snapshotd.damage import DamageRegistry, repair_ref
 from snapshotd.errors import ServiceError, id_field, int_field, opt_int_field
 from snapshotd.gaps import GapSpool
 from snapshotd.keys import AttemptKey
@@ -107,6 +108,8 @@ class Service:
             home=home, ledger=self.ledger, store=self.store,
             max_zero_setup_files=config.max_zero_setup_files, record_gap=self.record_gap,
             announce_active=self.announce_active)
+        # Attempts found damaged (at start-up or by a capture): each one's damage stays its own.
+        self.damage = DamageRegistry(self.gaps)
         self.reconciliation = self.reconcile()
 
     # -- ops -------------------------------------------------------------------------------
@@ -211,6 +214,7 @@ class Service:
             "latency_ms": {f"tier{t}": _percentiles(v) for t, v in self.latencies.items()},
             "active_attempts": [a.as_dict() for a in self.ledger.active_attempts()],
             "reconciliation": self.reconciliation,
+            "damaged_attempts": self.damage.listing(),
         }
 
     # -- for the daemon's other parts ------------------------------------------------------
@@ -259,7 +263,7 @@ class Service:
 
     def reconcile(self) -> dict:
         """Bring the ledger level with the refs (``snapshotd.reconcile``)."""
-        return reconcile(self.store, self.ledger)
+        return reconcile(self.store, self.ledger, self.damage)
 
     def reconcile_attempt(self, key: AttemptKey, tip: str) -> int:
         """Insert the rows of the commits on ``tip``'s chain that the ledger lacks."""
@@ -306,20 +310,23 @@ class Service:
                 self.counters["repeats"] += 1
                 return self._reply(attempt, previous, deduped=True, repeated=True,
                                    started=started)
-        capture, head = self._read(attempt, req)
-        self.counters["fast_captures" if not capture.full_scan else "full_scans"] += 1
-        last = self._level_ledger(attempt, req, head)
-        if head is not None and str(head.tree_id) == capture.tree:
-            seq = int(parse_trailers(head.message).get("Snapshotd-Seq", "0"))
-            if last is not None and last["seq"] == seq:
-                if req.tool_use_id:
-                    self.ledger.record_tool_call(attempt, req.tool_use_id, seq)
-                self.counters["dedups"] += 1
-                return self._reply(attempt, {"seq": seq, "commit": str(head.id),
-                                             "tree": capture.tree}, deduped=True,
-                                   started=started, skipped=capture.skipped, tier=req.tier,
-                                   scan="full" if capture.full_scan else "fast")
-        return self._record(attempt, req, capture, head, last, started)
+        # Shared with other captures, exclusive of gc's prune: from the first object written
+        # to the ref moved, nothing this capture wrote is named by a ref yet.
+        with self.store.gate.shared():
+            capture, head = self._read(attempt, req)
+            self.counters["fast_captures" if not capture.full_scan else "full_scans"] += 1
+            last = self._level_ledger(attempt, req, head)
+            if head is not None and str(head.tree_id) == capture.tree:
+                seq = int(parse_trailers(head.message).get("Snapshotd-Seq", "0"))
+                if last is not None and last["seq"] == seq:
+                    if req.tool_use_id:
+                        self.ledger.record_tool_call(attempt, req.tool_use_id, seq)
+                    self.counters["dedups"] += 1
+                    return self._reply(attempt, {"seq": seq, "commit": str(head.id),
+                                                 "tree": capture.tree}, deduped=True,
+                                       started=started, skipped=capture.skipped, tier=req.tier,
+                                       scan="full" if capture.full_scan else "fast")
+            return self._record(attempt, req, capture, head, last, started)
 
     def record_gap(self, req: SnapshotRequest, attempt: Attempt | None, reason: str,
                    detail: str) -> None:
@@ -372,7 +379,7 @@ class Service:
         (a ref the store cannot read fails the capture like the worktree would)."""
         root = Path(attempt.worktree)
         try:
-            return self.read_worktree(root, verify=req.full), self.store.head(attempt.key)
+            return self.read_worktree(root, verify=req.full), self._capture_head(attempt)
         except StoreError as exc:
             # The worktree's own trouble keeps its code; any other store failure is
             # capture-failed (the gap still names the store's reason).
@@ -498,8 +505,28 @@ class Service:
         with self.store.lock:
             return tree_changes(self.store.repo, str(head.tree_id) if head else None, tree)
 
+    def _capture_head(self, attempt: Attempt) -> pygit2.Commit | None:
+        """The attempt's newest commit, the capture's parent. A ref broken for certain (it
+        names a commit the store lacks, or cannot be parsed) is repaired first, onto the newest
+        checkpoint the store holds, and the attempt recorded damaged (``snapshotd.damage``):
+        the capture then continues the chain from there, losing nothing more."""
+        try:
+            return self.store.head(attempt.key)
+        except StoreError:
+            detail = repair_ref(self.store, self.ledger, attempt.key)
+            if detail is None:
+                raise
+            self.damage.note(attempt.key, detail, attempt.worktree)
+            return self.store.head(attempt.key)
+
     def _head_commit(self, attempt: Attempt) -> str | None:
-        head = self.store.head(attempt.key)
+        try:
+            head = self.store.head(attempt.key)
+        except StoreError as exc:
+            # Ending or superseding a damaged attempt still happens; its final pointer stays
+            # whatever it was (the damage itself is reported by reconciliation or the capture).
+            log.warning("attempt %s ends without a final pointer: %s", attempt.key, exc.message)
+            return None
         return str(head.id) if head else None
 
 def _percentiles(samples: list[float]) -> dict:

@@ -2,8 +2,9 @@
 
 Owns ``<home>/store.git`` and every write to it: checkpoint commits, the attempt refs
 ``refs/snapshotd/runs/<run>/<node>/<iteration>/<attempt>``, chain rewrites, the stat-cache keep
-refs ``refs/snapshotd/cache/<id>``, and ``Store.lock``, which serializes writes through its
-handle. Other modules read through ``Store`` methods or a handle of their own from
+refs ``refs/snapshotd/cache/<id>``, ``Store.lock``, which serializes writes through its
+handle, and ``Store.gate`` (``store_gate.ObjectGate``), which keeps ``git gc`` apart from captures
+in flight. Other modules read through ``Store`` methods or a handle of their own from
 ``Store.reader()``; nothing else opens the repository.
 
 The store's parts live in modules of their own, below this one: ``worktree_index`` (the
@@ -36,6 +37,7 @@ import pygit2
 from snapshotd import faults
 from snapshotd.keys import REF_PREFIX, AttemptKey
 from snapshotd.store_errors import ODB_TRIES, StoreError, odb_retry
+from snapshotd.store_gate import ObjectGate
 from snapshotd.trees import tree_changes
 from snapshotd.worktree_index import WorktreeIndex, worktree_id
 
@@ -71,6 +73,8 @@ class Store:
         self.excludes = tuple(excludes)
         self.max_file_bytes = max_file_bytes
         self.lock = threading.Lock()
+        # Captures write objects under it shared; gc deletes unreachable ones under it alone.
+        self.gate = ObjectGate()
         self._indexes: dict[str, WorktreeIndex] = {}
         self._init_repository()
         self.repo = pygit2.Repository(str(self.path))
@@ -140,9 +144,10 @@ class Store:
                     self.repo.references.create(meta.key.ref, oid, force=True)
                     break
                 except pygit2.GitError as exc:
-                    # Seen once under a concurrent `git gc` (cause not pinned down): the commit
-                    # just written was gone when the ref was moved. Writing it again is safe
-                    # (same bytes, same id); a missing tree or parent still fails above.
+                    # Seen under a concurrent `git gc` with a short prune grace, which deleted
+                    # the commit just written before its ref moved (gc now holds ``gate``
+                    # alone for that). Writing it again is safe (same bytes, same id); a
+                    # missing tree or parent still fails above.
                     if "doesn't exist" not in str(exc) or attempt == ODB_TRIES:
                         raise
                     log.warning("commit %s vanished before its ref moved (%s); writing it "
@@ -164,15 +169,66 @@ class Store:
             return True
 
     def attempt_refs(self) -> Iterator[tuple[AttemptKey, str]]:
-        """Every attempt ref in the store with its target commit id."""
+        """Every attempt ref in the store with its target commit id. A ref whose target cannot
+        be read is left out with a warning (one damaged ref must not hide the others);
+        ``ref_problem`` says what is wrong with it."""
+        targets = []
         with self.lock:
-            names = [r for r in self.repo.references if r.startswith(REF_PREFIX)]
-            targets = [(n, str(self.repo.references[n].target)) for n in names]
+            for name in [r for r in self.repo.references if r.startswith(REF_PREFIX)]:
+                try:
+                    targets.append((name, str(self.repo.references[name].target)))
+                except (pygit2.GitError, KeyError, ValueError) as exc:
+                    log.warning("the ref %s cannot be read: %s", name, exc)
         for name, target in targets:
             try:
                 yield AttemptKey.from_ref(name), target
             except ValueError:
                 continue
+
+    def attempt_keys(self) -> list[AttemptKey]:
+        """The attempts that have a ref in the store, readable or not."""
+        with self.lock:
+            names = [r for r in self.repo.references if r.startswith(REF_PREFIX)]
+        keys = []
+        for name in names:
+            try:
+                keys.append(AttemptKey.from_ref(name))
+            except ValueError:
+                continue
+        return keys
+
+    def ref_problem(self, key: AttemptKey) -> str | None:
+        """What is wrong with the attempt's ref, for certain: its file cannot be parsed, or it
+        names an object the store does not hold or that is not a commit. None when it is
+        absent or names a readable commit (an I/O error reading it is not "for certain": the
+        caller sees it from ``head``)."""
+        with self.lock:
+            try:
+                ref = self.repo.references.get(key.ref)
+            except pygit2.GitError as exc:
+                if "corrupted" not in str(exc):
+                    return None
+                return f"its ref {key.ref} cannot be parsed ({exc})"
+            if ref is None:
+                return None
+            target = ref.target
+            if not isinstance(target, pygit2.Oid):
+                return f"its ref {key.ref} is symbolic (-> {target})"
+            if target not in self.repo.odb:
+                return f"its ref {key.ref} names commit {target}, which is not in the store"
+            try:
+                self.repo[target].peel(pygit2.Commit)
+            except (pygit2.GitError, ValueError, KeyError) as exc:
+                return f"its ref {key.ref} names {target}, which is not a commit ({exc})"
+        return None
+
+    def has_object(self, oid: str) -> bool:
+        """Whether the store holds the object ``oid`` (a malformed id: False)."""
+        try:
+            with self.lock:
+                return pygit2.Oid(hex=oid) in self.repo.odb
+        except (ValueError, TypeError, pygit2.GitError):
+            return False
 
     def read_commit(self, commit_id: str) -> pygit2.Commit:
         """A commit of the store by id (KeyError when it has none)."""
@@ -208,6 +264,17 @@ class Store:
         tip, or finishing a rewrite a crash interrupted)."""
         with self.lock:
             self.repo.references.create(key.ref, pygit2.Oid(hex=commit), force=True)
+
+    def remove_attempt_ref(self, key: AttemptKey) -> None:
+        """Remove the attempt's ref even when its file cannot be parsed (libgit2 will not
+        delete such a ref: the loose file is unlinked)."""
+        with self.lock:
+            try:
+                self.repo.references.delete(key.ref)
+            except KeyError:
+                return
+            except pygit2.GitError:
+                (self.path / key.ref).unlink(missing_ok=True)
 
     def delete_attempt_refs(self, keys: Iterable[AttemptKey]) -> None:
         """Delete the refs of ``keys`` (a run being deleted); a ref already gone is fine."""

@@ -23,6 +23,7 @@ from snapshotd.cli import (
     install,
     mcp,
     push,
+    repair,
     restore,
     runs,
     serve,
@@ -38,5 +39,5 @@ def main() -> None:
 
 
 for _module in (attempt, blame, config, diff, exec, export, fetch, flush, gc, handoff, install, mcp,
-                push, restore, runs, serve, snapshots, status):
+                push, repair, restore, runs, serve, snapshots, status):
     _module.register(main)

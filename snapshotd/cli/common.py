@@ -47,6 +47,16 @@ def fail(message: str, code: int = 1) -> None:
     sys.exit(code)
 
 
+def ledger_failure(exc: Exception, doing: str = "read") -> None:
+    """Fail on a ledger error: a damaged ledger's own sentence (what, where, ``snapshotd
+    repair``), else "the ledger cannot be <doing>: ..."."""
+    from snapshotd.ledger import LedgerDamaged
+
+    if isinstance(exc, LedgerDamaged):
+        fail(str(exc))
+    fail(f"the ledger cannot be {doing}: {exc}")
+
+
 def print_json(value: object) -> None:
     """``value`` as JSON text that is always valid UTF-8: a byte of a name that is not UTF-8
     appears as the escape ``\\udcNN`` (the lone surrogate ``os.fsdecode`` makes of byte NN), so
@@ -87,6 +97,7 @@ def run_op(home: Path | None, sock: Path | None, op: str, fields: dict[str, Any]
     from snapshotd import backend
     from snapshotd.config import ConfigError
     from snapshotd.errors import ServiceError
+    from snapshotd.ledger import LedgerError
 
     try:
         return backend.run_op(op, fields, local, home=home, socket=sock, timeout=timeout,
@@ -99,6 +110,8 @@ def run_op(home: Path | None, sock: Path | None, op: str, fields: dict[str, Any]
         fail(f"{exc.message}, or pass the socket it listens on with --socket")
     except ServiceError as exc:
         fail(f"{exc.message} ({exc.code})")
+    except LedgerError as exc:
+        ledger_failure(exc)
     raise AssertionError("unreachable")
 
 

@@ -13,7 +13,14 @@ from pathlib import Path
 
 import click
 
-from snapshotd.cli.common import fail, home_option, json_option, print_json, resolve_home
+from snapshotd.cli.common import (
+    fail,
+    home_option,
+    json_option,
+    ledger_failure,
+    print_json,
+    resolve_home,
+)
 
 
 def register(group: click.Group) -> None:
@@ -32,8 +39,10 @@ def runs(home: Path | None, as_json: bool) -> None:
 
     try:
         summary = collect_runs(home_path)
-    except (ConfigError, LedgerError) as exc:
+    except ConfigError as exc:
         fail(f"the ledger cannot be read: {exc}")
+    except LedgerError as exc:
+        ledger_failure(exc)
     except OSError as exc:
         fail(f"could not read the gap spool: {exc}")
     if as_json:
@@ -50,6 +59,8 @@ def _print_table(summary: list[dict]) -> None:
     rows = [("RUN", "NODES", "ATTEMPTS", "STATES", "CHECKPOINTS", "GAPS", "LAST", "WORKTREE")]
     for r in summary:
         states = ",".join(f"{k}={v}" for k, v in sorted(r["states"].items()))
+        if r.get("damaged_attempts"):
+            states += f",DAMAGED={len(r['damaged_attempts'])}"
         gaps = str(r["gaps"]) + (f" ({r['unresolved_gaps']} open)" if r["unresolved_gaps"] else "")
         worktree = r["worktrees"][0] if len(r["worktrees"]) == 1 else (
             f"{r['worktrees'][0]} (+{len(r['worktrees']) - 1})" if r["worktrees"] else "-")

@@ -6,7 +6,14 @@ from pathlib import Path
 
 import click
 
-from snapshotd.cli.common import fail, home_option, resolve_home, resolve_socket, socket_option
+from snapshotd.cli.common import (
+    fail,
+    home_option,
+    ledger_failure,
+    resolve_home,
+    resolve_socket,
+    socket_option,
+)
 from snapshotd.config import ConfigError, load_config
 
 
@@ -52,5 +59,5 @@ def serve(home: Path | None, socket_: Path | None, log_level: str | None,
     except PermissionError as exc:
         fail(f"{exc}; fix the permissions or pass --socket", 1)
     except LedgerError as exc:
-        fail(f"the ledger cannot be opened: {exc}", 1)
+        ledger_failure(exc, "opened")
     raise SystemExit(code)

@@ -16,11 +16,22 @@ from __future__ import annotations
 import calendar
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from snapshotd.cli.common import fail, home_option, json_option, print_json, resolve_home
+from snapshotd.cli.common import (
+    fail,
+    home_option,
+    json_option,
+    ledger_failure,
+    print_json,
+    resolve_home,
+)
 from snapshotd.cli.runs import age
+
+if TYPE_CHECKING:
+    from snapshotd.ledger import Ledger
 
 DEFAULT_ROWS = 200
 
@@ -43,10 +54,7 @@ def snapshots(run_id: str, node_id: str | None, attempt: int | None, show_all: b
               home: Path | None, as_json: bool) -> None:
     """List the checkpoints and gaps of RUN."""
     from snapshotd.config import ConfigError
-    from snapshotd.gaps import GapSpool
     from snapshotd.ledger import LedgerError, describe_ledger, ledger_exists, open_ledger
-    from snapshotd.service import list_run
-    from snapshotd_client.paths import gaps_path
 
     home_path = resolve_home(home)
     try:
@@ -54,25 +62,40 @@ def snapshots(run_id: str, node_id: str | None, attempt: int | None, show_all: b
             fail(f"no ledger at {describe_ledger(home_path)}: nothing has been captured with "
                  "this home yet (pass --home, or set SNAPSHOTD_HOME)")
         ledger = open_ledger(home_path)
-    except (ConfigError, LedgerError) as exc:
+    except ConfigError as exc:
         fail(f"the ledger cannot be read: {exc}")
+    except LedgerError as exc:
+        ledger_failure(exc)
     try:
-        known = ledger.run_ids()
-        if not known:
-            fail(f"unknown run {run_id!r}: nothing has been captured in the ledger at "
-                 f"{describe_ledger(home_path)} yet (pass --home, or set SNAPSHOTD_HOME or "
-                 "SNAPSHOTD_LEDGER_URL)")
-        if run_id not in known:
-            names = ", ".join(known[-20:])
-            more = f" (and {len(known) - 20} older; see `snapshotd runs`)" if len(known) > 20 else ""
-            fail(f"unknown run {run_id!r}; known runs: {names}{more}")
-        listing = list_run(ledger, GapSpool(gaps_path(home_path)), run_id, node_id, attempt)
+        listing = _listing(ledger, home_path, run_id, node_id, attempt)
+    except LedgerError as exc:
+        ledger_failure(exc)
     finally:
         ledger.close()
     if as_json:
         print_json(listing)
         return
     print_listing(listing, show_all=show_all, attempt_given=attempt is not None)
+
+
+def _listing(ledger: Ledger, home_path: Path, run_id: str, node_id: str | None,
+             attempt: int | None) -> dict:
+    """The run's listing, or a failure naming the known runs."""
+    from snapshotd.gaps import GapSpool
+    from snapshotd.ledger import describe_ledger
+    from snapshotd.service import list_run
+    from snapshotd_client.paths import gaps_path
+
+    known = ledger.run_ids()
+    if not known:
+        fail(f"unknown run {run_id!r}: nothing has been captured in the ledger at "
+             f"{describe_ledger(home_path)} yet (pass --home, or set SNAPSHOTD_HOME or "
+             "SNAPSHOTD_LEDGER_URL)")
+    if run_id not in known:
+        names = ", ".join(known[-20:])
+        more = f" (and {len(known) - 20} older; see `snapshotd runs`)" if len(known) > 20 else ""
+        fail(f"unknown run {run_id!r}; known runs: {names}{more}")
+    return list_run(ledger, GapSpool(gaps_path(home_path)), run_id, node_id, attempt)
 
 
 def print_listing(listing: dict, *, show_all: bool, attempt_given: bool = False) -> None:

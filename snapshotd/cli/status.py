@@ -79,6 +79,9 @@ def render(info: dict) -> list[str]:
         when = time.strftime(" (%Y-%m-%d %H:%M:%S)", time.localtime(at)) if at else ""
         out.append(f"recovery  {recon['rebuilt_rows']} checkpoint rows rebuilt from the store at "
                    f"start-up{when}")
+    for item in info.get("damaged_attempts") or []:
+        out.append(f"DAMAGED   {item.get('run_id')}/{item.get('node_id')}/{item.get('iteration')}/"
+                   f"{item.get('attempt')}: {item.get('detail')}")
     return out
 
 

@@ -1,0 +1,61 @@
+"""The ``list`` reply is paged: a run with thousands of checkpoints lists whole through the
+client, the MCP tool and ``snapshots --json``, and no reply comes near the 1 MiB frame."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import Daemon, Env, make_git_worktree
+from snapshotd.mcp_ops import Operations
+from snapshotd_client.protocol import MAX_FRAME, encode_frame
+
+COUNT = 3500
+LABEL = "edit src/module/file.py: " + "x" * 90
+
+
+def _many_checkpoints(daemon: Daemon, wt: Path) -> float:
+    started = time.monotonic()
+    with daemon.client() as c:
+        c.attempt_begin("long", "n", str(wt))
+        for i in range(COUNT):
+            (wt / "a.txt").write_text(f"{i}\n")
+            c.snapshot(str(wt), run_id="long", node_id="n", label=f"{LABEL} {i}",
+                       tool_use_id=f"toolu_{i:05d}")
+    return time.monotonic() - started
+
+
+def test_a_long_run_lists_whole_in_pages(sd_env: Env, daemon: Daemon, tmp_path: Path) -> None:
+    wt = make_git_worktree(tmp_path / "wt")
+    elapsed = _many_checkpoints(daemon, wt)
+    assert elapsed < 120, elapsed
+    with open(sd_env.gaps, "a") as spool:  # gaps come after the checkpoints, paged the same
+        for i in range(3):
+            spool.write(json.dumps({"ts": "2026-01-01T00:00:00Z", "run_id": "long",
+                                    "node_id": "n", "reason": "timeout",
+                                    "detail": f"gap {i}"}) + "\n")
+    with daemon.client() as c:
+        first = c.request("list", run_id="long")
+        assert len(encode_frame({"id": 1, "ok": True, "result": first})) < MAX_FRAME
+        assert first["total"] == COUNT + 3 and first["checkpoints_total"] == COUNT
+        assert 0 < len(first["checkpoints"]) < COUNT and first["next_offset"] is not None
+        small = c.request("list", run_id="long", offset=COUNT - 1, limit=2)
+        assert [cp["seq"] for cp in small["checkpoints"]] == [COUNT - 1]
+        assert [g["detail"] for g in small["gaps"]] == ["gap 0"]
+        assert small["next_offset"] == COUNT + 1
+        whole = c.list("long")
+    assert [cp["seq"] for cp in whole["checkpoints"]] == list(range(COUNT))
+    assert [g["detail"] for g in whole["gaps"]] == ["gap 0", "gap 1", "gap 2"]
+
+    tool = Operations(home=sd_env.home, socket=sd_env.socket).list_checkpoints(run_id="long")
+    assert tool["source"] == "daemon" and tool["checkpoints_total"] == COUNT
+    assert [cp["tool_use_id"] for cp in tool["checkpoints"]][-1] == f"toolu_{COUNT - 1:05d}"
+    assert len(tool["checkpoints"]) == COUNT and not tool["truncated"]
+
+    proc = subprocess.run([sys.executable, "-m", "snapshotd", "snapshots", "long", "--json"],
+                          env=sd_env.environ(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert len(json.loads(proc.stdout)["checkpoints"]) == COUNT
