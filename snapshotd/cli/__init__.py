@@ -15,15 +15,18 @@ from snapshotd.cli import (
     diff,
     exec,
     fetch,
+    find,
     flush,
     gc,
     handoff,
     install,
+    log,
     mcp,
     push,
     restore,
     runs,
     serve,
+    show,
     snapshots,
     status,
 )
@@ -36,5 +39,5 @@ def main() -> None:
 
 
 for _module in (attempt, config, diff, exec, fetch, flush, gc, handoff, install, mcp, push, restore,
-                runs, serve, snapshots, status):
+                runs, serve, snapshots, status, find, log, show):
     _module.register(main)
