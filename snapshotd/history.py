@@ -285,25 +285,28 @@ def _occurrences(repo: pygit2.Repository, side: pygit2.DiffFile, needle: bytes) 
 
 
 def _gaps_around(view: HomeView, cp: dict, rows: list[dict]) -> dict:
-    """The attempt's gaps since the previous checkpoint (``before``) and until the next one
-    (``after``; until now for the newest), each marked resolved when a checkpoint covers it."""
+    """The attempt's gaps since the previous checkpoint (``before``), until the next one
+    (``after``; until now for the newest) and those without a readable time (``undated``), each
+    marked resolved when a checkpoint covers its tool call."""
     earlier = [r["created_at"] for r in rows if r["seq"] < cp["seq"]]
     later = [r["created_at"] for r in rows if r["seq"] > cp["seq"]]
     low = max(earlier) if earlier else float("-inf")
     high = min(later) if later else float("inf")
     covered: set[str] | None = None
-    before, after = [], []
+    out: dict[str, list[dict]] = {"before": [], "after": [], "undated": []}
     for gap in view.gaps.for_run(cp["run_id"]):
         if gap.get("node_id") != cp["node_id"] or not _same_attempt(gap, cp):
             continue
         at = _gap_time(gap)
-        if at is None or not low < at <= high:
+        if at is not None and not low < at <= high:
             continue
         if covered is None:
             covered = view.ledger.tool_use_ids(cp["run_id"])
         row = dict(gap, resolved=bool(gap.get("tool_use_id")) and gap["tool_use_id"] in covered)
-        (before if at <= cp["created_at"] else after).append(row)
-    return {"before": before, "after": after}
+        # A record whose time cannot be read is shown, not dropped: it may be this call's.
+        side = "undated" if at is None else "before" if at <= cp["created_at"] else "after"
+        out[side].append(row)
+    return out
 
 
 def _same_attempt(gap: dict, cp: dict) -> bool:

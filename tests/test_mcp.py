@@ -24,7 +24,7 @@ from conftest import QUIET_WATCHER, Daemon, Env, claude_payload, git, make_git_w
 RUN = "claude-sess-1"
 # Tier 2 stays out of the way: every checkpoint here is the hook's, so seqs are exact.
 TOOLS = {"list_runs", "list_checkpoints", "diff_checkpoint", "restore_checkpoint", "list_gaps",
-         "status"}
+         "status"} | {"show_checkpoint", "log_checkpoints", "find_path"}
 
 
 @pytest.fixture

@@ -55,7 +55,7 @@ def show(run_id: str, node_id: str, seq: int | None, iteration: int | None,
     base = result["from"]
     click.echo("against    " + (f"seq {base['seq']} (commit {base['commit'][:12]})"
                                 if base["commit"] else "the empty tree (first checkpoint)"))
-    for side in ("before", "after"):
+    for side in ("before", "after", "undated"):
         for gap in result["gaps"][side]:
             state = "resolved" if gap["resolved"] else "unresolved"
             click.echo(f"gap {side:<6} {gap.get('ts')} {gap.get('reason')}: "
