@@ -68,10 +68,15 @@ def show_checkpoint(view: HomeView, *, run_id: object, node_id: object, seq: obj
 
 def log_run(view: HomeView, *, run_id: object, node_id: object = None, iteration: object = None,
             attempt: object = None, path: object = None, since: object = None,
-            pickaxe: object = None, patch: bool = False, limit: object = None) -> dict:
+            pickaxe: object = None, patch: bool = False, limit: object = None,
+            root: bool = False) -> dict:
     """The run's checkpoints newest first across nodes and attempts, each with its tool call and
     its diffstat (and patch), kept when it changed ``path``, was taken after ``since`` and, with
-    ``pickaxe``, changed the number of occurrences of that text in some file."""
+    ``pickaxe``, changed the number of occurrences of that text in some file.
+
+    The first checkpoint of an attempt holds the whole worktree against the empty tree: its
+    diff is rendered only with ``root`` (else ``diff_omitted`` says so), so a log costs what
+    the tool calls changed, not the size of the worktree. Filters still apply to it."""
     started = time.perf_counter()
     run = id_field("run_id", run_id)
     node = None if node_id is None else id_field("node_id", node_id)
@@ -94,14 +99,15 @@ def log_run(view: HomeView, *, run_id: object, node_id: object = None, iteration
     for cp in newest_first(r for r in rows if not r.get("pruned_at")):
         if after is not None and cp["created_at"] < after:
             continue
-        entry = _log_entry(view.repo, cp, trees, rel, needle, patch)
+        entry = _log_entry(view.repo, cp, trees, rel, needle, patch, root)
         if entry is None:
             continue
         entries.append(entry)
         if most is not None and len(entries) >= most:
             break
     return {"run_id": run, "node_id": node, "iteration": it, "attempt": att,
-            "filters": {"path": rel, "since": after, "pickaxe": pickaxe, "limit": most},
+            "filters": {"path": rel, "since": after, "pickaxe": pickaxe, "limit": most,
+                        "root": root},
             "entries": entries, "total": len(entries), "pruned_skipped": pruned,
             "store": str(view.home / "store.git"), "elapsed_ms": _ms(started)}
 
@@ -188,7 +194,7 @@ def iso_time(epoch: float) -> str:
 
 
 def _log_entry(repo: pygit2.Repository, cp: dict, trees: dict[str, str], rel: str | None,
-               needle: bytes | None, patch: bool) -> dict | None:
+               needle: bytes | None, patch: bool, root: bool) -> dict | None:
     """One log entry, or None when a filter leaves the checkpoint out."""
     parent_tree = _parent_tree(repo, cp, trees) or empty_tree(repo)
     if rel is not None and _entry_id(repo, parent_tree, rel) == _entry_id(repo, cp["tree"], rel):
@@ -196,7 +202,13 @@ def _log_entry(repo: pygit2.Repository, cp: dict, trees: dict[str, str], rel: st
     if needle is not None and not _pickaxe_hit(repo, parent_tree, cp["tree"], needle):
         return None
     entry = call_of(cp)
-    entry.update(render_trees(repo, parent_tree, cp["tree"], patch=patch))
+    entry["base"] = "parent" if cp["parent"] else "empty-tree"
+    if cp["parent"] or root:
+        entry.update(render_trees(repo, parent_tree, cp["tree"], patch=patch))
+    else:
+        entry.update(files=None, stats=None, stat="", patch=None,
+                     diff_omitted="the first checkpoint of its attempt: the whole worktree "
+                                  "against the empty tree (see it with show, or log --root)")
     return entry
 
 

@@ -125,12 +125,13 @@ class Operations:
                         iteration: int | None = None, attempt: int | None = None,
                         path: str | None = None, since: str | None = None,
                         pickaxe: str | None = None, patch: bool = False, limit: int | None = None,
-                        max_patch_bytes: int = DEFAULT_PATCH_BYTES) -> dict:
+                        root: bool = False, max_patch_bytes: int = DEFAULT_PATCH_BYTES) -> dict:
         from snapshotd.history import log_run
 
         result = backend.read_home(lambda view: log_run(
             view, run_id=run_id, node_id=node_id, iteration=iteration, attempt=attempt,
-            path=path, since=since, pickaxe=pickaxe, patch=patch, limit=limit), home=self._home)
+            path=path, since=since, pickaxe=pickaxe, patch=patch, limit=limit, root=root),
+            home=self._home)
         result["entries"] = [_cut_patch(e, max_patch_bytes) for e in result["entries"]]
         return result
 

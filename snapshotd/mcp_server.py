@@ -335,6 +335,8 @@ def _add_review_tools(app: MCPServer, ops: Operations) -> None:
                                              "often this text occurs (git log -S).")] = None,
         patch: Annotated[bool, Field(description="Include each patch.")] = False,
         limit: Annotated[int | None, Field(ge=1, description="At most N checkpoints.")] = None,
+        root: Annotated[bool, Field(description="Also diff each attempt's first checkpoint "
+                                    "(its whole tree against the empty tree).")] = False,
         max_patch_bytes: Annotated[int, Field(ge=1, description="Cut each patch after this many "
                                               "bytes.")] = DEFAULT_PATCH_BYTES,
     ) -> dict[str, Any]:
@@ -342,7 +344,7 @@ def _add_review_tools(app: MCPServer, ops: Operations) -> None:
         and diffstat. `snapshotd log --json`."""
         return _tool(ops.log_checkpoints, run_id=run_id, node_id=node_id, iteration=iteration,
                      attempt=attempt, path=path, since=since, pickaxe=pickaxe, patch=patch,
-                     limit=limit, max_patch_bytes=max_patch_bytes)
+                     limit=limit, root=root, max_patch_bytes=max_patch_bytes)
 
     @app.tool(annotations=_read_only("Find a path's history"))
     def find_path(

@@ -38,25 +38,31 @@ def register(group: click.Group) -> None:
 @click.option("--stat", "fmt", flag_value="stat", default=True,
               help="Each checkpoint's diffstat (default).")
 @click.option("--patch", "fmt", flag_value="patch", help="Each checkpoint's patch.")
+@click.option("--root", is_flag=True,
+              help="Also show the diff of each attempt's first checkpoint (its whole worktree "
+                   "against the empty tree).")
 @home_option
 @json_option
 def log(run_id: str, node_id: str | None, iteration: int | None, attempt: int | None,
         path: str | None, since: str | None, pickaxe: str | None, limit: int | None, fmt: str,
-        home: Path | None, as_json: bool) -> None:
+        root: bool, home: Path | None, as_json: bool) -> None:
     """List the run's checkpoints newest first across nodes and attempts, each with its tool
     call and what it changed."""
     from snapshotd.history import log_run
 
     result = read_only(home, lambda view: log_run(
         view, run_id=run_id, node_id=node_id, iteration=iteration, attempt=attempt, path=path,
-        since=since, pickaxe=pickaxe, patch=fmt == "patch", limit=limit))
+        since=since, pickaxe=pickaxe, patch=fmt == "patch", limit=limit, root=root))
     if as_json:
         print_json(result)
         return
     for entry in result["entries"]:
         click.echo(f"seq {entry['seq']}  {entry['run_id']}/{entry['node_id']}/"
                    f"{entry['iteration']}/{entry['attempt']}  {describe_call(entry)}")
-        echo_change(entry, fmt)
+        if entry.get("diff_omitted"):
+            click.echo(f" ({entry['diff_omitted']})")
+        else:
+            echo_change(entry, fmt)
         click.echo("")
     if not result["entries"]:
         click.echo("no checkpoint matches", err=True)
