@@ -2,15 +2,19 @@
 (``log``), and which checkpoints of which runs changed a path of a worktree (``find``).
 
 Every function reads a home opened with ``snapshotd.backend.read_home`` (the ledger, a store read
-handle, the gap spool) and writes nothing, so it answers beside a running daemon or without one.
+handle, the gap spool), so it answers beside a running daemon or without one. No ref, ledger row
+or file is written; the store gains at most a few small unreferenced tree objects (``pruned_pair``,
+and git's empty tree), which gc collects.
 The result shapes are documented in docs/review.md.
 
 Promises:
 - A checkpoint's change is its tree against its parent checkpoint's tree (the ``parent`` commit
   of its ledger row, which retention re-points past pruned checkpoints); a first checkpoint is
-  compared with the empty tree. Diffs are libgit2's tree-to-tree diffs, which skip identical
-  subtrees, so their cost follows the change, not the size of the worktree; a path filter first
-  compares the one tree entry at that path, without a diff.
+  compared with the empty tree. Diffs are libgit2's (renames, modes, binary files, git's patch
+  and stat formats), but libgit2's tree-to-tree diff visits every entry of both trees, so it is
+  run on ``pruned_pair``: two trees holding only the entries that differ, found by skipping
+  identical subtrees as git's own tree diff does. The cost follows the change, not the size of
+  the worktree. A path filter compares the one tree entry at that path, without a diff.
 - ``log`` and ``find`` are newest first (by capture time, then seq); pruned checkpoints (their
   commits are gone) are left out and counted in ``pruned_skipped``.
 - Every refusal is a ``ServiceError``: ``bad-id``/``bad-request`` for malformed fields,
@@ -20,6 +24,7 @@ Promises:
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Iterable
 from datetime import datetime, timezone
@@ -37,6 +42,11 @@ from snapshotd.errors import ServiceError, id_field, int_value
 from snapshotd.ledger import Attempt
 from snapshotd.listing import unknown_run
 
+_TREE_MODE = 0o040000
+# Trees whose entry records a log keeps at once (each is a top directory's worth at most).
+TREE_CACHE_ENTRIES = 256
+# One entry of a raw tree object: mode, space, name, NUL, the 20-byte id (any bytes).
+_TREE_RECORD = re.compile(rb"[0-7]+ [^\0]*\0.{20}", re.DOTALL)
 # The fields of a ledger row that say which tool call a checkpoint was.
 CALL_FIELDS = ("run_id", "node_id", "iteration", "attempt", "seq", "commit", "tree", "parent",
                "label", "tool_use_id", "tier", "source", "worktree", "created_at")
@@ -61,7 +71,8 @@ def show_checkpoint(view: HomeView, *, run_id: object, node_id: object, seq: obj
     out["to"] = {"seq": cp["seq"], "commit": cp["commit"], "tree": cp["tree"]}
     out["base"] = "parent" if cp["parent"] else "empty-tree"
     out["gaps"] = _gaps_around(view, cp, rows)
-    out.update(render_trees(view.repo, out["from"]["tree"], cp["tree"], patch=patch))
+    out.update(render_trees(view.repo, *pruned_pair(view.repo, parent_tree, cp["tree"]),
+                            patch=patch))
     out["elapsed_ms"] = _ms(started)
     return out
 
@@ -95,11 +106,15 @@ def log_run(view: HomeView, *, run_id: object, node_id: object = None, iteration
     rows = [r for r in rows if it is None or r["iteration"] == it]
     pruned = sum(1 for r in rows if r.get("pruned_at"))
     trees = {r["commit"]: r["tree"] for r in rows}
-    entries = []
+    entries: list[dict] = []
+    # Each checkpoint's tree is the next one's parent tree: read once for both.
+    cache: dict = {}
     for cp in newest_first(r for r in rows if not r.get("pruned_at")):
         if after is not None and cp["created_at"] < after:
             continue
-        entry = _log_entry(view.repo, cp, trees, rel, needle, patch, root)
+        if len(cache) > TREE_CACHE_ENTRIES:
+            cache.clear()
+        entry = _log_entry(view.repo, cp, trees, (rel, needle, patch, root), cache)
         if entry is None:
             continue
         entries.append(entry)
@@ -144,6 +159,20 @@ def find_path(view: HomeView, *, path: object, cwd: object = None, since: object
     return {"path": str(target), "worktree": worktree, "relative": rel, "since": after,
             "checkpoints": found, "runs": runs, "total": len(found), "pruned_skipped": pruned,
             "elapsed_ms": _ms(started)}
+
+
+def pruned_pair(repo: pygit2.Repository, tree_a: str | None, tree_b: str,
+                cache: dict | None = None) -> tuple[str, str]:
+    """Two trees that differ exactly as ``tree_a`` (None: the empty tree) and ``tree_b`` do, at
+    the same paths, holding only the differing entries: libgit2 diffs them in O(changes).
+    ``cache`` (kept across calls by a caller walking a chain) holds trees already read."""
+    if tree_a is None:
+        return empty_tree(repo), tree_b
+    if tree_a == tree_b:
+        return tree_a, tree_b
+    a, b = _pruned(repo, pygit2.Oid(hex=tree_a), pygit2.Oid(hex=tree_b),
+                   {} if cache is None else cache)
+    return str(a), str(b)
 
 
 def call_of(cp: dict) -> dict:
@@ -193,18 +222,21 @@ def iso_time(epoch: float) -> str:
 # -- helpers -------------------------------------------------------------------------------------
 
 
-def _log_entry(repo: pygit2.Repository, cp: dict, trees: dict[str, str], rel: str | None,
-               needle: bytes | None, patch: bool, root: bool) -> dict | None:
-    """One log entry, or None when a filter leaves the checkpoint out."""
-    parent_tree = _parent_tree(repo, cp, trees) or empty_tree(repo)
+def _log_entry(repo: pygit2.Repository, cp: dict, trees: dict[str, str],
+               options: tuple[str | None, bytes | None, bool, bool], cache: dict) -> dict | None:
+    """One log entry, or None when a filter leaves the checkpoint out. ``options``: the path
+    filter, the pickaxe, whether to render the patch, whether to render a first checkpoint."""
+    rel, needle, patch, root = options
+    parent_tree = _parent_tree(repo, cp, trees)
     if rel is not None and _entry_id(repo, parent_tree, rel) == _entry_id(repo, cp["tree"], rel):
         return None
-    if needle is not None and not _pickaxe_hit(repo, parent_tree, cp["tree"], needle):
+    if needle is not None and not _pickaxe_hit(repo, parent_tree, cp["tree"], needle, cache):
         return None
     entry = call_of(cp)
     entry["base"] = "parent" if cp["parent"] else "empty-tree"
     if cp["parent"] or root:
-        entry.update(render_trees(repo, parent_tree, cp["tree"], patch=patch))
+        entry.update(render_trees(repo, *pruned_pair(repo, parent_tree, cp["tree"], cache),
+                                  patch=patch))
     else:
         entry.update(files=None, stats=None, stat="", patch=None,
                      diff_omitted="the first checkpoint of its attempt: the whole worktree "
@@ -241,8 +273,11 @@ def _parent_tree(repo: pygit2.Repository, cp: dict, trees: dict[str, str]) -> st
                            f"longer holds: {exc}") from exc
 
 
-def _entry_id(repo: pygit2.Repository, tree_id: str, rel: str) -> str | None:
-    """The id of the entry at ``rel`` (a blob or a subtree) in a tree, None when absent."""
+def _entry_id(repo: pygit2.Repository, tree_id: str | None, rel: str) -> str | None:
+    """The id of the entry at ``rel`` (a blob or a subtree) in a tree (None: the empty tree),
+    None when absent."""
+    if tree_id is None:
+        return None
     tree = repo[tree_id].peel(pygit2.Tree)
     if not rel:
         return str(tree.id)
@@ -255,7 +290,7 @@ def _entry_id(repo: pygit2.Repository, tree_id: str, rel: str) -> str | None:
 def _path_status(repo: pygit2.Repository, cp: dict, trees: dict[str, str],
                  rel: str) -> str | None:
     """``A``/``M``/``D`` for what ``cp`` did to the entry at ``rel``, None when nothing."""
-    before = _entry_id(repo, _parent_tree(repo, cp, trees) or empty_tree(repo), rel)
+    before = _entry_id(repo, _parent_tree(repo, cp, trees), rel)
     after = _entry_id(repo, cp["tree"], rel)
     if before == after:
         return None
@@ -270,12 +305,17 @@ def _pickaxe_bytes(value: object) -> bytes | None:
     return value.encode("utf-8", "surrogateescape")
 
 
-def _pickaxe_hit(repo: pygit2.Repository, tree_a: str, tree_b: str, needle: bytes) -> bool:
+def _pickaxe_hit(repo: pygit2.Repository, tree_a: str | None, tree_b: str, needle: bytes,
+                 cache: dict) -> bool:
     """Whether some changed file holds ``needle`` a different number of times before and after
-    (git's ``-S``; binary files are skipped, as git does without ``--text``)."""
-    a = repo[tree_a].peel(pygit2.Tree)
-    b = repo[tree_b].peel(pygit2.Tree)
-    diff = repo.diff(a, b, flags=DiffOption.INCLUDE_TYPECHANGE | DiffOption.SKIP_BINARY_CHECK)
+    (git's ``-S``; binary files are skipped, as git does without ``--text``). ``tree_a`` None is
+    the empty tree."""
+    flags = DiffOption.INCLUDE_TYPECHANGE | DiffOption.SKIP_BINARY_CHECK
+    if tree_a is None:
+        diff = repo[tree_b].peel(pygit2.Tree).diff_to_tree(flags=flags, swap=True)
+    else:
+        a, b = (repo[t].peel(pygit2.Tree) for t in pruned_pair(repo, tree_a, tree_b, cache))
+        diff = repo.diff(a, b, flags=flags)
     # Renames paired, as git log does: a file that only moved keeps its count.
     diff.find_similar()
     for delta in diff.deltas:
@@ -294,6 +334,45 @@ def _occurrences(repo: pygit2.Repository, side: pygit2.DiffFile, needle: bytes) 
     if b"\0" in data[:8000]:
         return 0
     return data.count(needle)
+
+
+def _pruned(repo: pygit2.Repository, tree_a: pygit2.Oid, tree_b: pygit2.Oid,
+            cache: dict[pygit2.Oid, frozenset[bytes]]) -> tuple[pygit2.Oid, pygit2.Oid]:
+    """``pruned_pair`` of two different trees: an entry equal on both sides (same mode, name
+    and id: the same raw record) is left out, two differing subtrees are pruned in turn, anything
+    else is kept as it is. Comparing raw record sets keeps a large directory's cost in C."""
+    records_a, records_b = _records(repo, tree_a, cache), _records(repo, tree_b, cache)
+    only_a = dict(_entry(r) for r in records_a - records_b)
+    only_b = dict(_entry(r) for r in records_b - records_a)
+    side_a, side_b = repo.TreeBuilder(), repo.TreeBuilder()
+    for name in only_a.keys() | only_b.keys():
+        ea, eb = only_a.get(name), only_b.get(name)
+        if ea is not None and eb is not None and ea[0] == eb[0] == _TREE_MODE:
+            sub_a, sub_b = _pruned(repo, ea[1], eb[1], cache)
+            side_a.insert(name, sub_a, _TREE_MODE)
+            side_b.insert(name, sub_b, _TREE_MODE)
+            continue
+        if ea is not None:
+            side_a.insert(name, ea[1], ea[0])
+        if eb is not None:
+            side_b.insert(name, eb[1], eb[0])
+    return side_a.write(), side_b.write()
+
+
+def _records(repo: pygit2.Repository, tree_id: pygit2.Oid,
+             cache: dict[pygit2.Oid, frozenset[bytes]]) -> frozenset[bytes]:
+    """A tree's raw entry records (``MODE NAME\\0`` + a 20-byte id each), read once per call."""
+    found = cache.get(tree_id)
+    if found is None:
+        found = cache[tree_id] = frozenset(_TREE_RECORD.findall(repo.odb.read(tree_id)[1]))
+    return found
+
+
+def _entry(record: bytes) -> tuple[str, tuple[int, pygit2.Oid]]:
+    """``name, (mode, id)`` of one raw tree record."""
+    mode, _, rest = record.partition(b" ")
+    name = rest[:-21].decode("utf-8", "surrogateescape")
+    return name, (int(mode, 8), pygit2.Oid(raw=rest[-20:]))
 
 
 def _gaps_around(view: HomeView, cp: dict, rows: list[dict]) -> dict:

@@ -25,11 +25,14 @@ RUN = "replay"
 NODE = "agent"
 COMMITS = 30
 PARSE_ADDED, PARSE_HELPER, PARSE_REMOVED, PARSER_DELETED = 8, 12, 20, 28
+# A mode-only change: tools/run.sh (added at step 15) becomes executable at step 17.
+EXECUTABLE = {"tools/run.sh": 17}
 
 
 def history_states() -> list[dict[str, str]]:
     """The files of each commit: every step changes something, ``def parse`` comes in at
-    PARSE_ADDED and goes at PARSE_REMOVED; other edits of its file keep its count."""
+    PARSE_ADDED and goes at PARSE_REMOVED; other edits of its file keep its count. A path in
+    EXECUTABLE is written with mode 755 from the step it is listed for."""
     files = {"README.md": "# demo\n",
              "src/app.py": "import sys\nprint('app')\n",
              "lib/util.py": "".join(f"def util{i}():\n    return {i}\n" for i in range(5)),
@@ -56,6 +59,8 @@ def history_states() -> list[dict[str, str]]:
             files["lib/parser.py"] += "\n\ndef tokens(text):\n    return len(text)\n"
         elif k == PARSE_REMOVED:
             files["lib/parser.py"] = "def tokens(text):\n    return len(text)\n"
+        elif k == 15:
+            files["tools/run.sh"] = "echo run\n"
         elif k == 24:
             del files["docs/page10.md"]
         elif k == 26:
@@ -71,15 +76,19 @@ def build_source(root: Path) -> list[str]:
     src = make_git_worktree(root)
     commits = []
     for k, state in enumerate(history_states()):
-        write_state(src, state)
+        write_state(src, state, k)
         git(src, "add", "-A")
         git(src, "commit", "-q", "-m", f"step {k}")
         commits.append(git(src, "rev-parse", "HEAD").strip())
     return commits
 
 
-def write_state(root: Path, state: dict[str, str]) -> None:
-    """Make root's files (outside .git) exactly ``state``."""
+def write_state(root: Path, state: dict[str, str], step: int | None = None,
+                executable: set[str] | None = None) -> None:
+    """Make root's files (outside .git) exactly ``state``; the ``executable`` ones (default:
+    EXECUTABLE's at ``step``) mode 755, the others 644."""
+    if executable is None:
+        executable = {p for p, since in EXECUTABLE.items() if step is not None and step >= since}
     for path in sorted(root.rglob("*"), reverse=True):
         rel = path.relative_to(root)
         if rel.parts[0] == ".git":
@@ -91,12 +100,14 @@ def write_state(root: Path, state: dict[str, str]) -> None:
     for rel, text in state.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
+        (root / rel).chmod(0o755 if rel in executable else 0o644)
 
 
 def checkout_from_git(src: Path, commit: str, wt: Path) -> None:
     """Write commit's tree, as git stores it, into wt."""
-    names = git(src, "ls-tree", "-r", "--name-only", commit).splitlines()
-    write_state(wt, {n: git(src, "show", f"{commit}:{n}") for n in names})
+    listed = [line.split("\t", 1) for line in git(src, "ls-tree", "-r", commit).splitlines()]
+    write_state(wt, {name: git(src, "show", f"{commit}:{name}") for _, name in listed},
+                executable={name for meta, name in listed if meta.startswith("100755")})
 
 
 def replay(daemon: Daemon, src: Path, commits: list[str], wt: Path, run: str = RUN) -> None:
@@ -146,6 +157,9 @@ def test_show_log_and_find_agree_with_git(sd_env: Env, daemon: Daemon, tmp_path:
         assert f"step {k}  [toolu_{k:03d}]  tier 1 hook" in header
         parent = commits[k - 1] if k else None
         assert sorted(body.splitlines()) == git_name_status(src, parent, commits[k]), k
+    mode_only = sd_json(sd_env, "show", RUN, "--node", NODE, "--seq", "17")
+    assert ("M", "tools/run.sh") in {(f["status"], f["path"]) for f in mode_only["files"]}
+    assert "new mode 100755" in mode_only["patch"]
     assert "the empty tree" in sd(sd_env, "show", RUN, "--node", NODE, "--seq", "0").stdout
     patch = sd(sd_env, "show", RUN, "--node", NODE, "--seq", str(PARSE_ADDED)).stdout
     assert "+def parse(text):" in patch and "diff --git a/lib/parser.py" in patch
