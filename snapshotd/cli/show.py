@@ -67,6 +67,8 @@ def show(run_id: str, node_id: str, seq: int | None, iteration: int | None,
 def read_only(home: Path | None, call: Callable[[Any], dict]) -> dict:
     """``call(view)`` on the home opened for reading (``snapshotd.backend.read_home``), its
     failures printed as a sentence: a bad config exits 2, anything else 1."""
+    import pygit2
+
     from snapshotd import backend
     from snapshotd.config import ConfigError
     from snapshotd.errors import ServiceError
@@ -82,6 +84,8 @@ def read_only(home: Path | None, call: Callable[[Any], dict]) -> dict:
         fail(f"{exc.message} ({exc.code})")
     except LedgerError as exc:
         fail(f"the ledger could not be read: {exc} (ledger-error)")
+    except (OSError, pygit2.GitError) as exc:
+        fail(f"the store could not be read: {exc} (io-error)")
     raise AssertionError("unreachable")
 
 
