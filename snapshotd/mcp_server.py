@@ -174,7 +174,7 @@ def build_server(*, home: Path | None = None, socket: Path | None = None,
     _add_diff_tool(app, ops)
     _add_restore_tool(app, ops)
     _add_health_tools(app, ops)
-    _add_review_tools(app, ops)
+    _add_history_tools(app, ops)
     return app
 
 
@@ -299,7 +299,7 @@ def _add_health_tools(app: MCPServer, ops: Operations) -> None:
         return redact(_tool(ops.status))
 
 
-def _add_review_tools(app: MCPServer, ops: Operations) -> None:
+def _add_history_tools(app: MCPServer, ops: Operations) -> None:
     @app.tool(annotations=_read_only("Show a checkpoint"))
     def show_checkpoint(
         run_id: Annotated[str, Field(description="The run.")],
