@@ -6,6 +6,8 @@ under the daemon's own home lock, and the op's local twin runs on a ``Service``.
 ``request`` (one daemon round trip, errors mapped the same way) and what a front end does with
 a reply: ``complete_diff`` renders a patch or file list too large for one reply frame from the
 store, ``with_location`` makes an undo command name the home and socket the caller used.
+``read_home`` serves ops that only read (show, log, find): the ledger, a store read handle and
+the gap spool, opened here whether or not a daemon runs, never through it.
 
 Promises:
 - The daemon is pinged first: once it has the request, a lost daemon is an error
@@ -26,15 +28,20 @@ from __future__ import annotations
 import shlex
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from snapshotd.errors import NOT_FOUND, UNKNOWN_OP, ServiceError
 from snapshotd_client import Client, DaemonUnavailable, SnapshotdError
-from snapshotd_client.paths import home_dir, socket_path
+from snapshotd_client.paths import gaps_path, home_dir, socket_path
 from snapshotd_client.protocol import DAEMON_UNAVAILABLE
 
 if TYPE_CHECKING:
+    import pygit2
+
+    from snapshotd.gaps import GapSpool
+    from snapshotd.ledger import Ledger
     from snapshotd.service import Service
 
 # How long a held home lock with a silent socket is taken for a daemon still starting up.
@@ -102,6 +109,38 @@ def run_locally(home_path: Path, call: Callable[[Service], dict]) -> dict:
         return call(service)
     finally:
         service.close()
+
+
+@dataclass
+class HomeView:
+    """A home opened for reading only: its ledger, a store read handle and its gap spool."""
+
+    home: Path
+    ledger: Ledger
+    repo: pygit2.Repository
+    gaps: GapSpool
+
+
+def read_home(call: Callable[[HomeView], dict], *, home: Path | None = None) -> dict:
+    """``call(view)`` on the home opened for reading, beside a running daemon or without one:
+    the ledger (SQLite WAL or PostgreSQL) and git objects are safe to read while a daemon
+    writes, and nothing here writes. A home where nothing was captured is ``NoLedger``."""
+    from snapshotd.gaps import GapSpool
+    from snapshotd.ledger import open_ledger
+    from snapshotd.store import Store
+
+    home_path = resolve_home(home)
+    _require_ledger(home_path)
+    if not (home_path / "store.git" / "HEAD").exists():
+        raise NoLedger(NOT_FOUND, f"no store at {home_path / 'store.git'}: nothing has been "
+                                  "captured with this home yet")
+    ledger = open_ledger(home_path)
+    try:
+        view = HomeView(home_path, ledger, Store(home_path).reader(),
+                        GapSpool(gaps_path(home_path)))
+        return call(view)
+    finally:
+        ledger.close()
 
 
 def request(op: str, *, socket: Path | None = None, timeout: float = DEFAULT_TIMEOUT_S,

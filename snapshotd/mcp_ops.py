@@ -1,9 +1,10 @@
 """The operations behind the MCP tools, as plain calls with no MCP SDK in sight.
 
 Owns what each tool of ``snapshotd mcp`` does: ``list_runs``, ``list_checkpoints``,
-``diff_checkpoint``, ``restore_checkpoint``, ``list_gaps``, ``status``, ``blame_file`` and
-``export_checkpoints`` (``snapshotd.blame``, ``snapshotd.export``), plus the restore progress
-board the restore tool polls. ``snapshotd.mcp_server`` wraps them as tools.
+``diff_checkpoint``, ``restore_checkpoint``, ``list_gaps``, ``status``, the review reads
+``show_checkpoint``, ``log_checkpoints``, ``find_path`` and ``blame_file``, and
+``export_checkpoints`` (``snapshotd.history``, ``snapshotd.blame``, ``snapshotd.export``), plus the
+restore progress board the restore tool polls. ``snapshotd.mcp_server`` wraps them as tools.
 
 Promises:
 - Diff and restore go through ``snapshotd.backend.run_op``, the path the CLI uses: in the daemon
@@ -11,7 +12,8 @@ Promises:
   ``restore`` op: the refusal while an attempt is active unless ``force``, the safety checkpoint,
   confinement to the target), else directly on the home under the daemon's home lock.
 - ``list_checkpoints`` asks the daemon and reads the ledger when none answers; ``list_runs`` and
-  ``list_gaps`` read the ledger and the gap spool (``snapshotd.listing``).
+  ``list_gaps`` read the ledger and the gap spool (``snapshotd.listing``); the review reads open
+  the home for reading (``snapshotd.backend.read_home``), as their CLI twins do.
 - Results carry the fields of the matching CLI ``--json`` output. Every failure a caller can
   act on is a ``ServiceError`` (or the client's ``DaemonUnavailable``) whose message says what
   to do.
@@ -112,6 +114,37 @@ class Operations:
             result = dict(result, patch=backend.complete_diff(result, True)["patch"])
             result.pop("patch_omitted", None)
         return _cut_patch(result, max_patch_bytes)
+
+    def show_checkpoint(self, *, run_id: str, node_id: str, seq: int | None = None,
+                        iteration: int | None = None, attempt: int | None = None,
+                        patch: bool = True, max_patch_bytes: int = DEFAULT_PATCH_BYTES) -> dict:
+        from snapshotd.history import show_checkpoint
+
+        result = backend.read_home(lambda view: show_checkpoint(
+            view, run_id=run_id, node_id=node_id, seq=seq, iteration=iteration,
+            attempt=attempt, patch=patch), home=self._home)
+        return _cut_patch(result, max_patch_bytes)
+
+    def log_checkpoints(self, *, run_id: str, node_id: str | None = None,
+                        iteration: int | None = None, attempt: int | None = None,
+                        path: str | None = None, since: str | None = None,
+                        pickaxe: str | None = None, patch: bool = False, limit: int | None = None,
+                        root: bool = False, max_patch_bytes: int = DEFAULT_PATCH_BYTES) -> dict:
+        from snapshotd.history import log_run
+
+        result = backend.read_home(lambda view: log_run(
+            view, run_id=run_id, node_id=node_id, iteration=iteration, attempt=attempt,
+            path=path, since=since, pickaxe=pickaxe, patch=patch, limit=limit, root=root),
+            home=self._home)
+        result["entries"] = [_cut_patch(e, max_patch_bytes) for e in result["entries"]]
+        return result
+
+    def find_path(self, *, path: str, cwd: str | None = None, since: str | None = None,
+                  limit: int | None = None) -> dict:
+        from snapshotd.history import find_path
+
+        return backend.read_home(lambda view: find_path(view, path=path, cwd=cwd, since=since,
+                                                        limit=limit), home=self._home)
 
     def restore_checkpoint(self, *, run_id: str, node_id: str, seq: int | None = None,
                            dry_run: bool = True, to_dir: str | None = None,

@@ -1,9 +1,10 @@
-"""The MCP twin of the command line: ``snapshotd mcp`` serves eight tools over stdio.
+"""The MCP twin of the command line: ``snapshotd mcp`` serves its tools over stdio.
 
 Owns the tools an agent (or any MCP client) uses to see and use its durability surface:
 ``list_runs``, ``list_checkpoints``, ``diff_checkpoint``, ``restore_checkpoint``, ``list_gaps``,
-``status``, ``blame_file`` and ``export_checkpoints``, built on the official MCP Python SDK (2.x, ``MCPServer``), and how their
-failures and secrets reach the client. What each tool does is ``snapshotd.mcp_ops``.
+``status``, the review reads ``show_checkpoint``, ``log_checkpoints``, ``find_path``,
+``blame_file`` and ``export_checkpoints``, built on the official MCP Python SDK (2.x,
+``MCPServer``), and how their failures and secrets reach the client. What each tool does is ``snapshotd.mcp_ops``.
 
 Promises:
 - Every tool is a thin call into the code the CLI uses (``snapshotd.mcp_ops`` on
@@ -62,7 +63,10 @@ unless dry_run=false; an in-place restore first takes a safety checkpoint and re
 `undo_command` and `safety.seq` (restore that seq to undo). It refuses while an attempt is active
 on the worktree (your own session counts) unless force=true. list_gaps shows captures that could
 not be taken; status shows the daemon's health. blame_file tells which checkpoint (tool call)
-introduced each line of a file; export_checkpoints turns an attempt into a new branch or patches."""
+introduced each line of a file; export_checkpoints turns an attempt into a new branch or patches;
+show_checkpoint shows one checkpoint's change with its tool call; log_checkpoints lists a run's
+checkpoints newest first (pickaxe="def parse" finds when a text appeared or disappeared);
+find_path lists the checkpoints that changed a path."""
 
 PROGRESS_POLL_S = 0.25
 # A URL in text (a status field, a git error): each one goes through redact_url.
@@ -163,7 +167,7 @@ def serve_stdio(*, home: Path | None = None, socket: Path | None = None,
 
 def build_server(*, home: Path | None = None, socket: Path | None = None,
                  log_level: str = "WARNING") -> MCPServer:
-    """The MCP server with the eight tools, talking to the daemon on ``socket`` and reading the
+    """The MCP server with its tools, talking to the daemon on ``socket`` and reading the
     ledger under ``home`` (both default the way the CLI's do)."""
     ops = Operations(home=home, socket=socket)
     app: MCPServer = MCPServer(SERVER_NAME, title="snapshotd checkpoints", version=__version__,
@@ -174,6 +178,7 @@ def build_server(*, home: Path | None = None, socket: Path | None = None,
     _add_restore_tool(app, ops)
     _add_health_tools(app, ops)
     _add_review_tools(app, ops)
+    _add_history_tools(app, ops)
     return app
 
 
@@ -346,6 +351,68 @@ def _add_review_tools(app: MCPServer, ops: Operations) -> None:
         return _tool(ops.export_checkpoints, run_id=run_id, node_id=node_id, branch=branch,
                      patches_dir=patches_dir, squash=squash, repo_dir=repo_dir,
                      from_seq=from_seq, to_seq=to_seq, iteration=iteration, attempt=attempt)
+
+
+def _add_history_tools(app: MCPServer, ops: Operations) -> None:
+    @app.tool(annotations=_read_only("Show a checkpoint"))
+    def show_checkpoint(
+        run_id: Annotated[str, Field(description="The run.")],
+        node_id: Annotated[str, Field(description="The node, e.g. `session`.")],
+        seq: Annotated[int | None, Field(ge=0, description="The checkpoint (default: the newest "
+                                         "of the attempt).")] = None,
+        iteration: Annotated[int | None, Field(ge=0, description="The iteration (default: the "
+                                               "newest).")] = None,
+        attempt: Annotated[int | None, Field(ge=1, description="The attempt (default: the "
+                                             "newest).")] = None,
+        patch: Annotated[bool, Field(description="Include the patch text.")] = True,
+        max_patch_bytes: Annotated[int, Field(ge=1, description="Cut the patch after this many "
+                                              "bytes.")] = DEFAULT_PATCH_BYTES,
+    ) -> dict[str, Any]:
+        """What checkpoint `seq` changed against the previous one (the first against the empty
+        tree), with its tool call (label, tool_use_id, tier, source, time) and the attempt's gaps
+        before and after it. `snapshotd show --json`."""
+        return _tool(ops.show_checkpoint, run_id=run_id, node_id=node_id, seq=seq,
+                     iteration=iteration, attempt=attempt, patch=patch,
+                     max_patch_bytes=max_patch_bytes)
+
+    @app.tool(annotations=_read_only("Log a run"))
+    def log_checkpoints(
+        run_id: Annotated[str, Field(description="The run.")],
+        node_id: Annotated[str | None, Field(description="Only this node.")] = None,
+        iteration: Annotated[int | None, Field(ge=0, description="Only this iteration.")] = None,
+        attempt: Annotated[int | None, Field(ge=1, description="Only this attempt.")] = None,
+        path: Annotated[str | None, Field(description="Only checkpoints that changed this file "
+                                          "or directory (relative to the worktree).")] = None,
+        since: Annotated[str | None, Field(description="Only checkpoints since this long ago "
+                                           "(`2h`, `7d`) or this ISO time.")] = None,
+        pickaxe: Annotated[str | None, Field(description="Only checkpoints that changed how "
+                                             "often this text occurs (git log -S).")] = None,
+        patch: Annotated[bool, Field(description="Include each patch.")] = False,
+        limit: Annotated[int | None, Field(ge=1, description="At most N checkpoints.")] = None,
+        root: Annotated[bool, Field(description="Also diff each attempt's first checkpoint "
+                                    "(its whole tree against the empty tree).")] = False,
+        max_patch_bytes: Annotated[int, Field(ge=1, description="Cut each patch after this many "
+                                              "bytes.")] = DEFAULT_PATCH_BYTES,
+    ) -> dict[str, Any]:
+        """The run's checkpoints newest first across nodes and attempts, each with its tool call
+        and diffstat. `snapshotd log --json`."""
+        return _tool(ops.log_checkpoints, run_id=run_id, node_id=node_id, iteration=iteration,
+                     attempt=attempt, path=path, since=since, pickaxe=pickaxe, patch=patch,
+                     limit=limit, root=root, max_patch_bytes=max_patch_bytes)
+
+    @app.tool(annotations=_read_only("Find a path's history"))
+    def find_path(
+        path: Annotated[str, Field(description="A file or directory of a worktree: absolute, or "
+                                   "relative to `cwd`.")],
+        cwd: Annotated[str | None, Field(description="Absolute directory a relative path is "
+                                         "resolved against (default: the server's).")] = None,
+        since: Annotated[str | None, Field(description="Only checkpoints since this long ago "
+                                           "or this ISO time.")] = None,
+        limit: Annotated[int | None, Field(ge=1, description="At most N checkpoints.")] = None,
+    ) -> dict[str, Any]:
+        """The runs and checkpoints that changed `path`, newest first, each with its tool call
+        and A/M/D. `snapshotd find --json`."""
+        return _tool(ops.find_path, path=path, cwd=cwd, since=since, limit=limit)
 
 
 async def _restore_with_progress(ctx: Context, ops: Operations, kwargs: dict[str, Any]) -> Any:

@@ -33,7 +33,8 @@ RUN = "claude-sess-1"
 # Tier 2 stays out of the way (the ``daemon`` fixture runs with QUIET_WATCHER): every checkpoint
 # here is the hook's, so seqs are exact.
 TOOLS = {"list_runs", "list_checkpoints", "diff_checkpoint", "restore_checkpoint", "list_gaps",
-         "status", "blame_file", "export_checkpoints"}
+         "status", "blame_file", "export_checkpoints"} | {"show_checkpoint", "log_checkpoints",
+                                                         "find_path"}
 
 
 def with_mcp(env: Env, body: Callable[[Client], Awaitable[None]], *args: str) -> None:

@@ -17,16 +17,19 @@ from snapshotd.cli import (
     exec,
     export,
     fetch,
+    find,
     flush,
     gc,
     handoff,
     install,
+    log,
     mcp,
     push,
     repair,
     restore,
     runs,
     serve,
+    show,
     snapshots,
     status,
 )
@@ -38,6 +41,6 @@ def main() -> None:
     """Durable, restorable history of the worktrees where coding agents work."""
 
 
-for _module in (attempt, blame, config, diff, exec, export, fetch, flush, gc, handoff, install, mcp,
-                push, repair, restore, runs, serve, snapshots, status):
+for _module in (attempt, blame, config, diff, exec, export, fetch, find, flush, gc, handoff, install,
+                log, mcp, push, repair, restore, runs, serve, show, snapshots, status):
     _module.register(main)

@@ -1,0 +1,110 @@
+"""``snapshotd show RUN --node X --seq N``: what one checkpoint changed, with its tool call.
+
+Owns the command line of show, and what the review commands share: ``read_only`` (run a
+``snapshotd.history`` function on the home opened for reading, failures printed as a sentence)
+and ``describe_call`` (one line for a tool call). It reads the ledger and the store directly
+(``snapshotd.backend.read_home``), with or without a daemon.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from snapshotd.cli.common import fail, home_option, json_option, print_json
+
+
+def register(group: click.Group) -> None:
+    group.add_command(show)
+
+
+@click.command()
+@click.argument("run_id")
+@click.option("--node", "node_id", required=True, help="The node of the checkpoint.")
+@click.option("--seq", type=click.IntRange(min=0), default=None,
+              help="The checkpoint (default: the newest of the attempt).")
+@click.option("--iteration", type=click.IntRange(min=0), default=None,
+              help="Iteration (default: the newest with checkpoints).")
+@click.option("--attempt", type=click.IntRange(min=1), default=None,
+              help="Attempt number (default: the newest with checkpoints).")
+@click.option("--patch", "fmt", flag_value="patch", default=True, help="The patch (default).")
+@click.option("--stat", "fmt", flag_value="stat", help="A diffstat instead of the patch.")
+@click.option("--name-status", "fmt", flag_value="name-status",
+              help="One 'STATUS<TAB>path' line per file.")
+@home_option
+@json_option
+def show(run_id: str, node_id: str, seq: int | None, iteration: int | None,
+         attempt: int | None, fmt: str, home: Path | None, as_json: bool) -> None:
+    """Show what checkpoint --seq changed against the previous checkpoint of its attempt (the
+    first one against the empty tree), with its tool call and the gaps around it."""
+    from snapshotd.history import show_checkpoint
+
+    result = read_only(home, lambda view: show_checkpoint(
+        view, run_id=run_id, node_id=node_id, seq=seq, iteration=iteration, attempt=attempt,
+        patch=fmt == "patch" or as_json))
+    if as_json:
+        print_json(result)
+        return
+    cp = result["checkpoint"]
+    click.echo(f"checkpoint {cp['seq']} of {cp['run_id']}/{cp['node_id']} iteration "
+               f"{cp['iteration']} attempt {cp['attempt']} (commit {cp['commit'][:12]})")
+    click.echo(f"tool call  {describe_call(cp)}")
+    base = result["from"]
+    click.echo("against    " + (f"seq {base['seq']} (commit {base['commit'][:12]})"
+                                if base["commit"] else "the empty tree (first checkpoint)"))
+    for side in ("before", "after", "undated"):
+        for gap in result["gaps"][side]:
+            state = "resolved" if gap["resolved"] else "unresolved"
+            click.echo(f"gap {side:<6} {gap.get('ts')} {gap.get('reason')}: "
+                       f"{gap.get('detail')} ({state})")
+    click.echo("")
+    echo_change(result, fmt)
+
+
+def read_only(home: Path | None, call: Callable[[Any], dict]) -> dict:
+    """``call(view)`` on the home opened for reading (``snapshotd.backend.read_home``), its
+    failures printed as a sentence: a bad config exits 2, anything else 1."""
+    import pygit2
+
+    from snapshotd import backend
+    from snapshotd.config import ConfigError
+    from snapshotd.errors import ServiceError
+    from snapshotd.ledger import LedgerError
+
+    try:
+        return backend.read_home(call, home=home)
+    except ConfigError as exc:
+        fail(str(exc), 2)
+    except backend.NoLedger as exc:
+        fail(f"{exc.message} (pass --home, or set SNAPSHOTD_HOME)")
+    except ServiceError as exc:
+        fail(f"{exc.message} ({exc.code})")
+    except LedgerError as exc:
+        fail(f"the ledger could not be read: {exc} (ledger-error)")
+    except (OSError, pygit2.GitError) as exc:
+        fail(f"the store could not be read: {exc} (io-error)")
+    raise AssertionError("unreachable")
+
+
+def describe_call(cp: dict) -> str:
+    """``label [tool id]  tier N source  time`` for a checkpoint's tool call."""
+    tool = f"[{cp['tool_use_id']}]  " if cp.get("tool_use_id") else ""
+    label = cp.get("label") or "(no label)"
+    return f"{label}  {tool}tier {cp['tier']} {cp['source']}  {cp['time']}"
+
+
+def echo_change(result: dict, fmt: str) -> None:
+    """A change (``snapshotd.diff.render_trees``'s fields) as a patch, stat or name-status."""
+    if fmt == "stat":
+        click.echo(result["stat"], nl=False)
+    elif fmt == "name-status":
+        for f in result["files"]:
+            if f["old_path"]:
+                click.echo(f"{f['status']}\t{f['old_path']}\t{f['path']}")
+            else:
+                click.echo(f"{f['status']}\t{f['path']}")
+    else:
+        click.echo(result["patch"] or "", nl=False)
