@@ -5,9 +5,15 @@ Owns the daemon's default excludes for plain directories and the exclude file an
 ``core.excludesFile`` for that worktree alone).
 
 Promises: the exclude list is the user's global excludes file, the worktree repository's
-``info/exclude``, the daemon's configured excludes, and, in a plain directory with no root
-``.gitignore``, ``DEFAULT_PLAIN_EXCLUDES``; ``exclude_sources`` changes whenever any of those
-would (a file's mtime, or whether ``.git``/``.gitignore`` exist), so a cache knows to rewrite it.
+``info/exclude``, the daemon's configured excludes, and, in a plain directory (no ``.git``),
+``DEFAULT_PLAIN_EXCLUDES``; ``exclude_sources`` changes whenever any of those would (a file's
+mtime, or whether ``.git`` exists), so a cache knows to rewrite it.
+
+The defaults are ours, not the user's: a plain directory keeps them when it gains a root
+``.gitignore`` (losing them would capture ``node_modules/`` into the next checkpoint, and a
+restore of an earlier one would then delete it). They sit in the exclude file, below every
+``.gitignore`` in precedence, so a ``.gitignore`` that re-includes one (``!node_modules/``)
+wins, as it would over the user's global excludes.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ def exclude_sources(root: Path) -> tuple:
             files.append((p, os.stat(p).st_mtime_ns) if p else (None, None))
         except OSError:
             files.append((None, None))
-    markers = ((root / ".gitignore").exists(), (root / ".git").exists())
+    markers = ((root / ".git").exists(),)
     return tuple(files), markers
 
 
@@ -60,7 +66,7 @@ def write_excludes(gitdir: Path, root: Path, sources: tuple, extra: tuple[str, .
         except OSError:
             continue
     lines.extend(extra)
-    if not (root / ".git").exists() and not (root / ".gitignore").exists():
+    if not (root / ".git").exists():
         lines.extend(DEFAULT_PLAIN_EXCLUDES)
     exclude_file = gitdir / "exclude"
     tmp = gitdir / "exclude.tmp"

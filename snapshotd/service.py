@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -30,7 +31,15 @@ from snapshotd import __version__, faults
 from snapshotd.config import Config
 from snapshotd.errors import ServiceError, id_field, int_field, opt_int_field
 from snapshotd.gaps import GapSpool
-from snapshotd.ledger import ACTIVE, Attempt, DuplicateToolCall, Ledger, SeqConflict, open_ledger
+from snapshotd.ledger import (
+    ACTIVE,
+    Attempt,
+    DuplicateToolCall,
+    Ledger,
+    LedgerError,
+    SeqConflict,
+    open_ledger,
+)
 from snapshotd.store import (
     AttemptKey,
     CheckpointMeta,
@@ -160,14 +169,26 @@ class Service:
         """Capture a worktree for the attempt the request names or implies (DESIGN §6)."""
         started = time.perf_counter()
         req = SnapshotRequest.from_fields(fields)
-        attempt = self._attribute(req)
+        try:
+            attempt = self._attribute(req)
+        except Exception as exc:
+            self._ledger_failed(req, None, exc)
+            raise
         root = Path(attempt.worktree)
         with self.worktree_lock(root):
             # Re-read under the lock: an attempt_begin may have fenced this attempt meanwhile.
-            current = self.ledger.get_attempt(attempt.key)
+            try:
+                current = self.ledger.get_attempt(attempt.key)
+            except Exception as exc:
+                self._ledger_failed(req, attempt, exc)
+                raise
             if current is None or current.state != ACTIVE:
                 self._fenced(req, attempt, current)
-            result = self.capture_locked(current, req, started)
+            try:
+                result = self.capture_locked(current, req, started)
+            except Exception as exc:
+                self._ledger_failed(req, current, exc)
+                raise
         faults.crash_point("before-reply")
         return result
 
@@ -189,7 +210,11 @@ class Service:
                 raise ServiceError("not-found", f"attempt {attempt.key} is not in the ledger")
             if require_active and current.state != ACTIVE:
                 raise ServiceError("fenced", f"attempt {current.key} is {current.state}")
-            return self.capture_locked(current, req, started)
+            try:
+                return self.capture_locked(current, req, started)
+            except Exception as exc:
+                self._ledger_failed(req, current, exc)
+                raise
 
     def worktree_lock(self, root: Path) -> threading.Lock:
         key = str(root)
@@ -443,8 +468,11 @@ class Service:
             self._gap(req, attempt, "commit-failed", f"another daemon recorded into "
                       f"{attempt.key} at the same time: {exc}")
             raise ServiceError("capture-failed", f"could not record the checkpoint: {exc}") from exc
-        except Exception as exc:  # noqa: BLE001
-            self._gap(req, attempt, "commit-failed", f"{type(exc).__name__}: {exc}")
+        except StoreError as exc:  # the commit or ref: store-write-failed or commit-failed
+            self._gap(req, attempt, exc.reason, exc.message)
+            raise ServiceError("capture-failed", f"could not record the checkpoint: {exc}") from exc
+        except Exception as exc:  # noqa: BLE001 - the ledger row
+            self._gap(req, attempt, "ledger-failed", f"{type(exc).__name__}: {exc}")
             raise ServiceError("capture-failed", f"could not record the checkpoint: {exc}") from exc
         self.counters[f"captures_tier{req.tier}"] += 1
         for listener in self.on_checkpoint:
@@ -599,6 +627,16 @@ class Service:
         self._gap(req, attempt, "fenced", detail)
         raise ServiceError("fenced", detail)
 
+    def _ledger_failed(self, req: SnapshotRequest, attempt: Attempt | None,
+                       exc: Exception) -> None:
+        """A ledger read or write failed before the capture (a full or failing disk under the
+        ledger, a database gone): a ``ledger-failed`` gap and ``capture-failed``, never an
+        ``internal`` error with no gap. Any other exception is left alone."""
+        if isinstance(exc, ServiceError) or not _ledger_failure(exc):
+            return
+        self._gap(req, attempt, "ledger-failed", f"{type(exc).__name__}: {exc}")
+        raise ServiceError("capture-failed", f"the ledger cannot be used: {exc}") from exc
+
     def _gap(self, req: SnapshotRequest, attempt: Attempt | None, reason: str,
              detail: str) -> None:
         self.counters["errors"] += reason != "fenced"
@@ -662,6 +700,12 @@ def list_run(ledger: Ledger, gaps: GapSpool, run_id: str, node_id: str | None = 
         gap["resolved"] = bool(gap.get("tool_use_id")) and gap["tool_use_id"] in covered
         gap_rows.append(gap)
     return {"run_id": run_id, "checkpoints": checkpoints, "gaps": gap_rows}
+
+
+def _ledger_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` came from the ledger's database (SQLite or PostgreSQL)."""
+    return isinstance(exc, (LedgerError, sqlite3.Error)) \
+        or type(exc).__module__.startswith("psycopg")
 
 
 def _resolve(path: Path) -> Path:

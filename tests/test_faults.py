@@ -30,10 +30,10 @@ def faulty_daemon(sd_env: Env, fault_file: Path):
 
 
 @pytest.mark.parametrize("seam, errno_name, reason", [
-    ("objects", "ENOSPC", "object-write-failed"),
-    ("objects", "EIO", "object-write-failed"),
-    ("ledger", "ENOSPC", "commit-failed"),
-    ("ledger", "EIO", "commit-failed"),
+    ("objects", "ENOSPC", "store-write-failed"),
+    ("objects", "EIO", "store-write-failed"),
+    ("ledger", "ENOSPC", "ledger-failed"),
+    ("ledger", "EIO", "ledger-failed"),
 ])
 def test_write_fault_leaves_a_gap_and_the_next_capture_succeeds(
         sd_env: Env, faulty_daemon: Daemon, fault_file: Path, tmp_path: Path,
@@ -163,7 +163,7 @@ def test_a_blob_the_store_cannot_take_fails_the_capture_never_skips_the_file(
             assert err.value.code == "capture-failed"
             assert "a.txt" in err.value.message
             [gap] = [g for g in sd_env.read_gaps() if g["tool_use_id"] == "toolu_blocked"]
-            assert gap["reason"] == "object-write-failed"
+            assert gap["reason"] == "store-write-failed"
             blocker.unlink()
             r = c.snapshot(str(wt), run_id="blocked", node_id="n")
             assert r["scan"] == "full"  # what the failed capture took is owed: a full scan
