@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -80,6 +82,9 @@ def test_fifos_and_sockets_are_skipped_as_special(sd_env: Env, tmp_path: Path, s
             r = snapshot_in_time(c, wt, **RUN)
             assert r["scan"] == scan, r
             assert c.ping()
+        shown = subprocess.run([sys.executable, "-m", "snapshotd", "snapshots", "special"],
+                               env=sd_env.environ(), capture_output=True, text=True, timeout=60)
+        assert "a.txt special" in shown.stdout, shown.stdout + shown.stderr
     finally:
         if sock is not None:
             sock.close()
