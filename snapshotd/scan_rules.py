@@ -5,8 +5,9 @@ fast path) applies before it hashes a file, so the three agree:
 
 - only regular files and symlinks are content: a FIFO, a socket or a device is never opened (a
   FIFO would block the reading thread forever) and is listed as skipped, reason ``special``;
-- a path inside a nested repository (a directory below the root holding its own ``.git``) is
-  not captured; the repository's directory is listed as skipped, reason ``nested-repository``;
+- a path inside a nested repository (a directory below the root holding its own ``.git``, none
+  of whose files were captured before) is not captured; the repository's directory is listed
+  as skipped, reason ``nested-repository``;
 - a path libgit2 could not open because of its permissions is named (``unreadable_path``);
 - a path whose directory cannot be listed is named by that directory (``hidden_by``);
 - whether a file can in fact be read (``source_readable``), which tells a store failure from an
@@ -21,6 +22,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 # libgit2 names the file it could not open between single quotes in its message.
@@ -51,10 +53,15 @@ def special_entry(path: str, mode: int) -> dict | None:
 
 class NestedRepos:
     """Which paths of one worktree lie inside a nested repository, with the answer for each
-    directory remembered for the life of one capture."""
+    directory remembered for the life of one capture.
 
-    def __init__(self, root: Path) -> None:
+    As libgit2's scan (and ``git add -A``) decide: a directory holding its own ``.git`` is a
+    nested repository only while none of its files were captured; a directory already captured
+    stays an ordinary directory (``tracked`` tells which were)."""
+
+    def __init__(self, root: Path, tracked: Callable[[str], bool]) -> None:
         self.root = root
+        self.tracked = tracked
         self._known: dict[str, bool] = {}
 
     def owner(self, rel: str) -> str | None:
@@ -70,7 +77,8 @@ class NestedRepos:
     def _is_repo(self, directory: str) -> bool:
         known = self._known.get(directory)
         if known is None:
-            known = os.path.lexists(os.path.join(self.root, directory, ".git"))
+            known = os.path.lexists(os.path.join(self.root, directory, ".git")) \
+                and not self.tracked(directory)
             self._known[directory] = known
         return known
 

@@ -134,7 +134,7 @@ class WorktreeIndex:
         touched: list[str] = []
         files: set[str] = set()  # file entries changed; anything else is structural
         structural = self._tree is None
-        nested = NestedRepos(self.root)
+        nested = NestedRepos(self.root, lambda d: _tree_has(repo, self._tree, d))
         listed: set[str] = set()
         try:
             for rel in sorted(wanted):
@@ -452,6 +452,17 @@ def _check_objects_fault() -> None:
         faults.check("objects")
     except OSError as exc:
         raise StoreError(STORE_WRITE_FAILED, f"could not write objects: {exc}") from exc
+
+
+def _tree_has(repo: pygit2.Repository, tree: str | None, path: str) -> bool:
+    """Whether the last captured ``tree`` holds ``path``."""
+    if tree is None:
+        return False
+    try:
+        repo[tree].peel(pygit2.Tree)[path]
+        return True
+    except (KeyError, ValueError, pygit2.GitError):
+        return False
 
 
 def worktree_id(root: Path) -> str:
