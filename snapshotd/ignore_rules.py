@@ -11,9 +11,9 @@ mtime, or whether ``.git`` exists), so a cache knows to rewrite it.
 
 The defaults are ours, not the user's: a plain directory keeps them when it gains a root
 ``.gitignore`` (losing them would capture ``node_modules/`` into the next checkpoint, and a
-restore of an earlier one would then delete it). They sit in the exclude file, below every
-``.gitignore`` in precedence, so a ``.gitignore`` that re-includes one (``!node_modules/``)
-wins, as it would over the user's global excludes.
+restore of an earlier one would then delete it). A root ``.gitignore`` that re-includes one
+(``!node_modules/``) turns that one off: libgit2, unlike git, lets no ``.gitignore`` negation
+override a directory the exclude file names, so the default is left out instead.
 """
 
 from __future__ import annotations
@@ -49,7 +49,11 @@ def exclude_sources(root: Path) -> tuple:
             files.append((p, os.stat(p).st_mtime_ns) if p else (None, None))
         except OSError:
             files.append((None, None))
-    markers = ((root / ".git").exists(),)
+    try:
+        gitignore = os.stat(root / ".gitignore").st_mtime_ns
+    except OSError:
+        gitignore = None
+    markers = ((root / ".git").exists(), gitignore)
     return tuple(files), markers
 
 
@@ -67,7 +71,8 @@ def write_excludes(gitdir: Path, root: Path, sources: tuple, extra: tuple[str, .
             continue
     lines.extend(extra)
     if not (root / ".git").exists():
-        lines.extend(DEFAULT_PLAIN_EXCLUDES)
+        reincluded = _reincluded(root / ".gitignore")
+        lines.extend(p for p in DEFAULT_PLAIN_EXCLUDES if p.strip("/") not in reincluded)
     exclude_file = gitdir / "exclude"
     tmp = gitdir / "exclude.tmp"
     tmp.write_text("\n".join(lines) + "\n")
@@ -79,6 +84,17 @@ def write_excludes(gitdir: Path, root: Path, sources: tuple, extra: tuple[str, .
         "\tsymlinks = true\n"
     )
     (gitdir / "config.worktree").write_text(config)
+
+
+def _reincluded(gitignore: Path) -> set[str]:
+    """The names a ``.gitignore`` re-includes by a negation (``!node_modules/`` ->
+    ``node_modules``)."""
+    try:
+        text = gitignore.read_text(errors="replace")
+    except OSError:
+        return set()
+    return {line.strip()[1:].strip("/") for line in text.splitlines()
+            if line.strip().startswith("!")}
 
 
 def _global_excludes_file() -> str | None:

@@ -70,11 +70,12 @@ class NestedRepos:
         parts = rel.split("/")
         for depth in range(1, len(parts) + 1):
             directory = "/".join(parts[:depth])
-            if self._is_repo(directory):
+            if self.is_repo(directory):
                 return directory
         return None
 
-    def _is_repo(self, directory: str) -> bool:
+    def is_repo(self, directory: str) -> bool:
+        """Whether ``directory`` is a nested repository (not captured, listed)."""
         known = self._known.get(directory)
         if known is None:
             known = os.path.lexists(os.path.join(self.root, directory, ".git")) \

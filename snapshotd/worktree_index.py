@@ -147,7 +147,8 @@ class WorktreeIndex:
                         listed.add(owner)
                         result.skipped.append({"path": owner, "reason": "nested-repository"})
                     continue
-                structural |= self._changed_path(index, repo, rel, result, touched, files)
+                structural |= self._changed_path(index, repo, rel, result, touched, files,
+                                                 nested)
         except StoreError:
             self._racy |= set(touched)  # partly updated: re-hash what was hashed, next time
             raise
@@ -160,7 +161,8 @@ class WorktreeIndex:
         return result
 
     def _changed_path(self, index: pygit2.Index, repo: pygit2.Repository, rel: str,
-                      result: Capture, touched: list[str], files: set[str]) -> bool:
+                      result: Capture, touched: list[str], files: set[str],
+                      nested: NestedRepos) -> bool:
         """Update one path the watcher reported; whether the change is structural (a directory
         came or went, so the whole tree is written)."""
         full = self.root / rel
@@ -180,7 +182,7 @@ class WorktreeIndex:
             result.skipped.append({"path": rel, "reason": "unreadable", "detail": str(exc)})
             return False
         if stat.S_ISDIR(st.st_mode):
-            self._crawl(index, repo, rel, result, touched)
+            self._crawl(index, repo, rel, result, touched, nested)
             return True
         if rel not in index and repo.path_is_ignored(rel):
             return False
@@ -207,13 +209,10 @@ class WorktreeIndex:
                 raise StoreError(STORE_WRITE_FAILED, f"could not write the tree: {exc}") from exc
 
     def _crawl(self, index: pygit2.Index, repo: pygit2.Repository, rel: str, result: Capture,
-               touched: list[str]) -> None:
+               touched: list[str], nested: NestedRepos) -> None:
         """Add every non-ignored file under directory ``rel`` and drop cached entries under it
         that are gone (a directory replaced wholesale, e.g. by ``git checkout``)."""
         if repo.path_is_ignored(rel + "/"):
-            return
-        if (self.root / rel / ".git").exists():
-            result.skipped.append({"path": rel, "reason": "nested-repository"})
             return
         present: set[str] = set()
         stack = [rel]
@@ -232,7 +231,7 @@ class WorktreeIndex:
                 if entry.is_dir(follow_symlinks=False):
                     if repo.path_is_ignored(child + "/"):
                         continue
-                    if os.path.lexists(os.path.join(entry.path, ".git")):
+                    if nested.is_repo(child):
                         result.skipped.append({"path": child, "reason": "nested-repository"})
                         continue
                     stack.append(child)
