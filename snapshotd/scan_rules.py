@@ -122,6 +122,12 @@ def hidden_by(root: Path, rel: str) -> str | None:
     parts = rel.split("/")[:-1]
     for depth in range(1, len(parts) + 1):
         directory = "/".join(parts[:depth])
-        if not os.access(os.path.join(root, directory), os.R_OK | os.X_OK):
+        full = os.path.join(root, directory)
+        try:
+            if not stat.S_ISDIR(os.lstat(full).st_mode):
+                return None  # a file (or link) now: nothing lies below it to hide
+        except OSError:
+            return None  # gone
+        if not os.access(full, os.R_OK | os.X_OK):
             return directory
     return None
