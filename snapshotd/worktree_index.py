@@ -28,6 +28,7 @@ Promises:
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import stat
 import time
@@ -49,6 +50,8 @@ from snapshotd.user_repo import tracked_files
 
 if TYPE_CHECKING:
     from snapshotd.store import Store
+
+log = logging.getLogger("snapshotd.store")
 
 # Files whose mtime is this close to a capture may change again within the same filesystem
 # clock tick without a visible stat change; they are re-hashed at the next capture.
@@ -271,8 +274,9 @@ class WorktreeIndex:
             try:
                 self._index.write()
                 self._dirty = False
-            except (pygit2.GitError, OSError):
-                pass
+            except (pygit2.GitError, OSError) as exc:
+                # Only a cache: the next start hashes this worktree again, nothing is lost.
+                log.warning("could not write the stat cache of %s: %s", self.root, exc)
 
     def cached_tree(self) -> str | None:
         """The tree the in-memory stat cache describes (None when not loaded)."""
