@@ -74,6 +74,12 @@ def run_daemon(home: Path, socket_path: Path, config: Config,
                     pass
     finally:
         lock.release()
+    if server.abandoned:
+        # A thread stuck in a system call would keep the interpreter from exiting (it joins
+        # every worker thread at exit): leave without it, the stop is otherwise complete.
+        log.error("stopped; abandoned at exit: %s", "; ".join(server.abandoned))
+        logging.shutdown()
+        os._exit(0)
     log.info("stopped")
     return 0
 

@@ -5,9 +5,15 @@ Owns the daemon's default excludes for plain directories and the exclude file an
 ``core.excludesFile`` for that worktree alone).
 
 Promises: the exclude list is the user's global excludes file, the worktree repository's
-``info/exclude``, the daemon's configured excludes, and, in a plain directory with no root
-``.gitignore``, ``DEFAULT_PLAIN_EXCLUDES``; ``exclude_sources`` changes whenever any of those
-would (a file's mtime, or whether ``.git``/``.gitignore`` exist), so a cache knows to rewrite it.
+``info/exclude``, the daemon's configured excludes, and, in a plain directory (no ``.git``),
+``DEFAULT_PLAIN_EXCLUDES``; ``exclude_sources`` changes whenever any of those would (a file's
+mtime, or whether ``.git`` exists), so a cache knows to rewrite it.
+
+The defaults are ours, not the user's: a plain directory keeps them when it gains a root
+``.gitignore`` (losing them would capture ``node_modules/`` into the next checkpoint, and a
+restore of an earlier one would then delete it). A root ``.gitignore`` that re-includes one
+(``!node_modules/``) turns that one off: libgit2, unlike git, lets no ``.gitignore`` negation
+override a directory the exclude file names, so the default is left out instead.
 """
 
 from __future__ import annotations
@@ -43,7 +49,11 @@ def exclude_sources(root: Path) -> tuple:
             files.append((p, os.stat(p).st_mtime_ns) if p else (None, None))
         except OSError:
             files.append((None, None))
-    markers = ((root / ".gitignore").exists(), (root / ".git").exists())
+    try:
+        gitignore = os.stat(root / ".gitignore").st_mtime_ns
+    except OSError:
+        gitignore = None
+    markers = ((root / ".git").exists(), gitignore)
     return tuple(files), markers
 
 
@@ -60,8 +70,9 @@ def write_excludes(gitdir: Path, root: Path, sources: tuple, extra: tuple[str, .
         except OSError:
             continue
     lines.extend(extra)
-    if not (root / ".git").exists() and not (root / ".gitignore").exists():
-        lines.extend(DEFAULT_PLAIN_EXCLUDES)
+    if not (root / ".git").exists():
+        reincluded = _reincluded(root / ".gitignore")
+        lines.extend(p for p in DEFAULT_PLAIN_EXCLUDES if p.strip("/") not in reincluded)
     exclude_file = gitdir / "exclude"
     tmp = gitdir / "exclude.tmp"
     tmp.write_text("\n".join(lines) + "\n")
@@ -73,6 +84,17 @@ def write_excludes(gitdir: Path, root: Path, sources: tuple, extra: tuple[str, .
         "\tsymlinks = true\n"
     )
     (gitdir / "config.worktree").write_text(config)
+
+
+def _reincluded(gitignore: Path) -> set[str]:
+    """The names a ``.gitignore`` re-includes by a negation (``!node_modules/`` ->
+    ``node_modules``)."""
+    try:
+        text = gitignore.read_text(errors="replace")
+    except OSError:
+        return set()
+    return {line.strip()[1:].strip("/") for line in text.splitlines()
+            if line.strip().startswith("!")}
 
 
 def _global_excludes_file() -> str | None:

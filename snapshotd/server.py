@@ -12,7 +12,11 @@ Promises:
   (and, for framing errors, a closed connection); the daemon keeps serving everyone else.
 - An op runs its wrappers in the order of ``LAYERS`` (the first layer innermost, next to the
   handler), whatever order the parts attached in; re-registering a handler keeps its wrappers.
-- SIGTERM: stop accepting, let in-flight requests finish, run shutdown hooks, exit 0.
+- SIGTERM: stop accepting, let in-flight requests finish, run shutdown hooks, exit 0, within
+  a deadline: a request still running ``STOP_GRACE_S`` after the signal (a thread stuck in a
+  system call) is logged with what it was doing and abandoned, and so is a shutdown hook still
+  running ``STOP_HOOKS_S`` later; ``abandoned`` then names them, and the daemon exits without
+  waiting for those threads (``daemon.run_daemon``).
 """
 
 from __future__ import annotations
@@ -50,6 +54,12 @@ Wrapper = Callable[[dict, Handler], dict]
 # (``resume`` on attempt_begin, the flush before attempt_end); metrics completes ``status`` after
 # everything else has contributed to it. A part that wraps an op names its layer here.
 LAYERS = ("engine", "metrics")
+
+# How long SIGTERM waits for in-flight requests, then for the shutdown hooks (s). A capture of a
+# very large tree can take seconds; one stuck for good (a thread blocked in a system call) must
+# not keep the daemon from stopping.
+STOP_GRACE_S = 10.0
+STOP_HOOKS_S = 20.0
 
 
 class DaemonLockError(Exception):
@@ -171,6 +181,12 @@ class Server:
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="snapshotd")
         self._connections: set[asyncio.Task] = set()
         self._in_flight = 0
+        # What each in-flight request is (op and worktree), by a serial number, for the log of
+        # a stop that has to abandon one.
+        self._running: dict[int, str] = {}
+        self._serial = 0
+        # Requests and hooks a stop abandoned after its deadline (their threads still run).
+        self.abandoned: list[str] = []
         self._stopping: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.refused_connections = 0
@@ -238,17 +254,43 @@ class Server:
         log.info("stopping: finishing in-flight requests")
         _call_each(self.on_stopping, "stopping")
         server.close()
-        # In-flight requests finish and their replies go out before connections are cut.
-        while self._in_flight:
-            await asyncio.sleep(0.01)
+        await self._finish_in_flight()
         for task in list(self._connections):
             task.cancel()
+        await self._run_shutdown_hooks()
+        # Threads still stuck are abandoned: waiting for them would never end.
+        self._executor.shutdown(wait=not self.abandoned, cancel_futures=True)
+
+    async def _finish_in_flight(self) -> None:
+        """In-flight requests finish and their replies go out before connections are cut, for
+        at most ``STOP_GRACE_S``; whatever still runs then is logged and abandoned."""
+        assert self._loop is not None
+        deadline = self._loop.time() + STOP_GRACE_S
+        while self._in_flight and self._loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        if self._in_flight:
+            running = sorted(self._running.values())
+            self.abandoned.extend(running)
+            log.error("stopping with %d request(s) still running after %gs, abandoned: %s",
+                      len(running), STOP_GRACE_S, "; ".join(running))
+
+    async def _run_shutdown_hooks(self) -> None:
+        """Each hook in turn, all of them within ``STOP_HOOKS_S``; one that overruns is logged
+        and abandoned (it may wait on a worktree a stuck request holds)."""
+        assert self._loop is not None
+        deadline = self._loop.time() + STOP_HOOKS_S
         for hook in self.shutdown_hooks:
+            name = getattr(hook, "__qualname__", repr(hook))
+            remaining = max(0.1, deadline - self._loop.time())
+            future = self._loop.run_in_executor(self._executor, hook)
             try:
-                await self._loop.run_in_executor(self._executor, hook)
+                await asyncio.wait_for(asyncio.shield(future), remaining)
+            except asyncio.TimeoutError:
+                self.abandoned.append(f"shutdown hook {name}")
+                log.error("shutdown hook %s still running after %gs: abandoned", name,
+                          STOP_HOOKS_S)
             except Exception:  # noqa: BLE001
-                log.exception("shutdown hook failed")
-        self._executor.shutdown(wait=True)
+                log.exception("shutdown hook %s failed", name)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -315,6 +357,9 @@ class Server:
         if self._stopping.is_set():
             return _error(req_id, errors.SHUTTING_DOWN, "the daemon is stopping; retry shortly")
         self._in_flight += 1
+        self._serial += 1
+        serial = self._serial
+        self._running[serial] = f"{op} {fields.get('cwd') or fields.get('worktree') or ''}".strip()
         try:
             result = await asyncio.shield(
                 self._loop.run_in_executor(self._executor, handler, fields))
@@ -325,6 +370,7 @@ class Server:
             return _error(req_id, errors.INTERNAL, f"{type(exc).__name__}: {exc}")
         finally:
             self._in_flight -= 1
+            self._running.pop(serial, None)
         return {"id": req_id, "ok": True, "result": result}
 
     async def _send(self, writer: asyncio.StreamWriter, message: dict) -> None:

@@ -36,7 +36,15 @@ from snapshotd.damage import DamageRegistry, repair_ref
 from snapshotd.errors import ServiceError, id_field, int_field, opt_int_field
 from snapshotd.gaps import GapSpool
 from snapshotd.keys import AttemptKey
-from snapshotd.ledger import ACTIVE, Attempt, DuplicateToolCall, Ledger, SeqConflict, open_ledger
+from snapshotd.ledger import (
+    ACTIVE,
+    Attempt,
+    DuplicateToolCall,
+    Ledger,
+    LedgerError,
+    SeqConflict,
+    open_ledger,
+)
 from snapshotd.listing import list_op, list_run
 from snapshotd.reconcile import reconcile, reconcile_attempt
 from snapshotd.snapshot_request import SOURCES, SnapshotRequest, gap_fields
@@ -119,16 +127,28 @@ class Service:
         (the order is ``snapshotd.attribution``'s)."""
         started = time.perf_counter()
         req = SnapshotRequest.from_fields(fields)
-        attempt = self.attribution.attribute(req)
+        try:
+            attempt = self.attribution.attribute(req)
+        except Exception as exc:
+            self._ledger_failed(req, None, exc)
+            raise
         root = Path(attempt.worktree)
         if attempt.zero_setup:
             self.route_tier2(attempt)
         with self.worktree_lock(root):
             # Re-read under the lock: an attempt_begin may have fenced this attempt meanwhile.
-            current = self.ledger.get_attempt(attempt.key)
+            try:
+                current = self.ledger.get_attempt(attempt.key)
+            except Exception as exc:
+                self._ledger_failed(req, attempt, exc)
+                raise
             if current is None or current.state != ACTIVE:
                 self._fenced(req, attempt, current)
-            result = self.capture_locked(current, req, started)
+            try:
+                result = self.capture_locked(current, req, started)
+            except Exception as exc:
+                self._ledger_failed(req, current, exc)
+                raise
             if current.idle_since is not None and req.source == "hook":
                 # A tool call is its agent at work, whatever the last turn's end said.
                 self.ledger.set_attempt_idle(current.key, False)
@@ -246,7 +266,11 @@ class Service:
                                    f"attempt {attempt.key} is not in the ledger")
             if require_active and current.state != ACTIVE:
                 raise ServiceError(errors.FENCED, f"attempt {current.key} is {current.state}")
-            return self.capture_locked(current, req, started)
+            try:
+                return self.capture_locked(current, req, started)
+            except Exception as exc:
+                self._ledger_failed(req, current, exc)
+                raise
 
     def worktree_lock(self, root: Path) -> threading.Lock:
         """The lock that serializes everything reading or writing the worktree ``root``."""
@@ -446,8 +470,12 @@ class Service:
                             f"{attempt.key} at the same time: {exc}")
             raise ServiceError(errors.CAPTURE_FAILED,
                                f"could not record the checkpoint: {exc}") from exc
-        except Exception as exc:  # noqa: BLE001
-            self.record_gap(req, attempt, "commit-failed", f"{type(exc).__name__}: {exc}")
+        except StoreError as exc:  # the commit or ref: store-write-failed or commit-failed
+            self.record_gap(req, attempt, exc.reason, exc.message)
+            raise ServiceError(errors.CAPTURE_FAILED,
+                               f"could not record the checkpoint: {exc}") from exc
+        except Exception as exc:  # noqa: BLE001 - the ledger row
+            self.record_gap(req, attempt, "ledger-failed", f"{type(exc).__name__}: {exc}")
             raise ServiceError(errors.CAPTURE_FAILED,
                                f"could not record the checkpoint: {exc}") from exc
         self.counters[f"captures_tier{req.tier}"] += 1
@@ -490,6 +518,16 @@ class Service:
         detail = f"attempt {attempt.key} is {state}; its captures are refused"
         self.record_gap(req, attempt, errors.FENCED, detail)
         raise ServiceError(errors.FENCED, detail)
+
+    def _ledger_failed(self, req: SnapshotRequest, attempt: Attempt | None,
+                       exc: Exception) -> None:
+        """A ledger read or write failed before the capture (a full or failing disk under the
+        ledger, a database gone): a ``ledger-failed`` gap and ``capture-failed``, never an
+        ``internal`` error with no gap. Any other exception is left alone."""
+        if isinstance(exc, ServiceError) or not isinstance(exc, LedgerError):
+            return
+        self.record_gap(req, attempt, "ledger-failed", f"{type(exc).__name__}: {exc}")
+        raise ServiceError(errors.CAPTURE_FAILED, f"the ledger cannot be used: {exc}") from exc
 
     def _next_seq(self, head: pygit2.Commit | None, last: dict | None) -> int:
         candidates = [-1]

@@ -23,7 +23,6 @@ Promises:
 
 from __future__ import annotations
 
-import errno
 import logging
 import threading
 import time
@@ -36,7 +35,14 @@ import pygit2
 
 from snapshotd import faults
 from snapshotd.keys import REF_PREFIX, AttemptKey
-from snapshotd.store_errors import ODB_TRIES, StoreError, odb_retry
+from snapshotd.scan_rules import source_readable
+from snapshotd.store_errors import (
+    ODB_TRIES,
+    STORE_WRITE_FAILED,
+    StoreError,
+    is_write_failure,
+    odb_retry,
+)
 from snapshotd.store_gate import ObjectGate
 from snapshotd.trees import tree_changes
 from snapshotd.worktree_index import WorktreeIndex, worktree_id
@@ -96,13 +102,17 @@ class Store:
                 self._indexes[wt_id] = index
             return index
 
-    def is_store_failure(self, exc: BaseException) -> bool:
-        """Whether a failed object write is the store's fault (its path in the message, or a
-        full, read-only or failing disk) rather than the source file's (unreadable, gone)."""
+    def is_store_failure(self, exc: BaseException, source: Path | None = None) -> bool:
+        """Whether a failed object write is the store's fault rather than the source file's.
+        It is when the error names the store, when the disk refused a write (full, over quota,
+        read-only, failing: by errno or by libgit2's message, which carries no errno), or when
+        ``source`` (the file being hashed) can in fact be read: only a file that cannot be
+        read is the source's fault, so a store failure never passes for an unreadable file."""
         if str(self.path) in str(exc):
             return True
-        return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT,
-                                                          errno.EROFS, errno.EIO)
+        if source is not None:
+            return source_readable(source)
+        return is_write_failure(exc)
 
     def persist_all(self) -> None:
         """Write every loaded stat cache to disk (at shutdown)."""
@@ -128,7 +138,17 @@ class Store:
                              f"{type(exc).__name__}: {exc}") from exc
 
     def commit(self, meta: CheckpointMeta, tree: str, parent: str | None) -> str:
-        """Write a checkpoint commit and move the attempt's ref to it. Returns the commit id."""
+        """Write a checkpoint commit and move the attempt's ref to it. Returns the commit id.
+        Raises ``StoreError``: ``store-write-failed`` when the disk refused the write,
+        ``commit-failed`` otherwise."""
+        try:
+            return self._commit(meta, tree, parent)
+        except (pygit2.GitError, OSError) as exc:
+            reason = STORE_WRITE_FAILED if is_write_failure(exc) else "commit-failed"
+            raise StoreError(reason, f"could not write the checkpoint commit of {meta.key}: "
+                             f"{type(exc).__name__}: {exc}") from exc
+
+    def _commit(self, meta: CheckpointMeta, tree: str, parent: str | None) -> str:
         when = int(time.time())
         offset = -time.timezone // 60 if time.localtime().tm_isdst == 0 else -time.altzone // 60
         sig = pygit2.Signature(SIGNATURE_NAME, SIGNATURE_EMAIL, when, offset)

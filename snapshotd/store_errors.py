@@ -2,12 +2,15 @@
 concurrent ``git gc`` interrupted.
 
 Promises: every store operation that cannot be done raises ``StoreError`` whose ``reason`` is a
-gap reason (docs/durability.md lists them); ``odb_retry`` retries only the one failure that is
+gap reason (docs/durability.md lists them); a write the disk refused (full, over quota,
+read-only, failing) is ``store-write-failed`` whether the error carries an errno or only
+libgit2's message (``is_write_failure``); ``odb_retry`` retries only the one failure that is
 not a failure (an object fan-out directory removed under libgit2 by ``git gc``).
 """
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -20,6 +23,16 @@ ODB_TRIES = 5
 
 T = TypeVar("T")
 
+# The gap reason of a capture whose objects, tree or commit the store could not write.
+STORE_WRITE_FAILED = "store-write-failed"
+
+# libgit2 reports a failed write with the C library's message and no errno (its GitError has
+# none): "failed to read file into stream: No space left on device" is the store's disk filling,
+# not the source file. These are the messages of ENOSPC, EDQUOT, EROFS and EIO.
+WRITE_FAILURE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)
+WRITE_FAILURE_MESSAGES = ("No space left on device", "Disk quota exceeded",
+                          "Read-only file system", "Input/output error")
+
 
 class StoreError(Exception):
     """A store operation failed; ``reason`` is a short gap reason."""
@@ -28,6 +41,15 @@ class StoreError(Exception):
         super().__init__(message)
         self.reason = reason
         self.message = message
+
+
+def is_write_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is a disk refusing a write (full, over quota, read-only, failing), told
+    by its errno or, for libgit2's errors that carry none, by its message."""
+    if isinstance(exc, OSError) and exc.errno in WRITE_FAILURE_ERRNOS:
+        return True
+    text = str(exc)
+    return any(message in text for message in WRITE_FAILURE_MESSAGES)
 
 
 def odb_retry(call: Callable[..., T], *args: object) -> T:

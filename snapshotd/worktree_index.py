@@ -3,74 +3,59 @@
 Owns ``WorktreeIndex``: the git index of a worktree kept in memory, its git dir under
 ``<home>/worktrees/<id>/`` (which shares the store's objects and refs through a ``commondir``
 file, as ``git worktree`` does, so libgit2 honours ignore rules for that worktree with its own
-``core.excludesFile``), the full capture (``capture``: a stat scan of the whole tree) and the
-fast path (``capture_changed``: only the paths a watcher reported).
+``core.excludesFile``), the full capture (``capture``: a stat scan of the whole tree, see
+``full_scan``) and the fast path (``capture_changed``: only the paths a watcher reported).
 
 Promises:
 - A capture is the worktree's tree as ``git add -A`` would stage it: ``.gitignore`` files
   (nested too), the worktree's own ``info/exclude``, the user's global excludes, the daemon's
-  exclude list, and, in a plain directory with no root ``.gitignore``, a default list of
-  dependency and cache folders (see ``ignore_rules``). No ``.git`` is ever captured.
+  exclude list, and, in a plain directory (no ``.git``), a default list of dependency and
+  cache folders (see ``ignore_rules``). No ``.git`` is ever captured.
+- The full scan and the fast path agree on what they leave out, and list it on the capture's
+  ``skipped``: FIFOs, sockets and devices (``special``, never opened), nested repositories,
+  files over the size limit, and paths that cannot be read (``unreadable``: a file or a
+  directory captured before keeps its last captured content; see ``scan_rules``).
 - Unchanged files are never re-hashed; a file written within the racy window of a capture is
   re-hashed at the next full scan.
 - The fast path rewrites only the trees on the changed paths (``trees.rewrite_tree``) and
   learns the change counts on the way; it declines (None) whenever only a full scan can be
   trusted.
-- A failure on the store's side raises ``StoreError`` and never skips the file: a checkpoint
-  is never acknowledged without a change it was given.
+- A failure on the store's side (``store-write-failed``: told apart from an unreadable file by
+  the error and by reading the file) raises ``StoreError`` and never skips the file: a
+  checkpoint is never acknowledged without a change it was given.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import stat
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pygit2
-from pygit2.enums import DeltaStatus, DiffOption, FileMode
+from pygit2.enums import FileMode
 
 from snapshotd import faults
+from snapshotd.full_scan import Capture, full_scan, remove_entry
 from snapshotd.ignore_rules import exclude_sources, write_excludes
+from snapshotd.scan_rules import NestedRepos, hidden_by, special_entry
 from snapshotd.seeding import prime_with_git_add, seed_from_repository
-from snapshotd.store_errors import StoreError, odb_retry
+from snapshotd.store_errors import STORE_WRITE_FAILED, StoreError, odb_retry
 from snapshotd.trees import TreeShapeChanged, remember_changes, rewrite_tree
 from snapshotd.user_repo import tracked_files
 
 if TYPE_CHECKING:
     from snapshotd.store import Store
 
+log = logging.getLogger("snapshotd.store")
+
 # Files whose mtime is this close to a capture may change again within the same filesystem
 # clock tick without a visible stat change; they are re-hashed at the next capture.
 RACY_WINDOW_NS = 50_000_000
-
-_DIFF_FLAGS = (
-    DiffOption.INCLUDE_UNTRACKED
-    | DiffOption.RECURSE_UNTRACKED_DIRS
-    | DiffOption.INCLUDE_TYPECHANGE
-    | DiffOption.INCLUDE_UNREADABLE
-    | DiffOption.UPDATE_INDEX
-    | DiffOption.SKIP_BINARY_CHECK
-    | DiffOption.DISABLE_PATHSPEC_MATCH
-)
-
-
-@dataclass
-class Capture:
-    """The result of scanning a worktree into its index and writing the tree."""
-
-    tree: str
-    added: int = 0
-    modified: int = 0
-    deleted: int = 0
-    skipped: list[dict] = field(default_factory=list)
-    full_scan: bool = True
-    paths: list[str] = field(default_factory=list)  # what a full scan found changed
-
 
 class WorktreeIndex:
     """One worktree's in-memory stat cache, and the capture that uses it.
@@ -83,10 +68,14 @@ class WorktreeIndex:
         self.id = wt_id
         self.root = root
         self.gitdir = store.home / "worktrees" / wt_id
+        self.max_file_bytes = store.max_file_bytes
         self._repo: pygit2.Repository | None = None
         self._index: pygit2.Index | None = None
         self._exclude_sources: tuple = ()
         self._racy: set[str] = set()
+        # Cached files that could not be read: held out of the next full scan's diff (read and
+        # written by ``full_scan`` too).
+        self.unreadable: set[str] = set()
         self._dirty = False
         # The tree the index described at the last capture: the fast path rewrites only the
         # trees on changed paths from it (libgit2's index write re-reads every tree after).
@@ -96,10 +85,7 @@ class WorktreeIndex:
         """Bring the index up to date with the worktree and write its tree (objects included)."""
         self._check_root()
         self._ensure_gitdir()
-        try:
-            faults.check("objects")
-        except OSError as exc:
-            raise StoreError("object-write-failed", f"could not write objects: {exc}") from exc
+        _check_objects_fault()
         index = self._load_index()
         result = Capture(tree="")
         started_ns = time.time_ns()
@@ -107,28 +93,8 @@ class WorktreeIndex:
         previous_racy, self._racy = self._racy, set()
         try:
             for path in sorted(previous_racy):
-                self._update_path(index, path, result, touched, racy_recheck=True)
-            try:
-                diff = index.diff_to_workdir(int(_DIFF_FLAGS))
-            except pygit2.GitError as exc:
-                raise StoreError("scan-failed", f"could not scan {self.root}: {exc}") from exc
-            for delta in diff.deltas:
-                status = delta.status
-                if status == DeltaStatus.DELETED:
-                    path = delta.old_file.path
-                    result.paths.append(path)
-                    if _remove_entry(index, path):
-                        result.deleted += 1
-                    continue
-                path = delta.new_file.path
-                result.paths.append(path.rstrip("/"))
-                if status == DeltaStatus.UNREADABLE:
-                    result.skipped.append({"path": path, "reason": "unreadable"})
-                    continue
-                if status in (DeltaStatus.UNTRACKED, DeltaStatus.ADDED, DeltaStatus.MODIFIED,
-                              DeltaStatus.TYPECHANGE):
-                    self._update_path(index, path, result, touched,
-                                      new=status in (DeltaStatus.UNTRACKED, DeltaStatus.ADDED))
+                self.update_path(index, path, result, touched, racy_recheck=True)
+            full_scan(self, index, result, touched)
         except StoreError:
             # The cache is partly updated: whatever was hashed may be racy; re-hash it next time.
             self._racy = previous_racy | set(touched)
@@ -138,7 +104,7 @@ class WorktreeIndex:
         try:
             result.tree = str(odb_retry(index.write_tree))
         except pygit2.GitError as exc:
-            raise StoreError("object-write-failed", f"could not write the tree: {exc}") from exc
+            raise StoreError(STORE_WRITE_FAILED, f"could not write the tree: {exc}") from exc
         faults.crash_point("after-tree")
         self._tree = result.tree
         self._dirty = True
@@ -153,10 +119,7 @@ class WorktreeIndex:
         if self._index is None or self._repo is None:
             return None
         self._check_root()
-        try:
-            faults.check("objects")
-        except OSError as exc:
-            raise StoreError("object-write-failed", f"could not write objects: {exc}") from exc
+        _check_objects_fault()
         # Racy entries are not re-hashed here: a write after their hash raised an event, so it
         # is in ``paths``. They stay marked for the next full scan, which has only stats.
         wanted = {p.strip("/") for p in paths}
@@ -174,35 +137,21 @@ class WorktreeIndex:
         touched: list[str] = []
         files: set[str] = set()  # file entries changed; anything else is structural
         structural = self._tree is None
+        nested = NestedRepos(self.root, lambda d: _tree_has(repo, self._tree, d))
+        listed: set[str] = set()
         try:
             for rel in sorted(wanted):
                 if ".git" in rel.split("/"):
                     continue
-                full = self.root / rel
-                try:
-                    st = os.lstat(full)
-                except FileNotFoundError:
-                    was_file = rel in index
-                    if _remove_entry(index, rel):
-                        result.deleted += 1
-                        if was_file:
-                            files.add(rel)
-                        else:
-                            structural = True  # a directory went
+                owner = nested.owner(rel)
+                if owner is not None:
+                    # As the full scan: a nested repository is listed, never captured.
+                    if owner not in listed:
+                        listed.add(owner)
+                        result.skipped.append({"path": owner, "reason": "nested-repository"})
                     continue
-                except OSError as exc:
-                    result.skipped.append({"path": rel, "reason": "unreadable", "detail": str(exc)})
-                    continue
-                if stat.S_ISDIR(st.st_mode):
-                    structural = True
-                    self._crawl(index, repo, rel, result, touched)
-                    continue
-                if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
-                    continue  # sockets and FIFOs are not content, as in the full scan
-                if rel not in index and repo.path_is_ignored(rel):
-                    continue
-                self._update_path(index, rel, result, touched)
-                files.add(rel)
+                structural |= self._changed_path(index, repo, rel, result, touched, files,
+                                                 nested)
         except StoreError:
             self._racy |= set(touched)  # partly updated: re-hash what was hashed, next time
             raise
@@ -213,6 +162,36 @@ class WorktreeIndex:
         self._tree = result.tree
         self._dirty = True
         return result
+
+    def _changed_path(self, index: pygit2.Index, repo: pygit2.Repository, rel: str,
+                      result: Capture, touched: list[str], files: set[str],
+                      nested: NestedRepos) -> bool:
+        """Update one path the watcher reported; whether the change is structural (a directory
+        came or went, so the whole tree is written)."""
+        full = self.root / rel
+        try:
+            st = os.lstat(full)
+        except (FileNotFoundError, NotADirectoryError):
+            was_file = rel in index
+            if remove_entry(index, rel):
+                result.deleted += 1
+                if was_file:
+                    files.add(rel)
+                    return False
+                return True  # a directory went
+            return False
+        except OSError as exc:
+            # Its directory cannot be searched: the last captured content stays, listed.
+            result.skipped.append({"path": rel, "reason": "unreadable", "detail": str(exc)})
+            return False
+        if stat.S_ISDIR(st.st_mode):
+            self._crawl(index, repo, rel, result, touched, nested)
+            return True
+        if rel not in index and repo.path_is_ignored(rel):
+            return False
+        self.update_path(index, rel, result, touched)
+        files.add(rel)
+        return False
 
     def _write_changed_tree(self, index: pygit2.Index, repo: pygit2.Repository,
                             files: set[str], structural: bool) -> str:
@@ -230,17 +209,13 @@ class WorktreeIndex:
             try:
                 return str(odb_retry(index.write_tree))
             except pygit2.GitError as exc:
-                raise StoreError("object-write-failed",
-                                 f"could not write the tree: {exc}") from exc
+                raise StoreError(STORE_WRITE_FAILED, f"could not write the tree: {exc}") from exc
 
     def _crawl(self, index: pygit2.Index, repo: pygit2.Repository, rel: str, result: Capture,
-               touched: list[str]) -> None:
+               touched: list[str], nested: NestedRepos) -> None:
         """Add every non-ignored file under directory ``rel`` and drop cached entries under it
         that are gone (a directory replaced wholesale, e.g. by ``git checkout``)."""
         if repo.path_is_ignored(rel + "/"):
-            return
-        if (self.root / rel / ".git").exists():
-            result.skipped.append({"path": rel, "reason": "nested-repository"})
             return
         present: set[str] = set()
         stack = [rel]
@@ -259,7 +234,7 @@ class WorktreeIndex:
                 if entry.is_dir(follow_symlinks=False):
                     if repo.path_is_ignored(child + "/"):
                         continue
-                    if os.path.lexists(os.path.join(entry.path, ".git")):
+                    if nested.is_repo(child):
                         result.skipped.append({"path": child, "reason": "nested-repository"})
                         continue
                     stack.append(child)
@@ -267,11 +242,12 @@ class WorktreeIndex:
                 if child not in index and repo.path_is_ignored(child):
                     continue
                 present.add(child)
-                self._update_path(index, child, result, touched)
+                self.update_path(index, child, result, touched)
         prefix = rel + "/"
         for entry in [e.path for e in index if e.path.startswith(prefix)]:
-            if entry not in present and not os.path.lexists(self.root / entry):
-                if _remove_entry(index, entry):
+            if entry not in present and not os.path.lexists(self.root / entry) \
+                    and hidden_by(self.root, entry) is None:
+                if remove_entry(index, entry):
                     result.deleted += 1
 
     def _check_root(self) -> None:
@@ -298,8 +274,9 @@ class WorktreeIndex:
             try:
                 self._index.write()
                 self._dirty = False
-            except (pygit2.GitError, OSError):
-                pass
+            except (pygit2.GitError, OSError) as exc:
+                # Only a cache: the next start hashes this worktree again, nothing is lost.
+                log.warning("could not write the stat cache of %s: %s", self.root, exc)
 
     def cached_tree(self) -> str | None:
         """The tree the in-memory stat cache describes (None when not loaded)."""
@@ -327,8 +304,11 @@ class WorktreeIndex:
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _update_path(self, index: pygit2.Index, path: str, result: Capture, touched: list[str],
-                     *, new: bool = False, racy_recheck: bool = False) -> None:
+    def update_path(self, index: pygit2.Index, path: str, result: Capture, touched: list[str],
+                    *, new: bool = False, racy_recheck: bool = False) -> None:
+        """Hash ``path`` into the index and count it in ``result``, or list why not: a special
+        file, a file over the size limit, or one that cannot be read (its last captured
+        content then stays, and the next full scan holds it out of libgit2's diff)."""
         full = self.root / path
         if path.endswith("/"):
             # libgit2 reports a nested repository as an untracked directory; its own history
@@ -338,20 +318,29 @@ class WorktreeIndex:
         try:
             st = full.lstat()
         except FileNotFoundError:
-            if _remove_entry(index, path) and not racy_recheck:
+            if remove_entry(index, path) and not racy_recheck:
                 result.deleted += 1
             return
         except OSError as exc:
             result.skipped.append({"path": path, "reason": "unreadable", "detail": str(exc)})
             return
-        if stat.S_ISREG(st.st_mode) and st.st_size > self.store.max_file_bytes:
-            _remove_entry(index, path)
+        special = special_entry(path, st.st_mode)
+        if special is not None:
+            # Never opened: a FIFO would block this thread for good, a device has no content.
+            if remove_entry(index, path) and not racy_recheck:
+                result.deleted += 1
+            result.skipped.append(special)
+            return
+        if stat.S_ISREG(st.st_mode) and st.st_size > self.max_file_bytes:
+            remove_entry(index, path)
             result.skipped.append({"path": path, "reason": "too-large", "bytes": st.st_size})
             return
         before = _entry_id(index, path)
         try:
             self._add(index, path)
         except (pygit2.GitError, OSError) as exc:
+            if before is not None:
+                self.unreadable.add(path)  # kept as last captured; held out of the next scan
             result.skipped.append({"path": path, "reason": "unreadable", "detail": str(exc)})
             return
         touched.append(path)
@@ -373,8 +362,8 @@ class WorktreeIndex:
         try:
             odb_retry(index.add, path)
         except (pygit2.GitError, OSError) as exc:
-            if self.store.is_store_failure(exc):
-                raise StoreError("object-write-failed", f"could not store {path}: {exc}") from exc
+            if self.store.is_store_failure(exc, self.root / path):
+                raise StoreError(STORE_WRITE_FAILED, f"could not store {path}: {exc}") from exc
             raise
 
     def _load_index(self) -> pygit2.Index:
@@ -461,6 +450,24 @@ class WorktreeIndex:
                 self._index = _rebind_index(self._repo, index)
 
 
+def _check_objects_fault() -> None:
+    try:
+        faults.check("objects")
+    except OSError as exc:
+        raise StoreError(STORE_WRITE_FAILED, f"could not write objects: {exc}") from exc
+
+
+def _tree_has(repo: pygit2.Repository, tree: str | None, path: str) -> bool:
+    """Whether the last captured ``tree`` holds ``path``."""
+    if tree is None:
+        return False
+    try:
+        repo[tree].peel(pygit2.Tree)[path]
+        return True
+    except (KeyError, ValueError, pygit2.GitError):
+        return False
+
+
 def worktree_id(root: Path) -> str:
     """A stable id for a worktree path (its stat cache directory name)."""
     digest = hashlib.sha256(os.fsencode(str(root))).hexdigest()[:16]
@@ -474,22 +481,6 @@ def _entry_id(index: pygit2.Index, path: str) -> str | None:
     except KeyError:
         return None
     return f"{entry.id}:{entry.mode}"
-
-
-def _remove_entry(index: pygit2.Index, path: str) -> bool:
-    """Drop ``path`` (a file entry, or every entry under a directory) from the index; whether
-    anything was there. ``remove_directory`` succeeds on a path the index never had, so the
-    answer is whether the index shrank: an editor's vanished temp file is no structural change."""
-    try:
-        index.remove(path)
-        return True
-    except (pygit2.GitError, OSError, KeyError):
-        before = len(index)
-        try:
-            index.remove_directory(path)
-        except (pygit2.GitError, OSError, KeyError):
-            return False
-        return len(index) < before
 
 
 def _drop_entries_without_objects(repo: pygit2.Repository, index: pygit2.Index) -> None:

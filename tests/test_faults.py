@@ -37,10 +37,10 @@ def faulty_daemon(sd_env: Env, fault_file: Path, make_daemon: MakeDaemon) -> Dae
 
 
 @pytest.mark.parametrize("seam, errno_name, reason", [
-    ("objects", "ENOSPC", "object-write-failed"),
-    ("objects", "EIO", "object-write-failed"),
-    ("ledger", "ENOSPC", "commit-failed"),
-    ("ledger", "EIO", "commit-failed"),
+    ("objects", "ENOSPC", "store-write-failed"),
+    ("objects", "EIO", "store-write-failed"),
+    ("ledger", "ENOSPC", "ledger-failed"),
+    ("ledger", "EIO", "ledger-failed"),
 ])
 def test_write_fault_leaves_a_gap_and_the_next_capture_succeeds(
         sd_env: Env, faulty_daemon: Daemon, fault_file: Path, tmp_path: Path,
@@ -167,7 +167,7 @@ def test_a_blob_the_store_cannot_take_fails_the_capture_never_skips_the_file(
         assert err.value.code == "capture-failed"
         assert "a.txt" in err.value.message
         [gap] = [g for g in sd_env.read_gaps() if g["tool_use_id"] == "toolu_blocked"]
-        assert gap["reason"] == "object-write-failed"
+        assert gap["reason"] == "store-write-failed"
         blocker.unlink()
         r = c.snapshot(str(wt), run_id="blocked", node_id="n")
         assert r["scan"] == "full"  # what the failed capture took is owed: a full scan
@@ -188,5 +188,5 @@ def test_a_gap_the_spool_cannot_take_is_counted_in_status(sd_env: Env, faulty_da
         status = c.status()
     # The gap is in no spool: the count (and the log) are all that is left of it.
     assert status["gaps_unwritten"] == 1
-    assert status["gaps_by_reason"] == {"object-write-failed": 1}
+    assert status["gaps_by_reason"] == {"store-write-failed": 1}
     assert not sd_env.gaps.exists() or "faulty" not in sd_env.gaps.read_text()

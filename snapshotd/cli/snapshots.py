@@ -151,7 +151,7 @@ def _checkpoint_row(cp: dict, now: float) -> tuple[str, ...]:
     if cp.get("tool_use_id"):
         label = (label + "  " if label else "") + f"[{cp['tool_use_id']}]"
     if cp.get("skipped"):
-        label += f"  ({len(cp['skipped'])} skipped)"
+        label += f"  (skipped: {_skipped_text(cp['skipped'])})"
     commit = "pruned" if cp.get("pruned_at") else cp["commit"][:10]
     if cp.get("pruned_at"):
         label += (f"  (pruned {age(now - cp['pruned_at'])} ago: "
@@ -159,6 +159,14 @@ def _checkpoint_row(cp: dict, now: float) -> tuple[str, ...]:
     return (str(cp["seq"]), cp["node_id"], str(cp["iteration"]), str(cp["attempt"]),
             f"{cp['tier']}/{cp['source']}", age(now - cp["created_at"]), commit,
             f"+{cp['added']} ~{cp['modified']} -{cp['deleted']}", label)
+
+
+def _skipped_text(skipped: list[dict], shown: int = 3) -> str:
+    """``a.txt unreadable, fifo special, and 4 more``: what a checkpoint left out, and why."""
+    parts = [f"{s.get('path')} {s.get('reason')}" for s in skipped[:shown]]
+    if len(skipped) > shown:
+        parts.append(f"and {len(skipped) - shown} more")
+    return ", ".join(parts)
 
 
 def _gap_row(gap: dict, when: float, now: float, checkpoints: list[dict]) -> tuple[str, ...]:

@@ -1,0 +1,226 @@
+"""The full scan of a worktree into its stat cache: libgit2's diff of the index against the
+worktree, applied entry by entry.
+
+Owns ``full_scan`` and ``Capture`` (what a capture found). The scan is libgit2's
+``diff_to_workdir`` with untracked files and directories; around it:
+
+- a cached file libgit2 cannot open (its permissions) would fail the whole diff: it is held
+  out of the index during the diff and settled alone after it, keeping its last captured
+  content while it stays unreadable (listed ``unreadable``);
+- a cached file the diff no longer finds is deleted, unless the directory holding it cannot be
+  listed (then the content is kept and the directory listed ``unreadable``) or it is now a
+  FIFO, socket or device (deleted and listed ``special``);
+- a tree nested deeper than libgit2 walks is scanned by git (``deep_scan``).
+
+Promises: a scan never silently drops a file it could not see, never opens a special file, and
+fails (``StoreError``) rather than leave out a change the store could not take.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import pygit2
+from pygit2.enums import DeltaStatus, DiffOption
+
+from snapshotd.deep_scan import git_add_scan
+from snapshotd.scan_rules import hidden_by, source_readable, special_entry, unreadable_path
+from snapshotd.store_errors import StoreError
+
+log = logging.getLogger("snapshotd.store")
+
+DIFF_FLAGS = (
+    DiffOption.INCLUDE_UNTRACKED
+    | DiffOption.RECURSE_UNTRACKED_DIRS
+    | DiffOption.INCLUDE_TYPECHANGE
+    | DiffOption.INCLUDE_UNREADABLE
+    | DiffOption.UPDATE_INDEX
+    | DiffOption.SKIP_BINARY_CHECK
+    | DiffOption.DISABLE_PATHSPEC_MATCH
+)
+
+
+@dataclass
+class Capture:
+    """The result of scanning a worktree into its index and writing the tree."""
+
+    tree: str
+    added: int = 0
+    modified: int = 0
+    deleted: int = 0
+    skipped: list[dict] = field(default_factory=list)
+    full_scan: bool = True
+    paths: list[str] = field(default_factory=list)  # what a full scan found changed
+
+
+class ScanTarget(Protocol):
+    """What the scan needs of a worktree's stat cache (``WorktreeIndex``)."""
+
+    root: Path
+    gitdir: Path
+    max_file_bytes: int
+    unreadable: set[str]
+
+    def update_path(self, index: pygit2.Index, path: str, result: Capture, touched: list[str],
+                    *, new: bool = False, racy_recheck: bool = False) -> None: ...
+
+
+def full_scan(wt: ScanTarget, index: pygit2.Index, result: Capture, touched: list[str]) -> None:
+    """The full stat scan: libgit2's diff of the index against the worktree, applied to the
+    index. Files known unreadable are held out of the diff (libgit2 fails the whole scan on
+    a tracked file it cannot open) and settled one by one after it; a tree nested deeper
+    than libgit2 walks is scanned by git instead."""
+    held = _hold_unreadable(wt, index)
+    try:
+        deltas = _diff(wt, index, held)
+    except _TooDeep:
+        _release(wt, index, held)
+        _deep_scan(wt, index, result, touched)
+        return
+    except StoreError:
+        _release(wt, index, held)
+        raise
+    hidden: set[str] = set()
+    for delta in deltas:
+        path = (delta.old_file if delta.status == DeltaStatus.DELETED else delta.new_file).path
+        if path.rstrip("/") in held:
+            continue
+        result.paths.append(path.rstrip("/"))
+        _apply_delta(wt, index, delta, result, touched, hidden)
+    _settle_held(wt, index, held, result, touched)
+    if held:
+        # libgit2 wrote the cache to disk during the diff (UPDATE_INDEX) while the held files
+        # were out of it: write it again with them, so a restart still carries their content.
+        try:
+            index.write()
+        except (pygit2.GitError, OSError) as exc:
+            log.warning("could not write the stat cache of %s: %s", wt.root, exc)
+
+def _diff(wt: ScanTarget, index: pygit2.Index, held: dict[str, pygit2.IndexEntry]) -> list:
+    """The deltas of the full scan. A tracked file libgit2 cannot open is taken out of the
+    index into ``held`` and the scan runs again (once per such file; next time it is held
+    from the start)."""
+    while True:
+        try:
+            return list(index.diff_to_workdir(int(DIFF_FLAGS)).deltas)
+        except pygit2.GitError as exc:
+            if "nesting too deep" in str(exc):
+                raise _TooDeep() from exc
+            rel = unreadable_path(exc, wt.root)
+            if rel is None or rel in held or rel not in index:
+                raise StoreError("scan-failed", f"could not scan {wt.root}: {exc}") from exc
+            held[rel] = index[rel]
+            index.remove(rel)
+
+def _apply_delta(wt: ScanTarget, index: pygit2.Index, delta: pygit2.DiffDelta, result: Capture,
+                 touched: list[str], hidden: set[str]) -> None:
+    status = delta.status
+    if status == DeltaStatus.DELETED:
+        _deleted(wt, index, delta.old_file.path, result, hidden)
+        return
+    path = delta.new_file.path
+    if status == DeltaStatus.UNREADABLE:
+        result.skipped.append({"path": path, "reason": "unreadable"})
+        return
+    if status in (DeltaStatus.UNTRACKED, DeltaStatus.ADDED, DeltaStatus.MODIFIED,
+                  DeltaStatus.TYPECHANGE):
+        wt.update_path(index, path, result, touched,
+                          new=status in (DeltaStatus.UNTRACKED, DeltaStatus.ADDED))
+
+def _deleted(wt: ScanTarget, index: pygit2.Index, path: str, result: Capture, hidden: set[str]) -> None:
+    """A cached file the scan did not find. Gone, it leaves the index; now a FIFO, socket
+    or device, it leaves and is listed ``special``; inside a directory this process cannot
+    list, it keeps its last captured content and that directory is listed ``unreadable``
+    (an unreadable directory never silently empties the checkpoint)."""
+    try:
+        st = os.lstat(wt.root / path)
+    except (FileNotFoundError, NotADirectoryError):
+        st = None
+    except OSError:
+        st = None  # the parent cannot be searched: hidden_by names it below
+    directory = hidden_by(wt.root, path)
+    if directory is not None:
+        if directory not in hidden:
+            hidden.add(directory)
+            result.skipped.append({"path": directory, "reason": "unreadable",
+                                   "detail": "the directory cannot be listed; its last "
+                                             "captured content is kept"})
+        return
+    if remove_entry(index, path):
+        result.deleted += 1
+    special = special_entry(path, st.st_mode) if st is not None else None
+    if special is not None:
+        result.skipped.append(special)
+
+def _hold_unreadable(wt: ScanTarget, index: pygit2.Index) -> dict[str, pygit2.IndexEntry]:
+    held = {}
+    for path in sorted(wt.unreadable):
+        try:
+            held[path] = index[path]
+        except KeyError:
+            continue
+        index.remove(path)
+    wt.unreadable = set()
+    return held
+
+def _release(wt: ScanTarget, index: pygit2.Index, held: dict[str, pygit2.IndexEntry]) -> None:
+    """Put the held entries back as they were (a scan that did not finish)."""
+    for path, entry in held.items():
+        index.add(pygit2.IndexEntry(path, entry.id, entry.mode))
+        wt.unreadable.add(path)
+
+def _settle_held(wt: ScanTarget, index: pygit2.Index, held: dict[str, pygit2.IndexEntry],
+                 result: Capture, touched: list[str]) -> None:
+    """Each held file: gone (deleted), readable again (hashed), or still unreadable (its
+    last captured content kept, listed ``unreadable``)."""
+    for path, entry in held.items():
+        full = wt.root / path
+        if not os.path.lexists(full) and hidden_by(wt.root, path) is None:
+            result.deleted += 1
+            result.paths.append(path)
+            continue
+        if source_readable(full):
+            index.add(pygit2.IndexEntry(path, entry.id, entry.mode))
+            wt.update_path(index, path, result, touched)
+            continue
+        index.add(pygit2.IndexEntry(path, entry.id, entry.mode))
+        wt.unreadable.add(path)
+        result.skipped.append({"path": path, "reason": "unreadable",
+                               "detail": "cannot be read; its last captured content is kept"})
+
+def _deep_scan(wt: ScanTarget, index: pygit2.Index, result: Capture, touched: list[str]) -> None:
+    """The scan by git for a tree nested deeper than libgit2 walks (``deep_scan``)."""
+    log.info("%s nests directories deeper than libgit2 walks: scanning it with git",
+             wt.root)
+    scan = git_add_scan(index, wt.root, wt.gitdir, wt.max_file_bytes)
+    result.added += len(scan.added)
+    result.modified += len(scan.modified)
+    result.deleted += len(scan.deleted)
+    result.skipped.extend(scan.skipped)
+    changed = scan.added + scan.modified
+    touched.extend(changed)
+    result.paths.extend(changed + scan.deleted)
+
+
+class _TooDeep(Exception):
+    """libgit2 refused to walk the worktree: directories nested deeper than it goes."""
+
+
+def remove_entry(index: pygit2.Index, path: str) -> bool:
+    """Drop ``path`` (a file entry, or every entry under a directory) from the index; whether
+    anything was there. ``remove_directory`` succeeds on a path the index never had, so the
+    answer is whether the index shrank: an editor's vanished temp file is no structural change."""
+    try:
+        index.remove(path)
+        return True
+    except (pygit2.GitError, OSError, KeyError):
+        before = len(index)
+        try:
+            index.remove_directory(path)
+        except (pygit2.GitError, OSError, KeyError):
+            return False
+        return len(index) < before

@@ -1,0 +1,133 @@
+"""What a capture may read from a worktree, and how a failed read is told apart from a failed write.
+
+Owns the per-path rules every capture path (the full scan, the crawl of a new directory and the
+fast path) applies before it hashes a file, so the three agree:
+
+- only regular files and symlinks are content: a FIFO, a socket or a device is never opened (a
+  FIFO would block the reading thread forever) and is listed as skipped, reason ``special``;
+- a path inside a nested repository (a directory below the root holding its own ``.git``, none
+  of whose files were captured before) is not captured; the repository's directory is listed
+  as skipped, reason ``nested-repository``;
+- a path libgit2 could not open because of its permissions is named (``unreadable_path``);
+- a path whose directory cannot be listed is named by that directory (``hidden_by``);
+- whether a file can in fact be read (``source_readable``), which tells a store failure from an
+  unreadable source when the error alone does not.
+
+Promises: nothing here reads more than one byte of a file, and nothing opens one so that it
+can block (FIFOs are opened non-blocking, never followed through a symlink).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Callable
+from pathlib import Path
+
+# libgit2 names the file it could not open between single quotes in its message.
+_QUOTED = re.compile(r"'([^']+)'")
+
+
+def special_kind(mode: int) -> str | None:
+    """``fifo``, ``socket``, ``char-device`` or ``block-device`` for a file that is not content
+    (never opened); None for a regular file, a symlink or a directory."""
+    if stat.S_ISFIFO(mode):
+        return "fifo"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    if stat.S_ISCHR(mode):
+        return "char-device"
+    if stat.S_ISBLK(mode):
+        return "block-device"
+    return None
+
+
+def special_entry(path: str, mode: int) -> dict | None:
+    """The ``skipped`` entry of a special file at ``path``, or None when it is content."""
+    kind = special_kind(mode)
+    if kind is None:
+        return None
+    return {"path": path, "reason": "special", "kind": kind}
+
+
+class NestedRepos:
+    """Which paths of one worktree lie inside a nested repository, with the answer for each
+    directory remembered for the life of one capture.
+
+    As libgit2's scan (and ``git add -A``) decide: a directory holding its own ``.git`` is a
+    nested repository only while none of its files were captured; a directory already captured
+    stays an ordinary directory (``tracked`` tells which were)."""
+
+    def __init__(self, root: Path, tracked: Callable[[str], bool]) -> None:
+        self.root = root
+        self.tracked = tracked
+        self._known: dict[str, bool] = {}
+
+    def owner(self, rel: str) -> str | None:
+        """The nested repository directory holding ``rel`` (``rel`` itself when it is one), or
+        None. The worktree root's own ``.git`` does not count."""
+        parts = rel.split("/")
+        for depth in range(1, len(parts) + 1):
+            directory = "/".join(parts[:depth])
+            if self.is_repo(directory):
+                return directory
+        return None
+
+    def is_repo(self, directory: str) -> bool:
+        """Whether ``directory`` is a nested repository (not captured, listed)."""
+        known = self._known.get(directory)
+        if known is None:
+            known = os.path.lexists(os.path.join(self.root, directory, ".git")) \
+                and not self.tracked(directory)
+            self._known[directory] = known
+        return known
+
+
+def source_readable(path: Path) -> bool:
+    """Whether the file at ``path`` can be read now: a symlink's target name, or a regular
+    file's first byte (opened without blocking, so a file swapped for a FIFO cannot hang)."""
+    try:
+        if path.is_symlink():
+            os.readlink(path)
+            return True
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        os.read(fd, 1)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def unreadable_path(exc: BaseException, root: Path) -> str | None:
+    """The worktree-relative path a libgit2 scan failure names when the failure is a permission
+    refused on one of the worktree's files, else None."""
+    text = str(exc)
+    if "Permission denied" not in text:
+        return None
+    prefix = str(root).rstrip("/") + "/"
+    for quoted in _QUOTED.findall(text):
+        if quoted.startswith(prefix):
+            return quoted[len(prefix):].rstrip("/")
+    return None
+
+
+def hidden_by(root: Path, rel: str) -> str | None:
+    """The shallowest directory on ``rel``'s path that this process cannot list or enter (so
+    a scan cannot see what is inside it), or None when every directory above ``rel`` is open."""
+    parts = rel.split("/")[:-1]
+    for depth in range(1, len(parts) + 1):
+        directory = "/".join(parts[:depth])
+        full = os.path.join(root, directory)
+        try:
+            if not stat.S_ISDIR(os.lstat(full).st_mode):
+                return None  # a file (or link) now: nothing lies below it to hide
+        except OSError:
+            return None  # gone
+        if not os.access(full, os.R_OK | os.X_OK):
+            return directory
+    return None

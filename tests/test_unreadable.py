@@ -1,0 +1,173 @@
+"""Unreadable files and directories: skipped and listed (reason ``unreadable``), never failing the
+whole capture and never silently dropped from the checkpoint (a captured one keeps its last
+captured content).
+
+root reads everything, so the daemon and its client run as ``nobody`` here: the test's own
+interpreter imports everything first, then drops to uid 65534 (the way
+tests/test_client_trust.py runs a listener as another user), because the interpreter's own
+files may not be readable by ``nobody``. Skipped when not root.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import Env, git
+
+NOBODY = 65534
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as nobody")
+
+# Imports every module first (after the drop, the interpreter's own library may be unreadable).
+_DROP = textwrap.dedent("""
+    import importlib, json, os, pkgutil, sys
+    import snapshotd, snapshotd_client
+    for _m in pkgutil.walk_packages(snapshotd.__path__, "snapshotd."):
+        importlib.import_module(_m.name)
+    from snapshotd_client import Client, SnapshotdError
+    os.setgroups([]); os.setgid(65534); os.setuid(65534)
+""")
+
+DAEMON = _DROP + textwrap.dedent("""
+    from snapshotd.cli import main
+    sys.argv = ["snapshotd", "serve"]
+    main()
+""")
+
+# Runs one client call as nobody: argv[1] is the socket, argv[2] a JSON [method, args, kwargs].
+CLIENT = _DROP + textwrap.dedent("""
+    method, args, kwargs = json.loads(sys.argv[2])
+    try:
+        with Client(sys.argv[1], timeout=60) as c:
+            out = {"ok": getattr(c, method)(*args, **kwargs)}
+    except SnapshotdError as exc:
+        out = {"error": exc.code, "message": exc.message}
+    print(json.dumps(out))
+""")
+
+
+class NobodyDaemon:
+    def __init__(self, env: Env) -> None:
+        self.env = env
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> NobodyDaemon:
+        log = open(self.env.root / "daemon.log", "ab")
+        self.proc = subprocess.Popen([sys.executable, "-c", DAEMON], env=self.env.environ(),
+                                     stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        log.close()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, (self.env.root / "daemon.log").read_text()
+            if self.call("ping").get("ok"):
+                return self
+            time.sleep(0.1)
+        raise RuntimeError((self.env.root / "daemon.log").read_text())
+
+    def call(self, method: str, *args: object, **kwargs: object) -> dict:
+        proc = subprocess.run([sys.executable, "-c", CLIENT, str(self.env.socket),
+                               json.dumps([method, args, kwargs])],
+                              env=self.env.environ(), capture_output=True, timeout=120)
+        if proc.returncode != 0 or not proc.stdout.strip():
+            return {"error": "client", "message": proc.stderr.decode()[-2000:]}
+        return json.loads(proc.stdout)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture
+def nobody_env() -> Iterator[Env]:
+    base = Path(tempfile.mkdtemp(prefix="sd-nobody-", dir="/tmp"))
+    os.chmod(base, 0o755)
+    env = Env(base)
+    for d in (env.home.parent, env.sockdir, base / "config", base / "userhome"):
+        d.mkdir(exist_ok=True)
+        os.chown(d, NOBODY, NOBODY)
+    os.chmod(env.sockdir, 0o700)
+    # libgit2 reads $HOME/.gitconfig and fails when it cannot even look.
+    env.vars.update(HOME=str(base / "userhome"), SNAPSHOTD_SETTLE_MS="60000",
+                    SNAPSHOTD_MAX_WAIT_MS="120000")
+    yield env
+    shutil.rmtree(base, ignore_errors=True)
+    shutil.rmtree(env.sockdir, ignore_errors=True)
+
+
+def as_nobody(path: Path) -> None:
+    for dirpath, dirnames, filenames in os.walk(path):
+        os.chown(dirpath, NOBODY, NOBODY)
+        for name in dirnames + filenames:
+            os.lchown(os.path.join(dirpath, name), NOBODY, NOBODY)
+
+
+def tree_paths(env: Env, commit: str) -> dict[str, str]:
+    out = git(env.root, "--git-dir", str(env.home / "store.git"), "ls-tree", "-r", commit)
+    return {line.split("\t", 1)[1]: line.split()[2] for line in out.splitlines()}
+
+
+def unreadable(reply: dict) -> set[str]:
+    return {s["path"] for s in reply["skipped"] if s["reason"] == "unreadable"}
+
+
+def test_unreadable_files_and_directories_are_listed_and_never_dropped(nobody_env: Env) -> None:
+    env = nobody_env
+    wt = env.root / "wt"
+    wt.mkdir()
+    (wt / "a.txt").write_text("a, later unreadable\n")
+    (wt / "b.txt").write_text("b\n")
+    (wt / "sub").mkdir()
+    (wt / "sub" / "s.txt").write_text("in a directory, later unreadable\n")
+    as_nobody(wt)
+    d = NobodyDaemon(env).start()
+    try:
+        run = {"run_id": "unread", "node_id": "n"}
+        first = d.call("snapshot", str(wt), **run)
+        assert "ok" in first, first
+        base = tree_paths(env, first["ok"]["commit"])
+        os.chmod(wt / "a.txt", 0)
+        (wt / "b.txt").write_text("b changed\n")
+        os.chmod(wt / "sub", 0)
+        # The watcher's capture: the unreadable file keeps its content, the change is in.
+        fast = d.call("snapshot", str(wt), **run, tool_use_id="fast")
+        assert "ok" in fast, fast
+        replies = []
+        for i in range(1):  # a full scan: a fresh daemon's first capture
+            d.stop()
+            d.start()
+            r = d.call("snapshot", str(wt), **run, tool_use_id=f"t{i}")
+            assert "ok" in r, r
+            assert r["ok"]["scan"] == "full", r
+            replies.append(r["ok"])
+        listing = d.call("list", "unread")["ok"]
+    finally:
+        d.stop()
+        os.chmod(wt / "sub", 0o755)
+    for r in replies:
+        assert {"a.txt", "sub"} <= unreadable(r), (r["scan"], r["skipped"])
+    kept = tree_paths(env, fast["ok"]["commit"])
+    assert kept["a.txt"] == base["a.txt"] and kept["sub/s.txt"] == base["sub/s.txt"]
+    assert kept["b.txt"] != base["b.txt"]
+    last = tree_paths(env, replies[-1]["commit"])
+    assert last["a.txt"] == base["a.txt"]  # kept as last captured
+    assert last["sub/s.txt"] == base["sub/s.txt"]  # the directory did not vanish
+    assert last["b.txt"] != base["b.txt"]  # the readable change is in
+    # The checkpoint row keeps its skipped list (``snapshotd snapshots`` shows it).
+    [cp] = [cp for cp in listing["checkpoints"] if cp.get("tool_use_id") == "fast"]
+    assert "a.txt" in {s["path"] for s in cp["skipped"] if s["reason"] == "unreadable"}
