@@ -25,8 +25,15 @@ The durability rules modelled (strict POSIX, what LazyFS checks; stricter than e
   that refers to it (hard links, names it was renamed from or to).
 - Symlinks are durable with their entry (their target is part of the entry).
 
-Not modelled: ext4's journal (where fsync of any file also commits every earlier metadata
-operation, and so would make the names of unsynced files durable), ``auto_da_alloc`` (ext4
+With ``journal=True`` (the "ext4" model: ext4 ``data=ordered``, the Linux default) namespace
+operations are journaled in order: any fsync or directory fsync commits every create, rename,
+link, unlink, mkdir and rmdir made before it, anywhere on the file system (a directory that
+was renamed since it changed is committed as it is found under its new name). File data is
+still durable only at fsync of that file -- delayed allocation: a name committed by someone
+else's fsync comes back as an empty file. This is where a ``HEAD`` or a loose object "exists
+but is empty" after a crash.
+
+Not modelled: ``auto_da_alloc`` (ext4
 flushing a file's data when it is renamed over another), ``sync(2)``/``syncfs(2)`` (FUSE does
 not pass them on: a program that relies on them alone is treated as having made nothing
 durable), torn or reordered writes inside one file (content is whole-file at fsync),
@@ -100,8 +107,10 @@ def unavailable() -> str | None:
 class PowerFS:
     """The parent side: mount, steer the cut point, cut power, unmount."""
 
-    def __init__(self, backing: Path, mountpoint: Path, state: Path | None = None) -> None:
+    def __init__(self, backing: Path, mountpoint: Path, state: Path | None = None,
+                 journal: bool = False) -> None:
         self.backing = Path(backing)
+        self.journal = journal
         self.mountpoint = Path(mountpoint)
         self.state = Path(state) if state else self.backing.parent / (self.backing.name + ".pfs")
         self.proc: subprocess.Popen | None = None
@@ -118,6 +127,8 @@ class PowerFS:
                "--mount", str(self.mountpoint), "--state", str(self.state)]
         if sync_limit is not None:
             cmd += ["--sync-limit", str(sync_limit)]
+        if self.journal:
+            cmd.append("--journal")
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=stderr)
         stderr.close()
@@ -231,8 +242,11 @@ class Model:
     """What a disk would hold after a power loss, by node id (one per backing inode, renewed
     when an inode dies so that a reused inode number is a new node)."""
 
-    def __init__(self, backing: str, state: str, sync_limit: int | None) -> None:
+    def __init__(self, backing: str, state: str, sync_limit: int | None,
+                 journal: bool = False) -> None:
         self.backing = backing
+        self.journal = journal
+        self.dirty: dict[int, str] = {}  # journal model: directories changed since a commit
         self.files_dir = os.path.join(state, "files")
         shutil.rmtree(self.files_dir, ignore_errors=True)
         os.makedirs(self.files_dir)
@@ -277,6 +291,32 @@ class Model:
                 entries[name] = ("l", os.readlink(full))
         return entries
 
+    def touch_dir(self, path: str) -> None:
+        """A namespace operation changed the directory holding ``path`` (journal model)."""
+        if self.journal:
+            parent = os.path.dirname(path.rstrip("/")) or self.backing
+            try:
+                self.dirty[self._id(os.lstat(parent).st_ino)] = parent
+            except FileNotFoundError:
+                pass
+
+    def moved(self, old: str, new: str) -> None:
+        """A directory was renamed: its pending changes (and its subdirectories') follow it."""
+        for node, path in list(self.dirty.items()):
+            if path == old or path.startswith(old + "/"):
+                self.dirty[node] = new + path[len(old):]
+
+    def commit_journal(self) -> None:
+        """Any sync commits the journal: every changed directory as it is now."""
+        for node, path in list(self.dirty.items()):
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            if self.ids.get(st.st_ino) == node:
+                self.dirs[node] = self._listing(path)
+        self.dirty.clear()
+
     def note(self, kind: str, path: str) -> None:
         """Log an operation (after it took effect) and fire an armed cut point."""
         rel = path.lstrip("/")
@@ -293,6 +333,8 @@ class Model:
             self.frozen = True
             return False
         self.syncs += 1
+        if self.journal:
+            self.commit_journal()
         return True
 
     # -- the durable state
@@ -422,24 +464,28 @@ def _make_operations(model: Model) -> Any:
         def mknod(self, path: str, mode: int, dev: int) -> int:
             with model.lock:
                 os.mknod(full(path), mode, dev)
+                model.touch_dir(full(path))
                 model.note("create", path)
             return 0
 
         def mkdir(self, path: str, mode: int) -> int:
             with model.lock:
                 os.mkdir(full(path), mode)
+                model.touch_dir(full(path))
                 model.note("mkdir", path)
             return 0
 
         def symlink(self, target: str, source: str) -> int:
             with model.lock:
                 os.symlink(source, full(target))
+                model.touch_dir(full(target))
                 model.note("symlink", target)
             return 0
 
         def link(self, target: str, source: str) -> int:
             with model.lock:
                 os.link(full(source), full(target))
+                model.touch_dir(full(target))
                 model.note("link", target)
             return 0
 
@@ -448,6 +494,7 @@ def _make_operations(model: Model) -> Any:
                 st = os.lstat(full(path))
                 model.preserve(st, full(path))
                 os.unlink(full(path))
+                model.touch_dir(full(path))
                 model.forget_if_dying(st)
                 model.note("unlink", path)
             return 0
@@ -456,6 +503,7 @@ def _make_operations(model: Model) -> Any:
             with model.lock:
                 st = os.lstat(full(path))
                 os.rmdir(full(path))
+                model.touch_dir(full(path))
                 model.forget_if_dying(st)
                 model.note("rmdir", path)
             return 0
@@ -469,6 +517,10 @@ def _make_operations(model: Model) -> Any:
                 if replaced is not None:
                     model.preserve(replaced, full(new))
                 os.rename(full(old), full(new))
+                model.touch_dir(full(old))
+                model.touch_dir(full(new))
+                if model.journal and os.path.isdir(full(new)):
+                    model.moved(full(old), full(new))
                 if replaced is not None and os.lstat(full(new)).st_ino != replaced.st_ino:
                     model.forget_if_dying(replaced)
                 model.note("rename", new)
@@ -505,6 +557,8 @@ def _make_operations(model: Model) -> Any:
                 if existing is not None and flags & os.O_TRUNC:
                     model.preserve(existing, full(path))
                 fd = os.open(full(path), flags | os.O_CREAT, mode)
+                if existing is None:
+                    model.touch_dir(full(path))
                 model.note("create" if existing is None else "truncate", path)
                 return fd
 
@@ -585,13 +639,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--mount", required=True)
     parser.add_argument("--state", required=True)
     parser.add_argument("--sync-limit", type=int, default=None)
+    parser.add_argument("--journal", action="store_true")
     args = parser.parse_args(argv)
     # The control replies own the real stdout; anything libfuse prints goes to stderr.
     replies = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     import mfusepy
 
-    model = Model(os.path.abspath(args.backing), args.state, args.sync_limit)
+    model = Model(os.path.abspath(args.backing), args.state, args.sync_limit, args.journal)
     threading.Thread(target=_serve_control, args=(model, replies), daemon=True).start()
     # Single-threaded: the model sees operations in the order the kernel answered them.
     mfusepy.FUSE(_make_operations(model), args.mount, foreground=True, nothreads=True,

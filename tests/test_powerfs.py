@@ -208,6 +208,33 @@ def test_sqlite_with_synchronous_full_keeps_every_committed_row(pfs: PowerFS) ->
     db.close()
 
 
+def test_journal_model_commits_every_name_at_any_fsync_but_not_the_data(
+        tmp_path: Path) -> None:
+    reason = powerfs.unavailable()
+    if reason:
+        pytest.skip(reason)
+    (tmp_path / "backing").mkdir()
+    (tmp_path / "backing" / "refs").mkdir()
+    fs = PowerFS(tmp_path / "backing", tmp_path / "mnt", journal=True)
+    m = fs.mount()
+    try:
+        write(m / "HEAD", "ref: refs/heads/main")  # never fsynced
+        (m / "objects").mkdir()
+        write(m / "objects" / "tmp", "blob")
+        os.rename(m / "objects" / "tmp", m / "objects" / "ab")
+        (m / "moved").mkdir()
+        write(m / "moved" / "x", "x", sync=True)  # commits the journal so far
+        os.rename(m / "moved", m / "renamed")
+        write(m / "renamed" / "y", "y", sync=True)  # commits the rename and y's name
+        write(m / "refs" / "1.lock", "commit", sync=True)  # the lock's name is now durable
+        write(m / "late", "never committed")
+    finally:
+        fs.cut()
+    assert tree(fs.backing) == {"HEAD": "", "objects": "<dir>", "objects/ab": "",
+                                "renamed": "<dir>", "renamed/x": "x", "renamed/y": "y",
+                                "refs": "<dir>", "refs/1.lock": "commit"}
+
+
 def test_the_probe_says_why_when_fuse_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     powerfs.unavailable.cache_clear()
     monkeypatch.setattr(os.path, "exists", lambda p: False if p == "/dev/fuse" else True)
