@@ -51,13 +51,15 @@ class Rig:
     durability: str = "full"
     extra_env: dict[str, str] = field(default_factory=dict)
     home_exists: bool = False  # the home directory is on the disk before the first start
+    journal: bool = False  # powerfs's journal (ext4) model instead of the strict one
 
     def __post_init__(self) -> None:
         self.disk = self.root / "disk"
         self.disk.mkdir(parents=True, exist_ok=True)
         if self.home_exists:
             (self.disk / "home").mkdir(exist_ok=True)
-        self.fs = PowerFS(self.disk, self.root / "mnt", state=self.root / "pfs")
+        self.fs = PowerFS(self.disk, self.root / "mnt", state=self.root / "pfs",
+                          journal=self.journal)
         self.home = self.root / "mnt" / "home"
         self.sockdir = Path(tempfile.mkdtemp(prefix="pc", dir="/tmp"))
         self.socket = self.sockdir / "s.sock"
@@ -109,6 +111,17 @@ class Rig:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
         self.proc = None
+
+    def settle(self) -> None:
+        """Stop the daemon and unmount cleanly, then start again: everything so far is on the
+        disk (a home that has been running for a while), so a later cut tests only what
+        follows."""
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=60)
+            self.proc = None
+        self.fs.unmount()
+        self.start()
 
     def power_cut(self, restart: bool = True) -> None:
         self.kill()
