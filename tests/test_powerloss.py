@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from powercut import Rig, git_tree, plain_tree
 
 import powerfs
+from powercut import Rig, git_tree, plain_tree
 
 
 @pytest.fixture
