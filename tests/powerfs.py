@@ -449,8 +449,13 @@ def _make_operations(model: Model) -> Any:
         def opendir(self, path: str) -> int:
             return 0
 
-        def readdir(self, path: str, fh: int) -> list[str]:
-            return [".", "..", *os.listdir(full(path))]
+        def readdir(self, path: str, fh: int) -> list[Any]:
+            # With use_ino the entries need their inode numbers: readdir(3) skips inode 0.
+            out: list[Any] = []
+            for name in (".", "..", *os.listdir(full(path))):
+                st = os.lstat(os.path.join(full(path), name))
+                out.append((name, {"st_mode": st.st_mode, "st_ino": st.st_ino}, 0))
+            return out
 
         def releasedir(self, path: str, fh: int) -> int:
             return 0

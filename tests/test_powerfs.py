@@ -235,6 +235,16 @@ def test_journal_model_commits_every_name_at_any_fsync_but_not_the_data(
                                 "refs": "<dir>", "refs/1.lock": "commit"}
 
 
+def test_the_mount_lists_directories_like_the_backing(pfs: PowerFS) -> None:
+    m = pfs.mount()
+    (m / "d" / "e").mkdir(parents=True)
+    write(m / "d" / "e" / "f", "x")
+    os.symlink("f", m / "d" / "e" / "l")
+    assert sorted(os.walk(m)) == [(str(m), ["d"], []), (str(m / "d"), ["e"], []),
+                                  (str(m / "d" / "e"), [], ["f", "l"])]
+    assert os.readlink(m / "d" / "e" / "l") == "f"
+
+
 def test_the_probe_says_why_when_fuse_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     powerfs.unavailable.cache_clear()
     monkeypatch.setattr(os.path, "exists", lambda p: False if p == "/dev/fuse" else True)
