@@ -5,8 +5,15 @@ Owns everything an agent process needs to talk to the daemon: the wire format
 (``wrap``), the gap spool (``snapshotd_client.gaps``) and the CLI agents' after-tool hook
 (``snapshotd_client.hook``, the ``snapshot-hook`` console script).
 
-Promises: never imports the daemon, click, pygit2, watchfiles or psutil, so the hook, which
-runs after every tool call, loads in a few milliseconds.
+Promises:
+- never imports the daemon, click, pygit2, watchfiles or psutil, so the hook, which runs after
+  every tool call, loads in a few milliseconds;
+- talks only to the current user's daemon: a socket in a directory that is not the user's or is
+  writable by group/others, a socket file or a listener of another uid is refused
+  (``SocketUntrusted``, gap reason ``socket-untrusted``);
+- every capture asked for and not checkpointed is a gap, written once (by the daemon when it can
+  attribute it, here otherwise), and writing it never waits past the caller's deadline;
+- the hook always exits 0, silently, within its bounded ``SNAPSHOTD_HOOK_TIMEOUT_MS``.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 _LAZY = {"Client": "client", "DaemonTimeout": "client", "DaemonUnavailable": "client",
-         "SnapshotdError": "client", "wrap": "wrap"}
+         "SnapshotdError": "client", "SocketUntrusted": "client", "wrap": "wrap"}
 
 
 def __getattr__(name: str) -> object:
@@ -29,4 +36,5 @@ def __getattr__(name: str) -> object:
     globals()[name] = value
     return value
 
-__all__ = ["Client", "DaemonTimeout", "DaemonUnavailable", "SnapshotdError", "__version__", "wrap"]
+__all__ = ["Client", "DaemonTimeout", "DaemonUnavailable", "SnapshotdError", "SocketUntrusted",
+           "__version__", "wrap"]

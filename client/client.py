@@ -7,13 +7,20 @@ every way it can fail onto ``SnapshotdError`` codes:
 - ``timeout`` (``DaemonTimeout``): no complete reply within the client's timeout/deadline;
 - ``protocol-error``: the reply broke the wire format or did not echo the request id;
 - ``frame-too-large``: the request itself is over the frame limit (never sent);
-- any daemon error code, with ``remote=True``, for an ``ok: false`` reply.
+- ``socket-untrusted`` (``SocketUntrusted``): the socket is not certainly the user's own daemon's
+  (``paths.socket_problem`` before connecting; on Linux the listener's uid from ``SO_PEERCRED``
+  after): nothing is sent to it;
+- any daemon error code, with ``remote=True``, for an ``ok: false`` reply, including a refusal
+  (``busy``, ``forbidden``) the daemon sent before it read the request.
+``SnapshotdError.daemon_recorded`` tells whether the daemon wrote the gap for a failed snapshot
+(``protocol.daemon_records_gap``); when it is False, the caller writes it.
 
-Promises: connects lazily, keeps the connection across requests and reconnects once when the
-daemon closed it between calls; after a failure mid-request the connection is dropped (the stream
-may be out of step), never reused. Safe to share between threads (requests are serialized) and
-across ``fork`` (a child opens its own connection). Imports only the stdlib and msgpack (on
-first use: a request is sent before msgpack is imported, see ``protocol``).
+Promises: talks only to a listener of the current user. Connects lazily, keeps the connection
+across requests and reconnects once when the daemon closed it between calls; after a failure
+mid-request the connection is dropped (the stream may be out of step), never reused. Safe to
+share between threads (requests are serialized) and across ``fork`` (a child opens its own
+connection). Imports only the stdlib and msgpack (on first use: a request is sent before msgpack
+is imported, see ``protocol``).
 """
 
 from __future__ import annotations
@@ -21,20 +28,23 @@ from __future__ import annotations
 import _socket  # the C module: ``socket.py`` costs the hook milliseconds of imports
 import errno
 import os
+import sys
 import time
 
 # `_thread` rather than `threading`: a plain lock is all we need, and the hook saves the import.
 from _thread import allocate_lock
 
 from .paths import socket_path_str as _default_socket_path
+from .paths import socket_problem
 from .protocol import (
     DAEMON_UNAVAILABLE,
     FRAME_TOO_LARGE,
     PROTOCOL_ERROR,
     PROTOCOL_VERSION,
+    SOCKET_UNTRUSTED,
     TIMEOUT,
-    UNATTRIBUTED_CODES,
     ProtocolError,
+    daemon_records_gap,
     encode_frame,
     preload_codec,
     read_frame,
@@ -62,7 +72,7 @@ class SnapshotdError(Exception):
     @property
     def daemon_recorded(self) -> bool:
         """Whether the daemon has already written a gap for this failure (so callers must not)."""
-        return self.remote and self.code not in UNATTRIBUTED_CODES
+        return self.remote and daemon_records_gap(self.code)
 
 
 class DaemonUnavailable(SnapshotdError):
@@ -77,6 +87,14 @@ class DaemonTimeout(SnapshotdError):
 
     def __init__(self, message: str) -> None:
         super().__init__(TIMEOUT, message)
+
+
+class SocketUntrusted(SnapshotdError):
+    """The socket, its directory or the process listening on it is not the current user's: the
+    client refused to send anything to it (``paths.socket_problem``, ``SO_PEERCRED``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(SOCKET_UNTRUSTED, message)
 
 
 class Client:
@@ -177,26 +195,14 @@ class Client:
 
     def _exchange(self, frame: bytes, deadline: float) -> dict:
         sock, reused = self._connection(deadline)
-        try:
-            _send(sock, frame, deadline)
-        except TimeoutError:
-            self._drop()
-            raise DaemonTimeout(self._timeout_message()) from None
-        except OSError as exc:
-            self._drop()
-            if not reused:
-                raise DaemonUnavailable(self._unavailable_message(exc)) from None
+        refusal = self._send_request(sock, frame, deadline, reused=reused)
+        if refusal is _RESEND:
             # The daemon closed the kept connection before reading anything of ours (idle
             # timeout, restart): nothing was processed, so one resend on a fresh one is safe.
             sock = self._connect(deadline)
-            try:
-                _send(sock, frame, deadline)
-            except TimeoutError:
-                self._drop()
-                raise DaemonTimeout(self._timeout_message()) from None
-            except OSError as exc2:
-                self._drop()
-                raise DaemonUnavailable(self._unavailable_message(exc2)) from None
+            refusal = self._send_request(sock, frame, deadline, reused=False)
+        if isinstance(refusal, dict):
+            return refusal
         # A plain request went out without msgpack (protocol.pack_plain); importing it now
         # overlaps the daemon's work instead of preceding it (milliseconds of the hook).
         preload_codec()
@@ -220,6 +226,28 @@ class Client:
                 f"snapshotd at {self.socket_path} closed the connection without replying")
         return reply
 
+    def _send_request(self, sock: _socket.socket, frame: bytes, deadline: float, *,
+                      reused: bool) -> dict | object | None:
+        """Send ``frame``: None once sent; ``_RESEND`` when a kept connection turned out to be
+        closed; the daemon's reply when it refused the connection before reading it (``busy``,
+        ``forbidden``: it answers at once and hangs up, so our send fails with EPIPE while its
+        refusal waits in our receive buffer)."""
+        try:
+            _send(sock, frame, deadline)
+            return None
+        except TimeoutError:
+            self._drop()
+            raise DaemonTimeout(self._timeout_message()) from None
+        except OSError as exc:
+            if reused:
+                self._drop()
+                return _RESEND
+            refusal = _pending_refusal(sock)
+            self._drop()
+            if refusal is not None:
+                return refusal
+            raise DaemonUnavailable(self._unavailable_message(exc)) from None
+
     def _connection(self, deadline: float) -> tuple[_socket.socket, bool]:
         sock = self._sock
         if sock is not None and self._pid == os.getpid() and _still_open(sock):
@@ -228,6 +256,9 @@ class Client:
         return self._connect(deadline), False
 
     def _connect(self, deadline: float) -> _socket.socket:
+        problem = socket_problem(self.socket_path)
+        if problem is not None:
+            raise SocketUntrusted(self._untrusted_message(problem))
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -250,6 +281,17 @@ class Client:
             except OSError as exc:
                 sock.close()
                 raise DaemonUnavailable(self._unavailable_message(exc)) from None
+            try:
+                uid = _peer_uid(sock)
+            except OSError as exc:  # not expected on a connected AF_UNIX socket: do not trust
+                sock.close()
+                raise SocketUntrusted(self._untrusted_message(
+                    f"the uid of the process listening on it cannot be read ({exc})")) from None
+            if uid is not None and uid != os.getuid():
+                sock.close()
+                raise SocketUntrusted(self._untrusted_message(
+                    f"the process listening on it runs as uid {uid}, not as you "
+                    f"(uid {os.getuid()})"))
             self._sock = sock
             self._pid = os.getpid()
             return sock
@@ -270,8 +312,38 @@ class Client:
         suffix = f" ({name})" if name else ""
         return f"cannot reach snapshotd at {self.socket_path}: {reason}{suffix}"
 
+    def _untrusted_message(self, problem: str) -> str:
+        return (f"refusing to talk to snapshotd at {self.socket_path}: {problem}; another local "
+                "user may be impersonating the daemon. Remove it (or have its owner remove it) "
+                "and start snapshotd again, or point XDG_RUNTIME_DIR or SNAPSHOTD_SOCKET at a "
+                "directory only you can write to")
+
     def _timeout_message(self) -> str:
         return f"snapshotd at {self.socket_path} did not reply in time"
+
+
+_RESEND = object()
+
+
+def _peer_uid(sock: _socket.socket) -> int | None:
+    # The uid the listening socket was created under (Linux SO_PEERCRED: pid, uid, gid as
+    # native ints); None where the platform cannot tell, and the stat checks stand alone.
+    option = getattr(_socket, "SO_PEERCRED", None)
+    if option is None:
+        return None
+    creds = sock.getsockopt(_socket.SOL_SOCKET, option, 12)
+    return int.from_bytes(creds[4:8], sys.byteorder)
+
+
+def _pending_refusal(sock: _socket.socket) -> dict | None:
+    # Only what is already in the receive buffer: the peer has hung up, nothing more will come.
+    try:
+        reply = read_frame(sock, time.monotonic() + 0.05)
+    except (OSError, ProtocolError):
+        return None
+    if reply is None or reply.get("ok") is not False:
+        return None
+    return reply
 
 
 def _send(sock: _socket.socket, frame: bytes, deadline: float) -> None:

@@ -1,4 +1,4 @@
-"""The gap record and the gap spool (DESIGN §8, docs/protocol.md "Gap records").
+"""The gap record and the gap spool (docs/durability.md "Gaps", docs/protocol.md "Gap records").
 
 Owns the record's shape (``make_gap``), the torn-line-free append (``append_gap``) and a tolerant
 reader (``read_gaps``). The daemon imports these: there is one definition of the format.
@@ -7,22 +7,35 @@ Promises:
 - A record is one line of compact JSON with exactly the keys ``ts, run_id, node_id, iteration,
   attempt, worktree, tier, source, tool_use_id, reason, detail``; ``ts`` is ISO-8601 UTC with
   milliseconds and a ``Z``.
-- ``append_gap`` writes the whole line with one ``write`` on an ``O_APPEND`` descriptor while
-  holding ``flock(LOCK_EX)``: concurrent writers (hooks, wraps, the daemon) never interleave or
-  tear lines. It raises ``OSError`` if the spool cannot be written; callers decide whether that
-  matters.
+- ``append_gap`` writes the whole line with one ``write`` on an ``O_APPEND`` descriptor, under
+  ``flock(LOCK_EX)`` when it can get the lock by its ``deadline`` (a ``time.monotonic()`` value;
+  default ``LOCK_WAIT_S`` from the call). It never waits past the deadline: a lock held longer
+  (a stuck or hostile process of the same user) does not cost the record, which then goes out in
+  one unlocked ``O_APPEND`` write. Linux keeps such a write whole and contiguous for a regular
+  file on a local file system (the inode is locked for the whole write), so concurrent writers
+  still do not interleave; only a write the kernel splits (network file systems, a signal or a
+  full disk mid-write) could be torn, and ``read_gaps`` skips a torn line.
+- ``append_gap`` refuses (``OSError``) a spool that is not a regular file, and never blocks on
+  opening one (a FIFO without a reader fails at once). It raises ``OSError`` if the spool cannot
+  be written; callers decide whether that matters.
 - ``read_gaps`` never fails on a damaged spool: a torn or invalid line is skipped.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
+import stat
 import time
 from pathlib import Path
 
-from .paths import gaps_path
+from .paths import gaps_path, gaps_path_str
+
+# How long ``append_gap`` waits for the spool's lock when its caller gives no deadline. Writers
+# hold it for one small write; a lock held this long is stuck, not busy.
+LOCK_WAIT_S = 2.0
 
 
 def make_gap(*, run_id: str | None, node_id: str | None, iteration: int | None,
@@ -44,34 +57,45 @@ def make_gap(*, run_id: str | None, node_id: str | None, iteration: int | None,
     }
 
 
-def append_gap(record: dict, path: Path | None = None) -> None:
-    """Append ``record`` as one line to the spool at ``path`` (default ``gaps_path()``)."""
-    target = Path(path) if path is not None else gaps_path()
+def append_gap(record: dict, path: str | os.PathLike[str] | None = None, *,
+               deadline: float | None = None) -> bool:
+    """Append ``record`` as one line to the spool at ``path`` (default ``gaps_path()``).
+
+    Returns True when the line was written under the spool's lock, False when the lock could not
+    be had by ``deadline`` and the line went out in one unlocked ``O_APPEND`` write."""
+    target = os.fspath(path) if path is not None else gaps_path_str()
     # default=str: a stray Path or exception object must not cost the record.
     # backslashreplace: a lone surrogate (an undecodable file name) becomes a JSON \udcXX escape,
     # which json.loads reads back, instead of failing the encode.
     line = json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str) + "\n"
     data = line.encode("utf-8", "backslashreplace")
-    parent = target.parent
-    if not parent.is_dir():
+    parent = os.path.dirname(target)
+    if parent and not os.path.isdir(parent):
         os.makedirs(parent, mode=0o700, exist_ok=True)
-    fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    # O_NONBLOCK: opening a FIFO planted at the spool's path must fail, not wait for a reader.
+    fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK,
+                 0o600)
     try:
-        # O_APPEND makes each write land at the end; the lock makes a write that the kernel
-        # splits (large lines, NFS, signals) still land contiguously.
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, f"the gap spool {target} is not a regular file")
+        give_up = deadline if deadline is not None else time.monotonic() + LOCK_WAIT_S
+        locked = _lock(fd, give_up)
         try:
+            # O_APPEND makes each write land at the end; the lock makes a write that the kernel
+            # splits (large lines, NFS, signals) still land contiguously.
             view = memoryview(data)
             while view:
                 written = os.write(fd, view)
                 view = view[written:]
         finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            if locked:
+                fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+    return locked
 
 
-def read_gaps(path: Path | None = None) -> list[dict]:
+def read_gaps(path: str | os.PathLike[str] | None = None) -> list[dict]:
     """All records in the spool, in order; a missing spool is empty, damaged lines are skipped."""
     target = Path(path) if path is not None else gaps_path()
     try:
@@ -89,6 +113,25 @@ def read_gaps(path: Path | None = None) -> list[dict]:
         if isinstance(record, dict):
             records.append(record)
     return records
+
+
+def _lock(fd: int, deadline: float) -> bool:
+    # Polled rather than a blocking flock: a blocking one has no timeout, and a signal-based
+    # one would disturb the host process (wrap runs inside agents).
+    pause = 0.001
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            pass
+        except OSError:  # no locks on this file system (ENOLCK): the O_APPEND write still works
+            return False
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        time.sleep(min(pause, remaining))
+        pause = min(pause * 2, 0.02)
 
 
 def _utc_now_ms() -> str:

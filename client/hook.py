@@ -1,17 +1,30 @@
 """``snapshot-hook``: the after-tool hook of Claude Code, Codex and Gemini CLI (tier 1, ``hook``).
 
 Owns: reading the agent's hook payload from stdin, telling the agent apart, deriving the tool
-call id and label, choosing the attribution (DESIGN §6), asking the daemon for a capture within
-one time budget, starting the daemon on first use, and recording a gap when the capture could not
-be asked for.
+call id and label, choosing the attribution (docs/protocol.md, "Attribution order"), asking the
+daemon for a capture within one time budget, starting the daemon on first use
+(``try_autostart``), and recording a gap when it could not get a checkpoint.
 
-Promises (DESIGN §10):
+Promises:
 - exits 0 and prints nothing, whatever happens: stdout and stderr are pointed at /dev/null first
   thing, so not even a warning at interpreter exit can reach the agent (exit 2 + stderr would be
   fed to the model);
-- returns within ``SNAPSHOTD_HOOK_TIMEOUT_MS`` (default 5000) of starting, covering stdin,
-  connect, daemon start, send and reply; with no daemon and autostart off, in a few tens of ms;
-- writes a gap when it could not get a capture and the daemon has not recorded one itself;
+- returns within ``SNAPSHOTD_HOOK_TIMEOUT_MS`` of starting, covering stdin, connect, daemon
+  start, send, reply and the gap's write (the capture stops ``_GAP_RESERVE_S`` short, and the
+  spool's lock is never waited for past the deadline); with no daemon and autostart off, in a
+  few tens of ms;
+- every outcome that is not a checkpoint is a gap, written exactly once: the hook writes it for
+  every failure the daemon records no gap for (``protocol.NO_DAEMON_GAP_CODES``: refusals,
+  ``busy``, ``shutting-down``, ``internal``, unknown codes), for timeouts, an unreachable or
+  untrusted socket (``socket-untrusted``), a bad payload and its own bugs; the daemon writes the
+  ones it attributes. A gap names the attempt the capture was meant for and the payload's
+  ``cwd`` (never the hook's own), with over-long fields cut;
+- every setting it reads is bounded: ``SNAPSHOTD_HOOK_TIMEOUT_MS`` is clamped to
+  ``MIN_TIMEOUT_MS..MAX_TIMEOUT_MS`` and text that is not a positive decimal integer means
+  ``DEFAULT_TIMEOUT_MS``, either noted in the detail of any gap written; ``SNAPSHOTD_ITERATION``
+  and ``SNAPSHOTD_ATTEMPT`` are sent as integers only when the protocol can carry them, else as
+  text the daemon refuses (a gap); ``SNAPSHOTD_AUTOSTART=0`` turns autostart off, any other value
+  leaves it on;
 - never leaves a child holding the agent's stdout/stderr (Gemini waits for them to close).
 
 Runs after every tool call, so it imports only what the path taken needs: module level is
@@ -32,8 +45,18 @@ if TYPE_CHECKING:
     from typing import Any
 
 DEFAULT_TIMEOUT_MS = 5000
+# SNAPSHOTD_HOOK_TIMEOUT_MS is clamped to this range (a value `select` and the agent can live
+# with); text that is not a positive decimal integer falls back to the default.
+MIN_TIMEOUT_MS = 100
+MAX_TIMEOUT_MS = 120_000
+# Longest text kept in a gap's detail and in each of its other string fields: a 10 MB run id
+# from the environment must not become a 10 MB spool line.
+GAP_DETAIL_MAX = 2000
+GAP_FIELD_MAX = 1024
 LABEL_PART_MAX = 60
 _PATCH_PREFIXES = ("*** Update File: ", "*** Add File: ", "*** Delete File: ")
+# What the capture leaves of the budget for writing a gap (at most a tenth of the budget).
+_GAP_RESERVE_S = 0.05
 # A lock file written this recently belongs to a daemon still starting up.
 _LOCK_FRESH_S = 30.0
 
@@ -43,20 +66,22 @@ def main() -> None:
     try:
         start = time.monotonic()
         _silence_output()
-        budget_ms = _budget_ms(os.environ)
+        budget_ms, note = budget_setting(os.environ)
         deadline = start + budget_ms / 1000.0
-        handle(_read_stdin(deadline), deadline=deadline, budget_ms=budget_ms)
+        handle(_read_stdin(deadline), deadline=deadline, budget_ms=budget_ms, note=note)
     except BaseException:  # noqa: B036 - the hook's contract is exit 0, even on ^C
         pass
     sys.exit(0)
 
 
-def handle(data: bytes | None, *, deadline: float, budget_ms: int) -> str:
+def handle(data: bytes | None, *, deadline: float, budget_ms: int, note: str = "") -> str:
     """Process one payload (``None``: stdin did not close in time). Returns the outcome: ``"ok"``
-    or the reason of the failure (also the gap's reason when one was written)."""
+    or the reason of the failure (also the gap's reason when one was written). ``note`` (a
+    setting that was out of range) is added to the detail of any gap written."""
     from .protocol import BAD_PAYLOAD, INTERNAL
 
     env = os.environ
+    gaps = _GapWriter(deadline, note)
     try:
         payload = parse_json(data) if data is not None else None
     except Exception:  # ValueError, and RecursionError for absurdly nested input
@@ -66,18 +91,40 @@ def handle(data: bytes | None, *, deadline: float, budget_ms: int) -> str:
             detail = f"stdin was not closed within {budget_ms} ms"
         else:
             detail = f"stdin is not a JSON object ({len(data)} bytes)"
-        _write_gap(_gap_attribution(None, env, {}), tool_use_id=None, reason=BAD_PAYLOAD,
+        gaps.write(_gap_attribution(None, env, {}), tool_use_id=None, reason=BAD_PAYLOAD,
                    detail=detail)
         return BAD_PAYLOAD
 
     fields: dict[str, Any] = {}
     try:
         fields = snapshot_fields(payload, env)
-        return _capture(fields, deadline=deadline, budget_ms=budget_ms)
+        return _capture(fields, gaps, deadline=deadline, budget_ms=budget_ms)
     except Exception as exc:  # a hook bug must still leave a trace of the missed capture
-        _write_gap(_gap_attribution(payload, env, fields), tool_use_id=fields.get("tool_use_id"),
+        gaps.write(_gap_attribution(payload, env, fields), tool_use_id=fields.get("tool_use_id"),
                    reason=INTERNAL, detail=f"snapshot-hook failed: {type(exc).__name__}: {exc}")
         return INTERNAL
+
+
+def budget_setting(env: Mapping[str, str]) -> tuple[int, str]:
+    """The hook's budget in ms from ``SNAPSHOTD_HOOK_TIMEOUT_MS``, and a note ("" when the
+    value was used as given). Unset: the default. Not a positive decimal integer (text, ``nan``,
+    a negative number, ``0``): the default, noted. Outside ``[MIN_TIMEOUT_MS, MAX_TIMEOUT_MS]``:
+    clamped into it, noted."""
+    raw = env.get("SNAPSHOTD_HOOK_TIMEOUT_MS")
+    if raw is None or raw == "":
+        return DEFAULT_TIMEOUT_MS, ""
+    text = raw.strip()
+    shown = repr(raw) if len(raw) <= 40 else repr(raw[:37]) + "..."
+    if not (text.isascii() and text.isdigit()) or not text.strip("0"):
+        return DEFAULT_TIMEOUT_MS, (f"SNAPSHOTD_HOOK_TIMEOUT_MS={shown} is not a positive "
+                                    f"number of ms; used {DEFAULT_TIMEOUT_MS}")
+    # Digits only, so int() is exact; a very long one is simply over the maximum.
+    value = int(text) if len(text) <= 12 else MAX_TIMEOUT_MS + 1
+    clamped = min(max(value, MIN_TIMEOUT_MS), MAX_TIMEOUT_MS)
+    if clamped != value:
+        return clamped, (f"SNAPSHOTD_HOOK_TIMEOUT_MS={shown} is outside {MIN_TIMEOUT_MS}.."
+                         f"{MAX_TIMEOUT_MS}; used {clamped}")
+    return value, ""
 
 
 def parse_json(data: bytes) -> Any:
@@ -212,7 +259,7 @@ def snapshot_fields(payload: Mapping[str, Any], env: Mapping[str, str]) -> dict[
     return fields
 
 
-def _try_autostart(socket_path: str, deadline: float, argv: list[str] | None = None) -> bool:
+def try_autostart(socket_path: str, deadline: float, argv: list[str] | None = None) -> bool:
     """Start the daemon when none answers; True once its socket accepts connections.
 
     Off when ``SNAPSHOTD_AUTOSTART=0``. Runs ``<this python> -m snapshotd serve`` (``argv``
@@ -255,6 +302,7 @@ def _try_autostart(socket_path: str, deadline: float, argv: list[str] | None = N
     return False
 
 
+
 def _daemon_starting() -> bool:
     """Whether another daemon for this home has just taken its lock (it writes its pid into
     ``<home>/daemon.lock`` once it holds it) and is alive: the winner of a start race, still
@@ -276,18 +324,22 @@ def _daemon_starting() -> bool:
     return True
 
 
-def _capture(fields: dict[str, Any], *, deadline: float, budget_ms: int) -> str:
+def _capture(fields: dict[str, Any], gaps: _GapWriter, *, deadline: float,
+             budget_ms: int) -> str:
     from .client import Client, DaemonUnavailable, SnapshotdError
     from .protocol import DAEMON_UNAVAILABLE, TIMEOUT
 
     env = os.environ
-    client = Client(timeout=budget_ms / 1000.0, deadline=deadline)
+    # The capture stops a little short of the deadline so that a gap can still be written
+    # within the budget.
+    capture_deadline = deadline - min(_GAP_RESERVE_S, budget_ms / 10000.0)
+    client = Client(timeout=budget_ms / 1000.0, deadline=capture_deadline)
     autostart_note = ""
     try:
         try:
             client.snapshot(**fields)
         except DaemonUnavailable:
-            if not _try_autostart(client.socket_path, deadline):
+            if not try_autostart(client.socket_path, capture_deadline):
                 autostart_note = ("; autostart off (SNAPSHOTD_AUTOSTART=0)"
                                   if env.get("SNAPSHOTD_AUTOSTART") == "0"
                                   else "; autostart did not bring the daemon up")
@@ -303,7 +355,7 @@ def _capture(fields: dict[str, Any], *, deadline: float, budget_ms: int) -> str:
             detail = exc.message
         if exc.code in (DAEMON_UNAVAILABLE, TIMEOUT):
             detail += autostart_note
-        _write_gap(_gap_attribution(None, env, fields), tool_use_id=fields.get("tool_use_id"),
+        gaps.write(_gap_attribution(None, env, fields), tool_use_id=fields.get("tool_use_id"),
                    reason=exc.code, detail=detail)
         return exc.code
     finally:
@@ -319,13 +371,15 @@ def _gap_attribution(payload: Mapping[str, Any] | None, env: Mapping[str, str],
         return {k: fallback.get(k) for k in ("run_id", "node_id", "iteration", "attempt",
                                                "worktree")}
     if fields.get("run_id"):
-        source: Mapping[str, Any] = fields
-    else:  # no usable payload: the environment is all we have
-        source = {}
-        if env.get("SNAPSHOTD_RUN_ID") and env.get("SNAPSHOTD_NODE_ID"):
-            source = {"run_id": env["SNAPSHOTD_RUN_ID"], "node_id": env["SNAPSHOTD_NODE_ID"],
-                      "iteration": _env_int(env.get("SNAPSHOTD_ITERATION"), 0),
-                      "attempt": _env_int(env.get("SNAPSHOTD_ATTEMPT"), None)}
+        # An explicit attempt: the daemon captures the request's cwd (the payload's), so the
+        # gap names that directory, not wherever the hook process happens to run.
+        return {k: fields.get(k) for k in ("run_id", "node_id", "iteration", "attempt")} | {
+            "worktree": fields.get("cwd") or _worktree_guess(payload or {}, "", env)}
+    source: Mapping[str, Any] = {}  # no usable payload: the environment is all we have
+    if env.get("SNAPSHOTD_RUN_ID") and env.get("SNAPSHOTD_NODE_ID"):
+        source = {"run_id": env["SNAPSHOTD_RUN_ID"], "node_id": env["SNAPSHOTD_NODE_ID"],
+                  "iteration": _env_int(env.get("SNAPSHOTD_ITERATION"), 0),
+                  "attempt": _env_int(env.get("SNAPSHOTD_ATTEMPT"), None)}
     agent = detect_agent(payload) if payload is not None else ""
     return {
         "run_id": source.get("run_id"),
@@ -336,18 +390,40 @@ def _gap_attribution(payload: Mapping[str, Any] | None, env: Mapping[str, str],
     }
 
 
-def _write_gap(attribution: Mapping[str, Any], *, tool_use_id: str | None, reason: str,
-               detail: str) -> None:
-    from .gaps import append_gap, make_gap
+class _GapWriter:
+    """Writes the hook's gap records: within the hook's deadline (``append_gap`` never waits
+    for the spool's lock past it), with over-long strings cut and ``note`` added to the
+    detail."""
 
-    try:
-        append_gap(make_gap(
-            run_id=attribution.get("run_id"), node_id=attribution.get("node_id"),
-            iteration=attribution.get("iteration"), attempt=attribution.get("attempt"),
-            worktree=attribution.get("worktree"), tier=1, source="hook",
-            tool_use_id=tool_use_id, reason=reason, detail=detail))
-    except Exception:  # nowhere left to report to; the agent must still not be disturbed
-        pass
+    def __init__(self, deadline: float, note: str) -> None:
+        self.deadline = deadline
+        self.note = note
+
+    def write(self, attribution: Mapping[str, Any], *, tool_use_id: str | None, reason: str,
+              detail: str) -> None:
+        from .gaps import append_gap, make_gap
+
+        if self.note:
+            detail = f"{detail}; {self.note}"
+        try:
+            append_gap(make_gap(
+                run_id=_cut(attribution.get("run_id"), GAP_FIELD_MAX),
+                node_id=_cut(attribution.get("node_id"), GAP_FIELD_MAX),
+                iteration=_cut(attribution.get("iteration"), GAP_FIELD_MAX),
+                attempt=_cut(attribution.get("attempt"), GAP_FIELD_MAX),
+                worktree=_cut(attribution.get("worktree"), GAP_FIELD_MAX), tier=1,
+                source="hook", tool_use_id=_cut(tool_use_id, GAP_FIELD_MAX), reason=reason,
+                detail=_cut(detail, GAP_DETAIL_MAX)), deadline=self.deadline)
+        except Exception:  # noqa: BLE001 - the spool is unwritable (its path is a directory,
+            # the disk is full): the hook has no channel left (stdout/stderr would reach the
+            # model), and the agent must not be disturbed. docs/durability.md says so.
+            pass
+
+
+def _cut(value: Any, limit: int) -> Any:
+    if isinstance(value, str) and len(value) > limit:
+        return value[:limit - 1] + "…"
+    return value
 
 
 def _worktree_guess(payload: Mapping[str, Any], agent: str, env: Mapping[str, str]) -> str:
@@ -407,21 +483,15 @@ def _silence_output() -> None:
         os.close(fd)
 
 
-def _budget_ms(env: Mapping[str, str]) -> int:
-    try:
-        value = int(env.get("SNAPSHOTD_HOOK_TIMEOUT_MS", ""))
-    except ValueError:
-        return DEFAULT_TIMEOUT_MS
-    return value if value > 0 else DEFAULT_TIMEOUT_MS
-
-
 def _env_int(raw: str | None, default: int | None) -> int | str | None:
+    # A decimal integer the protocol can carry; anything else is sent as given (cut short), so
+    # the daemon's bad-request reply becomes a gap that names it.
     if raw is None or raw == "":
         return default
-    try:
-        return int(raw)
-    except ValueError:
-        return raw
+    text = raw.strip()
+    if text.isascii() and text.isdigit() and len(text) <= 19 and int(text) < 1 << 63:
+        return int(text)
+    return _cut(raw, 100)
 
 
 def _patch_paths(patch: str) -> str:

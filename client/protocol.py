@@ -8,6 +8,8 @@ Promises:
 - ``encode_frame`` never produces a frame the peer must refuse (it raises ``ValueError`` first).
 - ``read_frame`` returns exactly one decoded map, ``None`` on a clean end of stream, and raises
   ``ProtocolError`` (with ``.code``) for anything else; it never reads past the frame it returns.
+- Text that is not UTF-8 (a ``str`` with surrogate escapes, as ``os.fsdecode`` makes of a file
+  name) is packed as an ``EXT_FS_TEXT`` value and read back by ``read_frame`` as the same ``str``.
 - ``validate_id`` / ``validate_int`` accept a value only if the daemon can use it verbatim.
 
 Imports only the stdlib and msgpack: the hook loads this module after every tool call. msgpack
@@ -29,6 +31,10 @@ if TYPE_CHECKING:
 PROTOCOL_VERSION = 1
 MAX_FRAME = 1 << 20  # bytes of msgpack body, header excluded
 HEADER_SIZE = 4
+# msgpack extension type of a text value that is not valid Unicode: a file name whose bytes are
+# not UTF-8, held in Python as ``os.fsdecode`` does (surrogate escapes). Its data is those bytes
+# (docs/protocol.md, "Text that is not UTF-8").
+EXT_FS_TEXT = 1
 
 # Error codes a daemon reply may carry (docs/protocol.md, "Error codes").
 BAD_FRAME = "bad-frame"
@@ -66,14 +72,27 @@ DAEMON_UNAVAILABLE = "daemon-unavailable"
 TIMEOUT = "timeout"
 PROTOCOL_ERROR = "protocol-error"
 BAD_PAYLOAD = "bad-payload"
+# The socket, its directory or the process listening on it is not the current user's: the
+# client refused to talk to it (see ``paths.socket_problem`` and ``Client``).
+SOCKET_UNTRUSTED = "socket-untrusted"
 
-# Refusals that happen before the daemon knows which attempt a request belongs to: the daemon
-# cannot have written an attributed gap for them, so the caller (hook, wrap) writes one. For every
-# other ok:false reply the daemon has already recorded its own gap and the caller must not add a
-# second.
-UNATTRIBUTED_CODES = frozenset({
+# Codes the daemon records no gap for. The rule: every reply to a snapshot that is not a
+# checkpoint is a gap, written exactly once. The daemon writes it when it can attribute the
+# failure to an attempt (fenced, worktree-refused, worktree-missing, capture-failed, ...); for
+# the codes here it cannot or does not (a refusal before the request is read or validated, a
+# full connection table, a daemon that is stopping, an unexpected error), so the caller (hook,
+# wrap) writes the gap. A code outside ``ERROR_CODES`` (a newer daemon's) is treated the same
+# way: a gap written twice is noise, a gap never written is a lost guarantee.
+NO_DAEMON_GAP_CODES = frozenset({
     BAD_FRAME, FRAME_TOO_LARGE, BAD_REQUEST, BAD_ID, UNKNOWN_OP, UNSUPPORTED_VERSION, FORBIDDEN,
+    BUSY, SHUTTING_DOWN, INTERNAL,
 })
+
+
+def daemon_records_gap(code: str) -> bool:
+    """Whether the daemon has itself recorded the gap for an ``ok: false`` reply with ``code``."""
+    return code in ERROR_CODES and code not in NO_DAEMON_GAP_CODES
+
 
 MAX_ID_BYTES = 200
 # Ledger rows are SQLite INTEGERs: anything wider cannot be stored.
@@ -95,22 +114,53 @@ def encode_frame(obj: dict) -> bytes:
         raise TypeError(f"a frame carries a map, not {type(obj).__name__}")
     body = pack_plain(obj)
     if body is None:
-        body = _codec().packb(obj, use_bin_type=True)
+        try:
+            body = _codec().packb(obj, use_bin_type=True)
+        except UnicodeEncodeError:  # text holding surrogate escapes: see EXT_FS_TEXT
+            body = _codec().packb(_fs_text(obj), use_bin_type=True)
     if len(body) > MAX_FRAME:
         raise ValueError(f"frame body of {len(body)} bytes exceeds the {MAX_FRAME}-byte limit")
     return len(body).to_bytes(HEADER_SIZE, "big") + body
 
 
-def decode_body(data: bytes) -> dict:
-    """Unpack one frame body; ``ProtocolError`` unless it is exactly one msgpack map."""
-    unpackb = _codec().unpackb
+def decode_body(data: bytes, *, fs_text: bool = False) -> dict:
+    """Unpack one frame body; ``ProtocolError`` unless it is exactly one msgpack map.
+
+    ``fs_text`` (a client reading a reply): an ``EXT_FS_TEXT`` value becomes the ``str`` it
+    stands for. The daemon leaves it an ``ExtType``, which no request field accepts."""
+    msgpack = _codec()
     try:
-        obj = unpackb(data, raw=False, strict_map_key=False)
+        obj = msgpack.unpackb(data, raw=False, strict_map_key=False,
+                              ext_hook=_ext_text if fs_text else msgpack.ExtType)
     except Exception as exc:  # msgpack raises a zoo of types (ExtraData, FormatError, ValueError…)
         raise ProtocolError(f"frame body is not valid msgpack: {exc}") from None
     if not isinstance(obj, dict):
         raise ProtocolError(f"frame body is a {type(obj).__name__}, not a map")
     return obj
+
+
+def _fs_text(obj: object) -> object:
+    """A copy of ``obj`` in which every ``str`` that is not valid Unicode is an ``EXT_FS_TEXT``."""
+    if isinstance(obj, str):
+        try:
+            obj.encode("utf-8")
+        except UnicodeEncodeError:
+            try:
+                return _codec().ExtType(EXT_FS_TEXT, obj.encode("utf-8", "surrogateescape"))
+            except UnicodeEncodeError:  # a surrogate no byte stands for: made visible, lossily
+                return obj.encode("utf-8", "backslashreplace").decode("ascii")
+        return obj
+    if isinstance(obj, dict):
+        return {_fs_text(k): _fs_text(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_fs_text(v) for v in obj]
+    return obj
+
+
+def _ext_text(code: int, data: bytes) -> object:
+    if code == EXT_FS_TEXT:
+        return data.decode("utf-8", "surrogateescape")  # os.fsdecode on a UTF-8 system
+    return _codec().ExtType(code, data)
 
 
 def preload_codec() -> None:
@@ -243,7 +293,7 @@ def read_frame(sock: Any, deadline: float | None = None) -> dict | None:
             f"frame announces {length} bytes, over the {MAX_FRAME}-byte limit", FRAME_TOO_LARGE)
     body = _recv_exact(sock, length, deadline, eof_ok=False)
     assert body is not None  # eof_ok=False never returns None
-    return decode_body(body)
+    return decode_body(body, fs_text=True)
 
 
 def validate_id(kind: str, value: object) -> str:

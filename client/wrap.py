@@ -7,7 +7,8 @@ Promises:
 - The tool's own result and exception pass through untouched; a capture failure is never raised
   from the wrapper. It is kept on ``.error``, logged (logger ``snapshotd_client.wrap``) and
   appended to the gap spool unless the daemon has already recorded it (an ``ok: false`` reply
-  the daemon could attribute).
+  the daemon could attribute; ``busy``, ``shutting-down``, ``internal`` and the other
+  ``protocol.NO_DAEMON_GAP_CODES`` are recorded here): one gap per failed capture.
 - ``.result`` holds the last successful snapshot reply (the last call's, when decorating).
 - Each call gets its own ``tool_use_id`` (a fresh uuid4 hex unless the caller passes one).
 """

@@ -9,6 +9,7 @@ Promises: one daemon per home; a second one exits non-zero naming the pid that h
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import socket
@@ -20,6 +21,11 @@ from snapshotd.server import HomeLock, Server, bind_socket
 from snapshotd.service import Service
 
 log = logging.getLogger("snapshotd")
+
+# The parts that extend the core, attached at start-up when installed.
+OPTIONAL_PARTS = ("snapshotd.watcher", "snapshotd.restore", "snapshotd.engine",
+                  "snapshotd.sdnotify", "snapshotd.metrics", "snapshotd.gc",
+                  "snapshotd.replication")
 
 
 def prepare_home(home: Path) -> Path:
@@ -55,7 +61,7 @@ def run_daemon(home: Path, socket_path: Path, config: Config,
             owned_path = None
         server = Server(service, listener, idle_timeout_s=config.idle_timeout_s,
                         max_connections=config.max_connections)
-        _attach_optional_parts(service, server, config)
+        attach_optional_parts(service, server, config)
         try:
             server.run()
         finally:
@@ -71,20 +77,30 @@ def run_daemon(home: Path, socket_path: Path, config: Config,
     return 0
 
 
-def _attach_optional_parts(service: Service, server: Server, config: Config) -> None:
-    """Wire the parts that extend the core (watcher, restore, engine) when present."""
-    for name in ("snapshotd.watcher", "snapshotd.restore", "snapshotd.engine",
-                 "snapshotd.sdnotify", "snapshotd.metrics", "snapshotd.gc",
-                 "snapshotd.replication"):
+def attach_optional_parts(service: Service, server: Server, config: Config,
+                          parts: tuple[str, ...] = OPTIONAL_PARTS) -> dict[str, list[str]]:
+    """Wire the parts that extend the core when present; each defines ``attach(service, server,
+    config)``. Their order here is free: ops they extend compose by the server's ``LAYERS``. A
+    part that is not installed is logged at warning and listed in ``status`` (``parts``), since
+    what it provides (tier 2, restore, liveness, …) is then missing."""
+    attached: list[str] = []
+    missing: list[str] = []
+    for name in parts:
         try:
-            module = __import__(name, fromlist=["attach"])
+            module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue
-            raise
+            if exc.name != name:
+                raise
+            log.warning("%s is not installed: the daemon runs without it", name)
+            missing.append(name)
+            continue
         attach = getattr(module, "attach", None)
         if attach is not None:
             attach(service, server, config)
+            attached.append(name)
+    summary = {"attached": attached, "missing": missing}
+    server.status_extras.append(lambda: {"parts": summary})
+    return summary
 
 
 class _JournalFormatter(logging.Formatter):

@@ -12,10 +12,13 @@ Promises:
   dumped); it is computed by libgit2 from tree ids, so its cost follows the difference.
 - Over the socket, a patch or file list too large for one frame is left out and flagged; the two
   tree ids and the store path are always returned, so a client renders it locally.
+- Paths keep bytes that are not UTF-8 (``os.fsdecode`` of git's raw path) and so does the patch
+  (decoded with surrogate escapes); the wire carries them as docs/protocol.md describes.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -28,6 +31,7 @@ from snapshotd.errors import ServiceError, int_value
 from snapshotd.keys import AttemptKey
 from snapshotd.service import Service
 from snapshotd.store import parse_trailers
+from snapshotd_client import protocol
 
 WIRE_PATCH_LIMIT = 768 * 1024
 WIRE_FILES_LIMIT = 5000
@@ -81,14 +85,16 @@ def diff_checkpoints(service: Service, *, run_id: str, node_id: str, seq: int | 
            "store": str(service.store.path)}
     out.update(render_trees(repo, side_a["tree"], side_b["tree"], patch=patch))
     if wire:
-        if out.get("patch") is not None and len(out["patch"].encode()) > WIRE_PATCH_LIMIT:
-            out["patch_omitted"] = (f"the patch is {len(out['patch'].encode())} bytes, too large "
-                                    "for one reply; render it from the two trees in `store`")
+        size = len(out["patch"].encode("utf-8", "surrogateescape")) if out["patch"] else 0
+        if size > WIRE_PATCH_LIMIT:
+            out["patch_omitted"] = (f"the patch is {size} bytes, too large for one reply; "
+                                    "render it from the two trees in `store`")
             out["patch"] = None
         if len(out["files"]) > WIRE_FILES_LIMIT:
             out["files_total"] = len(out["files"])
             out["files"] = out["files"][:WIRE_FILES_LIMIT]
             out["files_truncated"] = True
+        _fit(out)
     out["elapsed_ms"] = round((time.perf_counter() - started) * 1000, 3)
     return out
 
@@ -108,8 +114,10 @@ def render_trees(repo: pygit2.Repository, tree_a: str, tree_b: str, *, patch: bo
         _context, additions, deletions = p.line_stats
         files.append({
             "status": status,
-            "path": delta.new_file.path if status != "D" else delta.old_file.path,
-            "old_path": delta.old_file.path if status in ("R", "C") else None,
+            # Raw bytes, so a name that is not UTF-8 keeps them (as os.fsdecode does).
+            "path": os.fsdecode(delta.new_file.raw_path if status != "D"
+                                else delta.old_file.raw_path),
+            "old_path": os.fsdecode(delta.old_file.raw_path) if status in ("R", "C") else None,
             "additions": additions, "deletions": deletions,
             "binary": bool(delta.is_binary),
         })
@@ -131,8 +139,24 @@ def _patch_text(diff: pygit2.Diff) -> str:
     chunks = []
     for p in diff:
         data = p.data
-        chunks.append(data.decode("utf-8", "replace") if isinstance(data, bytes) else data)
+        # Bytes that are not UTF-8 (names, Latin-1 text) stay surrogate escapes, not U+FFFD:
+        # the CLI writes the patch back out byte for byte.
+        chunks.append(data.decode("utf-8", "surrogateescape") if isinstance(data, bytes)
+                      else data)
     return "".join(chunks)
+
+
+def _fit(out: dict) -> None:
+    """A reply that still does not fit one frame (long paths, a long stat) goes without its
+    patch, file list and stat; the client renders all three from the two trees."""
+    try:
+        protocol.encode_frame({"id": 0, "ok": True, "result": out})
+        return
+    except (ValueError, TypeError) as exc:
+        out["patch_omitted"] = (f"the reply did not fit one frame ({exc}); render it from the "
+                                "two trees in `store`")
+    out["files_total"] = len(out["files"])
+    out.update(patch=None, files=[], stat="", files_truncated=True)
 
 
 def _seq_of(repo: pygit2.Repository, commit: str, guess: int | None) -> int | None:

@@ -3,13 +3,15 @@
 Owns, for attempts that name an owner process (``attempt_begin … owner_pid``, and every attempt
 ``snapshotd exec`` opens), the watch over that process: once it is gone, the daemon takes one last
 capture of what it left, marks the attempt ``abandoned`` (with its final pointer), stops watching
-the worktree, and from then on the service fences captures naming it (DESIGN §7). Owns
+the worktree, and from then on the service fences captures naming it (an ended attempt takes
+no more checkpoints, so nothing is silently added after its final pointer). Owns
 ``attempt_begin … resume: true``: the worktree is first put back to the newest checkpoint of the
 node's previous attempt (through ``snapshotd.restore``), then the new attempt begins. A different
 directory that already holds files (a fresh ``git worktree add`` or clone) is restored in place
 after the new attempt begins, so the safety checkpoint of what it held is the new attempt's first
-checkpoint; should that restore fail, the new attempt ends ``failed``. Owns giving
-``attempt_end`` the server's flush hook, so pending tier-2 work lands before the final pointer.
+checkpoint; should that restore fail, the new attempt ends ``failed``. Owns the flush before
+``attempt_end`` (through the server's flush hook), so pending tier-2 work lands before the final
+pointer. Both extend the core ops as wrappers at the server's ``engine`` layer.
 
 Promises:
 - An owner is gone when its pid no longer exists or now belongs to a process started after the
@@ -40,8 +42,9 @@ from pathlib import Path
 
 import psutil
 
+from snapshotd import errors
 from snapshotd.config import Config
-from snapshotd.errors import ServiceError, id_field, int_field
+from snapshotd.errors import ServiceError, abs_path_field, id_field, int_field
 from snapshotd.keys import AttemptKey
 from snapshotd.ledger import ACTIVE, Attempt
 from snapshotd.server import Server
@@ -62,14 +65,8 @@ _START_SLACK_S = 2.0
 def attach(service: Service, server: Server, config: Config) -> None:
     """Wire the engine into a daemon: liveness monitor, ``resume`` on begin, flush on end."""
     engine = Engine(service, server)
-    previous_begin = server.handlers["attempt_begin"]
-    server.register("attempt_begin", lambda fields: engine.attempt_begin(fields, previous_begin))
-    # The core registers attempt_end without a flush; give it the server's (set by the watcher
-    # when present), read at call time so attach order does not matter. A handler some other
-    # part already wrapped is left alone.
-    if server.handlers.get("attempt_end") == service.attempt_end:
-        server.register("attempt_end",
-                        lambda fields: service.attempt_end(fields, flush=server.flush_hook))
+    server.wrap("attempt_begin", engine.attempt_begin, layer="engine")
+    server.wrap("attempt_end", engine.attempt_end, layer="engine")
     server.status_extras.append(engine.status)
     server.shutdown_hooks.append(engine.stop)
     engine.start()
@@ -110,7 +107,7 @@ class Engine:
         """``attempt_begin`` with ``resume`` support; ``begin`` is the handler it extends."""
         resume = fields.get("resume", False)
         if not isinstance(resume, bool):
-            raise ServiceError("bad-request", "resume must be true or false")
+            raise ServiceError(errors.BAD_REQUEST, "resume must be true or false")
         handoff = None
         if fields.get("handoff") is not None:
             # Another host's handoff: verify every digest (fetching as needed) first.
@@ -134,15 +131,25 @@ class Engine:
             self.resumed += 1
         return result
 
+    def attempt_end(self, fields: dict, end: Callable[[dict], dict]) -> dict:
+        """``attempt_end`` after the server's flush (the watcher's, read at call time), so
+        pending tier-2 work lands before the final pointer; ``end`` is the handler it extends."""
+        flush = self.server.flush_hook if self.server is not None else None
+        if flush is not None:
+            attempt = self.service.named_attempt(fields)
+            if attempt.state == ACTIVE:
+                flush(Path(attempt.worktree))
+        return end(fields)
+
     def _resume_source(self, fields: dict) -> _ResumeSource | None:
         """What a resume restores, and where: the newest checkpoint of the node's newest earlier
         attempt that has one. An attempt still active in another directory is superseded first."""
         run_id = id_field("run_id", fields.get("run_id"))
         node_id = id_field("node_id", fields.get("node_id"))
         iteration = int_field(fields, "iteration", 0, 0)
-        cwd = fields.get("cwd")
-        if not isinstance(cwd, str) or not os.path.isabs(cwd) or "\0" in cwd:
-            raise ServiceError("bad-request", "cwd must be an absolute path")
+        cwd = abs_path_field(fields, "cwd")
+        if cwd is None:
+            raise ServiceError(errors.BAD_REQUEST, "cwd must be an absolute path")
         ledger = self.service.ledger
         if fields.get("attempt") is None:
             number = ledger.last_attempt_number(run_id, node_id, iteration) + 1
@@ -153,7 +160,7 @@ class Engine:
             return None
         attempt, checkpoint = previous
         _load_restore()  # fail before anything changes when restore is unavailable
-        target = Path(cwd).resolve()
+        target = cwd.resolve()
         fenced = None
         if attempt.state == ACTIVE and Path(attempt.worktree) != target:
             # The node moves on from an attempt still active elsewhere (another worktree, or
@@ -202,7 +209,7 @@ class Engine:
             raise
         except Exception as exc:  # noqa: BLE001 - reported to the caller, never a daemon crash
             log.exception("resume of %s/%s failed", k.run_id, k.node_id)
-            raise ServiceError("restore-failed", f"could not restore attempt {k.attempt} seq "
+            raise ServiceError(errors.RESTORE_FAILED, f"could not restore attempt {k.attempt} seq "
                                f"{checkpoint['seq']} into {target}: "
                                f"{type(exc).__name__}: {exc}") from exc
         log.info("resumed %s/%s/%d from attempt %d seq %d into %s", k.run_id, k.node_id,
@@ -350,11 +357,11 @@ def _load_restore() -> Callable[..., dict]:
     except ModuleNotFoundError as exc:
         if exc.name != "snapshotd.restore":
             raise
-        raise ServiceError("restore-failed", "resume needs the restore of checkpoints, which "
+        raise ServiceError(errors.RESTORE_FAILED, "resume needs the restore of checkpoints, which "
                            "this snapshotd does not have (no snapshotd.restore); begin the "
                            "attempt without --resume") from None
     except ImportError as exc:
-        raise ServiceError("restore-failed", f"resume needs snapshotd.restore."
+        raise ServiceError(errors.RESTORE_FAILED, f"resume needs snapshotd.restore."
                            f"restore_checkpoint, which could not be loaded: {exc}; begin the "
                            "attempt without --resume") from None
     return restore_checkpoint

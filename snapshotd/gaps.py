@@ -3,8 +3,9 @@
 Owns the counting of gaps by reason (for ``status``) and the reading of the spool for listings.
 The record format and the torn-line-free append are ``snapshotd_client.gaps``'s: one definition.
 
-Promises: ``record`` never raises (a gap that cannot be written is logged, and the capture's own
-error still reaches the caller); ``for_run`` returns a run's gaps in spool order.
+Promises: ``record`` never raises: a gap that cannot be written is logged at error and counted in
+``unwritten`` (``status`` shows it as ``gaps_unwritten``), and the capture's own error still reaches
+the caller; ``for_run`` returns a run's gaps in spool order.
 """
 
 from __future__ import annotations
@@ -21,9 +22,13 @@ log = logging.getLogger("snapshotd.gaps")
 
 
 class GapSpool:
+    """The daemon's handle on the gap spool file, safe to share between threads."""
+
     def __init__(self, path: Path) -> None:
         self.path = path
         self.counts: Counter[str] = Counter()
+        # Gaps that could not be appended to the spool: the only trace they leave is the log.
+        self.unwritten = 0
         self._lock = threading.Lock()
 
     def record(self, *, reason: str, detail: str, run_id: str | None = None,
@@ -39,6 +44,8 @@ class GapSpool:
             faults.check("gaps")
             append_gap(gap, self.path)
         except OSError as exc:
+            with self._lock:
+                self.unwritten += 1
             log.error("could not write gap %s for %s: %s", reason, worktree, exc)
         else:
             log.warning("gap %s run=%s node=%s worktree=%s: %s", reason, run_id, node_id,

@@ -1,8 +1,9 @@
 """Retention: which checkpoints may go, dropping them consistently, and reclaiming the space.
 
-Owns the retention policy (``Policy``), the pruning of checkpoints and whole runs, the gc
-journal (``<home>/gc-journal.json``), the stat-cache keep refs (``refs/snapshotd/cache/<id>``),
-reclaiming space with ``git gc``, and the daemon's automatic policy thread.
+Owns the retention policy (``Policy``), planning which checkpoints and runs go, the gc journal
+(``<home>/gc-journal.json``), reclaiming space with ``git gc``, and the daemon's automatic policy
+thread. Every write to the store (chain rewrites, ref moves and deletions, the stat-cache keep
+refs) is a ``Store`` method: this module decides, the store writes.
 
 Promises:
 - Never dropped: any checkpoint of an active attempt; the newest checkpoint of every attempt; a
@@ -22,6 +23,7 @@ Promises:
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -30,17 +32,20 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pygit2
-
-from snapshotd.config import parse_duration, parse_size
+from snapshotd import errors
+from snapshotd.config import Config, parse_duration, parse_size
+from snapshotd.errors import ServiceError
 from snapshotd.keys import AttemptKey
 from snapshotd.ledger import ACTIVE, Attempt
-from snapshotd.service import Service, ServiceError
+from snapshotd.service import Service
+
+if TYPE_CHECKING:
+    from snapshotd.server import Server
 
 log = logging.getLogger("snapshotd.gc")
 
-CACHE_REF_PREFIX = "refs/snapshotd/cache/"
 RESTORE_PROTECT_S = 7 * 86400
 SAFETY_INTERVAL_S = 3600.0
 
@@ -75,15 +80,16 @@ class AttemptPlan:
 def run_gc(service: Service, policy: Policy, *, dry_run: bool = False) -> dict:
     """Apply ``policy``: plan, prune (unless ``dry_run``), reclaim. Returns a report."""
     if policy.empty:
-        raise ServiceError("bad-request", "name a policy: --keep-last N, --older-than DURATION, "
-                           "--max-store-size SIZE, or --run R --all")
+        raise ServiceError(errors.BAD_REQUEST, "name a policy: --keep-last N, --older-than "
+                           "DURATION, --max-store-size SIZE, or --run R --all")
     recover_journal(service)
     size_before = store_bytes(service)
     report: dict = {"policy": policy.describe(), "dry_run": dry_run, "pruned": [],
                     "deleted_runs": [], "store_bytes_before": size_before}
     if policy.whole_run:
         if policy.run_id is None:
-            raise ServiceError("bad-request", "--all deletes a whole run: name it with --run R")
+            raise ServiceError(errors.BAD_REQUEST,
+                               "--all deletes a whole run: name it with --run R")
         _check_run_deletable(service, policy.run_id)
         report["deleted_runs"].append(_run_summary(service, policy.run_id))
         if not dry_run:
@@ -116,7 +122,8 @@ def plan_prune(service: Service, policy: Policy) -> list[AttemptPlan]:
         if len(rows) <= 1:
             continue
         keep: set[int] = {rows[-1]["seq"]}
-        keep |= {r["seq"] for r in rows if attempt.final_commit and r["commit"] == attempt.final_commit}
+        keep |= {r["seq"] for r in rows
+                 if attempt.final_commit and r["commit"] == attempt.final_commit}
         keep |= {r["seq"] for r in rows
                  if r["source"] == "restore" and now - r["created_at"] < restore_protect}
         if policy.keep_last is not None:
@@ -143,23 +150,16 @@ def prune_attempt(service: Service, plan: AttemptPlan) -> None:
             return  # it became active again: never prune it
         rows = [r for r in service.ledger.attempt_checkpoints(current.pk) if r["pruned_at"] is None]
         dropping = set(plan.prune)
-        repo = service.store.repo
+        # The kept checkpoints before the first dropped one stay as they are; every kept one
+        # after it is rewritten onto the last kept commit before it.
+        first = next((i for i, r in enumerate(rows) if r["seq"] in dropping), len(rows))
+        parent: str | None = rows[first - 1]["commit"] if first > 0 else None
+        rewrite = [r for r in rows[first:] if r["seq"] not in dropping]
         remap: dict[int, tuple[str, str | None]] = {}
-        parent: str | None = None
-        rewriting = False
-        with service.store.lock:
-            for row in rows:
-                if row["seq"] in dropping:
-                    rewriting = True
-                    continue
-                if not rewriting:
-                    parent = row["commit"]
-                    continue
-                old = repo[row["commit"]].peel(pygit2.Commit)
-                oid = repo.create_commit(None, old.author, old.committer, old.message,
-                                         old.tree_id, [pygit2.Oid(hex=parent)] if parent else [])
-                remap[row["seq"]] = (str(oid), parent)
-                parent = str(oid)
+        new_ids = service.store.rewrite_chain([r["commit"] for r in rewrite], parent)
+        for row, new in zip(rewrite, new_ids, strict=True):
+            remap[row["seq"]] = (new, parent)
+            parent = new
         final = current.final_commit
         new_final = None
         if final is not None:
@@ -182,12 +182,7 @@ def delete_run(service: Service, run_id: str) -> int:
     _check_run_deletable(service, run_id)
     keys = [a.key for a in service.ledger.attempts(run_id)]
     removed = service.ledger.delete_run(run_id)
-    with service.store.lock:
-        for key in keys:
-            try:
-                service.store.repo.references.delete(key.ref)
-            except (KeyError, pygit2.GitError):
-                pass
+    service.store.delete_attempt_refs(keys)
     drop_run_gaps(service.gaps.path, {run_id})
     return removed
 
@@ -195,8 +190,6 @@ def delete_run(service: Service, run_id: str) -> int:
 def drop_run_gaps(path: Path, run_ids: set[str]) -> int:
     """Rewrite the gap spool without the given runs' records, in place under its flock (so a
     concurrent appender, which locks the same file, is never lost)."""
-    import fcntl
-
     if not path.exists():
         return 0
     fd = os.open(path, os.O_RDWR)
@@ -229,7 +222,7 @@ def drop_run_gaps(path: Path, run_ids: set[str]) -> int:
 def reclaim(service: Service, safety_interval_s: float = SAFETY_INTERVAL_S) -> None:
     """Keep every stat cache's blobs reachable, then let git drop unreachable objects older
     than the safety interval."""
-    _refresh_cache_refs(service)
+    service.store.refresh_cache_refs(service.worktree_lock)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env["GIT_CONFIG_NOSYSTEM"] = "1"
     # Refs stay loose: packing them could race the daemon's ref updates.
@@ -239,7 +232,7 @@ def reclaim(service: Service, safety_interval_s: float = SAFETY_INTERVAL_S) -> N
            f"--prune={int(safety_interval_s)}.seconds.ago"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise ServiceError("internal", f"git gc failed: {proc.stderr.strip()}")
+        raise ServiceError(errors.INTERNAL, f"git gc failed: {proc.stderr.strip()}")
 
 
 def recover_journal(service: Service) -> bool:
@@ -249,7 +242,11 @@ def recover_journal(service: Service) -> bool:
         return False
     try:
         journal = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError) as exc:
+        # Written whole (temporary file, fsync, rename), so this is outside damage: the prune
+        # it names cannot be finished; its ledger changes may be missing or not yet applied.
+        log.warning("dropping an unreadable gc journal %s (%s): the prune it recorded is not "
+                    "completed", path, exc)
         path.unlink(missing_ok=True)
         return False
     _complete(service, journal)
@@ -292,7 +289,7 @@ def reclaimable_bytes(service: Service, policy: Policy) -> int:
         return 0
 
 
-def attach(service: Service, server, config) -> None:
+def attach(service: Service, server: Server, config: Config) -> None:
     """Serve the ``gc`` op, finish an interrupted gc, and run the automatic policy."""
     recover_journal(service)
     server.register("gc", lambda fields: run_gc(service, policy_from_fields(fields),
@@ -300,13 +297,10 @@ def attach(service: Service, server, config) -> None:
     auto = policy_from_config(config)
     state: dict = {"policy": auto.describe() if auto else None, "last_run": None,
                    "last_error": None, "store_bytes": None, "warn_bytes": None}
-    warn = getattr(config, "store_size_warn", "")
-    try:
-        state["warn_bytes"] = parse_size(warn) if warn else None
-    except ValueError:
-        state["warn_bytes"] = None
+    # Config has validated the size already: a bad one never gets here.
+    state["warn_bytes"] = parse_size(config.store_size_warn) if config.store_size_warn else None
     stop = threading.Event()
-    interval = float(getattr(config, "gc_interval_s", 3600.0))
+    interval = float(config.gc_interval_s)
 
     def loop() -> None:
         while not stop.wait(interval):
@@ -349,33 +343,30 @@ def tick(service: Service, auto: Policy | None, state: dict) -> None:
 def policy_from_fields(fields: dict) -> Policy:
     """A policy from request fields (``keep_last``, ``older_than``, ``max_store_size``,
     ``run_id``, ``all``, ``safety_interval_s``)."""
+    keep_last = errors.opt_int_field(fields, "keep_last", 0)
+    run_id = errors.opt_id_field(fields, "run_id")
     try:
         policy = Policy(
-            keep_last=_opt_int(fields.get("keep_last")),
+            keep_last=keep_last,
             older_than_s=parse_duration(fields["older_than"]) if fields.get("older_than") else None,
             max_store_bytes=parse_size(fields["max_store_size"]) if fields.get("max_store_size")
             else None,
-            run_id=fields.get("run_id"),
+            run_id=run_id,
             whole_run=bool(fields.get("all")),
         )
         if fields.get("safety_interval_s") is not None:
             policy.safety_interval_s = float(fields["safety_interval_s"])
     except (ValueError, TypeError) as exc:
-        raise ServiceError("bad-request", str(exc)) from None
-    if policy.run_id is not None:
-        from snapshotd_client.protocol import validate_id
-
-        try:
-            validate_id("run_id", policy.run_id)
-        except ValueError as exc:
-            raise ServiceError("bad-id", str(exc)) from None
+        raise ServiceError(errors.BAD_REQUEST, str(exc)) from None
     return policy
 
 
-def policy_from_config(config) -> Policy | None:
-    keep = getattr(config, "gc_keep_last", 0) or None
-    older = getattr(config, "gc_older_than", "") or None
-    size = getattr(config, "gc_max_store_size", "") or None
+def policy_from_config(config: Config) -> Policy | None:
+    """The automatic policy the configuration names (``gc_keep_last``, ``gc_older_than``,
+    ``gc_max_store_size``), or None when it names none."""
+    keep = config.gc_keep_last or None
+    older = config.gc_older_than or None
+    size = config.gc_max_store_size or None
     if keep is None and older is None and size is None:
         return None
     return Policy(keep_last=keep, older_than_s=parse_duration(older) if older else None,
@@ -403,9 +394,7 @@ def _complete(service: Service, journal: dict) -> None:
     service.ledger.apply_prune(attempt, [int(s) for s in journal["pruned"]], remap,
                                journal.get("reason") or "gc", journal.get("final_commit"))
     if journal.get("new_tip"):
-        with service.store.lock:
-            service.store.repo.references.create(journal["ref"], pygit2.Oid(hex=journal["new_tip"]),
-                                                 force=True)
+        service.store.set_attempt_ref(key, journal["new_tip"])
 
 
 def _write_journal(service: Service, journal: dict) -> None:
@@ -422,52 +411,15 @@ def _journal_path(service: Service) -> Path:
     return service.home / "gc-journal.json"
 
 
-def _refresh_cache_refs(service: Service) -> None:
-    """Point ``refs/snapshotd/cache/<worktree>`` at the tree of each stat cache, so git gc keeps
-    the blobs a cache may still vouch for."""
-    seen: set[str] = set()
-    for index in list(service.store._indexes.values()):
-        with service.worktree_lock(index.root):
-            tree = index.cached_tree()
-        if tree is not None:
-            _set_cache_ref(service, index.id, tree)
-            seen.add(index.id)
-    root = service.home / "worktrees"
-    for gitdir in root.iterdir() if root.is_dir() else []:
-        if gitdir.name in seen or not (gitdir / "index").is_file():
-            continue
-        try:
-            disk_index = pygit2.Index(str(gitdir / "index"))
-            tree = str(disk_index.write_tree(service.store.repo))
-        except (pygit2.GitError, OSError, ValueError):
-            # A cache that cannot vouch for its blobs is dropped; it is rebuilt on next use.
-            (gitdir / "index").unlink(missing_ok=True)
-            continue
-        _set_cache_ref(service, gitdir.name, tree)
-    existing = {index.id for index in service.store._indexes.values()}
-    if root.is_dir():
-        existing |= {p.name for p in root.iterdir()}
-    with service.store.lock:
-        for name in list(service.store.repo.references):
-            if name.startswith(CACHE_REF_PREFIX) and name[len(CACHE_REF_PREFIX):] not in existing:
-                service.store.repo.references.delete(name)
-
-
-def _set_cache_ref(service: Service, wt_id: str, tree: str) -> None:
-    with service.store.lock:
-        service.store.repo.references.create(CACHE_REF_PREFIX + wt_id, pygit2.Oid(hex=tree),
-                                             force=True)
-
-
 def _check_run_deletable(service: Service, run_id: str) -> None:
     attempts = service.ledger.attempts(run_id)
     if not attempts:
         known = ", ".join(service.ledger.run_ids()[-20:]) or "none"
-        raise ServiceError("not-found", f"unknown run {run_id!r}; known runs: {known}")
+        raise ServiceError(errors.NOT_FOUND, f"unknown run {run_id!r}; known runs: {known}")
     active = [a for a in attempts if a.state == ACTIVE]
     if active:
         a = active[0]
-        raise ServiceError("conflict", f"run {run_id!r} has an active attempt "
+        raise ServiceError(errors.CONFLICT, f"run {run_id!r} has an active attempt "
                            f"({a.key.node_id} attempt {a.key.attempt}); end it first with "
                            "`snapshotd attempt end`")
 
@@ -496,12 +448,3 @@ def _enforce_size(service: Service, policy: Policy, *, dry_run: bool) -> list[di
         delete_run(service, run["run_id"])
         reclaim(service, policy.safety_interval_s)
     return deleted
-
-
-def _opt_int(value: object) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"keep_last must be a whole number ≥ 0, got {value!r}")
-    return value
-

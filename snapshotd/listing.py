@@ -1,6 +1,9 @@
 """What was captured, read from the ledger and the gap spool without a daemon.
 
-Owns the run summary (``collect_runs``, behind ``snapshotd runs`` and the MCP ``list_runs``),
+Owns the ``list`` op (``list_op``/``list_run``: every checkpoint row of a run, optionally one
+node or attempt, in attempt and seq order, with the run's gaps in spool order, each marked
+``resolved`` when its tool call later got a checkpoint; also ``snapshots --json`` and the MCP
+listing), the run summary (``collect_runs``, behind ``snapshotd runs`` and the MCP ``list_runs``),
 the gap listing with each gap marked resolved or not (``list_gaps``), a run's listing read from
 the ledger (``list_from_ledger``, when no daemon answers) and the one sentence for an unknown
 run. The ledger (SQLite WAL or PostgreSQL) and the spool are safe to read beside a running
@@ -19,13 +22,44 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from snapshotd.errors import NOT_FOUND, ServiceError
+from snapshotd.errors import NOT_FOUND, ServiceError, id_field, int_field
+from snapshotd.gaps import GapSpool
 from snapshotd_client.paths import gaps_path
 
 if TYPE_CHECKING:
     from snapshotd.ledger import Ledger
 
 KNOWN_RUNS_SHOWN = 20
+
+
+def list_op(ledger: Ledger, gaps: GapSpool, fields: dict) -> dict:
+    """The ``list`` op: validates ``run_id`` (``node_id``, ``attempt`` optional) and lists."""
+    run_id = id_field("run_id", fields.get("run_id"))
+    node_id = fields.get("node_id")
+    if node_id is not None:
+        node_id = id_field("node_id", node_id)
+    attempt = fields.get("attempt")
+    if attempt is not None:
+        attempt = int_field(fields, "attempt", 1, 1)
+    return list_run(ledger, gaps, run_id, node_id, attempt)
+
+
+def list_run(ledger: Ledger, gaps: GapSpool, run_id: str, node_id: str | None = None,
+             attempt: int | None = None) -> dict:
+    """A run's checkpoints and its gaps; a gap whose tool call later got a checkpoint is
+    marked resolved."""
+    checkpoints = ledger.checkpoints(run_id, node_id, attempt)
+    covered = ledger.tool_use_ids(run_id)
+    gap_rows = []
+    for gap in gaps.for_run(run_id):
+        if node_id is not None and gap.get("node_id") != node_id:
+            continue
+        if attempt is not None and gap.get("attempt") not in (None, attempt):
+            continue
+        gap = dict(gap)
+        gap["resolved"] = bool(gap.get("tool_use_id")) and gap["tool_use_id"] in covered
+        gap_rows.append(gap)
+    return {"run_id": run_id, "checkpoints": checkpoints, "gaps": gap_rows}
 
 
 def collect_runs(home: Path) -> list[dict]:
@@ -36,7 +70,6 @@ def collect_runs(home: Path) -> list[dict]:
         attempts = ledger.attempts()
         stats = ledger.checkpoint_stats()
         covered = ledger.covered_tool_calls()
-    from snapshotd.gaps import GapSpool
 
     gaps: dict[str, list[dict]] = defaultdict(list)
     for gap in GapSpool(gaps_path(home)).all():
@@ -74,7 +107,6 @@ def list_gaps(home: Path, run_id: str | None = None, *, unresolved_only: bool = 
               limit: int | None = None) -> dict:
     """The gap records (of ``run_id``, or all), oldest first, each marked ``resolved`` when a
     later checkpoint covered its tool call, with counts by reason."""
-    from snapshotd.gaps import GapSpool
 
     spool = GapSpool(gaps_path(home))
     gaps = spool.for_run(run_id) if run_id is not None else spool.all()
@@ -97,9 +129,6 @@ def list_gaps(home: Path, run_id: str | None = None, *, unresolved_only: bool = 
 def list_from_ledger(home: Path, run_id: str, node_id: str | None = None,
                      attempt: int | None = None) -> dict:
     """A run's checkpoints and gaps in the ``list`` op's shape, read without the daemon."""
-    from snapshotd.gaps import GapSpool
-    from snapshotd.service import list_run
-
     with open_ledger_if_any(home) as ledger:
         if ledger is None:
             raise unknown_run(run_id, None)

@@ -21,9 +21,14 @@ import os
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
+
+from snapshotd.config import Config
+from snapshotd.server import Server
+from snapshotd.service import Service
 
 log = logging.getLogger("snapshotd.metrics")
 
@@ -31,23 +36,24 @@ log = logging.getLogger("snapshotd.metrics")
 SIZE_TTL_S = 5.0
 
 
-def attach(service, server, config) -> None:
+def attach(service: Service, server: Server, config: Config) -> None:
     metrics = Metrics(service, config)
-    base = server.handlers["status"]
 
-    def status(fields: dict) -> dict:
-        # Wrapping the op (rather than a status_extras entry) lets the worktree rows be joined
-        # with whatever the watcher's extra reported: it runs after every extra.
+    def status(fields: dict, base: Callable[[dict], dict]) -> dict:
+        # A wrapper (the outermost layer) rather than a status_extras entry: the worktree rows
+        # are joined with whatever the watcher's extra reported, so it runs after every extra.
         out = base(fields)
         out.update(metrics.fields())
         out["worktrees"] = join_watched(out["worktrees"], out.get("watched"))
         return out
 
-    server.register("status", status)
+    server.wrap("status", status, layer="metrics")
 
 
 class Metrics:
-    def __init__(self, service, config) -> None:
+    """The figures of ``status`` that cost a walk or a query, cached for ``SIZE_TTL_S``."""
+
+    def __init__(self, service: Service, config: Config) -> None:
         self.service = service
         self.config = config
         self.process = psutil.Process()
@@ -58,15 +64,15 @@ class Metrics:
 
     def fields(self) -> dict:
         home = Path(self.service.home)
-        store_path = Path(getattr(self.service.store, "path", home / "store.git"))
+        store_path = Path(self.service.store.path)
         return {
             "store_bytes": self._tree_bytes(store_path),
             "stat_cache_bytes": self._tree_bytes(home / "worktrees"),
             "ledger_bytes": self._ledger_bytes(),
-            "gap_spool": self._spool.snapshot(),
+            "gap_spool": self._spool.summary(),
             "process": self._process(),
             "config": {**_plain(self.config.as_dict()),
-                       "sources": dict(getattr(self.config, "sources", {}))},
+                       "sources": dict(self.config.sources)},
             "log_level": logging.getLevelName(
                 logging.getLogger("snapshotd").getEffectiveLevel()).lower(),
             "worktrees": self._worktrees(),
@@ -133,7 +139,7 @@ class Metrics:
             key = attempt.key
             rows.append({
                 "path": attempt.worktree,
-                "attempt": f"{key.run_id}/{key.node_id}/{key.iteration}/{key.attempt}",
+                "attempt": str(key),
                 "run_id": key.run_id, "node_id": key.node_id,
                 "iteration": key.iteration, "attempt_number": key.attempt,
                 "state": attempt.state,
@@ -219,7 +225,7 @@ class _SpoolCounter:
         self._records = 0
         self._lock = threading.Lock()
 
-    def snapshot(self) -> dict:
+    def summary(self) -> dict:
         with self._lock:
             size = self._advance()
             return {"path": str(self.path), "bytes": size, "records": self._records,

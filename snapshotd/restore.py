@@ -24,8 +24,14 @@ Promises:
 - Ignored and other uncaptured files are never deleted or altered; where one stands in the way of
   a checkpoint path, that path is left as it is and reported in ``kept``. ``.git``, HEAD, the index
   and branches of the user's repository are never touched.
-- ``to=DIR`` materializes into a new or empty directory (a new one appears whole, by rename);
-  ``dry_run`` computes the plan and changes nothing (no safety checkpoint either).
+- In place, a worktree whose recorded (resolved) path now resolves elsewhere through a link is
+  refused before anything is created, captured or written.
+- ``to=DIR`` materializes into a new or empty directory (a new one appears whole, by rename). DIR
+  is resolved once, must lie outside the home and the store, and is then entered without
+  following links (docs/restore.md, "--to DIR"). ``dry_run`` computes the plan and changes
+  nothing (no safety checkpoint either).
+- The ``restore`` op's reply always fits one frame: paged by entries and bytes, and an applied
+  restore's ``undo_command`` is returned even when the plan has to be left out (``fit_reply``).
 - Default target: the newest agent-made checkpoint of the newest attempt of the node
   (``snapshotd.checkpoints.find_checkpoint``); safety checkpoints are restored by naming their seq
   (the printed undo command does).
@@ -33,12 +39,14 @@ Promises:
 
 from __future__ import annotations
 
+import logging
 import os
 import shlex
 import threading
 import time
 from pathlib import Path
 
+import msgpack
 import pygit2
 
 from snapshotd import errors
@@ -54,17 +62,29 @@ from snapshotd.errors import ServiceError, abs_path_field, bool_field
 from snapshotd.keys import AttemptKey
 from snapshotd.ledger import Attempt
 from snapshotd.replication import ensure_commit
-from snapshotd.restore_apply import Obstacle, Progress, apply_in_place, materialize
+from snapshotd.restore_apply import (
+    Obstacle,
+    Progress,
+    apply_in_place,
+    materialize,
+    open_confined,
+)
 from snapshotd.restore_plan import Plan, check_paths, obstacles, plan_trees, walk_tree
 from snapshotd.service import Service, SnapshotRequest
+from snapshotd_client import protocol
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from snapshotd.config import Config
     from snapshotd.server import Server
 
-# Replies stay well under the 1 MiB frame: plans and lists beyond this are paged or truncated.
+log = logging.getLogger("snapshotd.restore")
+
+# Replies stay well under the 1 MiB frame: plans and lists beyond these are paged or truncated
+# (entries, and bytes of path and reason: 5,000 paths of 4 KiB would not fit).
 WIRE_PLAN_LIMIT = 5000
+WIRE_PLAN_BYTES = 640 * 1024
+WIRE_KEPT_BYTES = 128 * 1024
 
 
 # -- public entry --------------------------------------------------------------------------------
@@ -133,12 +153,35 @@ def page_plan(result: dict, offset: object = None, limit: object = None) -> dict
     start = offset if isinstance(offset, int) and not isinstance(offset, bool) and offset > 0 else 0
     size = limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else 0
     size = min(size or WIRE_PLAN_LIMIT, WIRE_PLAN_LIMIT)
-    out["plan"] = plan[start:start + size]
+    out["plan"] = _within(plan[start:start + size], WIRE_PLAN_BYTES)
     out["plan_offset"] = start
     out["plan_total"] = len(plan)
-    out["plan_truncated"] = start + size < len(plan)
-    out["kept"] = result["kept"][:WIRE_PLAN_LIMIT]
+    out["plan_truncated"] = start + len(out["plan"]) < len(plan)
+    out["kept"] = _within(result["kept"][:WIRE_PLAN_LIMIT], WIRE_KEPT_BYTES)
     out["kept_total"] = len(result["kept"])
+    return out
+
+
+def fit_reply(result: dict) -> dict:
+    """``result`` if its reply frame can be encoded, else the same without ``plan`` and
+    ``kept`` (and ``reply_trimmed`` saying why): a restore that was applied always gets its
+    ``undo_command`` back to the caller."""
+    try:
+        protocol.encode_frame({"id": 0, "ok": True, "result": result})
+        return result
+    except (ValueError, TypeError) as exc:
+        reason = str(exc)
+    log.warning("restore: the reply did not fit one frame (%s); sent without the plan", reason)
+    out = {k: v for k, v in result.items() if not isinstance(v, (list, dict)) or k in
+           ("safety", "counts", "timings")}
+    out.update(plan=[], kept=[], plan_truncated=True, reply_trimmed=reason)
+    try:
+        protocol.encode_frame({"id": 0, "ok": True, "result": out})
+    except (ValueError, TypeError):
+        keep = ("run_id", "node_id", "iteration", "attempt", "seq", "commit", "mode",
+                "dry_run", "applied", "undo_command")
+        out = {k: result.get(k) for k in keep} | {"plan": [], "kept": [], "plan_truncated": True,
+                                                   "reply_trimmed": reason}
     return out
 
 
@@ -153,6 +196,10 @@ def attach(service: Service, server: Server, config: Config) -> None:
         token = fields.get("progress_token")
         if token is not None and (not isinstance(token, str) or len(token) > 100):
             raise ServiceError(errors.BAD_REQUEST, "progress_token must be a short string")
+        if isinstance(fields.get("to"), msgpack.ExtType):
+            raise ServiceError(errors.BAD_REQUEST, "to is a path that is not UTF-8, which a "
+                               "request cannot carry (docs/protocol.md); name a directory whose "
+                               "path is UTF-8")
         to = abs_path_field(fields, "to")
         try:
             result = restore_checkpoint(
@@ -164,7 +211,7 @@ def attach(service: Service, server: Server, config: Config) -> None:
         finally:
             if token:
                 board.finish(token)
-        return page_plan(result, fields.get("plan_offset"), fields.get("plan_limit"))
+        return fit_reply(page_plan(result, fields.get("plan_offset"), fields.get("plan_limit")))
 
     def progress_op(fields: dict) -> dict:
         token = fields.get("progress_token")
@@ -224,6 +271,7 @@ def _restore_in_place(service: Service, repo: pygit2.Repository, owner: Attempt,
     if not root.is_absolute():
         raise ServiceError(errors.RESTORE_FAILED, f"attempt {owner.key} has no usable worktree "
                            f"path ({owner.worktree!r}); restore it with --to DIR instead")
+    _refuse_links(root)
     if not dry_run and not force:
         _refuse_active(service, root)
     timings: dict[str, float] = {}
@@ -268,7 +316,11 @@ def _current_state(service: Service, repo: pygit2.Repository, owner: Attempt, cp
     if missing and dry_run:
         return empty_tree(repo), None, None
     if missing:
-        os.makedirs(root, 0o777, exist_ok=True)
+        try:
+            os.close(open_confined(root, create=True))
+        except OSError as exc:
+            raise ServiceError(errors.RESTORE_FAILED, f"could not recreate the worktree {root} "
+                               f"without following a link: {exc}; nothing was changed") from exc
     if dry_run:
         tree, scan = current_tree_of(service, root)
         return tree, None, scan
@@ -322,10 +374,7 @@ def _safety_checkpoint(service: Service, owner: Attempt, cp: dict) -> dict:
 def _restore_to(service: Service, repo: pygit2.Repository, tree: pygit2.Tree, to: Path, cp: dict,
                 *, dry_run: bool, progress: Progress | None) -> dict:
     t0 = time.perf_counter()
-    target = Path(os.path.abspath(to))
-    if target.is_symlink():
-        target = target.resolve()
-    _refuse_to_target(target, service.home)
+    target = _resolve_to_target(to, service)
     entries = list(walk_tree(repo, tree))
     plan = Plan(writes=entries)
     check_paths(plan, cp)
@@ -335,13 +384,29 @@ def _restore_to(service: Service, repo: pygit2.Repository, tree: pygit2.Tree, to
     if dry_run:
         return out
     t0 = time.perf_counter()
-    materialize(service.store.reader, target, entries, progress, timings)
+    try:
+        materialize(service.store.reader, target, entries, progress, timings)
+    except (OSError, Obstacle) as exc:
+        raise ServiceError(errors.RESTORE_FAILED, f"could not materialize seq {cp['seq']} into "
+                           f"{target}: {exc} (a component of the path that is a link or not a "
+                           "directory is never followed; what was created is taken back)"
+                           ) from exc
     timings["apply_ms"] = _ms(t0)
     return out
 
 
-def _refuse_to_target(target: Path, home: Path) -> None:
-    if target.exists():
+def _resolve_to_target(to: Path, service: Service) -> Path:
+    """The ``--to`` directory, resolved once: the links the caller's path goes through are
+    followed now, and the result must be new or empty and outside the home and the store.
+    From here on it is entered without following any link (``open_confined``)."""
+    target = Path(os.path.realpath(os.path.abspath(to)))
+    for name, place in (("snapshotd home", service.home), ("store", service.store.path)):
+        real = Path(os.path.realpath(place))
+        if target == real or real in target.parents:
+            shown = f"{to} (which resolves to {target})" if str(target) != str(to) else str(to)
+            raise ServiceError(errors.BAD_REQUEST, f"--to {shown} is inside the {name} {real}; "
+                               "choose a directory elsewhere")
+    if os.path.lexists(target):
         if not target.is_dir():
             raise ServiceError(errors.BAD_REQUEST, f"--to {target} exists and is not a "
                                "directory; name a new or empty directory")
@@ -349,15 +414,33 @@ def _refuse_to_target(target: Path, home: Path) -> None:
             raise ServiceError(errors.BAD_REQUEST, f"--to {target} is not empty; name a new or "
                                "empty directory (a restore into another directory never "
                                "overwrites)")
-    home = home.resolve()
-    if target == home or home in target.parents:
-        raise ServiceError(errors.BAD_REQUEST, f"--to {target} is inside the snapshotd home "
-                           f"{home}; choose a directory elsewhere")
+    return target
+
+
+def _refuse_links(root: Path) -> None:
+    """Worktrees are recorded resolved: one that now resolves elsewhere goes through a link
+    made since, and following it would read and write a directory that is not the worktree."""
+    real = os.path.realpath(root)
+    if real != str(root):
+        raise ServiceError(errors.RESTORE_FAILED, f"the worktree {root} now resolves to {real} "
+                           "through a symbolic link; nothing was changed (restore into a "
+                           "directory of your choice with --to DIR)")
+
+
+def _within(rows: list[dict], budget: int) -> list[dict]:
+    """The leading rows whose paths and reasons fit in ``budget`` bytes (at least one row)."""
+    used = 0
+    for n, row in enumerate(rows):
+        used += 16 + len(row["path"].encode("utf-8", "surrogateescape")) + len(
+            row.get("reason", "").encode("utf-8", "surrogateescape"))
+        if used > budget and n:
+            return rows[:n]
+    return rows
 
 
 def _ms(t0: float) -> float:
     return round((time.perf_counter() - t0) * 1000, 3)
 
 
-__all__ = ["WIRE_PLAN_LIMIT", "attach", "end_command", "page_plan", "restore_checkpoint",
-           "undo_command"]
+__all__ = ["WIRE_PLAN_LIMIT", "attach", "end_command", "fit_reply", "page_plan",
+           "restore_checkpoint", "undo_command"]

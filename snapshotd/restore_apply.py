@@ -18,9 +18,12 @@ Promises:
   file keeps its other permission bits.
 - Up to ``SMALL_PLAN`` writes, each file and touched directory is fsynced; above it, two
   ``syncfs`` barriers (before the first rename, after the last).
+- The target itself is entered from ``/`` one component at a time with ``O_NOFOLLOW``
+  (``open_confined``): callers pass a resolved path, and a component that has become a link since
+  raises ``OSError`` before anything is created below it.
 - ``materialize`` into a new directory builds it under a hidden sibling name and renames it into
   place after a ``syncfs``: it appears whole or not at all. Into an existing empty directory, a
-  failure takes back what was created.
+  failure takes back what was created (what cannot be removed is logged at warning).
 """
 
 from __future__ import annotations
@@ -86,38 +89,72 @@ def apply_in_place(repo: pygit2.Repository, root: Path, plan: Plan,
 def materialize(reader: Callable[[], pygit2.Repository], target: Path, entries: list[Write],
                 progress: Progress | None, timings: dict[str, float]) -> None:
     """Write every entry under ``target``, a new directory (made whole, by rename) or an existing
-    empty one; ``reader`` opens a store handle for each writing thread."""
-    if target.exists():
-        _write_all(reader, target, entries, progress, fresh=False, timings=timings)
-        return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = target.parent / f".{target.name}.snapshotd-{os.getpid()}-{next(_tmp_counter)}"
-    os.mkdir(staging, 0o777)
+    empty one; ``reader`` opens a store handle for each writing thread.
+
+    ``target`` is a resolved absolute path: it is entered from ``/`` without following links
+    (``open_confined``), so a component that has become a link since raises ``OSError``."""
     try:
-        _write_all(reader, staging, entries, progress, fresh=True, timings=timings)
-        os.rename(staging, target)  # the directory appears whole, or not at all
+        root_fd = open_confined(target, create=False)
+    except FileNotFoundError:
+        _materialize_new(reader, target, entries, progress, timings)
+        return
+    try:
+        _write_all(reader, root_fd, entries, progress, timings)
     except BaseException:
-        remove_tree(staging)
+        # Into an existing empty directory: take back what we created, leave it empty.
+        for top in sorted({w.path.partition(b"/")[0] for w in entries}):
+            remove_entry(root_fd, top, target / os.fsdecode(top))
         raise
-    parent_fd = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(parent_fd)
     finally:
-        os.close(parent_fd)
+        os.close(root_fd)
 
 
-def remove_tree(path: Path) -> None:
-    """Remove a file, link or directory tree we created; what cannot be removed is logged."""
+def open_confined(path: Path, *, create: bool) -> int:
+    """A descriptor on the directory at absolute ``path``, entered from ``/`` one component at a
+    time with ``O_NOFOLLOW``: a component that is a link raises ``OSError`` (``ELOOP``), one that
+    is a file ``NotADirectoryError``; a missing one is created when ``create``, else
+    ``FileNotFoundError``. The caller closes the descriptor."""
+    raw = os.fsencode(path)
+    if not raw.startswith(b"/"):
+        raise ValueError(f"{path} is not an absolute path")
+    fd = os.open(b"/", DirWalker.FLAGS)
     try:
-        if path.is_symlink() or not path.is_dir():
-            path.unlink(missing_ok=True)
+        for part in raw.split(b"/"):
+            if part in (b"", b"."):
+                continue
+            if part == b"..":
+                raise ValueError(f"{path} is not a resolved path")
+            try:
+                child = os.open(part, DirWalker.FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                try:
+                    os.mkdir(part, 0o777, dir_fd=fd)
+                except FileExistsError:
+                    pass  # made by someone else since the open: entering it checks what it is
+                child = os.open(part, DirWalker.FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def remove_entry(dir_fd: int, name: bytes, shown: Path) -> None:
+    """Remove the file, link or directory tree ``name`` of ``dir_fd`` that a failed restore
+    created (never following a link); what cannot be removed is logged at warning."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if stat.S_ISDIR(st.st_mode):
+            shutil.rmtree(name, dir_fd=dir_fd)
         else:
-            shutil.rmtree(path, ignore_errors=True)  # as much as it can; the check below tells
-    except OSError as exc:
-        log.warning("restore: could not remove %s after a failed restore: %s", path, exc)
+            os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
         return
-    if os.path.lexists(path):
-        log.warning("restore: could not remove all of %s after a failed restore", path)
+    except OSError as exc:
+        log.warning("restore: could not remove %s after a failed restore: %s", shown, exc)
 
 
 class DirWalker:
@@ -196,7 +233,7 @@ class _InPlace:
         self.total = total
         self.done = 0
         self.small = len(writes) <= SMALL_PLAN
-        self.root_fd = os.open(root, DirWalker.FLAGS)
+        self.root_fd = open_confined(root, create=False)
         self.walker = DirWalker(self.root_fd)
         self.staged: list[tuple[bytes, bytes, bytes]] = []  # (dir, temp name, final name)
 
@@ -307,20 +344,44 @@ class _InPlace:
 # -- into a directory ----------------------------------------------------------------------------
 
 
-def _write_all(reader: Callable[[], pygit2.Repository], target: Path, entries: list[Write],
-               progress: Progress | None, *, fresh: bool, timings: dict[str, float]) -> None:
-    """Write every entry straight to its name in an empty directory, then one sync barrier.
+def _materialize_new(reader: Callable[[], pygit2.Repository], target: Path,
+                     entries: list[Write], progress: Progress | None,
+                     timings: dict[str, float]) -> None:
+    """Build ``target`` under a hidden sibling name and rename it into place once durable."""
+    parent_fd = open_confined(target.parent, create=True)
+    try:
+        name = os.fsencode(target.name)
+        staging = b".%s.snapshotd-%d-%d" % (name, os.getpid(), next(_tmp_counter))
+        os.mkdir(staging, 0o777, dir_fd=parent_fd)
+        try:
+            root_fd = os.open(staging, DirWalker.FLAGS, dir_fd=parent_fd)
+            try:
+                _write_all(reader, root_fd, entries, progress, timings)
+            finally:
+                os.close(root_fd)
+            # The directory appears whole, or not at all.
+            os.rename(staging, name, src_dir_fd=parent_fd, dst_dir_fd=parent_fd)
+        except BaseException:
+            remove_entry(parent_fd, staging, target.parent / os.fsdecode(staging))
+            raise
+        os.fsync(parent_fd)
+    finally:
+        os.close(parent_fd)
+
+
+def _write_all(reader: Callable[[], pygit2.Repository], root_fd: int, entries: list[Write],
+               progress: Progress | None, timings: dict[str, float]) -> None:
+    """Write every entry straight to its name in the empty directory ``root_fd``, then one sync
+    barrier.
 
     Large trees are written by several threads, each on its own contiguous run of the sorted
     entries (so mostly its own directories): file creation is the cost, and the kernel runs
     creations in different directories in parallel while the GIL is released."""
-    root_fd = os.open(target, DirWalker.FLAGS)
     total = len(entries)
     workers = min(MATERIALIZE_WORKERS, max(1, total // 1000))
     chunks = [entries[i * total // workers:(i + 1) * total // workers] for i in range(workers)]
     done = [0] * workers
     lock = threading.Lock()
-    ok = False
 
     def write_chunk(k: int) -> None:
         # A repository object per thread: libgit2 objects are not shared across threads here.
@@ -339,23 +400,15 @@ def _write_all(reader: Callable[[], pygit2.Repository], target: Path, entries: l
         finally:
             walker.close()
 
-    try:
-        if workers == 1:
-            write_chunk(0)
-        else:
-            with ThreadPoolExecutor(workers, thread_name_prefix="snapshotd-restore") as pool:
-                for future in [pool.submit(write_chunk, k) for k in range(workers)]:
-                    future.result()
-        synced = time.perf_counter()
-        _sync_fs(root_fd)
-        timings["sync_ms"] = round((time.perf_counter() - synced) * 1000, 3)
-        ok = True
-    finally:
-        if not ok and not fresh:
-            # Into an existing empty directory: take back what we created, leave it empty.
-            for top in {w.path.partition(b"/")[0] for w in entries}:
-                remove_tree(target / os.fsdecode(top))
-        os.close(root_fd)
+    if workers == 1:
+        write_chunk(0)
+    else:
+        with ThreadPoolExecutor(workers, thread_name_prefix="snapshotd-restore") as pool:
+            for future in [pool.submit(write_chunk, k) for k in range(workers)]:
+                future.result()
+    synced = time.perf_counter()
+    _sync_fs(root_fd)
+    timings["sync_ms"] = round((time.perf_counter() - synced) * 1000, 3)
     _tick(progress, total, total)
 
 

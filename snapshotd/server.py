@@ -1,13 +1,17 @@
-"""The control socket: framed msgpack requests in, service calls out (DESIGN §5).
+"""The control socket: framed msgpack requests in, service calls out (docs/protocol.md).
 
 Owns the Unix socket, the peer-uid check, frame limits, per-connection idle timeouts, the cap on
-concurrent connections, the one-daemon-per-home lock, and graceful shutdown.
+concurrent connections, the one-daemon-per-home lock, graceful shutdown, and the table of ops:
+each op has one handler (``register``) and any number of wrappers (``wrap``) that the optional
+parts of the daemon put around it.
 
 Promises:
 - The socket lives in a 0700 directory and is created 0600; a peer of another uid is refused
   (SO_PEERCRED) before any request is read.
 - A malformed frame, a frame over 1 MiB, an unknown op or an ill-typed field gets an error reply
   (and, for framing errors, a closed connection); the daemon keeps serving everyone else.
+- An op runs its wrappers in the order of ``LAYERS`` (the first layer innermost, next to the
+  handler), whatever order the parts attached in; re-registering a handler keeps its wrappers.
 - SIGTERM: stop accepting, let in-flight requests finish, run shutdown hooks, exit 0.
 """
 
@@ -28,12 +32,24 @@ from pathlib import Path
 
 import msgpack
 
-from snapshotd.service import Service, ServiceError
+from snapshotd import errors
+from snapshotd.errors import ServiceError
+from snapshotd.service import Service
 from snapshotd_client import protocol
+from snapshotd_client.paths import socket_dir_problem
 
 log = logging.getLogger("snapshotd.server")
 
 Handler = Callable[[dict], dict]
+# A wrapper of an op: called with the request's fields and the next handler inward (the op's
+# handler, or the wrapper of the layer below); it returns the result, calling the next handler
+# or not.
+Wrapper = Callable[[dict, Handler], dict]
+
+# Where a wrapper sits around an op's handler, innermost first: the engine extends the core ops
+# (``resume`` on attempt_begin, the flush before attempt_end); metrics completes ``status`` after
+# everything else has contributed to it. A part that wraps an op names its layer here.
+LAYERS = ("engine", "metrics")
 
 
 class DaemonLockError(Exception):
@@ -75,9 +91,14 @@ def prepare_socket_dir(path: Path) -> None:
     """Create the socket's directory 0700 (or check that an existing one is ours and private)."""
     directory = path.parent
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    problem = socket_dir_problem(str(directory))
+    if problem is not None:
+        raise PermissionError(
+            f"refusing to serve in {directory}: {problem}, so another local user may have "
+            f"created it to intercept snapshotd's requests; remove it (as root if you cannot) "
+            f"and start again, or set XDG_RUNTIME_DIR or SNAPSHOTD_SOCKET to a directory only "
+            f"you can write to")
     st = directory.stat()
-    if st.st_uid != os.getuid():
-        raise PermissionError(f"socket directory {directory} belongs to uid {st.st_uid}, not us")
     if stat.S_IMODE(st.st_mode) & 0o077:
         os.chmod(directory, 0o700)
 
@@ -129,6 +150,7 @@ class Server:
         self.listener = listener
         self.idle_timeout_s = idle_timeout_s
         self.max_connections = max_connections
+        # Each op's own handler; ``handler(op)`` is what a request runs (with the wrappers).
         self.handlers: dict[str, Handler] = {
             "ping": service.ping,
             "snapshot": service.snapshot,
@@ -138,6 +160,8 @@ class Server:
             "status": self._status,
             "flush": self._flush,
         }
+        self._wrappers: dict[str, dict[str, Wrapper]] = {}
+        self._chains: dict[str, Handler] = {}
         self.status_extras: list[Callable[[], dict]] = []
         self.flush_hook: Callable[[Path], None] | None = None
         self.shutdown_hooks: list[Callable[[], None]] = []
@@ -152,7 +176,37 @@ class Server:
         self.refused_connections = 0
 
     def register(self, op: str, handler: Handler) -> None:
+        """Make ``handler`` the op's own handler (replacing any earlier one, keeping the op's
+        wrappers). A handler takes the request's fields and returns the result map, or raises
+        ``ServiceError``; it runs on the thread pool."""
         self.handlers[op] = handler
+        self._chains.pop(op, None)
+
+    def wrap(self, op: str, wrapper: Wrapper, *, layer: str) -> None:
+        """Put ``wrapper`` around ``op`` at ``layer`` (one of ``LAYERS``). The op may be
+        registered before or after; each layer holds at most one wrapper per op."""
+        if layer not in LAYERS:
+            raise ValueError(f"unknown layer {layer!r}; layers are {', '.join(LAYERS)}")
+        layers = self._wrappers.setdefault(op, {})
+        if layer in layers:
+            raise ValueError(f"op {op!r} already has a wrapper at layer {layer!r}")
+        layers[layer] = wrapper
+        self._chains.pop(op, None)
+
+    def handler(self, op: str) -> Handler | None:
+        """What a request for ``op`` runs: its handler inside its wrappers; None if unknown."""
+        chain = self._chains.get(op)
+        if chain is None:
+            base = self.handlers.get(op)
+            if base is None:
+                return None
+            chain = base
+            layers = self._wrappers.get(op, {})
+            for layer in LAYERS:
+                if layer in layers:
+                    chain = _wrapped(layers[layer], chain)
+            self._chains[op] = chain
+        return chain
 
     def run(self, on_ready: Callable[[], None] | None = None) -> None:
         """Serve until SIGTERM/SIGINT, then shut down gracefully."""
@@ -203,12 +257,12 @@ class Server:
         try:
             if len(self._connections) >= self.max_connections:
                 self.refused_connections += 1
-                await self._send(writer, _error(None, "busy", "too many connections; retry"))
+                await self._send(writer, _error(None, errors.BUSY, "too many connections; retry"))
                 return
             uid = peer_uid(sock) if sock is not None else None
             if uid is None or uid != os.getuid():
                 log.warning("refused a connection from uid %s", uid)
-                await self._send(writer, _error(None, "forbidden",
+                await self._send(writer, _error(None, errors.FORBIDDEN,
                                                 "this daemon serves only its own user"))
                 return
             self._connections.add(task)
@@ -228,7 +282,7 @@ class Server:
                 return
             (length,) = struct.unpack(">I", header)
             if length > protocol.MAX_FRAME:
-                await self._send(writer, _error(None, "frame-too-large",
+                await self._send(writer, _error(None, errors.FRAME_TOO_LARGE,
                                                 f"frame of {length} bytes exceeds the "
                                                 f"{protocol.MAX_FRAME}-byte limit"))
                 return
@@ -239,7 +293,7 @@ class Server:
             try:
                 request = protocol.decode_body(body)
             except Exception as exc:  # noqa: BLE001 - hostile bytes of any kind
-                await self._send(writer, _error(None, "bad-frame", f"not a msgpack map: {exc}"))
+                await self._send(writer, _error(None, errors.BAD_FRAME, f"not a msgpack map: {exc}"))
                 return
             reply = await self._dispatch(request)
             await self._send(writer, reply)
@@ -247,19 +301,19 @@ class Server:
     async def _dispatch(self, request: dict) -> dict:
         req_id = request.get("id")
         if not isinstance(req_id, (int, str)) or isinstance(req_id, bool):
-            return _error(None, "bad-request", "every request needs an id (int or str)")
+            return _error(None, errors.BAD_REQUEST, "every request needs an id (int or str)")
         if request.get("v") != protocol.PROTOCOL_VERSION:
-            return _error(req_id, "unsupported-version",
+            return _error(req_id, errors.UNSUPPORTED_VERSION,
                           f"protocol version {request.get('v')!r} is not supported; use 1")
         op = request.get("op")
-        handler = self.handlers.get(op) if isinstance(op, str) else None
+        handler = self.handler(op) if isinstance(op, str) else None
         if handler is None:
-            return _error(req_id, "unknown-op", f"unknown op {op!r}; known ops: "
+            return _error(req_id, errors.UNKNOWN_OP, f"unknown op {op!r}; known ops: "
                           + ", ".join(sorted(self.handlers)))
         fields = {k: v for k, v in request.items() if k not in ("v", "op", "id")}
         assert self._loop is not None and self._stopping is not None
         if self._stopping.is_set():
-            return _error(req_id, "shutting-down", "the daemon is stopping; retry shortly")
+            return _error(req_id, errors.SHUTTING_DOWN, "the daemon is stopping; retry shortly")
         self._in_flight += 1
         try:
             result = await asyncio.shield(
@@ -268,7 +322,7 @@ class Server:
             return _error(req_id, exc.code, exc.message)
         except Exception as exc:  # noqa: BLE001 - never let one request kill the daemon
             log.exception("op %s failed", op)
-            return _error(req_id, "internal", f"{type(exc).__name__}: {exc}")
+            return _error(req_id, errors.INTERNAL, f"{type(exc).__name__}: {exc}")
         finally:
             self._in_flight -= 1
         return {"id": req_id, "ok": True, "result": result}
@@ -277,8 +331,13 @@ class Server:
         try:
             writer.write(protocol.encode_frame(message))
         except (ValueError, TypeError, msgpack.PackException) as exc:
-            writer.write(protocol.encode_frame(_error(message.get("id"), "internal",
-                                                      f"reply could not be encoded: {exc}")))
+            # Whatever was done is done: an undo command the result carries must still reach
+            # the caller (an applied restore), so the error message names it.
+            result = message.get("result")
+            undo = result.get("undo_command") if isinstance(result, dict) else None
+            hint = f"; it was applied, undo with: {undo}" if isinstance(undo, str) else ""
+            writer.write(protocol.encode_frame(_error(message.get("id"), errors.INTERNAL,
+                                                      f"reply could not be encoded: {exc}{hint}")))
         await writer.drain()
 
     def _status(self, fields: dict) -> dict:
@@ -293,11 +352,15 @@ class Server:
     def _flush(self, fields: dict) -> dict:
         cwd = fields.get("cwd")
         if not isinstance(cwd, str) or not os.path.isabs(cwd) or "\0" in cwd:
-            raise ServiceError("bad-request", "flush needs an absolute cwd")
+            raise ServiceError(errors.BAD_REQUEST, "flush needs an absolute cwd")
         root = Path(cwd).resolve()
         if self.flush_hook is not None:
             self.flush_hook(root)
         return {"worktree": str(root), "flushed": True}
+
+
+def _wrapped(wrapper: Wrapper, inner: Handler) -> Handler:
+    return lambda fields: wrapper(fields, inner)
 
 
 def _call_each(callbacks: list[Callable[[], None]], what: str) -> None:

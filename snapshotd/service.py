@@ -1,8 +1,11 @@
-"""The snapshot service: turns capture requests into numbered checkpoints, or gaps.
+"""The capture service: turns capture requests into numbered checkpoints, or gaps.
 
-Owns attribution (which attempt a capture belongs to, DESIGN §6), the per-worktree
-serialization of captures, deduplication, idempotency by tool call, fencing of superseded and
-ended attempts, and start-up reconciliation of the ledger with the store's refs.
+Owns the per-worktree serialization of captures, deduplication, idempotency by tool call, fencing
+of superseded and ended attempts, the capture path itself (read the worktree, commit, record the
+row), ``attempt_begin``/``attempt_end``, and the service's own ``status`` figures. It delegates
+attribution (which attempt a request belongs to: ``snapshotd.attribution``), the ``list`` op
+(``snapshotd.listing``) and start-up reconciliation of the ledger with the store's refs
+(``snapshotd.reconcile``).
 
 Promises:
 - Captures of one worktree are strictly serialized; different worktrees proceed concurrently.
@@ -15,38 +18,43 @@ Promises:
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 import pygit2
 
-from snapshotd import __version__, faults
+from snapshotd import __version__, errors, faults
+from snapshotd.attribution import Attribution
 from snapshotd.config import Config
 from snapshotd.errors import ServiceError, id_field, int_field, opt_int_field
 from snapshotd.gaps import GapSpool
+from snapshotd.keys import AttemptKey
 from snapshotd.ledger import ACTIVE, Attempt, DuplicateToolCall, Ledger, SeqConflict, open_ledger
+from snapshotd.listing import list_op, list_run
+from snapshotd.reconcile import reconcile, reconcile_attempt
+from snapshotd.snapshot_request import SOURCES, SnapshotRequest, gap_fields
 from snapshotd.store import (
-    AttemptKey,
-    Capture,
     CheckpointMeta,
     Store,
     StoreError,
     parse_trailers,
     tree_changes,
 )
+from snapshotd.worktree_index import Capture
 from snapshotd_client.paths import gaps_path
+
+# Names other modules import from here; their homes are the modules above.
+__all__ = ["SOURCES", "ChangeSource", "Service", "ServiceError", "SnapshotRequest", "list_run"]
 
 log = logging.getLogger("snapshotd.service")
 
-SOURCES = ("hook", "wrap", "watch", "restore", "cli")
-_PSEUDO_FS = (Path("/proc"), Path("/sys"), Path("/dev"))
-
+_LATENCY_SAMPLES = 2000
 
 class ChangeSource(Protocol):
     """Knows which paths of a worktree changed since its last capture (the watcher)."""
@@ -61,67 +69,6 @@ class ChangeSource(Protocol):
 
     def drift(self, root: Path, missed: list[str]) -> None:
         """A full scan found changes no event reported."""
-
-
-@dataclass
-class SnapshotRequest:
-    cwd: Path
-    tier: int = 1
-    source: str = "wrap"
-    run_id: str | None = None
-    node_id: str | None = None
-    iteration: int = 0
-    attempt: int | None = None
-    label: str | None = None
-    tool_use_id: str | None = None
-    fallback: dict | None = None
-    full: bool = False  # internal: force a full stat scan (never set from the wire)
-
-    @classmethod
-    def from_fields(cls, fields: dict) -> SnapshotRequest:
-        """Validate a request's fields; raises ServiceError(bad-request | bad-id)."""
-        cwd = fields.get("cwd")
-        if not isinstance(cwd, str) or not cwd or "\0" in cwd:
-            raise ServiceError("bad-request", "cwd must be a non-empty path string")
-        if not os.path.isabs(cwd):
-            raise ServiceError("bad-request", f"cwd must be an absolute path, got {cwd!r}")
-        tier = int_field(fields, "tier", 1, 1)
-        if tier not in (1, 2):
-            raise ServiceError("bad-request", f"tier must be 1 or 2, got {tier}")
-        source = fields.get("source", "wrap")
-        if source not in SOURCES:
-            raise ServiceError("bad-request", f"source must be one of {', '.join(SOURCES)}")
-        req = cls(cwd=Path(cwd), tier=tier, source=source)
-        run_id, node_id = fields.get("run_id"), fields.get("node_id")
-        if (run_id is None) != (node_id is None):
-            raise ServiceError("bad-request", "run_id and node_id go together: name both or neither")
-        if run_id is not None:
-            req.run_id = id_field("run_id", run_id)
-            req.node_id = id_field("node_id", node_id)
-        req.iteration = int_field(fields, "iteration", 0, 0)
-        if fields.get("attempt") is not None:
-            req.attempt = int_field(fields, "attempt", 1, 1)
-        for name in ("label", "tool_use_id"):
-            value = fields.get(name)
-            if value is not None:
-                if not isinstance(value, str) or len(value.encode()) > 1000 or "\0" in value:
-                    raise ServiceError("bad-request", f"{name} must be a string under 1000 bytes")
-                setattr(req, name, value)
-        fallback = fields.get("fallback")
-        if fallback is not None:
-            if not isinstance(fallback, dict):
-                raise ServiceError("bad-request", "fallback must be a map")
-            wt = fallback.get("worktree")
-            if not isinstance(wt, str) or not os.path.isabs(wt) or "\0" in wt:
-                raise ServiceError("bad-request", "fallback.worktree must be an absolute path")
-            req.fallback = {
-                "run_id": id_field("fallback.run_id", fallback.get("run_id")),
-                "node_id": id_field("fallback.node_id", fallback.get("node_id")),
-                "iteration": int_field(fallback, "iteration", 0, 0),
-                "attempt": int_field(fallback, "attempt", 1, 1),
-                "worktree": wt,
-            }
-        return req
 
 
 class Service:
@@ -152,15 +99,20 @@ class Service:
         # Called with the attempt and its new row once a checkpoint is recorded (replication);
         # runs on the capture path, so a listener only notes the work and returns.
         self.on_checkpoint: list[Callable[[Attempt, dict], None]] = []
+        self.attribution = Attribution(
+            home=home, ledger=self.ledger, store=self.store,
+            max_zero_setup_files=config.max_zero_setup_files, record_gap=self.record_gap,
+            announce_active=self.announce_active)
         self.reconciliation = self.reconcile()
 
-    # -- public entry points ---------------------------------------------------------------
+    # -- ops -------------------------------------------------------------------------------
 
     def snapshot(self, fields: dict) -> dict:
-        """Capture a worktree for the attempt the request names or implies (DESIGN §6)."""
+        """The ``snapshot`` op: capture a worktree for the attempt the request names or implies
+        (the order is ``snapshotd.attribution``'s)."""
         started = time.perf_counter()
         req = SnapshotRequest.from_fields(fields)
-        attempt = self._attribute(req)
+        attempt = self.attribution.attribute(req)
         root = Path(attempt.worktree)
         with self.worktree_lock(root):
             # Re-read under the lock: an attempt_begin may have fenced this attempt meanwhile.
@@ -170,6 +122,97 @@ class Service:
             result = self.capture_locked(current, req, started)
         faults.crash_point("before-reply")
         return result
+
+    def ping(self, _fields: dict | None = None) -> dict:
+        return {"pid": os.getpid(), "version": __version__, "home": str(self.home)}
+
+    def attempt_begin(self, fields: dict) -> dict:
+        """Register an attempt on a worktree, superseding the active one there: a worktree has
+        at most one active attempt, and a superseded attempt's later captures are fenced."""
+        run_id = id_field("run_id", fields.get("run_id"))
+        node_id = id_field("node_id", fields.get("node_id"))
+        iteration = int_field(fields, "iteration", 0, 0)
+        root = self.attribution.worktree_from_cwd(fields)
+        owner_pid = fields.get("owner_pid")
+        if owner_pid is not None and (not isinstance(owner_pid, int) or isinstance(owner_pid, bool)
+                                      or owner_pid <= 0):
+            raise ServiceError(errors.BAD_REQUEST, "owner_pid must be a positive integer")
+        settle_ms = opt_int_field(fields, "settle_ms", 1)
+        max_wait_ms = opt_int_field(fields, "max_wait_ms", 1)
+        with self.worktree_lock(root):
+            if fields.get("attempt") is None:
+                number = self.ledger.last_attempt_number(run_id, node_id, iteration) + 1
+            else:
+                number = int_field(fields, "attempt", 1, 1)
+            key = AttemptKey(run_id, node_id, iteration, number)
+            existing = self.ledger.get_attempt(key)
+            if existing is not None and existing.state != ACTIVE:
+                raise ServiceError(errors.CONFLICT, f"attempt {key} already ended "
+                                   f"({existing.state}); begin a new attempt number")
+            if existing is not None and existing.worktree != str(root):
+                raise ServiceError(errors.CONFLICT, f"attempt {key} works in "
+                                   f"{existing.worktree}, not {root}")
+            self.ledger.ensure_worktree(self.store.worktree(root).id, str(root))
+            superseded = [a for a in self.ledger.active_attempts(str(root)) if a.key != key]
+            for old in superseded:
+                self.ledger.set_attempt_state(old.key, "superseded", ended=True,
+                                              final_commit=self._head_commit(old))
+            epoch = self.ledger.bump_epoch(str(root))
+            attempt = existing or self.ledger.create_attempt(
+                key, str(root), epoch=epoch, owner_pid=owner_pid,
+                settle_ms=settle_ms, max_wait_ms=max_wait_ms)
+        for old in superseded:
+            self.announce_inactive(old)
+        self.announce_active(attempt)
+        result = attempt.as_dict()
+        result["superseded"] = [str(a.key) for a in superseded]
+        return result
+
+    def attempt_end(self, fields: dict) -> dict:
+        """End an attempt: record the final pointer and the end time. Pending tier-2 work is
+        flushed first by the engine's wrapper of this op (``snapshotd.engine``)."""
+        status = fields.get("status", "finished")
+        if status not in ("finished", "failed", "cancelled"):
+            raise ServiceError(errors.BAD_REQUEST,
+                               "status must be finished, failed or cancelled")
+        attempt = self.named_attempt(fields)
+        with self.worktree_lock(Path(attempt.worktree)):
+            current = self.ledger.get_attempt(attempt.key)
+            assert current is not None
+            if current.state == ACTIVE:
+                self.ledger.set_attempt_state(current.key, status, ended=True,
+                                              final_commit=self._head_commit(current))
+            ended = self.ledger.get_attempt(attempt.key)
+        assert ended is not None
+        self.announce_inactive(ended)
+        return ended.as_dict()
+
+    def list_run(self, fields: dict) -> dict:
+        """The ``list`` op: a run's checkpoints and gaps (the ``snapshots --json`` shape)."""
+        return list_op(self.ledger, self.gaps, fields)
+
+    def status(self, _fields: dict | None = None) -> dict:
+        counts = self.ledger.counts()
+        return {
+            "pid": os.getpid(), "version": __version__, "home": str(self.home),
+            "uptime_s": round(time.time() - self.started_at, 3),
+            "counters": dict(self.counters), "checkpoints": counts,
+            "gaps_by_reason": dict(self.gaps.counts), "gaps_unwritten": self.gaps.unwritten,
+            "ledger": {"dialect": self.ledger.dialect, **self.ledger.counters()},
+            "latency_ms": {f"tier{t}": _percentiles(v) for t, v in self.latencies.items()},
+            "active_attempts": [a.as_dict() for a in self.ledger.active_attempts()],
+            "reconciliation": self.reconciliation,
+        }
+
+    # -- for the daemon's other parts ------------------------------------------------------
+
+    def named_attempt(self, fields: dict) -> Attempt:
+        """The attempt a request's ``run_id``, ``node_id``, ``iteration`` and ``attempt`` (the
+        node's newest when absent) name, or ``not-found``."""
+        run_id = id_field("run_id", fields.get("run_id"))
+        node_id = id_field("node_id", fields.get("node_id"))
+        iteration = int_field(fields, "iteration", 0, 0)
+        return self.attribution.find_attempt(run_id, node_id, iteration, fields.get("attempt"))
 
     def capture_attempt(self, attempt: Attempt, *, tier: int, source: str,
                         label: str | None = None, require_active: bool = False,
@@ -186,12 +229,14 @@ class Service:
         with self.worktree_lock(Path(attempt.worktree)):
             current = self.ledger.get_attempt(attempt.key)
             if current is None:
-                raise ServiceError("not-found", f"attempt {attempt.key} is not in the ledger")
+                raise ServiceError(errors.NOT_FOUND,
+                                   f"attempt {attempt.key} is not in the ledger")
             if require_active and current.state != ACTIVE:
-                raise ServiceError("fenced", f"attempt {current.key} is {current.state}")
+                raise ServiceError(errors.FENCED, f"attempt {current.key} is {current.state}")
             return self.capture_locked(current, req, started)
 
     def worktree_lock(self, root: Path) -> threading.Lock:
+        """The lock that serializes everything reading or writing the worktree ``root``."""
         key = str(root)
         with self._locks_guard:
             lock = self._locks.get(key)
@@ -199,146 +244,17 @@ class Service:
                 lock = self._locks[key] = threading.Lock()
             return lock
 
-    def ping(self, _fields: dict | None = None) -> dict:
-        return {"pid": os.getpid(), "version": __version__, "home": str(self.home)}
-
-    def attempt_begin(self, fields: dict) -> dict:
-        """Register an attempt on a worktree, superseding the active one there (DESIGN §7)."""
-        run_id = id_field("run_id", fields.get("run_id"))
-        node_id = id_field("node_id", fields.get("node_id"))
-        iteration = int_field(fields, "iteration", 0, 0)
-        root = self._worktree_from_cwd(fields.get("cwd"))
-        number = fields.get("attempt")
-        owner_pid = fields.get("owner_pid")
-        if owner_pid is not None and (not isinstance(owner_pid, int) or isinstance(owner_pid, bool)
-                                      or owner_pid <= 0):
-            raise ServiceError("bad-request", "owner_pid must be a positive integer")
-        settle_ms = opt_int_field(fields, "settle_ms", 1)
-        max_wait_ms = opt_int_field(fields, "max_wait_ms", 1)
-        with self.worktree_lock(root):
-            if number is None:
-                number = self.ledger.last_attempt_number(run_id, node_id, iteration) + 1
-            else:
-                number = int_field(fields, "attempt", 1, 1)
-            key = AttemptKey(run_id, node_id, iteration, number)
-            existing = self.ledger.get_attempt(key)
-            if existing is not None and existing.state != ACTIVE:
-                raise ServiceError("conflict", f"attempt {key} already ended "
-                                   f"({existing.state}); begin a new attempt number")
-            if existing is not None and existing.worktree != str(root):
-                raise ServiceError("conflict", f"attempt {key} works in "
-                                   f"{existing.worktree}, not {root}")
-            self.ledger.ensure_worktree(self.store.worktree(root).id, str(root))
-            superseded = [a for a in self.ledger.active_attempts(str(root)) if a.key != key]
-            for old in superseded:
-                self.ledger.set_attempt_state(old.key, "superseded", ended=True,
-                                              final_commit=self._head_commit(old))
-            epoch = self.ledger.bump_epoch(str(root))
-            if existing is None:
-                attempt = self.ledger.create_attempt(
-                    key, str(root), epoch=epoch, owner_pid=owner_pid,
-                    settle_ms=settle_ms, max_wait_ms=max_wait_ms)
-            else:
-                attempt = existing
-        for old in superseded:
-            self.announce_inactive(old)
-        self.announce_active(attempt)
-        result = attempt.as_dict()
-        result["superseded"] = [str(a.key) for a in superseded]
-        return result
-
-    def attempt_end(self, fields: dict, *, flush: Callable[[Path], None] | None = None) -> dict:
-        """End an attempt: flush pending work, record the final pointer and the end time."""
-        run_id = id_field("run_id", fields.get("run_id"))
-        node_id = id_field("node_id", fields.get("node_id"))
-        iteration = int_field(fields, "iteration", 0, 0)
-        status = fields.get("status", "finished")
-        if status not in ("finished", "failed", "cancelled"):
-            raise ServiceError("bad-request", "status must be finished, failed or cancelled")
-        attempt = self._find_attempt(run_id, node_id, iteration, fields.get("attempt"))
-        if attempt.state == ACTIVE and flush is not None:
-            flush(Path(attempt.worktree))
-        with self.worktree_lock(Path(attempt.worktree)):
-            current = self.ledger.get_attempt(attempt.key)
-            assert current is not None
-            if current.state == ACTIVE:
-                self.ledger.set_attempt_state(current.key, status, ended=True,
-                                              final_commit=self._head_commit(current))
-            ended = self.ledger.get_attempt(attempt.key)
-        assert ended is not None
-        self.announce_inactive(ended)
-        return ended.as_dict()
-
-    def list_run(self, fields: dict) -> dict:
-        """A run's checkpoints and gaps (the ``snapshots --json`` shape)."""
-        run_id = id_field("run_id", fields.get("run_id"))
-        node_id = fields.get("node_id")
-        if node_id is not None:
-            node_id = id_field("node_id", node_id)
-        attempt = fields.get("attempt")
-        if attempt is not None:
-            attempt = int_field(fields, "attempt", 1, 1)
-        return list_run(self.ledger, self.gaps, run_id, node_id, attempt)
-
-    def status(self, _fields: dict | None = None) -> dict:
-        counts = self.ledger.counts()
-        return {
-            "pid": os.getpid(), "version": __version__, "home": str(self.home),
-            "uptime_s": round(time.time() - self.started_at, 3),
-            "counters": dict(self.counters), "checkpoints": counts,
-            "gaps_by_reason": dict(self.gaps.counts),
-            "latency_ms": {f"tier{t}": _percentiles(v) for t, v in self.latencies.items()},
-            "active_attempts": [a.as_dict() for a in self.ledger.active_attempts()],
-            "reconciliation": self.reconciliation,
-        }
-
     def close(self) -> None:
         self.store.persist_all()
         self.ledger.close()
 
     def reconcile(self) -> dict:
-        """Bring the ledger level with the refs: rows the ref holds but the ledger lacks (a crash
-        between ref and row) are rebuilt from the commit trailers."""
-        rebuilt = 0
-        for key, tip in self.store.attempt_refs():
-            rebuilt += self.reconcile_attempt(key, tip)
-        if rebuilt:
-            log.warning("reconciliation rebuilt %d checkpoint rows from store refs", rebuilt)
-        return {"rebuilt_rows": rebuilt, "at": time.time()}
-
-    # -- helpers ---------------------------------------------------------------------------
+        """Bring the ledger level with the refs (``snapshotd.reconcile``)."""
+        return reconcile(self.store, self.ledger)
 
     def reconcile_attempt(self, key: AttemptKey, tip: str) -> int:
         """Insert the rows of the commits on ``tip``'s chain that the ledger lacks."""
-        attempt = self.ledger.get_attempt(key)
-        known = self.ledger.seqs(attempt.pk) if attempt else set()
-        missing: list[pygit2.Commit] = []
-        commit = self.store.read_commit(tip)
-        while True:
-            seq = int(parse_trailers(commit.message).get("Snapshotd-Seq", "-1"))
-            if seq in known or seq < 0:
-                break
-            missing.append(commit)
-            if not commit.parents:
-                break
-            commit = commit.parents[0]
-        if not missing:
-            return 0
-        if attempt is None:
-            worktree = parse_trailers(missing[-1].message).get("Snapshotd-Worktree", "")
-            attempt = self.ledger.create_attempt(key, worktree, state="interrupted")
-        for c in reversed(missing):
-            t = parse_trailers(c.message)
-            self.ledger.record_checkpoint(attempt, {
-                "seq": int(t["Snapshotd-Seq"]), "commit": str(c.id), "tree": str(c.tree_id),
-                "parent": str(c.parents[0].id) if c.parents else None,
-                "source": t.get("Snapshotd-Source", "hook"),
-                "tier": int(t.get("Snapshotd-Tier", "1")), "label": t.get("Snapshotd-Label"),
-                "tool_use_id": t.get("Snapshotd-Tool-Use-Id"),
-                "worktree": t.get("Snapshotd-Worktree", attempt.worktree),
-                "created_at": float(c.commit_time),
-            })
-        return len(missing)
+        return reconcile_attempt(self.store, self.ledger, key, tip)
 
     def read_worktree(self, root: Path, *, verify: bool = False) -> Capture:
         """Bring ``root``'s stat cache up to date and write its tree, recording nothing (the
@@ -372,34 +288,18 @@ class Service:
         return capture
 
     def capture_locked(self, attempt: Attempt, req: SnapshotRequest, started: float) -> dict:
+        """One capture of ``attempt``'s worktree (the caller holds its lock): a repeated tool
+        call answers with its checkpoint, an unchanged tree with the newest one, anything else
+        becomes a new checkpoint. Every failure leaves a gap and raises ``ServiceError``."""
         if req.tool_use_id:
             previous = self.ledger.tool_call(attempt.pk, req.tool_use_id)
             if previous is not None:
                 self.counters["repeats"] += 1
                 return self._reply(attempt, previous, deduped=True, repeated=True,
                                    started=started)
-        root = Path(attempt.worktree)
-        try:
-            capture = self.read_worktree(root, verify=req.full)
-        except StoreError as exc:
-            self._gap(req, attempt, exc.reason, exc.message)
-            code = exc.reason if exc.reason in ("worktree-missing", "worktree-replaced") \
-                else "capture-failed"
-            raise ServiceError(code, exc.message) from exc
-        except Exception as exc:  # noqa: BLE001 - any failure becomes a gap, never a crash
-            self._gap(req, attempt, "capture-failed", f"{type(exc).__name__}: {exc}")
-            raise ServiceError("capture-failed", f"capture of {root} failed: {exc}") from exc
+        capture, head = self._read(attempt, req)
         self.counters["fast_captures" if not capture.full_scan else "full_scans"] += 1
-        head = self.store.head(attempt.key)
-        last = self.ledger.last_checkpoint(attempt.pk)
-        if head is not None and (last is None or last["commit"] != str(head.id)):
-            # The ref moved but its row was not written (a ledger fault): repair it now.
-            try:
-                self.reconcile_attempt(attempt.key, str(head.id))
-            except Exception as exc:  # noqa: BLE001
-                self._gap(req, attempt, "ledger-failed", f"{type(exc).__name__}: {exc}")
-                raise ServiceError("capture-failed", f"the ledger cannot be written: {exc}") from exc
-            last = self.ledger.last_checkpoint(attempt.pk)
+        last = self._level_ledger(attempt, req, head)
         if head is not None and str(head.tree_id) == capture.tree:
             seq = int(parse_trailers(head.message).get("Snapshotd-Seq", "0"))
             if last is not None and last["seq"] == seq:
@@ -410,20 +310,82 @@ class Service:
                                              "tree": capture.tree}, deduped=True,
                                    started=started, skipped=capture.skipped, tier=req.tier,
                                    scan="full" if capture.full_scan else "fast")
+        return self._record(attempt, req, capture, head, last, started)
+
+    def record_gap(self, req: SnapshotRequest, attempt: Attempt | None, reason: str,
+                   detail: str) -> None:
+        """A gap for a capture request that could not be served (``fenced`` is not an error)."""
+        self.counters["errors"] += reason != errors.FENCED
+        self.gaps.record(reason=reason, detail=detail, **gap_fields(req, attempt))
+
+    def announce_active(self, attempt: Attempt) -> None:
+        for listener in self.on_attempt_active:
+            try:
+                listener(attempt)
+            except Exception:  # noqa: BLE001
+                log.exception("attempt-active listener failed for %s", attempt.worktree)
+
+    def announce_inactive(self, attempt: Attempt) -> None:
+        for listener in self.on_attempt_inactive:
+            try:
+                listener(attempt)
+            except Exception:  # noqa: BLE001
+                log.exception("attempt-inactive listener failed for %s", attempt.worktree)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _read(self, attempt: Attempt, req: SnapshotRequest
+              ) -> tuple[Capture, pygit2.Commit | None]:
+        """The worktree's tree and the attempt's newest commit, or a gap and ``ServiceError``
+        (a ref the store cannot read fails the capture like the worktree would)."""
+        root = Path(attempt.worktree)
+        try:
+            return self.read_worktree(root, verify=req.full), self.store.head(attempt.key)
+        except StoreError as exc:
+            # The worktree's own trouble keeps its code; any other store failure is
+            # capture-failed (the gap still names the store's reason).
+            self.record_gap(req, attempt, exc.reason, exc.message)
+            raise ServiceError(
+                errors.WORKTREE_MISSING if exc.reason == errors.WORKTREE_MISSING
+                else errors.WORKTREE_REPLACED if exc.reason == errors.WORKTREE_REPLACED
+                else errors.CAPTURE_FAILED, exc.message) from exc
+        except Exception as exc:  # noqa: BLE001 - any failure becomes a gap, never a crash
+            self.record_gap(req, attempt, "capture-failed", f"{type(exc).__name__}: {exc}")
+            raise ServiceError(errors.CAPTURE_FAILED,
+                               f"capture of {root} failed: {exc}") from exc
+
+    def _level_ledger(self, attempt: Attempt, req: SnapshotRequest,
+                      head: pygit2.Commit | None) -> dict | None:
+        """The attempt's newest row, after repairing a ref that moved without its row (a
+        ledger fault on an earlier capture)."""
+        last = self.ledger.last_checkpoint(attempt.pk)
+        if head is None or (last is not None and last["commit"] == str(head.id)):
+            return last
+        try:
+            self.reconcile_attempt(attempt.key, str(head.id))
+        except Exception as exc:  # noqa: BLE001
+            self.record_gap(req, attempt, "ledger-failed", f"{type(exc).__name__}: {exc}")
+            raise ServiceError(errors.CAPTURE_FAILED,
+                               f"the ledger cannot be written: {exc}") from exc
+        return self.ledger.last_checkpoint(attempt.pk)
+
+    def _record(self, attempt: Attempt, req: SnapshotRequest, capture: Capture,
+                head: pygit2.Commit | None, last: dict | None, started: float) -> dict:
+        """Commit ``capture`` as the attempt's next checkpoint and record its row."""
+        root = str(attempt.worktree)
         seq = self._next_seq(head, last)
         added, modified, deleted = self._changes(head, capture.tree)
         meta = CheckpointMeta(key=attempt.key, seq=seq, tier=req.tier, source=req.source,
-                              worktree=str(root), label=req.label, tool_use_id=req.tool_use_id)
+                              worktree=root, label=req.label, tool_use_id=req.tool_use_id)
         parent = str(head.id) if head else None
         commit = None
         try:
             commit = self.store.commit(meta, capture.tree, parent)
-            row = {"seq": seq, "commit": commit, "tree": capture.tree,
-                   "parent": str(head.id) if head else None, "source": req.source,
-                   "tier": req.tier, "label": req.label, "tool_use_id": req.tool_use_id,
-                   "worktree": str(root), "added": added, "modified": modified,
-                   "deleted": deleted, "created_at": time.time(),
-                   "skipped": _json(capture.skipped) if capture.skipped else None}
+            row = {"seq": seq, "commit": commit, "tree": capture.tree, "parent": parent,
+                   "source": req.source, "tier": req.tier, "label": req.label,
+                   "tool_use_id": req.tool_use_id, "worktree": root, "added": added,
+                   "modified": modified, "deleted": deleted, "created_at": time.time(),
+                   "skipped": _skipped_json(capture.skipped) if capture.skipped else None}
             faults.delay("before-row")
             self.ledger.record_checkpoint(attempt, row)
             faults.crash_point("after-row")
@@ -440,22 +402,27 @@ class Service:
         except SeqConflict as exc:
             assert commit is not None
             self.store.rewind(attempt.key, commit, parent)
-            self._gap(req, attempt, "commit-failed", f"another daemon recorded into "
-                      f"{attempt.key} at the same time: {exc}")
-            raise ServiceError("capture-failed", f"could not record the checkpoint: {exc}") from exc
+            self.record_gap(req, attempt, "commit-failed", f"another daemon recorded into "
+                            f"{attempt.key} at the same time: {exc}")
+            raise ServiceError(errors.CAPTURE_FAILED,
+                               f"could not record the checkpoint: {exc}") from exc
         except Exception as exc:  # noqa: BLE001
-            self._gap(req, attempt, "commit-failed", f"{type(exc).__name__}: {exc}")
-            raise ServiceError("capture-failed", f"could not record the checkpoint: {exc}") from exc
+            self.record_gap(req, attempt, "commit-failed", f"{type(exc).__name__}: {exc}")
+            raise ServiceError(errors.CAPTURE_FAILED,
+                               f"could not record the checkpoint: {exc}") from exc
         self.counters[f"captures_tier{req.tier}"] += 1
+        self._announce_checkpoint(attempt, row)
+        return self._reply(attempt, {"seq": seq, "commit": commit, "tree": capture.tree},
+                           deduped=False, started=started, skipped=capture.skipped,
+                           changes={"added": added, "modified": modified, "deleted": deleted},
+                           tier=req.tier, scan="full" if capture.full_scan else "fast")
+
+    def _announce_checkpoint(self, attempt: Attempt, row: dict) -> None:
         for listener in self.on_checkpoint:
             try:
                 listener(attempt, row)
             except Exception:  # noqa: BLE001 - a listener never fails an acknowledged capture
                 log.exception("checkpoint listener failed for %s", attempt.worktree)
-        return self._reply(attempt, {"seq": seq, "commit": commit, "tree": capture.tree},
-                           deduped=False, started=started, skipped=capture.skipped,
-                           changes={"added": added, "modified": modified, "deleted": deleted},
-                           tier=req.tier, scan="full" if capture.full_scan else "fast")
 
     def _reply(self, attempt: Attempt, cp: dict, *, deduped: bool, started: float,
                repeated: bool = False, skipped: list | None = None,
@@ -465,8 +432,8 @@ class Service:
         if tier is not None:
             samples = self.latencies[tier]
             samples.append(elapsed)
-            if len(samples) > 2000:
-                del samples[:1000]
+            if len(samples) > _LATENCY_SAMPLES:
+                del samples[:_LATENCY_SAMPLES // 2]
         out = attempt.key.as_dict()
         out.update(seq=cp["seq"], commit=cp["commit"], tree=cp["tree"], deduped=deduped,
                    elapsed_ms=round(elapsed, 3), worktree=attempt.worktree,
@@ -478,140 +445,11 @@ class Service:
             out["scan"] = scan  # "fast" (the watcher's changed paths) or "full" (a stat scan)
         return out
 
-    def _attribute(self, req: SnapshotRequest) -> Attempt:
-        """Which attempt a capture belongs to: explicit, registered worktree, or zero-setup."""
-        if req.run_id is not None:
-            assert req.node_id is not None
-            if req.attempt is None:
-                found = self._newest_attempt(req.run_id, req.node_id, req.iteration)
-                if found is not None:
-                    return found
-                key = AttemptKey(req.run_id, req.node_id, req.iteration, 1)
-            else:
-                key = AttemptKey(req.run_id, req.node_id, req.iteration, req.attempt)
-                found = self.ledger.get_attempt(key)
-                if found is not None:
-                    return found
-            root = self._registered_ancestor(req.cwd) or self._checked_root(req.cwd, req)
-            return self._new_attempt(key, root, zero_setup=False)
-        registered = self._active_for(req.cwd)
-        if registered is not None:
-            return registered
-        if req.fallback is None:
-            raise ServiceError(
-                "bad-request", f"no attempt is registered for {req.cwd}: name run_id and "
-                "node_id, or run `snapshotd attempt begin` for this worktree")
-        fb = req.fallback
-        key = AttemptKey(fb["run_id"], fb["node_id"], fb["iteration"], fb["attempt"])
-        found = self.ledger.get_attempt(key)
-        if found is not None:
-            return found
-        req.run_id, req.node_id, req.attempt = key.run_id, key.node_id, key.attempt
-        root = self._checked_root(Path(fb["worktree"]), req)
-        self._refuse_zero_setup(root, req)
-        return self._new_attempt(key, root, zero_setup=True)
-
-    def _new_attempt(self, key: AttemptKey, root: Path, *, zero_setup: bool) -> Attempt:
-        self.ledger.ensure_worktree(self.store.worktree(root).id, str(root))
-        attempt = self.ledger.create_attempt(key, str(root), zero_setup=zero_setup)
-        self.announce_active(attempt)
-        return attempt
-
-    def _newest_attempt(self, run_id: str, node_id: str, iteration: int) -> Attempt | None:
-        number = self.ledger.last_attempt_number(run_id, node_id, iteration)
-        if number == 0:
-            return None
-        return self.ledger.get_attempt(AttemptKey(run_id, node_id, iteration, number))
-
-    def _find_attempt(self, run_id: str, node_id: str, iteration: int,
-                      number: object) -> Attempt:
-        if number is None:
-            attempt = self._newest_attempt(run_id, node_id, iteration)
-        else:
-            n = int_field({"attempt": number}, "attempt", 1, 1)
-            attempt = self.ledger.get_attempt(AttemptKey(run_id, node_id, iteration, n))
-        if attempt is None:
-            raise ServiceError("not-found", f"no attempt for run {run_id!r} node {node_id!r} "
-                               f"iteration {iteration}" + (f" attempt {number}" if number else ""))
-        return attempt
-
-    def _active_for(self, cwd: Path) -> Attempt | None:
-        """The active attempt whose worktree is ``cwd`` or its nearest registered ancestor."""
-        path = _resolve(cwd)
-        best: Attempt | None = None
-        for attempt in self.ledger.active_attempts():
-            root = Path(attempt.worktree)
-            if path == root or root in path.parents:
-                if best is None or len(str(root)) > len(best.worktree) or (
-                        str(root) == best.worktree and attempt.pk > best.pk):
-                    best = attempt
-        return best
-
-    def _registered_ancestor(self, cwd: Path) -> Path | None:
-        attempt = self._active_for(cwd)
-        return Path(attempt.worktree) if attempt else None
-
-    def _worktree_from_cwd(self, cwd: object) -> Path:
-        if not isinstance(cwd, str) or not os.path.isabs(cwd) or "\0" in cwd:
-            raise ServiceError("bad-request", "cwd must be an absolute path")
-        return self._checked_root(Path(cwd), None)
-
-    def _checked_root(self, path: Path, req: SnapshotRequest | None) -> Path:
-        root = _resolve(path)
-        if not root.is_dir():
-            if req is not None:
-                self._gap(req, None, "worktree-missing", f"{path} is not a directory")
-            raise ServiceError("worktree-missing", f"{path} does not exist or is not a directory")
-        if root == Path("/") or any(root == p or p in root.parents for p in _PSEUDO_FS):
-            detail = f"{root} is the filesystem root or a pseudo filesystem; it cannot be captured"
-            if req is not None:
-                self._gap(req, None, "worktree-refused", detail)
-            raise ServiceError("worktree-refused", detail)
-        home = _resolve(self.home)
-        if root == home or root in home.parents or home in root.parents:
-            if req is not None:
-                self._gap(req, None, "worktree-refused",
-                          f"{root} holds or is inside the snapshotd home {home}")
-            raise ServiceError("worktree-refused", f"{root} holds or is inside the snapshotd "
-                               f"home {home}; set SNAPSHOTD_HOME elsewhere")
-        return root
-
-    def _refuse_zero_setup(self, root: Path, req: SnapshotRequest) -> None:
-        reason = None
-        if root == Path("/"):
-            reason = "it is the filesystem root"
-        elif root == _resolve(Path.home()):
-            reason = "it is your home directory"
-        else:
-            limit = self.config.max_zero_setup_files
-            if _count_files(root, limit) > limit:
-                reason = (f"it holds more than {limit} files (raise max_zero_setup_files in "
-                          "config.toml, or run `snapshotd attempt begin` for it)")
-        if reason is not None:
-            detail = (f"refusing to adopt {root} as a zero-setup worktree: {reason}; begin an "
-                      "attempt for a project directory instead")
-            self._gap(req, None, "worktree-refused", detail)
-            raise ServiceError("worktree-refused", detail)
-
     def _fenced(self, req: SnapshotRequest, attempt: Attempt, current: Attempt | None) -> None:
         state = current.state if current else "missing"
         detail = f"attempt {attempt.key} is {state}; its captures are refused"
-        self._gap(req, attempt, "fenced", detail)
-        raise ServiceError("fenced", detail)
-
-    def _gap(self, req: SnapshotRequest, attempt: Attempt | None, reason: str,
-             detail: str) -> None:
-        self.counters["errors"] += reason != "fenced"
-        key = attempt.key if attempt else None
-        fb = req.fallback or {}
-        self.gaps.record(
-            reason=reason, detail=detail,
-            run_id=key.run_id if key else (req.run_id or fb.get("run_id")),
-            node_id=key.node_id if key else (req.node_id or fb.get("node_id")),
-            iteration=key.iteration if key else req.iteration,
-            attempt=key.attempt if key else (req.attempt or fb.get("attempt")),
-            worktree=attempt.worktree if attempt else str(fb.get("worktree") or req.cwd),
-            tier=req.tier, source=req.source, tool_use_id=req.tool_use_id)
+        self.record_gap(req, attempt, errors.FENCED, detail)
+        raise ServiceError(errors.FENCED, detail)
 
     def _next_seq(self, head: pygit2.Commit | None, last: dict | None) -> int:
         candidates = [-1]
@@ -631,77 +469,19 @@ class Service:
         head = self.store.head(attempt.key)
         return str(head.id) if head else None
 
-    def announce_active(self, attempt: Attempt) -> None:
-        for listener in self.on_attempt_active:
-            try:
-                listener(attempt)
-            except Exception:  # noqa: BLE001
-                log.exception("attempt-active listener failed for %s", attempt.worktree)
-
-    def announce_inactive(self, attempt: Attempt) -> None:
-        for listener in self.on_attempt_inactive:
-            try:
-                listener(attempt)
-            except Exception:  # noqa: BLE001
-                log.exception("attempt-inactive listener failed for %s", attempt.worktree)
-
-
-def list_run(ledger: Ledger, gaps: GapSpool, run_id: str, node_id: str | None = None,
-             attempt: int | None = None) -> dict:
-    """A run's checkpoints and its gaps; a gap whose tool call later got a checkpoint is
-    marked resolved."""
-    checkpoints = ledger.checkpoints(run_id, node_id, attempt)
-    covered = ledger.tool_use_ids(run_id)
-    gap_rows = []
-    for gap in gaps.for_run(run_id):
-        if node_id is not None and gap.get("node_id") != node_id:
-            continue
-        if attempt is not None and gap.get("attempt") not in (None, attempt):
-            continue
-        gap = dict(gap)
-        gap["resolved"] = bool(gap.get("tool_use_id")) and gap["tool_use_id"] in covered
-        gap_rows.append(gap)
-    return {"run_id": run_id, "checkpoints": checkpoints, "gaps": gap_rows}
-
-
-def _resolve(path: Path) -> Path:
-    try:
-        return path.resolve(strict=False)
-    except (OSError, RuntimeError):
-        return Path(os.path.abspath(path))
-
-
-def _count_files(root: Path, limit: int) -> int:
-    """Files under root (skipping .git and dependency folders), counting stops past ``limit``."""
-    skip = {".git", "node_modules", ".venv", "venv", "__pycache__", ".tox", ".mypy_cache"}
-    count = 0
-    stack = [str(root)]
-    while stack:
-        try:
-            with os.scandir(stack.pop()) as it:
-                for entry in it:
-                    if entry.is_dir(follow_symlinks=False):
-                        if entry.name not in skip:
-                            stack.append(entry.path)
-                    else:
-                        count += 1
-                        if count > limit:
-                            return count
-        except OSError:
-            continue
-    return count
-
-
 def _percentiles(samples: list[float]) -> dict:
     if not samples:
         return {"count": 0, "p50": None, "p99": None}
     ordered = sorted(samples)
+
     def at(q: float) -> float:
         return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
+
     return {"count": len(ordered), "p50": at(0.5), "p99": at(0.99)}
 
 
-def _json(value: object) -> str:
-    import json
-
-    return json.dumps(value, ensure_ascii=False)
+def _skipped_json(skipped: list) -> str:
+    """The skipped list as JSON text a ledger can store: a name's bytes that are not UTF-8 (the
+    lone surrogates ``os.fsdecode`` makes) become ``\\udcNN`` escapes, which ``json.loads``
+    turns back into the same string."""
+    return json.dumps(skipped, ensure_ascii=False).encode("utf-8", "backslashreplace").decode()

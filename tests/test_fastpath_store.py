@@ -9,7 +9,8 @@ from pathlib import Path
 from random import Random
 
 from conftest import git, make_git_worktree
-from snapshotd.store import Store, _compute_tree_changes, tree_changes
+from snapshotd.store import Store
+from snapshotd.trees import compute_tree_changes, tree_changes
 
 STEPS = 250
 SEED = 8
@@ -134,7 +135,7 @@ def test_fast_path_matches_full_capture_every_step(tmp_path: Path) -> None:
         # The change counts the fast path learnt on the way equal a tree comparison's, and
         # that comparison agrees with git's own.
         counts = tree_changes(store.repo, previous, result.tree)
-        assert counts == _compute_tree_changes(store.repo, previous, result.tree) \
+        assert counts == compute_tree_changes(store.repo, previous, result.tree) \
             == diff_counts(wt, store, previous, result.tree), f"step {step}: {changed}"
         previous = result.tree
     assert fast_steps > STEPS * 0.9

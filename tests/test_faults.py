@@ -172,3 +172,19 @@ def test_a_blob_the_store_cannot_take_fails_the_capture_never_skips_the_file(
         git(wt, *store, "fsck", "--strict")
     finally:
         d.stop()
+
+
+def test_a_gap_the_spool_cannot_take_is_counted_in_status(sd_env: Env, faulty_daemon: Daemon,
+                                                          fault_file: Path, tmp_path: Path) -> None:
+    wt = make_git_worktree(tmp_path / "wt")
+    with faulty_daemon.client() as c:
+        assert c.status()["gaps_unwritten"] == 0
+        fault_file.write_text("gaps=ENOSPC\nobjects=ENOSPC\n")
+        with pytest.raises(SnapshotdError):
+            c.snapshot(str(wt), run_id="faulty", node_id="n")
+        fault_file.unlink()
+        status = c.status()
+    # The gap is in no spool: the count (and the log) are all that is left of it.
+    assert status["gaps_unwritten"] == 1
+    assert status["gaps_by_reason"] == {"object-write-failed": 1}
+    assert not sd_env.gaps.exists() or "faulty" not in sd_env.gaps.read_text()

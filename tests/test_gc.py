@@ -243,7 +243,7 @@ def test_object_writes_retry_when_gc_removes_their_directory_mid_write() -> None
     other failure is not."""
     import pygit2
 
-    from snapshotd.store import ODB_TRIES, odb_retry
+    from snapshotd.store_errors import ODB_TRIES, odb_retry
 
     vanished = pygit2.GitError("failed to rename lockfile to '/h/store.git/objects/39/cbbd1e': "
                                "No such file or directory")
@@ -269,3 +269,23 @@ def test_object_writes_retry_when_gc_removes_their_directory_mid_write() -> None
     with pytest.raises(pygit2.GitError):
         odb_retry(full_disk)
     assert len(calls) == 1
+
+
+def test_an_unreadable_gc_journal_is_dropped_with_a_warning(
+        sd_env: Env, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from snapshotd.config import load_config
+    from snapshotd.gc import recover_journal
+    from snapshotd.service import Service
+
+    service = Service(sd_env.home, load_config(environ={}))
+    try:
+        journal = sd_env.home / "gc-journal.json"
+        journal.write_text('{"ref": "refs/snapshotd/runs/r/n/0/1", "key"')
+        with caplog.at_level(logging.WARNING, logger="snapshotd.gc"):
+            assert recover_journal(service) is False
+        assert not journal.exists()
+        assert any("unreadable gc journal" in r.getMessage() for r in caplog.records)
+    finally:
+        service.close()

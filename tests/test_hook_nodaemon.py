@@ -22,7 +22,7 @@ import pytest
 from snapshotd_client import Client, DaemonUnavailable, SnapshotdError, wrap
 from snapshotd_client.client import DaemonTimeout
 from snapshotd_client.gaps import read_gaps
-from snapshotd_client.hook import _try_autostart
+from snapshotd_client.hook import try_autostart
 from snapshotd_client.protocol import encode_frame, read_frame
 
 HOOK = [sys.executable, "-c", "from snapshotd_client.hook import main; main()"]
@@ -364,7 +364,7 @@ def test_autostart_spawns_a_detached_daemon_and_waits_for_its_socket(hook_env, s
     monkeypatch.setenv("FAKE_DAEMON_INFO", str(spawned))
     monkeypatch.setenv("FAKE_DAEMON_DELAY", "0.3")
     sock = hook_env["SNAPSHOTD_SOCKET"]
-    assert _try_autostart(sock, time.monotonic() + 5,
+    assert try_autostart(sock, time.monotonic() + 5,
                           argv=[sys.executable, "-c", FAKE_DAEMON_PROCESS])
     pid = int(spawned.read_text())
     assert os.getsid(pid) == pid  # its own session: no controlling terminal of the agent's
@@ -378,7 +378,7 @@ def test_autostart_spawns_a_detached_daemon_and_waits_for_its_socket(hook_env, s
 def test_autostart_gives_up_early_when_the_daemon_cannot_start(hook_env, monkeypatch):
     monkeypatch.setenv("SNAPSHOTD_AUTOSTART", "1")
     start = time.monotonic()
-    assert not _try_autostart(hook_env["SNAPSHOTD_SOCKET"], time.monotonic() + 5,
+    assert not try_autostart(hook_env["SNAPSHOTD_SOCKET"], time.monotonic() + 5,
                               argv=[sys.executable, "-c", "raise SystemExit(3)"])
     assert time.monotonic() - start < 2.0  # not the whole 5 s budget
 
@@ -386,7 +386,7 @@ def test_autostart_gives_up_early_when_the_daemon_cannot_start(hook_env, monkeyp
 def test_autostart_is_off_with_snapshotd_autostart_0(hook_env, short_dir, monkeypatch):
     monkeypatch.setenv("SNAPSHOTD_AUTOSTART", "0")
     marker = short_dir / "spawned"
-    assert not _try_autostart(hook_env["SNAPSHOTD_SOCKET"], time.monotonic() + 5,
+    assert not try_autostart(hook_env["SNAPSHOTD_SOCKET"], time.monotonic() + 5,
                               argv=[sys.executable, "-c", f"open({str(marker)!r}, 'w')"])
     time.sleep(0.2)
     assert not marker.exists()
@@ -396,8 +396,8 @@ def test_hook_autostarts_and_never_holds_the_agents_pipes(hook_env, short_dir, s
     # The real main(), with only the daemon command swapped for the fake daemon process.
     # communicate() returns only when every holder of stdout/stderr has closed them: a daemon
     # child that inherited them would keep it waiting for its 30 s life (Gemini's failure mode).
-    script = ("import sys; import snapshotd_client.hook as h; real = h._try_autostart; "
-              "h._try_autostart = lambda s, d: real(s, d, [sys.executable, '-c', sys.argv[1]]); "
+    script = ("import sys; import snapshotd_client.hook as h; real = h.try_autostart; "
+              "h.try_autostart = lambda s, d: real(s, d, [sys.executable, '-c', sys.argv[1]]); "
               "h.main()")
     hook_env.update(SNAPSHOTD_AUTOSTART="1", FAKE_DAEMON_INFO=str(spawned))
     start = time.monotonic()

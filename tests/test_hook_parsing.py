@@ -164,7 +164,7 @@ def test_label_without_tool_name_or_input():
     assert label_for({"tool_name": "mcp__x__y", "tool_input": "not a map"}) == "mcp__x__y"
 
 
-# -- attribution (DESIGN §6) ----------------------------------------------------------------
+# -- attribution (docs/protocol.md) ----------------------------------------------------------------
 
 
 @pytest.mark.parametrize("agent,payload", PAYLOADS, ids=IDS)

@@ -7,7 +7,8 @@ import subprocess
 from pathlib import Path
 
 from conftest import git, make_git_worktree
-from snapshotd.store import Store, _valid_cache_tree
+from snapshotd.store import Store
+from snapshotd.user_repo import valid_cache_tree
 
 
 def make_repo(root: Path, files: int = 300) -> Path:
@@ -159,9 +160,9 @@ def test_an_inconsistent_cache_tree_is_trusted_only_where_complete() -> None:
     # Root and "a" claim to be valid although "a/b" below them is not.
     body = (node(b"", 3, 1, b"\1" * 20) + node(b"a", 2, 1, b"\2" * 20)
             + node(b"b", -1, 0, None))
-    parsed = _valid_cache_tree(body)
+    parsed = valid_cache_tree(body)
     assert parsed is not None
     rewritten, trees = parsed
     assert trees == []
     assert rewritten == node(b"", -1, 1, None) + node(b"a", -1, 1, None) + node(b"b", -1, 0, None)
-    assert _valid_cache_tree(node(b"", 3, 2, b"\1" * 20)) is None  # subtrees missing
+    assert valid_cache_tree(node(b"", 3, 2, b"\1" * 20)) is None  # subtrees missing

@@ -48,7 +48,17 @@ def fail(message: str, code: int = 1) -> None:
 
 
 def print_json(value: object) -> None:
-    click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+    """``value`` as JSON text that is always valid UTF-8: a byte of a name that is not UTF-8
+    appears as the escape ``\\udcNN`` (the lone surrogate ``os.fsdecode`` makes of byte NN), so
+    ``os.fsencode(json.loads(...)[...])`` gives the name's bytes back."""
+    text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    click.echo(text.encode("utf-8", "backslashreplace").decode("utf-8"))
+
+
+def shown(text: str) -> str:
+    """``text`` printable whatever the locale: the bytes of a name that are not UTF-8 (surrogate
+    escapes, as ``os.fsdecode`` makes them) appear as ``\\xNN``."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def daemon_client(sock: Path | None, timeout: float = 60.0) -> Client:

@@ -14,7 +14,15 @@ from typing import Any
 import click
 
 from snapshotd.backend import complete_diff
-from snapshotd.cli.common import fail, home_option, json_option, print_json, run_op, socket_option
+from snapshotd.cli.common import (
+    fail,
+    home_option,
+    json_option,
+    print_json,
+    run_op,
+    shown,
+    socket_option,
+)
 from snapshotd.errors import ServiceError
 
 # A --worktree diff captures the worktree first.
@@ -69,12 +77,15 @@ def diff(run_id: str, node_id: str, seq: int, to_seq: int | None, worktree: bool
     if as_json:
         print_json(result)
     elif show_stat:
-        click.echo(result["stat"], nl=False)
+        click.echo(shown(result["stat"]), nl=False)
     elif name_status:
         for f in result["files"]:
             if f["old_path"]:
-                click.echo(f"{f['status']}\t{f['old_path']}\t{f['path']}")
+                click.echo(f"{f['status']}\t{shown(f['old_path'])}\t{shown(f['path'])}")
             else:
-                click.echo(f"{f['status']}\t{f['path']}")
+                click.echo(f"{f['status']}\t{shown(f['path'])}")
     else:
-        click.echo(result["patch"] or "", nl=False)
+        # Byte for byte, as git writes a patch: names and text that are not UTF-8 included.
+        out = click.get_binary_stream("stdout")
+        out.write((result["patch"] or "").encode("utf-8", "surrogateescape"))
+        out.flush()

@@ -26,6 +26,7 @@ from snapshotd.cli.common import (
     json_option,
     print_json,
     run_op,
+    shown,
     socket_option,
 )
 from snapshotd_client import SnapshotdError
@@ -188,28 +189,28 @@ def _print_result(r: dict) -> None:
     counts = r.get("counts", {})
     total = r.get("plan_total", len(r["plan"]))
     for kept in r.get("kept", []):
-        click.echo(f"snapshotd: kept {kept['path']}: {kept['reason']}", err=True)
+        click.echo(shown(f"snapshotd: kept {kept['path']}: {kept['reason']}"), err=True)
     if r["dry_run"]:
         for row in r["plan"]:
-            click.echo(f"{row['op']} {row['path']}")
+            click.echo(f"{row['op']} {shown(row['path'])}")
         verb = "materialize" if r["mode"] == "to" else "restore"
         click.echo(f"dry run: {total} change(s) would {verb} seq {r['seq']} of {where} into "
-                   f"{r['target']}; nothing was changed", err=True)
+                   f"{shown(r['target'])}; nothing was changed", err=True)
         return
     summary = (f"{counts.get('A', 0)} added, {counts.get('M', 0)} modified, "
                f"{counts.get('D', 0)} deleted")
     if r["mode"] == "to":
         click.echo(f"materialized seq {r['seq']} of {where} ({r['commit'][:10]}) into "
-                   f"{r['target']}: {total} file(s)")
+                   f"{shown(r['target'])}: {total} file(s)")
         return
     if total == 0:
-        click.echo(f"{r['target']} already matches seq {r['seq']} of {where} "
+        click.echo(f"{shown(r['target'])} already matches seq {r['seq']} of {where} "
                    f"({r['commit'][:10]}); nothing to change")
     else:
         click.echo(f"restored seq {r['seq']} of {where} ({r['commit'][:10]}) into "
-                   f"{r['target']}: {summary}")
+                   f"{shown(r['target'])}: {summary}")
     safety = r.get("safety")
     if safety:
         click.echo(f"the state before the restore is safety checkpoint seq {safety['seq']}; "
                    "undo with:")
-        click.echo(f"  {r['undo_command']}")
+        click.echo(f"  {shown(r['undo_command'])}")

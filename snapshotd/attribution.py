@@ -1,0 +1,201 @@
+"""Attribution: which attempt a request belongs to, and which directories may be worktrees.
+
+Owns the order in which a ``snapshot`` request is attributed: the attempt the request names
+(``run_id``/``node_id``, with ``attempt`` or the node's newest), else the active attempt registered
+for the worktree holding ``cwd`` (the nearest registered ancestor; the newest attempt when several
+are active there), else the zero-setup ``fallback`` the hook proposes. Owns the refusal of
+directories that must never be captured (the filesystem root, pseudo filesystems, the snapshotd
+home and anything inside or above it) and, for zero-setup worktrees only, of the home directory
+and of trees over ``max_zero_setup_files`` files.
+
+Promises: an attempt is created only for a directory that passed those checks; every refusal of a
+capture request is a ``ServiceError`` and leaves a gap (through the ``record_gap`` it is given);
+a refusal of ``attempt_begin`` (no request to attribute a gap to) leaves none.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn
+
+from snapshotd import errors
+from snapshotd.errors import ServiceError, abs_path_field, int_value
+from snapshotd.keys import AttemptKey
+from snapshotd.ledger import Attempt, Ledger
+from snapshotd.snapshot_request import SnapshotRequest
+from snapshotd.store import Store
+
+PSEUDO_FS = (Path("/proc"), Path("/sys"), Path("/dev"))
+# Skipped when counting a zero-setup tree: never captured, or dependencies that dwarf the work.
+_UNCOUNTED_DIRS = {".git", "node_modules", ".venv", "venv", "__pycache__", ".tox", ".mypy_cache"}
+
+GapRecorder = Callable[[SnapshotRequest, "Attempt | None", str, str], None]
+
+
+class Attribution:
+    """Finds or creates the attempt of a request; shared by every op that names an attempt."""
+
+    def __init__(self, *, home: Path, ledger: Ledger, store: Store, max_zero_setup_files: int,
+                 record_gap: GapRecorder, announce_active: Callable[[Attempt], None]) -> None:
+        self.home = home
+        self.ledger = ledger
+        self.store = store
+        self.max_zero_setup_files = max_zero_setup_files
+        self.record_gap = record_gap
+        self.announce_active = announce_active
+
+    def attribute(self, req: SnapshotRequest) -> Attempt:
+        """Which attempt a capture belongs to: explicit, registered worktree, or zero-setup."""
+        if req.run_id is not None:
+            return self._named(req)
+        registered = self.active_for(req.cwd)
+        if registered is not None:
+            return registered
+        if req.fallback is None:
+            raise ServiceError(
+                errors.BAD_REQUEST, f"no attempt is registered for {req.cwd}: name run_id and "
+                "node_id, or run `snapshotd attempt begin` for this worktree")
+        fb = req.fallback
+        key = AttemptKey(fb["run_id"], fb["node_id"], fb["iteration"], fb["attempt"])
+        found = self.ledger.get_attempt(key)
+        if found is not None:
+            return found
+        req.run_id, req.node_id, req.attempt = key.run_id, key.node_id, key.attempt
+        root = self.checked_root(Path(fb["worktree"]), req)
+        self._refuse_zero_setup(root, req)
+        return self._new_attempt(key, root, zero_setup=True)
+
+    def find_attempt(self, run_id: str, node_id: str, iteration: int,
+                     number: object) -> Attempt:
+        """The attempt ``number`` of the node (its newest when None), or ``not-found``."""
+        if number is None:
+            attempt = self.newest_attempt(run_id, node_id, iteration)
+        else:
+            n = int_value("attempt", number, 1)
+            attempt = self.ledger.get_attempt(AttemptKey(run_id, node_id, iteration, n))
+        if attempt is None:
+            raise ServiceError(errors.NOT_FOUND,
+                               f"no attempt for run {run_id!r} node {node_id!r} iteration "
+                               f"{iteration}" + (f" attempt {number}" if number else ""))
+        return attempt
+
+    def newest_attempt(self, run_id: str, node_id: str, iteration: int) -> Attempt | None:
+        number = self.ledger.last_attempt_number(run_id, node_id, iteration)
+        if number == 0:
+            return None
+        return self.ledger.get_attempt(AttemptKey(run_id, node_id, iteration, number))
+
+    def active_for(self, cwd: Path) -> Attempt | None:
+        """The active attempt whose worktree is ``cwd`` or its nearest registered ancestor."""
+        path = resolve(cwd)
+        best: Attempt | None = None
+        for attempt in self.ledger.active_attempts():
+            root = Path(attempt.worktree)
+            if path == root or root in path.parents:
+                if best is None or len(str(root)) > len(best.worktree) or (
+                        str(root) == best.worktree and attempt.pk > best.pk):
+                    best = attempt
+        return best
+
+    def worktree_from_cwd(self, fields: dict) -> Path:
+        """The worktree an ``attempt_begin`` names in ``cwd``, checked like a capture's (but no
+        gap: there is no capture request to attribute one to)."""
+        cwd = abs_path_field(fields, "cwd")
+        if cwd is None:
+            raise ServiceError(errors.BAD_REQUEST, "cwd must be an absolute path")
+        return self.checked_root(cwd, None)
+
+    def checked_root(self, path: Path, req: SnapshotRequest | None) -> Path:
+        """``path`` resolved, when it may be a worktree; else a gap (for a request) and a
+        ``worktree-missing``/``worktree-refused`` error."""
+        root = resolve(path)
+        if not root.is_dir():
+            self._refuse(req, errors.WORKTREE_MISSING, f"{path} is not a directory",
+                         f"{path} does not exist or is not a directory")
+        if root == Path("/") or any(root == p or p in root.parents for p in PSEUDO_FS):
+            detail = f"{root} is the filesystem root or a pseudo filesystem; it cannot be captured"
+            self._refuse(req, errors.WORKTREE_REFUSED, detail, detail)
+        home = resolve(self.home)
+        if root == home or root in home.parents or home in root.parents:
+            self._refuse(req, errors.WORKTREE_REFUSED,
+                         f"{root} holds or is inside the snapshotd home {home}",
+                         f"{root} holds or is inside the snapshotd home {home}; set "
+                         "SNAPSHOTD_HOME elsewhere")
+        return root
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _named(self, req: SnapshotRequest) -> Attempt:
+        assert req.run_id is not None and req.node_id is not None
+        if req.attempt is None:
+            found = self.newest_attempt(req.run_id, req.node_id, req.iteration)
+            if found is not None:
+                return found
+            key = AttemptKey(req.run_id, req.node_id, req.iteration, 1)
+        else:
+            key = AttemptKey(req.run_id, req.node_id, req.iteration, req.attempt)
+            found = self.ledger.get_attempt(key)
+            if found is not None:
+                return found
+        registered = self.active_for(req.cwd)
+        root = Path(registered.worktree) if registered else self.checked_root(req.cwd, req)
+        return self._new_attempt(key, root, zero_setup=False)
+
+    def _new_attempt(self, key: AttemptKey, root: Path, *, zero_setup: bool) -> Attempt:
+        self.ledger.ensure_worktree(self.store.worktree(root).id, str(root))
+        attempt = self.ledger.create_attempt(key, str(root), zero_setup=zero_setup)
+        self.announce_active(attempt)
+        return attempt
+
+    def _refuse(self, req: SnapshotRequest | None, code: str, gap_detail: str,
+                message: str) -> NoReturn:
+        if req is not None:
+            self.record_gap(req, None, code, gap_detail)
+        raise ServiceError(code, message)
+
+    def _refuse_zero_setup(self, root: Path, req: SnapshotRequest) -> None:
+        reason = None
+        if root == Path("/"):
+            reason = "it is the filesystem root"
+        elif root == resolve(Path.home()):
+            reason = "it is your home directory"
+        else:
+            limit = self.max_zero_setup_files
+            if count_files(root, limit) > limit:
+                reason = (f"it holds more than {limit} files (raise max_zero_setup_files in "
+                          "config.toml, or run `snapshotd attempt begin` for it)")
+        if reason is not None:
+            detail = (f"refusing to adopt {root} as a zero-setup worktree: {reason}; begin an "
+                      "attempt for a project directory instead")
+            self._refuse(req, errors.WORKTREE_REFUSED, detail, detail)
+
+
+def resolve(path: Path) -> Path:
+    """``path`` with symlinks resolved, or made absolute when it cannot be resolved."""
+    try:
+        return path.resolve(strict=False)
+    except (OSError, RuntimeError):
+        return Path(os.path.abspath(path))
+
+
+def count_files(root: Path, limit: int) -> int:
+    """Files under root (skipping .git and dependency folders), counting stops past ``limit``.
+    A directory that cannot be read counts nothing: it cannot be captured either."""
+    count = 0
+    stack = [str(root)]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for entry in it:
+                    if entry.is_dir(follow_symlinks=False):
+                        if entry.name not in _UNCOUNTED_DIRS:
+                            stack.append(entry.path)
+                    else:
+                        count += 1
+                        if count > limit:
+                            return count
+        except OSError:
+            continue
+    return count

@@ -1,0 +1,67 @@
+"""The embedded ledger backend: one SQLite file in WAL mode (``<home>/snapshotd.db``).
+
+Owns the SQLite connection, its pragmas (WAL; ``synchronous`` NORMAL, or FULL for ``durability =
+"full"``; foreign keys) and its transactions.
+
+Promises: ``BEGIN IMMEDIATE`` takes the database's write lock, which already serializes every
+writer (one daemon per home), so the per-row locks of the interface are no-ops here. A file that
+cannot be opened as a SQLite database raises ``LedgerUnavailable``; every other ``sqlite3.Error``
+is translated to ``LedgerError`` (``translate``).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from snapshotd.ledger_base import LedgerBackend, LedgerError, LedgerUnavailable, Tx
+
+
+class SqliteBackend(LedgerBackend):
+    dialect = "sqlite"
+
+    def __init__(self, path: Path) -> None:
+        self.location = str(path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None,
+                                       timeout=30.0)
+        except (OSError, sqlite3.Error) as exc:
+            raise LedgerUnavailable(f"cannot open the SQLite ledger {path}: {exc}") from exc
+        try:
+            self._db.row_factory = sqlite3.Row
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("PRAGMA foreign_keys=ON")
+        except sqlite3.Error as exc:
+            self._db.close()
+            raise LedgerUnavailable(f"cannot open the SQLite ledger {path}: {exc}") from exc
+
+    @contextmanager
+    def transaction(self, *, pipeline: bool = False) -> Iterator[Tx]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield Tx(self._db, self)
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        else:
+            self._db.execute("COMMIT")
+
+    def read(self, sql: str, args: Any, *, one: bool) -> Any:
+        cur = self._db.execute(sql, args)
+        return cur.fetchone() if one else cur.fetchall()
+
+    def translate(self, exc: BaseException) -> LedgerError | None:
+        if isinstance(exc, sqlite3.Error):
+            return LedgerError(f"SQLite ledger {self.location}: {type(exc).__name__}: {exc}")
+        return None
+
+    def set_full_durability(self, full: bool) -> None:
+        self._db.execute(f"PRAGMA synchronous={'FULL' if full else 'NORMAL'}")
+
+    def close(self) -> None:
+        self._db.close()

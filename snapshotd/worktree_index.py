@@ -1,0 +1,524 @@
+"""One worktree's stat cache, and the captures that use it.
+
+Owns ``WorktreeIndex``: the git index of a worktree kept in memory, its git dir under
+``<home>/worktrees/<id>/`` (which shares the store's objects and refs through a ``commondir``
+file, as ``git worktree`` does, so libgit2 honours ignore rules for that worktree with its own
+``core.excludesFile``), the full capture (``capture``: a stat scan of the whole tree) and the
+fast path (``capture_changed``: only the paths a watcher reported).
+
+Promises:
+- A capture is the worktree's tree as ``git add -A`` would stage it: ``.gitignore`` files
+  (nested too), the worktree's own ``info/exclude``, the user's global excludes, the daemon's
+  exclude list, and, in a plain directory with no root ``.gitignore``, a default list of
+  dependency and cache folders (see ``ignore_rules``). No ``.git`` is ever captured.
+- Unchanged files are never re-hashed; a file written within the racy window of a capture is
+  re-hashed at the next full scan.
+- The fast path rewrites only the trees on the changed paths (``trees.rewrite_tree``) and
+  learns the change counts on the way; it declines (None) whenever only a full scan can be
+  trusted.
+- A failure on the store's side raises ``StoreError`` and never skips the file: a checkpoint
+  is never acknowledged without a change it was given.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pygit2
+from pygit2.enums import DeltaStatus, DiffOption, FileMode
+
+from snapshotd import faults
+from snapshotd.ignore_rules import exclude_sources, write_excludes
+from snapshotd.seeding import prime_with_git_add, seed_from_repository
+from snapshotd.store_errors import StoreError, odb_retry
+from snapshotd.trees import TreeShapeChanged, remember_changes, rewrite_tree
+from snapshotd.user_repo import tracked_files
+
+if TYPE_CHECKING:
+    from snapshotd.store import Store
+
+# Files whose mtime is this close to a capture may change again within the same filesystem
+# clock tick without a visible stat change; they are re-hashed at the next capture.
+RACY_WINDOW_NS = 50_000_000
+
+_DIFF_FLAGS = (
+    DiffOption.INCLUDE_UNTRACKED
+    | DiffOption.RECURSE_UNTRACKED_DIRS
+    | DiffOption.INCLUDE_TYPECHANGE
+    | DiffOption.INCLUDE_UNREADABLE
+    | DiffOption.UPDATE_INDEX
+    | DiffOption.SKIP_BINARY_CHECK
+    | DiffOption.DISABLE_PATHSPEC_MATCH
+)
+
+
+@dataclass
+class Capture:
+    """The result of scanning a worktree into its index and writing the tree."""
+
+    tree: str
+    added: int = 0
+    modified: int = 0
+    deleted: int = 0
+    skipped: list[dict] = field(default_factory=list)
+    full_scan: bool = True
+    paths: list[str] = field(default_factory=list)  # what a full scan found changed
+
+
+class WorktreeIndex:
+    """One worktree's in-memory stat cache, and the capture that uses it.
+
+    Not thread-safe: the service serializes every call for one worktree.
+    """
+
+    def __init__(self, store: Store, wt_id: str, root: Path) -> None:
+        self.store = store
+        self.id = wt_id
+        self.root = root
+        self.gitdir = store.home / "worktrees" / wt_id
+        self._repo: pygit2.Repository | None = None
+        self._index: pygit2.Index | None = None
+        self._exclude_sources: tuple = ()
+        self._racy: set[str] = set()
+        self._dirty = False
+        # The tree the index described at the last capture: the fast path rewrites only the
+        # trees on changed paths from it (libgit2's index write re-reads every tree after).
+        self._tree: str | None = None
+
+    def capture(self) -> Capture:
+        """Bring the index up to date with the worktree and write its tree (objects included)."""
+        self._check_root()
+        self._ensure_gitdir()
+        try:
+            faults.check("objects")
+        except OSError as exc:
+            raise StoreError("object-write-failed", f"could not write objects: {exc}") from exc
+        index = self._load_index()
+        result = Capture(tree="")
+        started_ns = time.time_ns()
+        touched: list[str] = []
+        previous_racy, self._racy = self._racy, set()
+        try:
+            for path in sorted(previous_racy):
+                self._update_path(index, path, result, touched, racy_recheck=True)
+            try:
+                diff = index.diff_to_workdir(int(_DIFF_FLAGS))
+            except pygit2.GitError as exc:
+                raise StoreError("scan-failed", f"could not scan {self.root}: {exc}") from exc
+            for delta in diff.deltas:
+                status = delta.status
+                if status == DeltaStatus.DELETED:
+                    path = delta.old_file.path
+                    result.paths.append(path)
+                    if _remove_entry(index, path):
+                        result.deleted += 1
+                    continue
+                path = delta.new_file.path
+                result.paths.append(path.rstrip("/"))
+                if status == DeltaStatus.UNREADABLE:
+                    result.skipped.append({"path": path, "reason": "unreadable"})
+                    continue
+                if status in (DeltaStatus.UNTRACKED, DeltaStatus.ADDED, DeltaStatus.MODIFIED,
+                              DeltaStatus.TYPECHANGE):
+                    self._update_path(index, path, result, touched,
+                                      new=status in (DeltaStatus.UNTRACKED, DeltaStatus.ADDED))
+        except StoreError:
+            # The cache is partly updated: whatever was hashed may be racy; re-hash it next time.
+            self._racy = previous_racy | set(touched)
+            raise
+        self._racy = {p for p in touched if _is_racy(self.root / p, started_ns)}
+        faults.crash_point("after-blobs")
+        try:
+            result.tree = str(odb_retry(index.write_tree))
+        except pygit2.GitError as exc:
+            raise StoreError("object-write-failed", f"could not write the tree: {exc}") from exc
+        faults.crash_point("after-tree")
+        self._tree = result.tree
+        self._dirty = True
+        return result
+
+    def capture_changed(self, paths: Iterable[str]) -> Capture | None:
+        """Update only ``paths`` (worktree-relative, as a watcher reported them) and write the
+        tree: cost follows the change, not the tree. A path that is now a directory is crawled
+        (a new directory's files may predate its watch); a vanished one drops every entry
+        under it. Returns None when only a full scan can be trusted (no cache loaded yet, or
+        an ignore file changed) — the caller then runs ``capture()``."""
+        if self._index is None or self._repo is None:
+            return None
+        self._check_root()
+        try:
+            faults.check("objects")
+        except OSError as exc:
+            raise StoreError("object-write-failed", f"could not write objects: {exc}") from exc
+        # Racy entries are not re-hashed here: a write after their hash raised an event, so it
+        # is in ``paths``. They stay marked for the next full scan, which has only stats.
+        wanted = {p.strip("/") for p in paths}
+        wanted.discard("")
+        if any(p == ".gitignore" or p.endswith("/.gitignore") for p in wanted):
+            return None
+        if not all(p.isascii() or _utf8(p) for p in wanted):
+            return None  # a name that is not UTF-8: only libgit2's own scan handles its bytes
+        if self._exclude_sources != exclude_sources(self.root):
+            return None
+        index = self._index
+        repo = self._repo
+        result = Capture(tree="", full_scan=False)
+        started_ns = time.time_ns()
+        touched: list[str] = []
+        files: set[str] = set()  # file entries changed; anything else is structural
+        structural = self._tree is None
+        try:
+            for rel in sorted(wanted):
+                if ".git" in rel.split("/"):
+                    continue
+                full = self.root / rel
+                try:
+                    st = os.lstat(full)
+                except FileNotFoundError:
+                    was_file = rel in index
+                    if _remove_entry(index, rel):
+                        result.deleted += 1
+                        if was_file:
+                            files.add(rel)
+                        else:
+                            structural = True  # a directory went
+                    continue
+                except OSError as exc:
+                    result.skipped.append({"path": rel, "reason": "unreadable", "detail": str(exc)})
+                    continue
+                if stat.S_ISDIR(st.st_mode):
+                    structural = True
+                    self._crawl(index, repo, rel, result, touched)
+                    continue
+                if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+                    continue  # sockets and FIFOs are not content, as in the full scan
+                if rel not in index and repo.path_is_ignored(rel):
+                    continue
+                self._update_path(index, rel, result, touched)
+                files.add(rel)
+        except StoreError:
+            self._racy |= set(touched)  # partly updated: re-hash what was hashed, next time
+            raise
+        self._racy |= {p for p in touched if _is_racy(self.root / p, started_ns)}
+        faults.crash_point("after-blobs")
+        result.tree = self._write_changed_tree(index, repo, files, structural)
+        faults.crash_point("after-tree")
+        self._tree = result.tree
+        self._dirty = True
+        return result
+
+    def _write_changed_tree(self, index: pygit2.Index, repo: pygit2.Repository,
+                            files: set[str], structural: bool) -> str:
+        """The fast path's tree: the last tree rewritten along the changed ``files`` when
+        nothing structural (a directory come or gone) changed, else the index's whole tree.
+        Change counts learnt on the way are kept for ``trees.tree_changes``."""
+        try:
+            if not structural:
+                assert self._tree is not None
+                tree, counts = odb_retry(rewrite_tree, repo, index, self._tree, files)
+                remember_changes(self._tree, tree, counts)
+                return tree
+            return str(odb_retry(index.write_tree))
+        except (pygit2.GitError, TreeShapeChanged):
+            try:
+                return str(odb_retry(index.write_tree))
+            except pygit2.GitError as exc:
+                raise StoreError("object-write-failed",
+                                 f"could not write the tree: {exc}") from exc
+
+    def _crawl(self, index: pygit2.Index, repo: pygit2.Repository, rel: str, result: Capture,
+               touched: list[str]) -> None:
+        """Add every non-ignored file under directory ``rel`` and drop cached entries under it
+        that are gone (a directory replaced wholesale, e.g. by ``git checkout``)."""
+        if repo.path_is_ignored(rel + "/"):
+            return
+        if (self.root / rel / ".git").exists():
+            result.skipped.append({"path": rel, "reason": "nested-repository"})
+            return
+        present: set[str] = set()
+        stack = [rel]
+        while stack:
+            current = stack.pop()
+            try:
+                entries = list(os.scandir(self.root / current))
+            except OSError as exc:
+                result.skipped.append({"path": current, "reason": "unreadable",
+                                       "detail": str(exc)})
+                continue
+            for entry in entries:
+                child = f"{current}/{entry.name}"
+                if entry.name == ".git":
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    if repo.path_is_ignored(child + "/"):
+                        continue
+                    if os.path.lexists(os.path.join(entry.path, ".git")):
+                        result.skipped.append({"path": child, "reason": "nested-repository"})
+                        continue
+                    stack.append(child)
+                    continue
+                if child not in index and repo.path_is_ignored(child):
+                    continue
+                present.add(child)
+                self._update_path(index, child, result, touched)
+        prefix = rel + "/"
+        for entry in [e.path for e in index if e.path.startswith(prefix)]:
+            if entry not in present and not os.path.lexists(self.root / entry):
+                if _remove_entry(index, entry):
+                    result.deleted += 1
+
+    def _check_root(self) -> None:
+        """The worktree must still be the real directory it was registered as: a root (or a
+        parent) swapped for a symlink could point the capture at ``/``."""
+        try:
+            st = os.lstat(self.root)
+        except FileNotFoundError:
+            raise StoreError("worktree-missing", f"worktree {self.root} no longer exists") from None
+        except OSError as exc:
+            raise StoreError("worktree-missing", f"worktree {self.root}: {exc}") from None
+        if not stat.S_ISDIR(st.st_mode):
+            kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a directory"
+            raise StoreError("worktree-replaced", f"worktree {self.root} is now {kind}; "
+                             "begin a new attempt for the directory you mean")
+        if os.path.realpath(self.root) != str(self.root):
+            raise StoreError("worktree-replaced", f"worktree {self.root} now resolves to "
+                             f"{os.path.realpath(self.root)} through a symlink; begin a new "
+                             "attempt for the directory you mean")
+
+    def persist(self) -> None:
+        """Write the stat cache to disk (a cache, not a record: losing it costs one full hash)."""
+        if self._index is not None and self._dirty:
+            try:
+                self._index.write()
+                self._dirty = False
+            except (pygit2.GitError, OSError):
+                pass
+
+    def cached_tree(self) -> str | None:
+        """The tree the in-memory stat cache describes (None when not loaded)."""
+        if self._index is None:
+            return None
+        try:
+            return str(odb_retry(self._index.write_tree))
+        except pygit2.GitError:
+            self.drop_cache()
+            return None
+
+    def drop_cache(self) -> None:
+        """Forget the in-memory index so the next capture rebuilds it from disk or cold."""
+        self._index = None
+        self._repo = None
+        self._tree = None
+
+    def ignore_matcher(self) -> pygit2.Repository:
+        """A repository object of its own on this worktree's stat-cache git dir, whose
+        ``path_is_ignored(rel)`` applies the capture's ignore rules; another thread (the watcher)
+        may use it while captures run. Call under the worktree lock (it writes the excludes)."""
+        self._ensure_gitdir()
+        self._refresh_excludes(force=self._repo is None)
+        return pygit2.Repository(str(self.gitdir))
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _update_path(self, index: pygit2.Index, path: str, result: Capture, touched: list[str],
+                     *, new: bool = False, racy_recheck: bool = False) -> None:
+        full = self.root / path
+        if path.endswith("/"):
+            # libgit2 reports a nested repository as an untracked directory; its own history
+            # is not ours to copy.
+            result.skipped.append({"path": path.rstrip("/"), "reason": "nested-repository"})
+            return
+        try:
+            st = full.lstat()
+        except FileNotFoundError:
+            if _remove_entry(index, path) and not racy_recheck:
+                result.deleted += 1
+            return
+        except OSError as exc:
+            result.skipped.append({"path": path, "reason": "unreadable", "detail": str(exc)})
+            return
+        if stat.S_ISREG(st.st_mode) and st.st_size > self.store.max_file_bytes:
+            _remove_entry(index, path)
+            result.skipped.append({"path": path, "reason": "too-large", "bytes": st.st_size})
+            return
+        before = _entry_id(index, path)
+        try:
+            self._add(index, path)
+        except (pygit2.GitError, OSError) as exc:
+            result.skipped.append({"path": path, "reason": "unreadable", "detail": str(exc)})
+            return
+        touched.append(path)
+        after = _entry_id(index, path)
+        if racy_recheck:
+            if before is None:
+                result.added += 1
+            elif before != after:
+                result.modified += 1
+        elif new or before is None:
+            result.added += 1
+        else:
+            result.modified += 1
+
+    def _add(self, index: pygit2.Index, path: str) -> None:
+        """Hash ``path`` into the store and the index. A failure on the store's side raises
+        ``StoreError``: the file is fine, and skipping it would acknowledge a checkpoint without
+        the change. Any other failure (the file cannot be read) is the caller's to report."""
+        try:
+            odb_retry(index.add, path)
+        except (pygit2.GitError, OSError) as exc:
+            if self.store.is_store_failure(exc):
+                raise StoreError("object-write-failed", f"could not store {path}: {exc}") from exc
+            raise
+
+    def _load_index(self) -> pygit2.Index:
+        if self._index is not None:
+            self._refresh_excludes()
+            return self._index
+        self._refresh_excludes(force=True)
+        try:
+            self._repo = pygit2.Repository(str(self.gitdir))
+            index = self._repo.index
+            index.read(False)
+            _drop_entries_without_objects(self._repo, index)
+        except pygit2.GitError:
+            # A corrupt cache is rebuilt, never trusted.
+            (self.gitdir / "index").unlink(missing_ok=True)
+            self._repo = pygit2.Repository(str(self.gitdir))
+            index = self._repo.index
+        if len(index) == 0:
+            index = self._prime_cold(index)
+        self._index = index
+        return index
+
+    def _prime_cold(self, index: pygit2.Index) -> pygit2.Index:
+        """Start an empty cache: from the worktree's own git index when it has one (only files
+        that differ from it are hashed), else with the git CLI (several times faster than
+        libgit2 cold); if that fails too, ``capture()`` hashes every file through libgit2."""
+        if seed_from_repository(self.root, self.gitdir, self.store):
+            seeded = self._open_seeded()
+            if seeded is not None:
+                return seeded
+        if not prime_with_git_add(self.root, self.gitdir):
+            return index
+        self._repo = pygit2.Repository(str(self.gitdir))
+        index = self._repo.index
+        self._add_tracked_ignored(index)
+        return index
+
+    def _open_seeded(self) -> pygit2.Index | None:
+        """The index ``seed_from_repository`` wrote, or None (and gone) if libgit2 refuses it."""
+        try:
+            self._repo = pygit2.Repository(str(self.gitdir))
+            index = self._repo.index
+            index.read(True)
+        except pygit2.GitError:
+            (self.gitdir / "index").unlink(missing_ok=True)
+            self._repo = pygit2.Repository(str(self.gitdir))
+            return None
+        return index
+
+    def _add_tracked_ignored(self, index: pygit2.Index) -> None:
+        """Files the user's repository tracks although they match an ignore rule are captured,
+        as ``git add -A`` in that repository would keep them."""
+        for path in tracked_files(self.root):
+            if path in index:
+                continue
+            if (self.root / path).is_symlink() or (self.root / path).is_file():
+                try:
+                    self._add(index, path)
+                except (pygit2.GitError, OSError):
+                    continue
+
+    def _ensure_gitdir(self) -> None:
+        gitdir = self.gitdir
+        if (gitdir / "commondir").exists():
+            return
+        gitdir.mkdir(parents=True, exist_ok=True)
+        (gitdir / "commondir").write_text(str(self.store.path) + "\n")
+        # libgit2 takes the workdir from the parent of the path in ``gitdir``.
+        (gitdir / "gitdir").write_text(str(self.root / ".git") + "\n")
+        (gitdir / "HEAD").write_text("ref: refs/heads/snapshotd-unborn\n")
+
+    def _refresh_excludes(self, force: bool = False) -> None:
+        """Rewrite the cache's exclude file when its sources changed (or ``force``)."""
+        sources = exclude_sources(self.root)
+        if not force and sources == self._exclude_sources:
+            return
+        self._exclude_sources = sources
+        write_excludes(self.gitdir, self.root, sources, self.store.excludes)
+        if self._repo is not None and not force:
+            # libgit2 reads core.excludesFile once per repository object: reopen, keep the index.
+            index = self._index
+            self._repo = pygit2.Repository(str(self.gitdir))
+            if index is not None:
+                self._index = _rebind_index(self._repo, index)
+
+
+def worktree_id(root: Path) -> str:
+    """A stable id for a worktree path (its stat cache directory name)."""
+    digest = hashlib.sha256(os.fsencode(str(root))).hexdigest()[:16]
+    name = "".join(c if c.isalnum() or c in "-_." else "-" for c in root.name)[:40] or "root"
+    return f"{name}-{digest}"
+
+
+def _entry_id(index: pygit2.Index, path: str) -> str | None:
+    try:
+        entry = index[path]
+    except KeyError:
+        return None
+    return f"{entry.id}:{entry.mode}"
+
+
+def _remove_entry(index: pygit2.Index, path: str) -> bool:
+    """Drop ``path`` (a file entry, or every entry under a directory) from the index; whether
+    anything was there. ``remove_directory`` succeeds on a path the index never had, so the
+    answer is whether the index shrank: an editor's vanished temp file is no structural change."""
+    try:
+        index.remove(path)
+        return True
+    except (pygit2.GitError, OSError, KeyError):
+        before = len(index)
+        try:
+            index.remove_directory(path)
+        except (pygit2.GitError, OSError, KeyError):
+            return False
+        return len(index) < before
+
+
+def _drop_entries_without_objects(repo: pygit2.Repository, index: pygit2.Index) -> None:
+    """A cached entry whose blob the store lacks (a damaged or foreign cache) would produce a
+    tree with a hole: such entries are dropped so their files are hashed again."""
+    odb = repo.odb
+    missing = [e.path for e in index if e.mode != FileMode.COMMIT and e.id not in odb]
+    for path in missing:
+        index.remove(path)
+
+
+def _utf8(path: str) -> bool:
+    try:
+        path.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _is_racy(path: Path, started_ns: int) -> bool:
+    try:
+        return path.lstat().st_mtime_ns >= started_ns - RACY_WINDOW_NS
+    except OSError:
+        return False
+
+
+def _rebind_index(repo: pygit2.Repository, old: pygit2.Index) -> pygit2.Index:
+    """Carry an in-memory index over to a reopened repository object."""
+    old.write()
+    index = repo.index
+    index.read(True)
+    return index
