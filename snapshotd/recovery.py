@@ -1,8 +1,14 @@
-"""Start-up repair of the store after a crash or a power cut.
+"""Creating the store durably, and repairing it at start-up after a crash or a power cut.
 
-Owns what the daemon checks in ``<home>/store.git`` and the stat caches under
+Owns the creation of ``<home>/store.git`` (``ensure_store``: built beside its final name, every
+file and directory fsynced, then renamed into place, so after a cut there is either no store or
+a whole one) and what the daemon checks in the store and the stat caches under
 ``<home>/worktrees`` before it trusts them, while it holds the home lock (so no other daemon
 writes there):
+
+- the store's own files: a ``HEAD`` or ``config`` that is empty or does not parse, or a
+  missing ``objects``/``refs`` directory, is rebuilt (``HEAD`` names no branch we use; the
+  config holds only the settings below), never trusted.
 
 - lock files (``*.lock``) under ``refs/``, beside ``HEAD``/``config``/``packed-refs``, and in
   the stat caches' git dirs: a writer killed (or a power cut) between taking one and renaming
@@ -25,11 +31,14 @@ import hashlib
 import logging
 import os
 import re
+import shutil
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from snapshotd.durable import sync_dirs
+import pygit2
+
+from snapshotd.durable import fsync_path, make_dirs, sync_dirs, sync_tree, write_file
 
 log = logging.getLogger("snapshotd.recovery")
 
@@ -39,6 +48,13 @@ FULL_CHECK_BYTES = 1 << 20
 _HEADER = re.compile(rb"^(blob|tree|commit|tag) (\d+)\0")
 _HEX = re.compile(r"^[0-9a-f]+$")
 _TOP_LOCKS = ("HEAD.lock", "config.lock", "packed-refs.lock", "index.lock", "shallow.lock")
+# The store's settings: worktree config carries each stat cache's excludes file; gc stays ours.
+STORE_CONFIG: dict[str, object] = {
+    "core.repositoryformatversion": 1, "core.bare": True, "extensions.worktreeConfig": True,
+    "gc.auto": 0, "core.logAllRefUpdates": False,
+}
+_STORE_DIRS = ("objects", "objects/pack", "objects/info", "refs", "refs/heads", "refs/tags")
+_HEAD = b"ref: refs/heads/master\n"
 
 
 @dataclass
@@ -53,6 +69,33 @@ class Recovery:
     def as_dict(self) -> dict:
         return {"stale_locks": list(self.stale_locks), "bad_objects": len(self.bad_objects),
                 "bad_refs": list(self.bad_refs), "repaired_files": list(self.repaired_files)}
+
+
+def ensure_store(home: Path) -> list[str]:
+    """Create ``<home>/store.git`` (and the home, and ``worktrees``) so that it survives a power
+    cut, or repair the store's own files; the files repaired (relative to the store)."""
+    make_dirs(home)
+    # The home may have been created just now by someone who fsynced nothing (the home lock
+    # makes it first): its name, and its parents', are made durable here, at every start.
+    for directory in (home, *home.parents):
+        fsync_path(directory)
+    store = home / "store.git"
+    repaired: list[str] = []
+    if not store.is_dir() or not any(store.iterdir()):
+        building = home / "store.git.new"
+        shutil.rmtree(building, ignore_errors=True)
+        repo = pygit2.init_repository(str(building), bare=True)
+        _configure(repo.config)
+        del repo
+        sync_tree(building)
+        if store.is_dir():
+            store.rmdir()  # an empty directory: a store whose entries never reached the disk
+        os.rename(building, store)
+        fsync_path(home)
+    else:
+        repaired = _repair_store(store)
+    make_dirs(home / "worktrees")
+    return repaired
 
 
 def recover_home(home: Path) -> Recovery:
@@ -119,6 +162,58 @@ def remove_bad_refs(store: Path) -> list[str]:
             if not (len(text) == 40 and _HEX.match(text)) and not text.startswith("ref: "):
                 bad.append(path)
     return _remove(store, bad)
+
+
+def _repair_store(store: Path) -> list[str]:
+    repaired: list[str] = []
+    for name in _STORE_DIRS:
+        if not (store / name).is_dir():
+            make_dirs(store / name)
+            repaired.append(name)
+    try:
+        head = (store / "HEAD").read_bytes()
+    except OSError:
+        head = b""
+    text = head.strip()
+    if not (head.endswith(b"\n") and (text.startswith(b"ref: refs/")
+                                      or (len(text) == 40 and _HEX.match(text.decode())))):
+        write_file(store / "HEAD", _HEAD)
+        repaired.append("HEAD")
+    if not _config_ok(store / "config"):
+        config_path = store / "config"
+        if config_path.exists():
+            os.replace(config_path, store / "config.damaged")
+        config_path.write_bytes(b"")
+        _configure(pygit2.Config(str(config_path)))
+        fsync_path(config_path)
+        fsync_path(store)
+        repaired.append("config")
+    if repaired:
+        log.warning("repaired the store's %s (empty or unreadable after a crash)",
+                    ", ".join(repaired))
+    return repaired
+
+
+def _config_ok(path: Path) -> bool:
+    try:
+        config = pygit2.Config(str(path))
+        return all(_config_value(config, key, value) == value
+                   for key, value in STORE_CONFIG.items())
+    except (pygit2.GitError, OSError, KeyError, ValueError):
+        return False
+
+
+def _config_value(config: pygit2.Config, key: str, like: object) -> object:
+    if isinstance(like, bool):
+        return config.get_bool(key)
+    if isinstance(like, int):
+        return config.get_int(key)
+    return config[key]
+
+
+def _configure(config: pygit2.Config) -> None:
+    for key, value in STORE_CONFIG.items():
+        config[key] = value
 
 
 def _loose_object_ok(path: Path, oid: str) -> bool:

@@ -23,6 +23,7 @@ Promises:
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import stat
 import time
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING
 import pygit2
 from pygit2.enums import DeltaStatus, DiffOption, FileMode
 
-from snapshotd import faults
+from snapshotd import durable, faults
 from snapshotd.ignore_rules import exclude_sources, write_excludes
 from snapshotd.seeding import prime_with_git_add, seed_from_repository
 from snapshotd.store_errors import StoreError, odb_retry
@@ -43,6 +44,8 @@ from snapshotd.user_repo import tracked_files
 
 if TYPE_CHECKING:
     from snapshotd.store import Store
+
+log = logging.getLogger("snapshotd.store")
 
 # Files whose mtime is this close to a capture may change again within the same filesystem
 # clock tick without a visible stat change; they are re-hashed at the next capture.
@@ -87,6 +90,7 @@ class WorktreeIndex:
         self._index: pygit2.Index | None = None
         self._exclude_sources: tuple = ()
         self._racy: set[str] = set()
+        self._gitdir_checked = False
         self._dirty = False
         # The tree the index described at the last capture: the fast path rewrites only the
         # trees on changed paths from it (libgit2's index write re-reads every tree after).
@@ -405,7 +409,7 @@ class WorktreeIndex:
             seeded = self._open_seeded()
             if seeded is not None:
                 return seeded
-        if not prime_with_git_add(self.root, self.gitdir):
+        if not prime_with_git_add(self.root, self.gitdir, self.store.path, self.store.fsync):
             return index
         self._repo = pygit2.Repository(str(self.gitdir))
         index = self._repo.index
@@ -437,14 +441,26 @@ class WorktreeIndex:
                     continue
 
     def _ensure_gitdir(self) -> None:
-        gitdir = self.gitdir
-        if (gitdir / "commondir").exists():
+        """The cache's git dir with the files that make it a worktree of the store, checked by
+        content once per daemon run (a power cut can leave them empty) and written durably."""
+        if self._gitdir_checked:
             return
-        gitdir.mkdir(parents=True, exist_ok=True)
-        (gitdir / "commondir").write_text(str(self.store.path) + "\n")
+        gitdir = self.gitdir
+        durable.make_dirs(gitdir)
         # libgit2 takes the workdir from the parent of the path in ``gitdir``.
-        (gitdir / "gitdir").write_text(str(self.root / ".git") + "\n")
-        (gitdir / "HEAD").write_text("ref: refs/heads/snapshotd-unborn\n")
+        wanted = {"commondir": f"{self.store.path}\n", "gitdir": f"{self.root / '.git'}\n",
+                  "HEAD": "ref: refs/heads/snapshotd-unborn\n"}
+        for name, text in wanted.items():
+            try:
+                current = (gitdir / name).read_text()
+            except (OSError, UnicodeDecodeError):
+                current = None
+            if current != text:
+                if current is not None:
+                    log.warning("stat cache %s: %s was damaged (%d bytes); rewritten",
+                                self.id, name, len(current))
+                durable.write_file(gitdir / name, text.encode())
+        self._gitdir_checked = True
 
     def _refresh_excludes(self, force: bool = False) -> None:
         """Rewrite the cache's exclude file when its sources changed (or ``force``)."""
