@@ -5,32 +5,76 @@ row: the rows the ref's chain holds but the ledger lacks are rebuilt from the co
 (``Snapshotd-Seq``, ``-Source``, ``-Tier``, ``-Label``, ``-Tool-Use-Id``, ``-Worktree``). An
 attempt the ledger does not know at all is recreated ``interrupted``.
 
-Promises: a seq the store holds is never reused or renumbered; rows are inserted oldest first; a
-chain is walked back only to the newest seq the ledger already has.
+Also owns the repair of a power cut with ``durability = "process"``, which can take an
+attempt's newest commits while their rows (or the ref) still name them: such rows are dropped,
+newest first until one whose commit is whole, each drop reported through ``on_lost`` (a
+``checkpoint-lost`` gap), and the ref is pointed at the newest checkpoint left (or removed). A
+ref whose file did not survive (``snapshotd.recovery`` removed it) is pointed back at the
+attempt's newest row.
+
+Promises: a seq the store holds is never reused or renumbered (nor one that was dropped:
+``snapshotd.seqmarks``); rows are inserted oldest first; a chain is walked back only to the
+newest seq the ledger already has; a row is never left naming a commit the store lacks.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import pygit2
 
 from snapshotd.keys import AttemptKey
-from snapshotd.ledger import Ledger
+from snapshotd.ledger import Attempt, Ledger
 from snapshotd.store import Store, parse_trailers
 
 log = logging.getLogger("snapshotd.reconcile")
 
 
-def reconcile(store: Store, ledger: Ledger) -> dict:
-    """Every attempt ref against the ledger; ``{"rebuilt_rows", "at"}`` for ``status``."""
+def reconcile(store: Store, ledger: Ledger,
+              on_lost: Callable[[Attempt, list[int]], None] | None = None) -> dict:
+    """Every attempt ref against the ledger; ``{"rebuilt_rows", "dropped_rows", "at"}`` for
+    ``status``."""
+    dropped = drop_lost_checkpoints(store, ledger, on_lost or (lambda _a, _s: None))
     rebuilt = 0
     for key, tip in store.attempt_refs():
         rebuilt += reconcile_attempt(store, ledger, key, tip)
     if rebuilt:
         log.warning("reconciliation rebuilt %d checkpoint rows from store refs", rebuilt)
-    return {"rebuilt_rows": rebuilt, "at": time.time()}
+    return {"rebuilt_rows": rebuilt, "dropped_rows": dropped, "at": time.time()}
+
+
+def drop_lost_checkpoints(store: Store, ledger: Ledger,
+                          on_lost: Callable[[Attempt, list[int]], None]) -> int:
+    """Drop the rows whose commits the store lost and point each ref at a commit it has; how
+    many rows were dropped. Only attempts whose newest row or ref tip is missing are read."""
+    tips = dict(store.attempt_refs())
+    dropped = 0
+    for attempt in ledger.attempts():
+        last = ledger.last_checkpoint(attempt.pk)
+        tip = tips.get(attempt.key)
+        last_ok = last is None or store.has_checkpoint(last["commit"])
+        tip_ok = tip is not None and store.has_checkpoint(tip)
+        if last_ok and (tip_ok or (tip is None and last is None)):
+            continue
+        rows = [r for r in ledger.attempt_checkpoints(attempt.pk) if r["pruned_at"] is None]
+        gone: list[int] = []
+        while rows and not store.has_checkpoint(rows[-1]["commit"]):
+            gone.append(rows.pop()["seq"])
+        if gone:
+            ledger.drop_checkpoints(attempt, gone)
+            log.warning("attempt %s: dropped %d row(s) whose commits the store lost (seqs %s)",
+                        attempt.key, len(gone), sorted(gone))
+            on_lost(attempt, sorted(gone))
+            dropped += len(gone)
+        if tip_ok:
+            continue  # the ref is whole (and maybe ahead: its rows are rebuilt next)
+        if rows:
+            store.set_attempt_ref(attempt.key, rows[-1]["commit"])
+        elif tip is not None:
+            store.delete_attempt_refs([attempt.key])
+    return dropped
 
 
 def reconcile_attempt(store: Store, ledger: Ledger, key: AttemptKey, tip: str) -> int:

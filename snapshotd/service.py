@@ -38,6 +38,7 @@ from snapshotd.keys import AttemptKey
 from snapshotd.ledger import ACTIVE, Attempt, DuplicateToolCall, Ledger, SeqConflict, open_ledger
 from snapshotd.listing import list_op, list_run
 from snapshotd.reconcile import reconcile, reconcile_attempt
+from snapshotd.seqmarks import SeqMarks
 from snapshotd.snapshot_request import SOURCES, SnapshotRequest, gap_fields
 from snapshotd.store import (
     CheckpointMeta,
@@ -78,13 +79,15 @@ class Service:
         self.home = home
         self.config = config
         self.started_at = time.time()
-        self.store = Store(home, excludes=config.excludes, max_file_bytes=config.max_file_bytes)
+        self.store = Store(home, excludes=config.excludes, max_file_bytes=config.max_file_bytes,
+                           fsync=config.durability == "full", recover=True)
         self.ledger: Ledger = open_ledger(home, config)
         self.ledger.set_full_durability(config.durability == "full")
         if config.durability == "full":
             # Objects and refs are fsynced by libgit2 before a checkpoint is acknowledged.
             pygit2.option(pygit2.enums.Option.ENABLE_FSYNC_GITDIR, True)
         self.gaps = GapSpool(gaps_file or gaps_path(home))
+        self.seqmarks = SeqMarks(home)
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self.counters: dict[str, int] = {"captures_tier1": 0, "captures_tier2": 0,
@@ -202,6 +205,7 @@ class Service:
             "latency_ms": {f"tier{t}": _percentiles(v) for t, v in self.latencies.items()},
             "active_attempts": [a.as_dict() for a in self.ledger.active_attempts()],
             "reconciliation": self.reconciliation,
+            "recovery": self.store.recovery.as_dict(),
         }
 
     # -- for the daemon's other parts ------------------------------------------------------
@@ -246,11 +250,22 @@ class Service:
 
     def close(self) -> None:
         self.store.persist_all()
+        self.seqmarks.close()
         self.ledger.close()
 
     def reconcile(self) -> dict:
-        """Bring the ledger level with the refs (``snapshotd.reconcile``)."""
-        return reconcile(self.store, self.ledger)
+        """Bring the ledger level with the refs (``snapshotd.reconcile``); checkpoints a power
+        cut took become ``checkpoint-lost`` gaps."""
+        return reconcile(self.store, self.ledger, self._lost_gap)
+
+    def _lost_gap(self, attempt: Attempt, seqs: list[int]) -> None:
+        self.gaps.record(
+            reason="checkpoint-lost", run_id=attempt.key.run_id, node_id=attempt.key.node_id,
+            iteration=attempt.key.iteration, attempt=attempt.key.attempt,
+            worktree=attempt.worktree,
+            detail=f"seqs {', '.join(map(str, seqs))} named commits the store no longer has "
+                   "(lost to a power cut with durability = \"process\"); their rows were "
+                   "dropped and their seqs are not reused")
 
     def reconcile_attempt(self, key: AttemptKey, tip: str) -> int:
         """Insert the rows of the commits on ``tip``'s chain that the ledger lacks."""
@@ -373,7 +388,13 @@ class Service:
                 head: pygit2.Commit | None, last: dict | None, started: float) -> dict:
         """Commit ``capture`` as the attempt's next checkpoint and record its row."""
         root = str(attempt.worktree)
-        seq = self._next_seq(head, last)
+        try:
+            seq = max(self._next_seq(head, last), self.seqmarks.floor(attempt.key))
+            self.seqmarks.reserve(attempt.key, seq)
+        except OSError as exc:
+            self.record_gap(req, attempt, "commit-failed", f"seq reservation: {exc}")
+            raise ServiceError(errors.CAPTURE_FAILED,
+                               f"could not reserve a seq for {attempt.key}: {exc}") from exc
         added, modified, deleted = self._changes(head, capture.tree)
         meta = CheckpointMeta(key=attempt.key, seq=seq, tier=req.tier, source=req.source,
                               worktree=root, label=req.label, tool_use_id=req.tool_use_id)
