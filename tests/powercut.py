@@ -78,7 +78,9 @@ class Rig:
                if not k.startswith(("SNAPSHOTD_", "GIT_", "CLAUDE_", "GEMINI_"))}
         env.update(SNAPSHOTD_HOME=str(self.home), SNAPSHOTD_SOCKET=str(self.socket),
                    SNAPSHOTD_AUTOSTART="0", XDG_CONFIG_HOME=str(self.root / "config"),
-                   SNAPSHOTD_DURABILITY=self.durability, **QUIET_WATCHER)
+                   SNAPSHOTD_DURABILITY=self.durability, **QUIET_WATCHER,
+                   # Every cut is a reboot: the seq marks apply after one (snapshotd.seqmarks).
+                   SNAPSHOTD_BOOT_ID=f"powercut-boot-{self.fs.cuts}")
         env.update(self.extra_env)
         return env
 
@@ -174,12 +176,15 @@ class Rig:
 
     def _record(self, attempt: str, reply: dict, before_cut: bool) -> None:
         seq, commit = int(reply["seq"]), str(reply["commit"])
+        self.acks.append(Ack(attempt, seq, commit, str(reply.get("tree", "")), before_cut))
+        if not before_cut:
+            # The power went before this reply: it was never sent, its seq never handed out.
+            return
         seen = self.handed.setdefault(attempt, {})
         if seq in seen and seen[seq] != commit:
             self.reuse.append(f"{attempt} seq {seq} handed out for {seen[seq]} and again for "
                               f"{commit}")
         seen.setdefault(seq, commit)
-        self.acks.append(Ack(attempt, seq, commit, str(reply.get("tree", "")), before_cut))
 
     # -- the checks ------------------------------------------------------------------------
 

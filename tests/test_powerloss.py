@@ -11,6 +11,8 @@ The heavy random-cut run is ``python -m bench.powerloss``."""
 from __future__ import annotations
 
 import random
+import shutil
+import sqlite3
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import powerfs
+from conftest import QUIET_WATCHER, Daemon, Env
 from powercut import Rig, git_tree, plain_tree
 
 
@@ -63,7 +66,6 @@ def assert_whole(rig: Rig, attempts: list[str]) -> None:
 # -- finding 1: a new home ------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="a new home's store.git is created without fsync")
 @pytest.mark.parametrize("journal", [False, True], ids=["strict", "journal"])
 def test_a_new_home_survives_a_cut_after_its_first_captures(fuse: None, rigs: list[Rig],
                                                             tmp_path: Path,
@@ -79,7 +81,6 @@ def test_a_new_home_survives_a_cut_after_its_first_captures(fuse: None, rigs: li
 # -- finding 2 and 3: the first capture of a plain worktree, and capturing it again ---------
 
 
-@pytest.mark.xfail(strict=True, reason="git add -A objects are not fsynced")
 @pytest.mark.parametrize("journal", [False, True], ids=["strict", "journal"])
 def test_the_first_capture_of_a_plain_worktree_survives_a_cut(fuse: None, rigs: list[Rig],
                                                               tmp_path: Path,
@@ -96,7 +97,6 @@ def test_the_first_capture_of_a_plain_worktree_survives_a_cut(fuse: None, rigs: 
 # -- finding 4: a ref lock left by a cut ----------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="a stale ref lock wedges the attempt")
 def test_a_cut_right_after_the_ref_lock_is_fsynced_does_not_wedge_the_attempt(
         fuse: None, rigs: list[Rig], tmp_path: Path) -> None:
     # The journal model: the lock's name is committed with its fsync, the rename is not.
@@ -115,7 +115,6 @@ def test_a_cut_right_after_the_ref_lock_is_fsynced_does_not_wedge_the_attempt(
 # -- finding 5: seeding copies a pack -------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="objects/pack is not fsynced after a pack copy")
 def test_a_seeded_pack_survives_a_cut(fuse: None, rigs: list[Rig], tmp_path: Path) -> None:
     rig = new_rig(rigs, tmp_path / "rig", home_exists=True)
     rig.start()
@@ -129,7 +128,6 @@ def test_a_seeded_pack_survives_a_cut(fuse: None, rigs: list[Rig], tmp_path: Pat
 # -- finding 6: process mode never reuses a seq ---------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="process mode hands out lost seqs again")
 def test_process_mode_never_hands_out_a_seq_again_after_a_cut(fuse: None, rigs: list[Rig],
                                                               tmp_path: Path) -> None:
     rig = new_rig(rigs, tmp_path / "rig", durability="process", home_exists=True)
@@ -148,7 +146,6 @@ def test_process_mode_never_hands_out_a_seq_again_after_a_cut(fuse: None, rigs: 
 # -- random cut points ----------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="findings 1-5")
 @pytest.mark.parametrize("journal", [False, True], ids=["strict", "journal"])
 def test_full_mode_loses_nothing_acknowledged_at_random_cut_points(
         fuse: None, rigs: list[Rig], tmp_path: Path, journal: bool) -> None:
@@ -180,3 +177,182 @@ def test_git_fsck_of_the_store_is_what_the_checks_use(tmp_path: Path) -> None:
     fsck = subprocess.run(["git", "--git-dir", str(store), "fsck", "--strict"],
                           capture_output=True)
     assert fsck.returncode != 0
+
+
+# -- the same findings without FUSE: the damage a cut leaves, made by hand ---------------------
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    env = Env(tmp_path)
+    yield env
+    shutil.rmtree(env.sockdir, ignore_errors=True)
+
+
+def start(env: Env, **extra: str) -> Daemon:
+    return Daemon(env, extra_env={**QUIET_WATCHER, **extra}).start()
+
+
+def snap(d: Daemon, wt: Path, run: str = "r") -> dict:
+    with d.client() as c:
+        return c.snapshot(str(wt), run_id=run, node_id="n")
+
+
+def fsck_ok(env: Env) -> None:
+    fsck = subprocess.run(["git", "--git-dir", str(env.home / "store.git"), "fsck", "--strict",
+                           "--no-dangling"], capture_output=True, text=True)
+    assert fsck.returncode == 0, fsck.stdout + fsck.stderr
+
+
+def test_an_empty_store_head_and_config_are_rebuilt(env: Env, tmp_path: Path) -> None:
+    wt = plain_tree(tmp_path / "wt")
+    d = start(env)
+    with d.client() as c:
+        c.attempt_begin("r", "n", str(wt))
+    first = snap(d, wt)
+    d.kill9()
+    store = env.home / "store.git"
+    (store / "HEAD").write_bytes(b"")  # what a cut leaves when only the names were durable
+    (store / "config").write_bytes(b"")
+    d = start(env)
+    try:
+        with d.client() as c:
+            assert c.status()["recovery"]["repaired_files"] == ["HEAD", "config"]
+        (wt / "more.txt").write_text("more\n")
+        assert snap(d, wt)["seq"] > first["seq"]
+        rows = env.ledger_query("SELECT commit_id FROM checkpoints ORDER BY seq")
+        assert rows[0]["commit_id"] == first["commit"]
+        fsck_ok(env)
+    finally:
+        d.stop()
+
+
+def test_damaged_objects_and_stat_cache_files_are_rebuilt_not_trusted(env: Env,
+                                                                     tmp_path: Path) -> None:
+    wt = plain_tree(tmp_path / "wt")
+    d = start(env)
+    with d.client() as c:
+        c.attempt_begin("r", "n", str(wt))
+    snap(d, wt)
+    d.kill9()
+    store = env.home / "store.git"
+    blob = subprocess.run(["git", "hash-object", str(wt / "file0.txt")], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    obj = store / "objects" / blob[:2] / blob[2:]
+    obj.chmod(0o644)
+    obj.write_bytes(b"")  # "failed to parse loose object: invalid header"
+    (cache,) = (env.home / "worktrees").iterdir()
+    for name in ("HEAD", "commondir", "gitdir"):
+        (cache / name).write_bytes(b"")  # "Repository not found"
+    d = start(env)
+    try:
+        with d.client() as c:
+            assert c.status()["recovery"]["bad_objects"] == 1
+        (wt / "file1.txt").write_text("changed\n")
+        reply = snap(d, wt)  # file0.txt's blob is needed again: written again
+        fsck_ok(env)
+        tree = subprocess.run(["git", "--git-dir", str(store), "cat-file", "-p",
+                               f"{reply['commit']}:file0.txt"], capture_output=True, text=True)
+        assert tree.stdout == "content 0\n"
+        assert (cache / "commondir").read_text() == f"{store}\n"
+    finally:
+        d.stop()
+
+
+def test_a_stale_ref_lock_is_removed_at_start_and_reported(env: Env, tmp_path: Path) -> None:
+    wt = plain_tree(tmp_path / "wt")
+    d = start(env)
+    with d.client() as c:
+        c.attempt_begin("r", "n", str(wt))
+    snap(d, wt)
+    d.kill9()
+    lock = env.home / "store.git" / "refs" / "snapshotd" / "runs" / "r" / "n" / "0" / "1.lock"
+    lock.write_text("0" * 40 + "\n")  # SIGKILL between libgit2's lock and its rename
+    d = start(env)
+    try:
+        with d.client() as c:
+            assert c.status()["recovery"]["stale_locks"] == [
+                "store.git/refs/snapshotd/runs/r/n/0/1.lock"]
+        (wt / "more.txt").write_text("more\n")
+        assert snap(d, wt)["seq"] == 1
+    finally:
+        d.stop()
+
+
+def lose_tail(env: Env, keep: int, rows_kept: int) -> None:
+    """What a power cut in process mode can do: the ref falls back to seq ``keep``, the ledger
+    keeps rows up to ``rows_kept``, and the newer commits are gone from the store."""
+    store = env.home / "store.git"
+    db = sqlite3.connect(env.home / "snapshotd.db")
+    rows = db.execute("SELECT seq, commit_id FROM checkpoints ORDER BY seq").fetchall()
+    db.execute("DELETE FROM checkpoints WHERE seq > ?", (rows_kept,))
+    db.commit()
+    db.close()
+    ref = "refs/snapshotd/runs/r/n/0/1"
+    subprocess.run(["git", "--git-dir", str(store), "update-ref", ref, rows[keep][1]],
+                   check=True)
+    for _seq, commit in rows[keep + 1:]:
+        (store / "objects" / commit[:2] / commit[2:]).unlink()
+
+
+def test_process_mode_never_reuses_a_seq_after_losing_the_tail(env: Env, tmp_path: Path) -> None:
+    wt = plain_tree(tmp_path / "wt")
+    d = start(env, SNAPSHOTD_DURABILITY="process", SNAPSHOTD_BOOT_ID="boot-1")
+    with d.client() as c:
+        c.attempt_begin("r", "n", str(wt))
+    handed = []
+    for i in range(3):
+        (wt / f"n{i}.txt").write_text(f"{i}\n")
+        handed.append(snap(d, wt)["seq"])
+    d.kill9()
+    lose_tail(env, keep=0, rows_kept=0)
+    d = start(env, SNAPSHOTD_DURABILITY="process", SNAPSHOTD_BOOT_ID="boot-2")  # rebooted
+    try:
+        (wt / "after.txt").write_text("after\n")
+        assert snap(d, wt)["seq"] not in handed  # before: seq 1 again, for another state
+    finally:
+        d.stop()
+
+
+def test_rows_whose_commits_are_gone_are_dropped_with_a_gap(env: Env, tmp_path: Path) -> None:
+    wt = plain_tree(tmp_path / "wt")
+    d = start(env, SNAPSHOTD_DURABILITY="process", SNAPSHOTD_BOOT_ID="boot-1")
+    with d.client() as c:
+        c.attempt_begin("r", "n", str(wt))
+    for i in range(3):
+        (wt / f"n{i}.txt").write_text(f"{i}\n")
+        snap(d, wt)
+    d.kill9()
+    lose_tail(env, keep=0, rows_kept=2)  # rows 1 and 2 name commits that are gone
+    d = start(env, SNAPSHOTD_DURABILITY="process", SNAPSHOTD_BOOT_ID="boot-2")
+    try:
+        with d.client() as c:
+            assert c.status()["reconciliation"]["dropped_rows"] == 2
+        assert [r["seq"] for r in env.ledger_query("SELECT seq FROM checkpoints WHERE seq < 3")
+                ] == [0]
+        (gap,) = [g for g in env.read_gaps() if g["reason"] == "checkpoint-lost"]
+        assert "seqs 1, 2" in gap["detail"]
+        (wt / "after.txt").write_text("after\n")
+        assert snap(d, wt)["seq"] >= 3
+        fsck_ok(env)
+    finally:
+        d.stop()
+
+
+@pytest.mark.parametrize("stop", ["clean", "kill9"])
+def test_a_restart_without_a_reboot_numbers_on_without_a_skip(env: Env, tmp_path: Path,
+                                                              stop: str) -> None:
+    wt = plain_tree(tmp_path / "wt")
+    d = start(env, SNAPSHOTD_DURABILITY="process", SNAPSHOTD_BOOT_ID="boot-1")
+    with d.client() as c:
+        c.attempt_begin("r", "n", str(wt))
+    snap(d, wt)
+    d.stop() if stop == "clean" else d.kill9()
+    # A clean stop writes the exact mark; after a crash in the same boot the ledger is whole.
+    d = start(env, SNAPSHOTD_DURABILITY="process",
+              SNAPSHOTD_BOOT_ID="boot-1" if stop == "kill9" else "boot-2")
+    try:
+        (wt / "after.txt").write_text("after\n")
+        assert snap(d, wt)["seq"] == 1
+    finally:
+        d.stop()
