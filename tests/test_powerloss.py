@@ -216,13 +216,13 @@ def test_an_empty_store_head_and_config_are_rebuilt(env: Env, tmp_path: Path) ->
     (store / "config").write_bytes(b"")
     d = start(env)
     try:
-        with d.client() as c:
-            assert c.status()["recovery"]["repaired_files"] == ["HEAD", "config"]
         (wt / "more.txt").write_text("more\n")
         assert snap(d, wt)["seq"] > first["seq"]
         rows = env.ledger_query("SELECT commit_id FROM checkpoints ORDER BY seq")
         assert rows[0]["commit_id"] == first["commit"]
         fsck_ok(env)
+        with d.client() as c:
+            assert c.status()["recovery"]["repaired_files"] == ["HEAD", "config"]
     finally:
         d.stop()
 
@@ -246,8 +246,6 @@ def test_damaged_objects_and_stat_cache_files_are_rebuilt_not_trusted(env: Env,
         (cache / name).write_bytes(b"")  # "Repository not found"
     d = start(env)
     try:
-        with d.client() as c:
-            assert c.status()["recovery"]["bad_objects"] == 1
         (wt / "file1.txt").write_text("changed\n")
         reply = snap(d, wt)  # file0.txt's blob is needed again: written again
         fsck_ok(env)
@@ -255,6 +253,8 @@ def test_damaged_objects_and_stat_cache_files_are_rebuilt_not_trusted(env: Env,
                                f"{reply['commit']}:file0.txt"], capture_output=True, text=True)
         assert tree.stdout == "content 0\n"
         assert (cache / "commondir").read_text() == f"{store}\n"
+        with d.client() as c:
+            assert c.status()["recovery"]["bad_objects"] == 1
     finally:
         d.stop()
 
@@ -270,11 +270,11 @@ def test_a_stale_ref_lock_is_removed_at_start_and_reported(env: Env, tmp_path: P
     lock.write_text("0" * 40 + "\n")  # SIGKILL between libgit2's lock and its rename
     d = start(env)
     try:
+        (wt / "more.txt").write_text("more\n")
+        assert snap(d, wt)["seq"] == 1  # before: "failed to lock file ... for writing"
         with d.client() as c:
             assert c.status()["recovery"]["stale_locks"] == [
                 "store.git/refs/snapshotd/runs/r/n/0/1.lock"]
-        (wt / "more.txt").write_text("more\n")
-        assert snap(d, wt)["seq"] == 1
     finally:
         d.stop()
 
@@ -326,10 +326,10 @@ def test_rows_whose_commits_are_gone_are_dropped_with_a_gap(env: Env, tmp_path: 
     lose_tail(env, keep=0, rows_kept=2)  # rows 1 and 2 name commits that are gone
     d = start(env, SNAPSHOTD_DURABILITY="process", SNAPSHOTD_BOOT_ID="boot-2")
     try:
-        with d.client() as c:
-            assert c.status()["reconciliation"]["dropped_rows"] == 2
         assert [r["seq"] for r in env.ledger_query("SELECT seq FROM checkpoints WHERE seq < 3")
                 ] == [0]
+        with d.client() as c:
+            assert c.status()["reconciliation"]["dropped_rows"] == 2
         (gap,) = [g for g in env.read_gaps() if g["reason"] == "checkpoint-lost"]
         assert "seqs 1, 2" in gap["detail"]
         (wt / "after.txt").write_text("after\n")
