@@ -3,8 +3,9 @@ durable, tests/powerfs.py), power cut at chosen points and at random ones.
 
 With ``durability = "full"`` every acknowledged checkpoint survives any cut, the store passes
 ``git fsck --strict``, the ledger its integrity check, and every worktree can be captured again.
-In every mode a seq handed out is never handed out again for another commit. Each of the edge
-cases found by a LazyFS-style run has a test of its own here; the ones that need no FUSE (a
+In every mode a seq handed out is never handed out again for another commit. Each edge case
+(a new home, a plain worktree's first capture, a stale ref lock, a seeded pack, process-mode
+seqs) has a test of its own here; the ones that need no FUSE (a
 damaged file left on disk) run everywhere, the rest skip, saying why, without ``/dev/fuse``.
 The heavy random-cut run is ``python -m bench.powerloss``."""
 
@@ -63,7 +64,7 @@ def assert_whole(rig: Rig, attempts: list[str]) -> None:
     assert problems == [], "\n".join(problems) + "\n" + rig.log_tail()
 
 
-# -- finding 1: a new home ------------------------------------------------------------------
+# -- a new home --------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("journal", [False, True], ids=["strict", "journal"])
@@ -78,7 +79,7 @@ def test_a_new_home_survives_a_cut_after_its_first_captures(fuse: None, rigs: li
     assert_whole(rig, [a])
 
 
-# -- finding 2 and 3: the first capture of a plain worktree, and capturing it again ---------
+# -- the first capture of a plain worktree (git add -A), and capturing it again ---------------
 
 
 @pytest.mark.parametrize("journal", [False, True], ids=["strict", "journal"])
@@ -94,7 +95,7 @@ def test_the_first_capture_of_a_plain_worktree_survives_a_cut(fuse: None, rigs: 
     assert_whole(rig, [a])
 
 
-# -- finding 4: a ref lock left by a cut ----------------------------------------------------
+# -- a ref lock left by a cut -----------------------------------------------------------------
 
 
 def test_a_cut_right_after_the_ref_lock_is_fsynced_does_not_wedge_the_attempt(
@@ -112,7 +113,7 @@ def test_a_cut_right_after_the_ref_lock_is_fsynced_does_not_wedge_the_attempt(
     assert_whole(rig, [a])
 
 
-# -- finding 5: seeding copies a pack -------------------------------------------------------
+# -- seeding copies a pack --------------------------------------------------------------------
 
 
 def test_a_seeded_pack_survives_a_cut(fuse: None, rigs: list[Rig], tmp_path: Path) -> None:
@@ -125,7 +126,7 @@ def test_a_seeded_pack_survives_a_cut(fuse: None, rigs: list[Rig], tmp_path: Pat
     assert_whole(rig, [a])
 
 
-# -- finding 6: process mode never reuses a seq ---------------------------------------------
+# -- process mode never reuses a seq ----------------------------------------------------------
 
 
 def test_process_mode_never_hands_out_a_seq_again_after_a_cut(fuse: None, rigs: list[Rig],
@@ -179,7 +180,7 @@ def test_git_fsck_of_the_store_is_what_the_checks_use(tmp_path: Path) -> None:
     assert fsck.returncode != 0
 
 
-# -- the same findings without FUSE: the damage a cut leaves, made by hand ---------------------
+# -- the same cases without FUSE: the damage a cut leaves, made by hand -----------------------
 
 
 @pytest.fixture
