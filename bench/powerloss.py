@@ -9,8 +9,12 @@ acknowledged before the cut is in the ledger and on its attempt's chain (full mo
 worktree can be captured again. Prints one JSON document: runs, acknowledged checkpoints
 checked, problems (first few, verbatim).
 
+With ``--settled`` the home is established first (each worktree captured once, the disk made
+whole), so the cut falls among steady-state captures: where process mode loses its tail.
+
 Usage: ``python -m bench.powerloss [--runs 50] [--durability full|process]
-[--model strict|journal|both] [--rounds 3] [--seed 22]``. Needs /dev/fuse and fusermount3.
+[--model strict|journal|both] [--rounds 3] [--seed 22] [--settled]``. Needs /dev/fuse and
+fusermount3.
 """
 
 from __future__ import annotations
@@ -30,14 +34,21 @@ import powerfs  # noqa: E402 - the test layer lives with the tests
 from powercut import Rig, git_tree, plain_tree  # noqa: E402
 
 
-def one_run(durability: str, journal: bool, rounds: int, sync_limit: int | None) -> dict:
+def one_run(durability: str, journal: bool, rounds: int, sync_limit: int | None,
+            settled: bool = False) -> dict:
     root = Path(tempfile.mkdtemp(prefix="sdpl", dir="/tmp"))
     rig = Rig(root / "rig", durability=durability, journal=journal)
     out: dict = {"sync_limit": sync_limit, "journal": journal, "problems": []}
     try:
-        rig.start(sync_limit=sync_limit)
+        rig.start(sync_limit=None if settled else sync_limit)
         attempts = [rig.begin("r", "plain", plain_tree(root / "plain")),
                     rig.begin("r", "git", git_tree(root / "git"))]
+        if settled:
+            # An established home: the cut point falls among the captures, not the set-up.
+            for attempt in attempts:
+                rig.change(attempt)
+                rig.capture(attempt)
+            rig.settle(sync_limit=sync_limit)
         for _ in range(rounds):
             for attempt in attempts:
                 rig.change(attempt)
@@ -67,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", choices=["strict", "journal", "both"], default="both")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seed", type=int, default=22)
+    parser.add_argument("--settled", action="store_true",
+                        help="cut among the captures of an established home (each worktree "
+                             "captured once and the disk made whole first)")
     args = parser.parse_args(argv)
     reason = powerfs.unavailable()
     if reason:
@@ -75,16 +89,17 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(args.seed)
     models = [False, True] if args.model == "both" else [args.model == "journal"]
     started = time.monotonic()
-    dry = {journal: one_run(args.durability, journal, args.rounds, None)["syncs"]
+    dry = {journal: one_run(args.durability, journal, args.rounds, None, args.settled)["syncs"]
            for journal in models}
     runs = []
     for i in range(args.runs):
         journal = models[i % len(models)]
         runs.append(one_run(args.durability, journal, args.rounds,
-                            rng.randrange(0, dry[journal] + 1)))
+                            rng.randrange(0, dry[journal] + 1), args.settled))
     problems = [p for r in runs for p in r["problems"]]
     print(json.dumps({
-        "durability": args.durability, "runs": len(runs), "dry_run_syncs": dry,
+        "durability": args.durability, "settled": args.settled, "runs": len(runs),
+        "dry_run_syncs": dry,
         "acked_before_cut": sum(r.get("acked_before_cut", 0) for r in runs),
         "runs_with_problems": sum(bool(r["problems"]) for r in runs),
         "problems": problems[:20], "seconds": round(time.monotonic() - started, 1),

@@ -6,6 +6,9 @@ the disk only at ``fsync`` of the file, and a name (a create, rename, link or ``
 used one can depend on the result after a power cut. Also the ``git`` options that make the git
 CLI fsync what it writes (``GIT_FSYNC_ARGS``): by default git does not fsync loose objects.
 
+Also ``boot_id``: only a reboot (a power cut, a kernel panic) can undo what was written without
+fsync, so work that repairs such damage is needed once per boot.
+
 Promises: ``write_file`` replaces a file atomically (old or new content after a cut, never
 empty); ``make_dirs`` leaves every directory it created reachable after a cut; ``sync_tree``
 makes everything under a root durable, names and data.
@@ -94,3 +97,16 @@ def sync_object_dirs(store: Path) -> None:
     fanout = [objects / entry.name for entry in os.scandir(objects)
               if len(entry.name) == 2 and entry.is_dir(follow_symlinks=False)]
     sync_dirs([*fanout, objects / "pack", objects])
+
+
+def boot_id() -> str:
+    """This boot's id (it changes at every reboot, so at every power loss); "" where the system
+    has none (every start is then taken for one after a reboot). ``SNAPSHOTD_BOOT_ID`` stands
+    in for it in tests that cut power without rebooting."""
+    override = os.environ.get("SNAPSHOTD_BOOT_ID")
+    if override:
+        return override
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""

@@ -17,7 +17,9 @@ writes there):
 - loose objects that exist but do not inflate to what their name says (an empty file: the
   name reached the disk, the data did not). libgit2 takes an object that exists for present
   and never writes it again, so such an object would break every later tree that names it;
-  it is removed, and written again by the next capture that needs it.
+  it is removed, and written again by the next capture that needs it. Only a reboot can leave
+  one (a killed writer leaves a temporary file, never a damaged final name), so the scan runs
+  at the first start of each boot (``<home>/checked-boot`` records the last one).
 - loose refs whose file does not parse (empty, or not an object id): removed and listed; the
   service then points the attempt's ref at its newest checkpoint that survived.
 
@@ -38,7 +40,7 @@ from pathlib import Path
 
 import pygit2
 
-from snapshotd.durable import fsync_path, make_dirs, sync_dirs, sync_tree, write_file
+from snapshotd.durable import boot_id, fsync_path, make_dirs, sync_dirs, sync_tree, write_file
 
 log = logging.getLogger("snapshotd.recovery")
 
@@ -103,8 +105,15 @@ def recover_home(home: Path) -> Recovery:
     out = Recovery()
     store = home / "store.git"
     out.stale_locks = remove_stale_locks(home)
-    if (store / "objects").is_dir():
+    marker = home / "checked-boot"
+    boot = boot_id()
+    try:
+        checked = marker.read_text().strip() == boot != ""
+    except OSError:
+        checked = False
+    if (store / "objects").is_dir() and not checked:
         out.bad_objects = remove_bad_loose_objects(store)
+        write_file(marker, f"{boot}\n".encode())
     if (store / "refs").is_dir():
         out.bad_refs = remove_bad_refs(store)
     if out.stale_locks:

@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import threading
 from pathlib import Path
 
-from snapshotd.durable import make_dirs, write_file
+from snapshotd.durable import boot_id, make_dirs, write_file
 from snapshotd.keys import AttemptKey
 
 log = logging.getLogger("snapshotd.seqmarks")
@@ -103,15 +102,3 @@ class SeqMarks:
     def _write(self, key: AttemptKey, mark: int) -> None:
         make_dirs(self.dir)
         write_file(self._path(key), f"{key}\n{mark}\n{boot_id()}\n".encode())
-
-
-def boot_id() -> str:
-    """This boot's id (changes at every reboot); "" where the system has none (every start is
-    then taken for one after a reboot: the marks always apply)."""
-    override = os.environ.get("SNAPSHOTD_BOOT_ID")
-    if override:
-        return override
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""

@@ -231,7 +231,7 @@ def test_an_empty_store_head_and_config_are_rebuilt(env: Env, tmp_path: Path) ->
 def test_damaged_objects_and_stat_cache_files_are_rebuilt_not_trusted(env: Env,
                                                                      tmp_path: Path) -> None:
     wt = plain_tree(tmp_path / "wt")
-    d = start(env)
+    d = start(env, SNAPSHOTD_BOOT_ID="boot-1")
     with d.client() as c:
         c.attempt_begin("r", "n", str(wt))
     snap(d, wt)
@@ -245,7 +245,7 @@ def test_damaged_objects_and_stat_cache_files_are_rebuilt_not_trusted(env: Env,
     (cache,) = (env.home / "worktrees").iterdir()
     for name in ("HEAD", "commondir", "gitdir"):
         (cache / name).write_bytes(b"")  # "Repository not found"
-    d = start(env)
+    d = start(env, SNAPSHOTD_BOOT_ID="boot-2")  # the power cut that did this was a reboot
     try:
         (wt / "file1.txt").write_text("changed\n")
         reply = snap(d, wt)  # file0.txt's blob is needed again: written again

@@ -46,7 +46,9 @@ def test_stale_locks_are_removed_and_listed(home: Path) -> None:
     assert recover_home(home).stale_locks == []
 
 
-def test_damaged_loose_objects_are_removed_and_sound_ones_kept(home: Path) -> None:
+def test_damaged_loose_objects_are_removed_and_sound_ones_kept(
+        home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SNAPSHOTD_BOOT_ID", "boot-1")
     store = home / "store.git"
     ids = [git(store, "hash-object", "-w", "--stdin", stdin=f"blob {i}\n".encode())
            for i in range(4)]
@@ -61,6 +63,12 @@ def test_damaged_loose_objects_are_removed_and_sound_ones_kept(home: Path) -> No
     assert paths[0].exists() and not any(p.exists() for p in paths[1:])
     assert git(store, "cat-file", "-p", ids[0]) == "blob 0"
     assert report.as_dict()["bad_objects"] == 3
+    # Once per boot: a later start in the same boot does not read every object again.
+    paths[0].chmod(0o644)
+    paths[0].write_bytes(b"")
+    assert recover_home(home).bad_objects == []
+    monkeypatch.setenv("SNAPSHOTD_BOOT_ID", "boot-2")
+    assert recover_home(home).bad_objects == [ids[0]]
 
 
 def test_damaged_ref_files_are_removed_and_sound_ones_kept(home: Path) -> None:
