@@ -398,6 +398,18 @@ class Ledger:
             if final_commit is not None:
                 db.execute("UPDATE attempts SET final_commit=? WHERE pk=?", (final_commit, attempt.pk))
 
+    def drop_checkpoints(self, attempt: Attempt, seqs: list[int]) -> None:
+        """Delete the rows (and their tool calls) of ``seqs``: checkpoints whose commits a power
+        cut took from the store. Their seqs stay used (``snapshotd.seqmarks``)."""
+        with self.transaction() as db:
+            faults.check("ledger")
+            db.lock_attempt(attempt.pk)
+            for seq in seqs:
+                db.execute("DELETE FROM tool_calls WHERE attempt_pk=? AND seq=?",
+                           (attempt.pk, seq))
+                db.execute("DELETE FROM checkpoints WHERE attempt_pk=? AND seq=?",
+                           (attempt.pk, seq))
+
     def delete_run(self, run_id: str) -> int:
         """Remove a run's attempts, checkpoints and tool calls; returns the checkpoints removed."""
         with self.transaction() as db:

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from snapshotd.durable import fsync_path
 from snapshotd.ledger_base import (
     LedgerBackend,
     LedgerDamaged,
@@ -77,6 +78,14 @@ class SqliteBackend(LedgerBackend):
 
     def set_full_durability(self, full: bool) -> None:
         self._db.execute(f"PRAGMA synchronous={'FULL' if full else 'NORMAL'}")
+        if full:
+            # SQLite never fsyncs a new database file's directory, nor the file itself before
+            # its first checkpoint: a power cut could leave it empty, and SQLite then deletes
+            # the WAL holding every commit. Checkpoint, then make the file and its name durable.
+            self._db.execute("PRAGMA wal_checkpoint(FULL)")
+            path = Path(self.location)
+            fsync_path(path)
+            fsync_path(path.parent)
 
     def close(self) -> None:
         self._db.close()

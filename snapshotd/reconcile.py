@@ -7,29 +7,42 @@ attempt the ledger does not know at all is recreated ``interrupted``. An attempt
 reconciled (a broken ref, a missing commit, an unreadable row) is handed to ``snapshotd.damage``
 and the others go on.
 
-Promises: a seq the store holds is never reused or renumbered; rows are inserted oldest first; a
-chain is walked back only to the newest seq the ledger already has.
+Also owns the repair of a power cut with ``durability = "process"``, which can take an
+attempt's newest commits while their rows (or the ref) still name them: such rows are dropped,
+newest first until one whose commit is whole, each drop reported through ``on_lost`` (a
+``checkpoint-lost`` gap), and the ref is pointed at the newest checkpoint left (or removed). A
+ref whose file did not survive (``snapshotd.recovery`` removed it) is pointed back at the
+attempt's newest row.
+
+Promises: a seq the store holds is never reused or renumbered (nor one that was dropped:
+``snapshotd.seqmarks``); rows are inserted oldest first; a chain is walked back only to the
+newest seq the ledger already has; a row is never left naming a commit the store lacks.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import pygit2
 
 from snapshotd.damage import DamageRegistry, repair_ref
+from snapshotd.gaps import GapSpool
 from snapshotd.keys import AttemptKey
-from snapshotd.ledger import Ledger, LedgerDamaged
+from snapshotd.ledger import Attempt, Ledger, LedgerDamaged
 from snapshotd.store import Store, parse_trailers
 
 log = logging.getLogger("snapshotd.reconcile")
 
 
-def reconcile(store: Store, ledger: Ledger, damage: DamageRegistry | None = None) -> dict:
-    """Every attempt ref against the ledger; ``{"rebuilt_rows", "damaged_attempts", "at"}``
-    for ``status``. An attempt whose ref is broken, whose chain or rows cannot be read, is
-    recorded as damaged (``snapshotd.damage``) and skipped: every other attempt is reconciled."""
+def reconcile(store: Store, ledger: Ledger, damage: DamageRegistry | None = None,
+              on_lost: Callable[[Attempt, list[int]], None] | None = None) -> dict:
+    """Every attempt ref against the ledger; ``{"rebuilt_rows", "damaged_attempts",
+    "dropped_rows", "at"}`` for ``status``. An attempt whose ref is broken, whose chain or rows
+    cannot be read, is recorded as damaged (``snapshotd.damage``) and skipped: every other
+    attempt is reconciled. Then rows whose commits the store lost (a power loss in process
+    mode) are dropped, each attempt's through ``on_lost``."""
     rebuilt = 0
     damaged = 0
     for key in store.attempt_keys():
@@ -51,7 +64,41 @@ def reconcile(store: Store, ledger: Ledger, damage: DamageRegistry | None = None
             log.error("attempt %s is damaged: %s", key, detail)
     if rebuilt:
         log.warning("reconciliation rebuilt %d checkpoint rows from store refs", rebuilt)
-    return {"rebuilt_rows": rebuilt, "damaged_attempts": damaged, "at": time.time()}
+    dropped = drop_lost_checkpoints(store, ledger, on_lost or (lambda _a, _s: None))
+    return {"rebuilt_rows": rebuilt, "damaged_attempts": damaged, "dropped_rows": dropped,
+            "at": time.time()}
+
+
+def drop_lost_checkpoints(store: Store, ledger: Ledger,
+                          on_lost: Callable[[Attempt, list[int]], None]) -> int:
+    """Drop the rows whose commits the store lost and point each ref at a commit it has; how
+    many rows were dropped. Only attempts whose newest row or ref tip is missing are read."""
+    tips = dict(store.attempt_refs())
+    dropped = 0
+    for attempt in ledger.attempts():
+        last = ledger.last_checkpoint(attempt.pk)
+        tip = tips.get(attempt.key)
+        last_ok = last is None or store.has_checkpoint(last["commit"])
+        tip_ok = tip is not None and store.has_checkpoint(tip)
+        if last_ok and (tip_ok or (tip is None and last is None)):
+            continue
+        rows = [r for r in ledger.attempt_checkpoints(attempt.pk) if r["pruned_at"] is None]
+        gone: list[int] = []
+        while rows and not store.has_checkpoint(rows[-1]["commit"]):
+            gone.append(rows.pop()["seq"])
+        if gone:
+            ledger.drop_checkpoints(attempt, gone)
+            log.warning("attempt %s: dropped %d row(s) whose commits the store lost (seqs %s)",
+                        attempt.key, len(gone), sorted(gone))
+            on_lost(attempt, sorted(gone))
+            dropped += len(gone)
+        if tip_ok:
+            continue  # the ref is whole (and maybe ahead: its rows are rebuilt next)
+        if rows:
+            store.set_attempt_ref(attempt.key, rows[-1]["commit"])
+        elif tip is not None:
+            store.delete_attempt_refs([attempt.key])
+    return dropped
 
 
 def reconcile_attempt(store: Store, ledger: Ledger, key: AttemptKey, tip: str) -> int:
@@ -94,3 +141,17 @@ def _worktree_of(ledger: Ledger, key: AttemptKey) -> str | None:
         log.warning("could not read attempt %s from the ledger for its damage gap", key)
         return None
     return attempt.worktree if attempt else None
+
+
+def lost_gap_writer(gaps: GapSpool) -> Callable[[Attempt, list[int]], None]:
+    """The ``on_lost`` of ``reconcile``: each attempt's lost checkpoints as one
+    ``checkpoint-lost`` gap."""
+    def record(attempt: Attempt, seqs: list[int]) -> None:
+        gaps.record(
+            reason="checkpoint-lost", run_id=attempt.key.run_id, node_id=attempt.key.node_id,
+            iteration=attempt.key.iteration, attempt=attempt.key.attempt,
+            worktree=attempt.worktree,
+            detail=f"seqs {', '.join(map(str, seqs))} named commits the store no longer has "
+                   "(lost to a power cut with durability = \"process\"); their rows were "
+                   "dropped and their seqs are not reused")
+    return record

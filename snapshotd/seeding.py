@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import pygit2
 from pygit2.enums import FileMode
 
+from snapshotd.durable import GIT_FSYNC_ARGS, sync_dirs, sync_object_dirs
 from snapshotd.user_repo import strip_index, user_gitdir
 
 if TYPE_CHECKING:
@@ -55,13 +56,13 @@ def seed_from_repository(root: Path, cache_gitdir: Path, store: Store) -> bool:
     with_trees = seed.cache_tree is not None
     with store.lock:
         missing = _missing_objects(store.repo.odb, wanted)
-    if missing and not _copy_objects(gitdir, store.path, missing):
+    if missing and not _copy_objects(gitdir, store.path, missing, store.fsync):
         # A tree the cache-tree names may be gone from the user's repository (gc'd after
         # a reset): seed the blobs alone; the trees are then written from the entries.
         with_trees = False
         trees = set(seed.trees)
         missing = [oid for oid in missing if oid not in trees]
-        if missing and not _copy_objects(gitdir, store.path, missing):
+        if missing and not _copy_objects(gitdir, store.path, missing, store.fsync):
             return False
     tmp = cache_gitdir / "index.seed"
     tmp.write_bytes(seed.index_file(with_cache_tree=with_trees))
@@ -69,18 +70,25 @@ def seed_from_repository(root: Path, cache_gitdir: Path, store: Store) -> bool:
     return True
 
 
-def prime_with_git_add(root: Path, cache_gitdir: Path) -> bool:
+def prime_with_git_add(root: Path, cache_gitdir: Path, store: Path, fsync: bool) -> bool:
     """Fill the empty index of ``cache_gitdir`` with ``git add -A`` of worktree ``root``.
     True when git ran to the end (exit 1 only means some files could not be read: they are
-    left out, as the libgit2 scan would skip them)."""
+    left out, as the libgit2 scan would skip them). With ``fsync`` the objects git wrote into
+    ``store`` are durable on return: git fsyncs each file (``GIT_FSYNC_ARGS``; by default it
+    fsyncs no loose object), and the directories they were linked into are fsynced here."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env.update(GIT_DIR=str(cache_gitdir), GIT_WORK_TREE=str(root),
                GIT_CONFIG_NOSYSTEM="1", GIT_OPTIONAL_LOCKS="0")
     proc = subprocess.run(
-        ["git", "-c", "core.quotePath=false", "add", "-A", "--ignore-errors", "."],
+        ["git", *(GIT_FSYNC_ARGS if fsync else ()), "-c", "core.quotePath=false", "add", "-A",
+         "--ignore-errors", "."],
         cwd=str(root), env=env, capture_output=True, timeout=3600,
     )
-    return proc.returncode in (0, 1)
+    if proc.returncode not in (0, 1):
+        return False
+    if fsync:
+        sync_object_dirs(store)
+    return True
 
 
 def _missing_objects(odb: pygit2.Odb, oids: list[str]) -> list[str]:
@@ -95,7 +103,7 @@ def _missing_objects(odb: pygit2.Odb, oids: list[str]) -> list[str]:
     return [oid for oid in oids if pygit2.Oid(hex=oid) not in odb]
 
 
-def _copy_objects(user_gitdir: Path, store: Path, oids: list[str]) -> bool:
+def _copy_objects(user_gitdir: Path, store: Path, oids: list[str], fsync: bool) -> bool:
     """Copy objects (distinct ids) from the user's repository into the store as one pack.
     True only when every one arrived: ``pack-objects`` given ids packs exactly those (and fails
     on one it cannot read), so a new pack whose index counts ``len(oids)`` objects holds them
@@ -106,7 +114,9 @@ def _copy_objects(user_gitdir: Path, store: Path, oids: list[str]) -> bool:
         packer = subprocess.Popen(["git", "--git-dir", str(user_gitdir), "pack-objects",
                                    "--stdout", "-q"], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
-        indexer = subprocess.Popen(["git", "--git-dir", str(store), "index-pack", "--stdin"],
+        # index-pack fsyncs the pack and its index; their names need objects/pack fsynced.
+        indexer = subprocess.Popen(["git", *GIT_FSYNC_ARGS, "--git-dir", str(store),
+                                    "index-pack", "--stdin"],
                                    stdin=packer.stdout, stdout=subprocess.PIPE,
                                    stderr=subprocess.DEVNULL, env=env)
         assert packer.stdin is not None and packer.stdout is not None
@@ -125,6 +135,8 @@ def _copy_objects(user_gitdir: Path, store: Path, oids: list[str]) -> bool:
             header = idx.read(8 + 256 * 4)  # version 2: magic, version, fan-out table
         if header[:8] != b"\377tOc\0\0\0\2" or len(header) != 8 + 256 * 4:
             return False
+        if fsync:
+            sync_dirs([store / "objects" / "pack"])
         return struct.unpack(">I", header[-4:])[0] == len(oids)
     except (OSError, subprocess.TimeoutExpired):
         return False

@@ -46,7 +46,8 @@ from snapshotd.ledger import (
     open_ledger,
 )
 from snapshotd.listing import list_op, list_run
-from snapshotd.reconcile import reconcile, reconcile_attempt
+from snapshotd.reconcile import lost_gap_writer, reconcile, reconcile_attempt
+from snapshotd.seqmarks import SeqMarks
 from snapshotd.snapshot_request import SOURCES, SnapshotRequest, gap_fields
 from snapshotd.store import (
     CheckpointMeta,
@@ -88,13 +89,15 @@ class Service:
         self.home = home
         self.config = config
         self.started_at = time.time()
-        self.store = Store(home, excludes=config.excludes, max_file_bytes=config.max_file_bytes)
+        self.store = Store(home, excludes=config.excludes, max_file_bytes=config.max_file_bytes,
+                           fsync=config.durability == "full", recover=True)
         self.ledger: Ledger = open_ledger(home, config)
         self.ledger.set_full_durability(config.durability == "full")
         if config.durability == "full":
             # Objects and refs are fsynced by libgit2 before a checkpoint is acknowledged.
             pygit2.option(pygit2.enums.Option.ENABLE_FSYNC_GITDIR, True)
         self.gaps = GapSpool(gaps_file or gaps_path(home))
+        self.seqmarks = SeqMarks(home)
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self.counters: dict[str, int] = {"captures_tier1": 0, "captures_tier2": 0,
@@ -235,6 +238,7 @@ class Service:
             "active_attempts": [a.as_dict() for a in self.ledger.active_attempts()],
             "reconciliation": self.reconciliation,
             "damaged_attempts": self.damage.listing(),
+            "recovery": self.store.recovery.as_dict(),
         }
 
     # -- for the daemon's other parts ------------------------------------------------------
@@ -283,11 +287,13 @@ class Service:
 
     def close(self) -> None:
         self.store.persist_all()
+        self.seqmarks.close()
         self.ledger.close()
 
     def reconcile(self) -> dict:
-        """Bring the ledger level with the refs (``snapshotd.reconcile``)."""
-        return reconcile(self.store, self.ledger, self.damage)
+        """Bring the ledger level with the refs (``snapshotd.reconcile``); checkpoints a power
+        cut took become ``checkpoint-lost`` gaps."""
+        return reconcile(self.store, self.ledger, self.damage, lost_gap_writer(self.gaps))
 
     def reconcile_attempt(self, key: AttemptKey, tip: str) -> int:
         """Insert the rows of the commits on ``tip``'s chain that the ledger lacks."""
@@ -436,7 +442,13 @@ class Service:
                 head: pygit2.Commit | None, last: dict | None, started: float) -> dict:
         """Commit ``capture`` as the attempt's next checkpoint and record its row."""
         root = str(attempt.worktree)
-        seq = self._next_seq(head, last)
+        try:
+            seq = max(self._next_seq(head, last), self.seqmarks.floor(attempt.key))
+            self.seqmarks.reserve(attempt.key, seq)
+        except OSError as exc:
+            self.record_gap(req, attempt, "commit-failed", f"seq reservation: {exc}")
+            raise ServiceError(errors.CAPTURE_FAILED,
+                               f"could not reserve a seq for {attempt.key}: {exc}") from exc
         added, modified, deleted = self._changes(head, capture.tree)
         meta = CheckpointMeta(key=attempt.key, seq=seq, tier=req.tier, source=req.source,
                               worktree=root, label=req.label, tool_use_id=req.tool_use_id,

@@ -34,7 +34,9 @@ from pathlib import Path
 import pygit2
 
 from snapshotd import faults
+from snapshotd.durable import sync_dirs
 from snapshotd.keys import REF_PREFIX, AttemptKey
+from snapshotd.recovery import Recovery, ensure_store, recover_home
 from snapshotd.scan_rules import source_readable
 from snapshotd.store_errors import (
     ODB_TRIES,
@@ -73,16 +75,29 @@ class Store:
     """The shared bare repository and the per-worktree stat caches."""
 
     def __init__(self, home: Path, *, excludes: tuple[str, ...] = (),
-                 max_file_bytes: int = 64 << 20) -> None:
+                 max_file_bytes: int = 64 << 20, fsync: bool = False,
+                 recover: bool = False) -> None:
         self.home = home
         self.path = home / "store.git"
         self.excludes = tuple(excludes)
         self.max_file_bytes = max_file_bytes
+        # Full durability: what the store writes outside libgit2's own fsyncs is fsynced too.
+        self.fsync = fsync
         self.lock = threading.Lock()
         # Captures write objects under it shared; gc deletes unreachable ones under it alone.
         self.gate = ObjectGate()
         self._indexes: dict[str, WorktreeIndex] = {}
-        self._init_repository()
+        if recover:
+            # The daemon, holding the home lock: create or repair the store durably, then clear
+            # what a crash left. Anyone else (a CLI reading beside a running daemon) must not
+            # remove the locks of a writer at work: it only creates a missing store.
+            repaired = ensure_store(home)
+            self.recovery = recover_home(home)
+            self.recovery.repaired_files = repaired
+        else:
+            if not (self.path / "HEAD").is_file():
+                ensure_store(home)
+            self.recovery = Recovery()
         self.repo = pygit2.Repository(str(self.path))
 
     def reader(self) -> pygit2.Repository:
@@ -156,6 +171,7 @@ class Store:
         parents = [pygit2.Oid(hex=parent)] if parent else []
         with self.lock:
             faults.check("objects")
+            new_ref = self.repo.references.get(meta.key.ref) is None
             for attempt in range(1, ODB_TRIES + 1):
                 oid = odb_retry(self.repo.create_commit, None, sig, sig, message,
                                 pygit2.Oid(hex=tree), parents)
@@ -173,6 +189,8 @@ class Store:
                     log.warning("commit %s vanished before its ref moved (%s); writing it "
                                 "again", oid, exc)
             faults.crash_point("after-ref")
+            if self.fsync:
+                self._make_names_durable(meta.key, new_ref)
         return str(oid)
 
     def rewind(self, key: AttemptKey, tip: str, to: str | None) -> bool:
@@ -249,6 +267,16 @@ class Store:
                 return pygit2.Oid(hex=oid) in self.repo.odb
         except (ValueError, TypeError, pygit2.GitError):
             return False
+
+    def has_checkpoint(self, commit_id: str) -> bool:
+        """Whether the store holds commit ``commit_id`` and its tree (a power cut with
+        ``durability = "process"`` can take both while a ledger row or a ref still names them)."""
+        with self.lock:
+            try:
+                commit = self.repo[commit_id].peel(pygit2.Commit)
+                return commit.tree_id in self.repo.odb
+            except (KeyError, ValueError, pygit2.GitError):
+                return False
 
     def read_commit(self, commit_id: str) -> pygit2.Commit:
         """A commit of the store by id (KeyError when it has none)."""
@@ -366,18 +394,17 @@ class Store:
             (gitdir / "index").unlink(missing_ok=True)
             return None
 
-    def _init_repository(self) -> None:
-        self.home.mkdir(parents=True, exist_ok=True)
-        if not (self.path / "HEAD").exists():
-            repo = pygit2.init_repository(str(self.path), bare=True)
-            config = repo.config
-            # Worktree config carries each worktree's excludes file; gc stays ours to run.
-            config["core.repositoryformatversion"] = 1
-            config["extensions.worktreeConfig"] = True
-            config["gc.auto"] = 0
-            config["core.logAllRefUpdates"] = False
-            del repo
-        (self.home / "worktrees").mkdir(exist_ok=True)
+    def _make_names_durable(self, key: AttemptKey, new_ref: bool) -> None:
+        """libgit2 fsyncs each object, its fan-out directory and the ref's own directory, but
+        not ``objects`` (which gains a fan-out directory now and then) nor the directories a new
+        ref was created in: without these a power cut can drop them, names and all."""
+        dirs = [self.path / "objects"]
+        if new_ref:
+            ref_dir = (self.path / key.ref).parent
+            while ref_dir != self.path:
+                dirs.append(ref_dir)
+                ref_dir = ref_dir.parent
+        sync_dirs(dirs)
 
 
 def build_message(meta: CheckpointMeta) -> str:

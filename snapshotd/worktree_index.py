@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 import pygit2
 from pygit2.enums import FileMode
 
-from snapshotd import faults
+from snapshotd import durable, faults
 from snapshotd.full_scan import Capture, full_scan, remove_entry
 from snapshotd.ignore_rules import exclude_sources, write_excludes
 from snapshotd.scan_rules import NestedRepos, hidden_by, special_entry
@@ -76,6 +76,7 @@ class WorktreeIndex:
         # Cached files that could not be read: held out of the next full scan's diff (read and
         # written by ``full_scan`` too).
         self.unreadable: set[str] = set()
+        self._gitdir_checked = False
         self._dirty = False
         # The tree the index described at the last capture: the fast path rewrites only the
         # trees on changed paths from it (libgit2's index write re-reads every tree after).
@@ -394,7 +395,7 @@ class WorktreeIndex:
             seeded = self._open_seeded()
             if seeded is not None:
                 return seeded
-        if not prime_with_git_add(self.root, self.gitdir):
+        if not prime_with_git_add(self.root, self.gitdir, self.store.path, self.store.fsync):
             return index
         self._repo = pygit2.Repository(str(self.gitdir))
         index = self._repo.index
@@ -426,14 +427,26 @@ class WorktreeIndex:
                     continue
 
     def _ensure_gitdir(self) -> None:
-        gitdir = self.gitdir
-        if (gitdir / "commondir").exists():
+        """The cache's git dir with the files that make it a worktree of the store, checked by
+        content once per daemon run (a power cut can leave them empty) and written durably."""
+        if self._gitdir_checked:
             return
-        gitdir.mkdir(parents=True, exist_ok=True)
-        (gitdir / "commondir").write_text(str(self.store.path) + "\n")
+        gitdir = self.gitdir
+        durable.make_dirs(gitdir)
         # libgit2 takes the workdir from the parent of the path in ``gitdir``.
-        (gitdir / "gitdir").write_text(str(self.root / ".git") + "\n")
-        (gitdir / "HEAD").write_text("ref: refs/heads/snapshotd-unborn\n")
+        wanted = {"commondir": f"{self.store.path}\n", "gitdir": f"{self.root / '.git'}\n",
+                  "HEAD": "ref: refs/heads/snapshotd-unborn\n"}
+        for name, text in wanted.items():
+            try:
+                current = (gitdir / name).read_text()
+            except (OSError, UnicodeDecodeError):
+                current = None
+            if current != text:
+                if current is not None:
+                    log.warning("stat cache %s: %s was damaged (%d bytes); rewritten",
+                                self.id, name, len(current))
+                durable.write_file(gitdir / name, text.encode())
+        self._gitdir_checked = True
 
     def _refresh_excludes(self, force: bool = False) -> None:
         """Rewrite the cache's exclude file when its sources changed (or ``force``)."""
