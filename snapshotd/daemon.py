@@ -16,7 +16,7 @@ import socket
 import sys
 from pathlib import Path
 
-from snapshotd.config import Config
+from snapshotd.config import Config, RedactingFilter
 from snapshotd.server import HomeLock, Server, bind_socket
 from snapshotd.service import Service
 
@@ -41,6 +41,8 @@ def setup_logging(level: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_JournalFormatter() if under_systemd else logging.Formatter(
         "%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    # On the handler, not a logger: every record of every snapshotd logger passes through it.
+    handler.addFilter(RedactingFilter())
     root = logging.getLogger("snapshotd")
     root.handlers[:] = [handler]
     root.setLevel(getattr(logging, level.upper(), logging.INFO))
