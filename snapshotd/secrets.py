@@ -249,3 +249,12 @@ def _entropy(value: str) -> float:
     counts = Counter(value)
     n = len(value)
     return -sum(c / n * math.log2(c / n) for c in counts.values())
+
+
+def secret_skip(rel: str, full: Path, mode: str) -> dict | None:
+    """The skipped-list entry for ``rel`` when the capture must leave it out as a credential
+    file (``mode`` is the ``secret_files`` setting: ``"skip"`` or ``"capture"``), else None."""
+    if mode == "capture":
+        return None
+    kind = secret_file_kind(rel, full)
+    return {"path": rel, "reason": "secret", "kind": kind} if kind else None

@@ -79,7 +79,8 @@ class Service:
         self.home = home
         self.config = config
         self.started_at = time.time()
-        self.store = Store(home, excludes=config.excludes, max_file_bytes=config.max_file_bytes)
+        self.store = Store(home, excludes=config.excludes, max_file_bytes=config.max_file_bytes,
+                           secret_files=config.secret_files)
         self.ledger: Ledger = open_ledger(home, config)
         self.ledger.set_full_durability(config.durability == "full")
         if config.durability == "full":

@@ -65,11 +65,12 @@ class Store:
     """The shared bare repository and the per-worktree stat caches."""
 
     def __init__(self, home: Path, *, excludes: tuple[str, ...] = (),
-                 max_file_bytes: int = 64 << 20) -> None:
+                 max_file_bytes: int = 64 << 20, secret_files: str = "skip") -> None:
         self.home = home
         self.path = home / "store.git"
         self.excludes = tuple(excludes)
         self.max_file_bytes = max_file_bytes
+        self.secret_files = secret_files
         self.lock = threading.Lock()
         self._indexes: dict[str, WorktreeIndex] = {}
         self._init_repository()

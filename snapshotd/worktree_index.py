@@ -10,7 +10,9 @@ Promises:
 - A capture is the worktree's tree as ``git add -A`` would stage it: ``.gitignore`` files
   (nested too), the worktree's own ``info/exclude``, the user's global excludes, the daemon's
   exclude list, and, in a plain directory with no root ``.gitignore``, a default list of
-  dependency and cache folders (see ``ignore_rules``). No ``.git`` is ever captured.
+  dependency and cache folders (see ``ignore_rules``). No ``.git`` is ever captured. Credential
+  files (``secrets.secret_file_kind``) are not captured either unless ``secret_files`` is
+  ``capture``: each is listed as skipped with reason ``secret``.
 - Unchanged files are never re-hashed; a file written within the racy window of a capture is
   re-hashed at the next full scan.
 - The fast path rewrites only the trees on the changed paths (``trees.rewrite_tree``) and
@@ -36,6 +38,7 @@ from pygit2.enums import DeltaStatus, DiffOption, FileMode
 
 from snapshotd import faults
 from snapshotd.ignore_rules import exclude_sources, write_excludes
+from snapshotd.secrets import secret_file_kind, secret_skip
 from snapshotd.seeding import prime_with_git_add, seed_from_repository
 from snapshotd.store_errors import StoreError, odb_retry
 from snapshotd.trees import TreeShapeChanged, remember_changes, rewrite_tree
@@ -344,6 +347,11 @@ class WorktreeIndex:
         except OSError as exc:
             result.skipped.append({"path": path, "reason": "unreadable", "detail": str(exc)})
             return
+        secret = secret_skip(path, full, self.store.secret_files)
+        if secret is not None:
+            _remove_entry(index, path)
+            result.skipped.append(secret)
+            return
         if stat.S_ISREG(st.st_mode) and st.st_size > self.store.max_file_bytes:
             _remove_entry(index, path)
             result.skipped.append({"path": path, "reason": "too-large", "bytes": st.st_size})
@@ -394,8 +402,18 @@ class WorktreeIndex:
             index = self._repo.index
         if len(index) == 0:
             index = self._prime_cold(index)
+        self._drop_secret_entries(index)
         self._index = index
         return index
+
+    def _drop_secret_entries(self, index: pygit2.Index) -> None:
+        """A cache seeded from the user's index or ``git add``, or written while
+        ``secret_files`` was ``capture``, may hold credential files: they leave the cache, and
+        the scan that follows lists them as skipped."""
+        if self.store.secret_files == "capture":
+            return
+        for path in [e.path for e in index if secret_file_kind(e.path, self.root / e.path)]:
+            _remove_entry(index, path)
 
     def _prime_cold(self, index: pygit2.Index) -> pygit2.Index:
         """Start an empty cache: from the worktree's own git index when it has one (only files
