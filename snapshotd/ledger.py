@@ -311,13 +311,14 @@ class Ledger:
             db.execute(
                 "INSERT INTO checkpoints (attempt_pk, run_id, node_id, iteration, attempt, seq,"
                 " commit_id, tree, parent, source, tier, label, tool_use_id, worktree, added,"
-                " modified, deleted, skipped, created_at)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " modified, deleted, skipped, created_at, secrets)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (attempt.pk, attempt.key.run_id, attempt.key.node_id, attempt.key.iteration,
                  attempt.key.attempt, row["seq"], row["commit"], row["tree"], row.get("parent"),
                  row["source"], row["tier"], row.get("label"), tool_use_id,
                  row["worktree"], row.get("added", 0), row.get("modified", 0),
-                 row.get("deleted", 0), row.get("skipped"), row.get("created_at", time.time())))
+                 row.get("deleted", 0), row.get("skipped"), row.get("created_at", time.time()),
+                 row.get("secrets")))
             if tool_use_id:
                 db.execute("INSERT INTO tool_calls VALUES (?,?,?,0,?) ON CONFLICT DO NOTHING",
                            (attempt.pk, tool_use_id, row["seq"], time.time()))

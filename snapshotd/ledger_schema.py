@@ -11,7 +11,7 @@ run the same statements in the same order.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 DIALECTS = ("sqlite", "postgresql")
 
@@ -83,6 +83,10 @@ _MIGRATIONS: dict[int, str] = {
     2: """
     ALTER TABLE checkpoints ADD COLUMN pruned_at {REAL};
     ALTER TABLE checkpoints ADD COLUMN pruned_reason TEXT
+    """,
+    # 3: tokens found in a checkpoint's changed files (JSON [{"path", "line", "kind"}]).
+    3: """
+    ALTER TABLE checkpoints ADD COLUMN secrets TEXT
     """,
 }
 

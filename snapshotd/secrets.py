@@ -21,7 +21,9 @@ most ``SCAN_MAX_BYTES`` and skips binary files.
 from __future__ import annotations
 
 import math
+import os
 import re
+import stat
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -258,3 +260,24 @@ def secret_skip(rel: str, full: Path, mode: str) -> dict | None:
         return None
     kind = secret_file_kind(rel, full)
     return {"path": rel, "reason": "secret", "kind": kind} if kind else None
+
+
+def scan_changed_file(rel: str, full: Path, mode: int) -> list[dict]:
+    """The findings of a file a capture just hashed: ``[{"path", "line", "kind"}]`` (regular
+    files only: a symlink's target is a path, not content)."""
+    if not stat.S_ISREG(mode):
+        return []
+    return [{"path": rel, **finding} for finding in scan_file(full)]
+
+
+def scan_paths(root: Path, paths: list[str]) -> list[dict]:
+    """``scan_changed_file`` over worktree-relative ``paths`` under ``root`` (gone ones too)."""
+    found: list[dict] = []
+    for rel in paths:
+        full = root / rel
+        try:
+            mode = os.lstat(full).st_mode
+        except OSError:
+            continue  # gone since: nothing of it is in the capture either
+        found.extend(scan_changed_file(rel, full, mode))
+    return found

@@ -23,6 +23,7 @@ Promises:
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import threading
 import time
@@ -59,18 +60,23 @@ class CheckpointMeta:
     tool_use_id: str | None = None
     # The user's HEAD commit when the attempt began (its first checkpoint only): export's base.
     base: str | None = None
+    # Tokens found in the files this checkpoint changed: [{"path", "line", "kind"}]. A commit
+    # holding any is withheld from replication until released (``withhold``).
+    secrets: list[dict] | None = None
 
 
 class Store:
     """The shared bare repository and the per-worktree stat caches."""
 
     def __init__(self, home: Path, *, excludes: tuple[str, ...] = (),
-                 max_file_bytes: int = 64 << 20, secret_files: str = "skip") -> None:
+                 max_file_bytes: int = 64 << 20, secret_files: str = "skip",
+                 secret_scan: bool = True) -> None:
         self.home = home
         self.path = home / "store.git"
         self.excludes = tuple(excludes)
         self.max_file_bytes = max_file_bytes
         self.secret_files = secret_files
+        self.secret_scan = secret_scan
         self.lock = threading.Lock()
         self._indexes: dict[str, WorktreeIndex] = {}
         self._init_repository()
@@ -314,6 +320,9 @@ def build_message(meta: CheckpointMeta) -> str:
     trailers.append(("Snapshotd-Worktree", _one_line(meta.worktree)))
     if meta.base:
         trailers.append(("Snapshotd-Base", meta.base))
+    if meta.secrets:
+        trailers.append(("Snapshotd-Secrets", json.dumps(meta.secrets, ensure_ascii=True,
+                                                         separators=(",", ":"))))
     return subject + "\n\n" + "".join(f"{k}: {v}\n" for k, v in trailers)
 
 

@@ -38,7 +38,7 @@ from pygit2.enums import DeltaStatus, DiffOption, FileMode
 
 from snapshotd import faults
 from snapshotd.ignore_rules import exclude_sources, write_excludes
-from snapshotd.secrets import secret_file_kind, secret_skip
+from snapshotd.secrets import scan_changed_file, scan_paths, secret_file_kind, secret_skip
 from snapshotd.seeding import prime_with_git_add, seed_from_repository
 from snapshotd.store_errors import StoreError, odb_retry
 from snapshotd.trees import TreeShapeChanged, remember_changes, rewrite_tree
@@ -73,6 +73,7 @@ class Capture:
     skipped: list[dict] = field(default_factory=list)
     full_scan: bool = True
     paths: list[str] = field(default_factory=list)  # what a full scan found changed
+    secrets: list[dict] = field(default_factory=list)  # tokens in the files hashed
 
 
 class WorktreeIndex:
@@ -94,6 +95,9 @@ class WorktreeIndex:
         # The tree the index described at the last capture: the fast path rewrites only the
         # trees on changed paths from it (libgit2's index write re-reads every tree after).
         self._tree: str | None = None
+        # Files a cold start put into the cache without hashing them one by one (seeded from
+        # the user's index, or ``git add``): the next capture scans them for secrets.
+        self._unscanned: list[str] = []
 
     def capture(self) -> Capture:
         """Bring the index up to date with the worktree and write its tree (objects included)."""
@@ -105,6 +109,8 @@ class WorktreeIndex:
             raise StoreError("object-write-failed", f"could not write objects: {exc}") from exc
         index = self._load_index()
         result = Capture(tree="")
+        if self._unscanned and self.store.secret_scan:
+            result.secrets.extend(scan_paths(self.root, self._unscanned))
         started_ns = time.time_ns()
         touched: list[str] = []
         previous_racy, self._racy = self._racy, set()
@@ -145,6 +151,7 @@ class WorktreeIndex:
         faults.crash_point("after-tree")
         self._tree = result.tree
         self._dirty = True
+        self._unscanned = []
         return result
 
     def capture_changed(self, paths: Iterable[str]) -> Capture | None:
@@ -363,6 +370,8 @@ class WorktreeIndex:
             result.skipped.append({"path": path, "reason": "unreadable", "detail": str(exc)})
             return
         touched.append(path)
+        if self.store.secret_scan:
+            result.secrets.extend(scan_changed_file(path, full, st.st_mode))
         after = _entry_id(index, path)
         if racy_recheck:
             if before is None:
@@ -400,9 +409,12 @@ class WorktreeIndex:
             (self.gitdir / "index").unlink(missing_ok=True)
             self._repo = pygit2.Repository(str(self.gitdir))
             index = self._repo.index
-        if len(index) == 0:
+        primed = len(index) == 0
+        if primed:
             index = self._prime_cold(index)
         self._drop_secret_entries(index)
+        if primed:
+            self._unscanned = [e.path for e in index]
         self._index = index
         return index
 
