@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from snapshotd.config import Config, RedactingFilter
+from snapshotd.home_perms import secure_home
 from snapshotd.server import HomeLock, Server, bind_socket
 from snapshotd.service import Service
 
@@ -55,6 +56,7 @@ def run_daemon(home: Path, socket_path: Path, config: Config,
     home = prepare_home(home)
     lock = HomeLock(home)
     lock.acquire()
+    secure_home(home)
     try:
         service = Service(home, config)
         if listener is None:
