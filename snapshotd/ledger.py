@@ -374,6 +374,19 @@ class Ledger:
             if final_commit is not None:
                 db.execute("UPDATE attempts SET final_commit=? WHERE pk=?", (final_commit, attempt.pk))
 
+    def apply_purge(self, attempt: Attempt, remap: dict[int, tuple[str, str | None, str]],
+                    final_commit: str | None) -> None:
+        """Move rows to the commits and trees of a chain rewritten without a path, in one
+        transaction: ``remap`` is ``{seq: (commit, parent, tree)}``."""
+        with self.transaction() as db:
+            faults.check("ledger")
+            db.lock_attempt(attempt.pk)
+            for seq, (commit, parent, tree) in remap.items():
+                db.execute("UPDATE checkpoints SET commit_id=?, parent=?, tree=? WHERE attempt_pk=?"
+                           " AND seq=?", (commit, parent, tree, attempt.pk, seq))
+            if final_commit is not None:
+                db.execute("UPDATE attempts SET final_commit=? WHERE pk=?", (final_commit, attempt.pk))
+
     def delete_run(self, run_id: str) -> int:
         """Remove a run's attempts, checkpoints and tool calls; returns the checkpoints removed."""
         with self.transaction() as db:

@@ -210,6 +210,24 @@ class Store:
                 out.append(parent)
         return out
 
+    def purge_chain(self, commits: list[str], onto: str | None,
+                    path: str) -> list[tuple[str, str]]:
+        """``rewrite_chain`` with ``path`` (a file or a directory, worktree-relative) taken out
+        of every tree: the new ``(commit, tree)`` of each, oldest first. No ref moves."""
+        out: list[tuple[str, str]] = []
+        parent = onto
+        parts = [p for p in path.split("/") if p]
+        with self.lock:
+            for commit_id in commits:
+                old = self.repo[commit_id].peel(pygit2.Commit)
+                tree = _tree_without(self.repo, old.tree, parts)
+                parents = [pygit2.Oid(hex=parent)] if parent else []
+                oid = odb_retry(self.repo.create_commit, None, old.author, old.committer,
+                                old.message, tree, parents)
+                parent = str(oid)
+                out.append((parent, str(tree)))
+        return out
+
     def set_attempt_ref(self, key: AttemptKey, commit: str) -> None:
         """Point the attempt's ref at ``commit`` whatever it names now (a rewritten chain's
         tip, or finishing a rewrite a crash interrupted)."""
@@ -334,6 +352,28 @@ def parse_trailers(message: str) -> dict[str, str]:
             key, value = line.split(": ", 1)
             out[key] = value
     return out
+
+
+def _tree_without(repo: pygit2.Repository, tree: pygit2.Tree, parts: list[str]) -> pygit2.Oid:
+    """``tree`` with the entry at ``parts`` removed (its id unchanged when there is none); a
+    directory left empty goes too, as git has no empty trees in a worktree's history."""
+    if parts[0] not in tree:
+        return tree.id
+    builder = repo.TreeBuilder(tree)
+    if len(parts) == 1:
+        builder.remove(parts[0])
+    else:
+        child = tree[parts[0]]
+        if child.type_str != "tree":
+            return tree.id
+        new_child = _tree_without(repo, repo[child.id].peel(pygit2.Tree), parts[1:])
+        if new_child == child.id:
+            return tree.id
+        if len(repo[new_child].peel(pygit2.Tree)) == 0:
+            builder.remove(parts[0])
+        else:
+            builder.insert(parts[0], new_child, child.filemode)
+    return builder.write()
 
 
 def _one_line(text: str) -> str:

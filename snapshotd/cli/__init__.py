@@ -22,6 +22,7 @@ from snapshotd.cli import (
     handoff,
     install,
     mcp,
+    purge,
     push,
     restore,
     runs,
@@ -38,5 +39,5 @@ def main() -> None:
 
 
 for _module in (attempt, blame, config, diff, exec, export, fetch, flush, gc, handoff, install, mcp,
-                push, restore, runs, serve, snapshots, status):
+                purge, push, restore, runs, serve, snapshots, status):
     _module.register(main)
