@@ -90,11 +90,18 @@ class _Rules:
     assignment: re.Pattern[Any]
     keyword: re.Pattern[Any]
     name_chars: Any
+    # Any literal of any rule: one C-level search that lets text holding none (most captured
+    # files, most labels) skip every rule.
+    any_literal: re.Pattern[Any]
 
 
 def _compile(as_bytes: bool) -> _Rules:
     def conv(text: str) -> Any:
         return text.encode() if as_bytes else text
+
+    literals = [lit for _kind, lits, _pattern in _TOKEN_RULES for lit in lits] + list(_BEARER_WORDS)
+    any_literal = ("|".join(re.escape(lit) for lit in literals)
+                   + "|(?i:" + "|".join(_ASSIGNMENT_WORDS) + ")")
 
     return _Rules(
         tokens=tuple((kind, tuple(conv(lit) for lit in literals), re.compile(conv(pattern)))
@@ -104,7 +111,8 @@ def _compile(as_bytes: bool) -> _Rules:
         assignment_words=tuple(conv(w) for w in _ASSIGNMENT_WORDS),
         assignment=re.compile(conv(_ASSIGNMENT)),
         keyword=re.compile(conv(_KEYWORDS), re.IGNORECASE),
-        name_chars=frozenset(conv(_NAME_CHARS)))
+        name_chars=frozenset(conv(_NAME_CHARS)),
+        any_literal=re.compile(conv(any_literal)))
 
 
 _TEXT_RULES = _compile(False)
@@ -138,10 +146,16 @@ def scan_file(path: Path) -> list[dict]:
     A file over ``SCAN_MAX_BYTES`` is read up to that size; a binary file (a NUL byte in its
     first 8 KiB) or an unreadable one yields nothing."""
     try:
-        with open(path, "rb") as f:
-            data = f.read(SCAN_MAX_BYTES)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
     except OSError:
         return []
+    try:
+        # Read what the file holds, not a SCAN_MAX_BYTES buffer: most changed files are small.
+        data = os.read(fd, min(os.fstat(fd).st_size, SCAN_MAX_BYTES))
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
     if b"\0" in data[:8192]:
         return []
     return [{"line": data.count(b"\n", 0, start) + 1, "kind": kind}
@@ -198,6 +212,8 @@ def _spans(text: Any, rules: _Rules) -> list[tuple[int, int, str]]:
     """The secret part of each token in ``text`` as ``(start, end, kind)``, sorted and never
     overlapping: where two rules match the same characters the earlier (more specific) wins;
     a token's well-known prefix is outside its span."""
+    if rules.any_literal.search(text) is None:
+        return []
     found: list[tuple[int, int, str]] = []
     for kind, literals, pattern in rules.tokens:
         if any(lit in text for lit in literals):
