@@ -20,6 +20,7 @@ most ``SCAN_MAX_BYTES`` and skips binary files.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import re
@@ -28,6 +29,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger("snapshotd.secrets")
 
 SECRET_FILE_MODES = ("skip", "capture")
 PEEK_BYTES = 64 << 10
@@ -147,15 +150,16 @@ def scan_file(path: Path) -> list[dict]:
     first 8 KiB) or an unreadable one yields nothing."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except OSError:
+        try:
+            # Read what the file holds, not a SCAN_MAX_BYTES buffer: most files are small.
+            data = os.read(fd, min(os.fstat(fd).st_size, SCAN_MAX_BYTES))
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        # The capture just hashed it, so this is rare (gone or replaced since); the scan of
+        # this file is then missing: say so rather than pass it as clean.
+        log.warning("could not scan %s for secrets: %s", path, exc)
         return []
-    try:
-        # Read what the file holds, not a SCAN_MAX_BYTES buffer: most changed files are small.
-        data = os.read(fd, min(os.fstat(fd).st_size, SCAN_MAX_BYTES))
-    except OSError:
-        return []
-    finally:
-        os.close(fd)
     if b"\0" in data[:8192]:
         return []
     return [{"line": data.count(b"\n", 0, start) + 1, "kind": kind}

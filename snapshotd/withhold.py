@@ -75,16 +75,11 @@ class Withholder:
         checkpoint is held back (``{"commit", "seq", "findings"}``)."""
         self._refresh()
         seen = self._seen.get(ref)
-        stop = seen[0] if seen else None
-        held, findings = (seen[1], seen[2]) if seen else (None, [])
-        commit = repo.get(tip)
-        while commit is not None and str(commit.id) != stop:
-            found = self._held(commit)
-            # Walking down the chain: the last one found is the oldest of the new commits,
-            # and an older one held before stays the one that counts.
-            if found and (seen is None or seen[1] is None):
-                held, findings = str(commit.id), found
-            commit = commit.parents[0] if commit.parents else None
+        held, findings, reached = self._walk(repo, tip, seen)
+        if seen is not None and not reached:
+            # The chain was rewritten (gc, purge) since the last walk: what was remembered
+            # names commits it no longer holds.
+            held, findings, _ = self._walk(repo, tip, None)
         self._seen[ref] = (tip, held, findings)
         if held is None:
             return tip, None
@@ -93,6 +88,25 @@ class Withholder:
         record = {"commit": held, "seq": int(seq) if seq else None, "findings": findings}
         parent = str(held_commit.parents[0].id) if held_commit.parents else None
         return parent, record
+
+    def _walk(self, repo: pygit2.Repository, tip: str,
+              seen: tuple[str, str | None, list[dict]] | None
+              ) -> tuple[str | None, list[dict], bool]:
+        """The oldest held commit from ``tip`` down to the last walk's tip (``seen``), its
+        findings, and whether that tip was met on the way."""
+        stop = seen[0] if seen else None
+        held, findings = (seen[1], seen[2]) if seen else (None, [])
+        commit = repo.get(tip)
+        while commit is not None:
+            if str(commit.id) == stop:
+                return held, findings, True
+            found = self._held(commit)
+            # Walking down the chain: the last one found is the oldest of the new commits,
+            # and an older one held before stays the one that counts.
+            if found and (seen is None or seen[1] is None):
+                held, findings = str(commit.id), found
+            commit = commit.parents[0] if commit.parents else None
+        return held, findings, stop is None
 
     def _held(self, commit: pygit2.Commit) -> list[dict]:
         if str(commit.id) in self._commits:

@@ -179,3 +179,12 @@ def cli_listing(env: Env) -> dict:
     out = cli(env, "snapshots", "claude-sess-sec", "--json")
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
+
+
+def test_a_file_that_cannot_be_scanned_is_logged(tmp_path: Path,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    from snapshotd.secrets import scan_file
+
+    with caplog.at_level(logging.WARNING, logger="snapshotd.secrets"):
+        assert scan_file(tmp_path / "gone.txt") == []
+    assert "could not scan" in caplog.text

@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from conftest import QUIET_WATCHER, Daemon, Env
 from helpers import wait_for
@@ -110,3 +111,39 @@ def test_release_by_path_and_a_held_first_checkpoint(sd_env: Env, tmp_path: Path
     proc = cli(sd_env, extra, "push", LEAK, "--release-path", "deploy.sh")
     assert proc.returncode == 0, proc.stderr
     assert remote_refs(remote).get(f"refs/snapshotd/runs/{LEAK}/n/0/1") == first["commit"]
+
+
+def _chain(repo: Any, messages: list[str], onto: str | None = None) -> list[str]:
+    import pygit2
+
+    sig = pygit2.Signature("t", "t@t", 0, 0)
+    tree = repo.TreeBuilder().write()
+    out, parent = [], onto
+    for message in messages:
+        parent = str(repo.create_commit(None, sig, sig, message, tree,
+                                        [pygit2.Oid(hex=parent)] if parent else []))
+        out.append(parent)
+    return out
+
+
+def test_a_rewritten_chain_is_walked_again(tmp_path: Path) -> None:
+    import pygit2
+
+    from snapshotd.withhold import Withholder, release
+
+    repo = pygit2.init_repository(str(tmp_path / "r.git"), bare=True)
+    mark = 'Snapshotd-Secrets: [{"path":"k.txt","line":1,"kind":"openai"}]'
+    old = _chain(repo, ["s0\n\nSnapshotd-Seq: 0\n", f"s1\n\nSnapshotd-Seq: 1\n{mark}\n",
+                        "s2\n\nSnapshotd-Seq: 2\n"])
+    w = Withholder(tmp_path)
+    target, held = w.target(repo, "refs/x", old[2])
+    assert target == old[0] and held is not None and held["seq"] == 1
+    # gc or purge rewrote the chain: s0 is new, and s1 lost its mark.
+    new = _chain(repo, ["s0 again\n\nSnapshotd-Seq: 0\n", "s1\n\nSnapshotd-Seq: 1\n",
+                        "s2 again\n\nSnapshotd-Seq: 2\n"])
+    assert w.target(repo, "refs/x", new[2]) == (new[2], None)
+    # Releasing by path lets a marked chain go whole.
+    again = _chain(repo, [f"s3\n\nSnapshotd-Seq: 3\n{mark}\n"], onto=new[2])
+    assert w.target(repo, "refs/x", again[0])[0] == new[2]
+    release(tmp_path, paths=("k.txt",))
+    assert w.target(repo, "refs/x", again[0]) == (again[0], None)
