@@ -34,7 +34,9 @@ from bench.common import DaemonProc, GitPeer, git_env, make_tree, median
 
 # What hooks/hooks.json runs: the environment's installed ``snapshot-hook`` script.
 HOOK = [str(Path(sys.executable).parent / "snapshot-hook")]
-QUIET = {"SNAPSHOTD_SETTLE_MS": "600000", "SNAPSHOTD_MAX_WAIT_MS": "600000"}
+QUIET = {"SNAPSHOTD_SETTLE_MS": "600000", "SNAPSHOTD_MAX_WAIT_MS": "600000",
+         # The content scan for secrets (on by default); SNAPSHOTD_SECRET_SCAN=0 measures without.
+         "SNAPSHOTD_SECRET_SCAN": os.environ.get("SNAPSHOTD_SECRET_SCAN", "1")}
 
 
 def run_size(files: int, rounds: int, hooks: list[str] | None = None) -> dict:

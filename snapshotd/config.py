@@ -6,6 +6,8 @@ Also owns redaction: ``redact_url`` and ``redact_text`` are the one way a config
 or a message that may echo one (git's stderr, a driver's error) is made safe to show. Every
 surface that shows or logs them goes through these: ``Config.as_dict`` (``snapshotd config``,
 ``status``), replication's replies, status block and log lines, the ledger's location.
+``redact_text`` also applies ``secrets.redact_secrets`` (API keys, tokens, private keys), and
+``RedactingFilter`` on the daemon's log handler applies both to every log line.
 
 Promises: every effective value knows where it came from (``Config.sources``); an unknown key or
 a bad value is a ``ConfigError`` naming the key and what is accepted; no password, token or
@@ -20,6 +22,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+
+from snapshotd.secrets import SECRET_FILE_MODES, redact_secrets
 
 try:  # Python 3.11+
     import tomllib
@@ -64,6 +68,10 @@ class Config:
     push_interval_ms: int = 200
     # Before-tool captures (source "outside"): separate a person's edits from the tool call's.
     bracket: bool = False
+    # "skip": credential files (.env, private keys, ...) are not captured; "capture": they are.
+    secret_files: str = "skip"
+    # Scan the files a capture changed for tokens; a checkpoint holding one is never pushed.
+    secret_scan: bool = True
     sources: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def as_dict(self) -> dict:
@@ -101,6 +109,8 @@ ENV_VARS: dict[str, str] = {
     "remote": "SNAPSHOTD_REMOTE",
     "push_interval_ms": "SNAPSHOTD_PUSH_INTERVAL_MS",
     "bracket": "SNAPSHOTD_BRACKET",
+    "secret_files": "SNAPSHOTD_SECRET_FILES",
+    "secret_scan": "SNAPSHOTD_SECRET_SCAN",
 }
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -108,14 +118,15 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 REDACTED = "***"
 # ``scheme://userinfo@``: the userinfo runs to the last "@" before the path (a raw "@" in a
 # password is common enough), never across whitespace.
-_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/\s]*)@")
+_USERINFO = re.compile(
+    r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?![^/\s]*\[redacted:)(?P<userinfo>[^/\s]*)@")
 # ``user:secret@host`` without a scheme: how ssh and other tools git runs echo a destination.
 _BARE_USERINFO = re.compile(
-    r"(?<![\w.+%\-])(?P<user>[\w.+%\-]+):(?P<secret>[^\s@/:'\"]+)@(?=[\w\[])")
+    r"(?<![\w.+%\-])(?P<user>[\w.+%\-]+):(?P<secret>[^\s@/:'\"\]]+)@(?=[\w\[])")
 # ``password=…``, ``token=…``, ``api_key=…``: URL query parameters, libpq key=value strings.
 _SECRET_PARAM = re.compile(
     r"(?P<name>\b[A-Za-z_.\-]*(?:password|passwd|token|secret|api_?key)=)"
-    r"(?P<value>[^&\s'\";#]*)",
+    r"(?![^&\s'\";#]*\[redacted:)(?P<value>[^&\s'\";#]*)",
     re.IGNORECASE)
 
 
@@ -130,11 +141,15 @@ def redact_url(url: str) -> str:
 def redact_text(text: str) -> str:
     """``text`` (a git error, a log line, a reply) with every credential in it redacted as
     ``redact_url`` does, in URLs, in scheme-less ``user:secret@host`` (as ssh echoes a
-    destination) and in ``key=value`` parameters. Idempotent."""
+    destination) and in ``key=value`` parameters, and every token ``redact_secrets`` finds.
+    Idempotent."""
     if not text:
         return text
     text = _USERINFO.sub(_redact_userinfo, text)
     text = _BARE_USERINFO.sub(lambda m: f"{m.group('user')}:{REDACTED}@", text)
+    # Tokens before parameters, so that a token's marker keeps its kind
+    # (``OPENAI_API_KEY=sk-…[redacted:openai]``): ``_SECRET_PARAM`` leaves a marker alone.
+    text = redact_secrets(text)
     return _SECRET_PARAM.sub(lambda m: m.group("name") + REDACTED, text)
 
 
@@ -247,8 +262,13 @@ def _coerce(key: str, value: object, source: str) -> object:
         if not isinstance(value, str) or "\0" in value or "\n" in value:
             raise ConfigError(f"{where}: expected a git remote URL or path, got {value!r}")
         return value.strip()
-    if key == "bracket":
+    if key in ("bracket", "secret_scan"):
         return _boolean(value, where)
+    if key == "secret_files":
+        if value not in SECRET_FILE_MODES:
+            raise ConfigError(f"{where}: expected one of {', '.join(SECRET_FILE_MODES)}, "
+                              f"got {value!r}")
+        return value
     if key in ("gc_older_than", "gc_max_store_size", "store_size_warn"):
         if value in ("", None):
             return ""

@@ -16,7 +16,8 @@ import socket
 import sys
 from pathlib import Path
 
-from snapshotd.config import Config
+from snapshotd.config import Config, RedactingFilter
+from snapshotd.home_perms import secure_home
 from snapshotd.server import HomeLock, Server, bind_socket
 from snapshotd.service import Service
 
@@ -26,7 +27,7 @@ log = logging.getLogger("snapshotd")
 OPTIONAL_PARTS = ("snapshotd.watcher", "snapshotd.restore", "snapshotd.engine",
                   "snapshotd.sdnotify", "snapshotd.metrics", "snapshotd.gc",
                   "snapshotd.replication", "snapshotd.blame", "snapshotd.export",
-                  "snapshotd.bracket", "snapshotd.sessions")
+                  "snapshotd.bracket", "snapshotd.sessions", "snapshotd.purge")
 
 
 def prepare_home(home: Path) -> Path:
@@ -41,6 +42,8 @@ def setup_logging(level: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_JournalFormatter() if under_systemd else logging.Formatter(
         "%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    # On the handler, not a logger: every record of every snapshotd logger passes through it.
+    handler.addFilter(RedactingFilter())
     root = logging.getLogger("snapshotd")
     root.handlers[:] = [handler]
     root.setLevel(getattr(logging, level.upper(), logging.INFO))
@@ -53,6 +56,7 @@ def run_daemon(home: Path, socket_path: Path, config: Config,
     home = prepare_home(home)
     lock = HomeLock(home)
     lock.acquire()
+    secure_home(home)
     try:
         service = Service(home, config)
         if listener is None:

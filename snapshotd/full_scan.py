@@ -55,6 +55,7 @@ class Capture:
     skipped: list[dict] = field(default_factory=list)
     full_scan: bool = True
     paths: list[str] = field(default_factory=list)  # what a full scan found changed
+    secrets: list[dict] = field(default_factory=list)  # tokens in the files hashed
 
 
 class ScanTarget(Protocol):

@@ -5,7 +5,8 @@ The record format and the torn-line-free append are ``snapshotd_client.gaps``'s:
 
 Promises: ``record`` never raises: a gap that cannot be written is logged at error and counted in
 ``unwritten`` (``status`` shows it as ``gaps_unwritten``), and the capture's own error still reaches
-the caller; ``for_run`` returns a run's gaps in spool order.
+the caller; ``for_run`` returns a run's gaps in spool order; no token ``secrets.redact_secrets``
+finds is written into or shown from a gap's detail.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 from snapshotd import faults
+from snapshotd.secrets import redact_secrets
 from snapshotd_client.gaps import append_gap, make_gap, read_gaps
 
 log = logging.getLogger("snapshotd.gaps")
@@ -37,7 +39,8 @@ class GapSpool:
                source: str | None = None, tool_use_id: str | None = None) -> dict:
         gap = make_gap(run_id=run_id, node_id=node_id, iteration=iteration, attempt=attempt,
                        worktree=worktree, tier=tier, source=source, tool_use_id=tool_use_id,
-                       reason=reason, detail=detail)
+                       reason=reason, detail=redact_secrets(detail))
+        detail = gap["detail"]
         with self._lock:
             self.counts[reason] += 1
         try:
@@ -55,9 +58,18 @@ class GapSpool:
     def for_run(self, run_id: str) -> list[dict]:
         if not self.path.exists():
             return []
-        return [g for g in read_gaps(self.path) if g.get("run_id") == run_id]
+        return [_redacted(g) for g in read_gaps(self.path) if g.get("run_id") == run_id]
 
     def all(self) -> list[dict]:
         if not self.path.exists():
             return []
-        return read_gaps(self.path)
+        return [_redacted(g) for g in read_gaps(self.path)]
+
+
+def _redacted(gap: dict) -> dict:
+    """A spooled gap as shown: the hook writes its own gaps without the daemon's secret rules
+    (it stays stdlib-light), so a token a message echoed is redacted on the way out."""
+    detail = gap.get("detail")
+    if isinstance(detail, str):
+        gap["detail"] = redact_secrets(detail)
+    return gap

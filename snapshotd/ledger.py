@@ -328,13 +328,14 @@ class Ledger:
             db.execute(
                 "INSERT INTO checkpoints (attempt_pk, run_id, node_id, iteration, attempt, seq,"
                 " commit_id, tree, parent, source, tier, label, tool_use_id, worktree, added,"
-                " modified, deleted, skipped, created_at)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " modified, deleted, skipped, created_at, secrets)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (attempt.pk, attempt.key.run_id, attempt.key.node_id, attempt.key.iteration,
                  attempt.key.attempt, row["seq"], row["commit"], row["tree"], row.get("parent"),
                  row["source"], row["tier"], row.get("label"), tool_use_id,
                  row["worktree"], row.get("added", 0), row.get("modified", 0),
-                 row.get("deleted", 0), row.get("skipped"), row.get("created_at", time.time())))
+                 row.get("deleted", 0), row.get("skipped"), row.get("created_at", time.time()),
+                 row.get("secrets")))
             if tool_use_id:
                 db.execute("INSERT INTO tool_calls VALUES (?,?,?,0,?) ON CONFLICT DO NOTHING",
                            (attempt.pk, tool_use_id, row["seq"], time.time()))
@@ -409,6 +410,19 @@ class Ledger:
                            (attempt.pk, seq))
                 db.execute("DELETE FROM checkpoints WHERE attempt_pk=? AND seq=?",
                            (attempt.pk, seq))
+
+    def apply_purge(self, attempt: Attempt, remap: dict[int, tuple[str, str | None, str]],
+                    final_commit: str | None) -> None:
+        """Move rows to the commits and trees of a chain rewritten without a path, in one
+        transaction: ``remap`` is ``{seq: (commit, parent, tree)}``."""
+        with self.transaction() as db:
+            faults.check("ledger")
+            db.lock_attempt(attempt.pk)
+            for seq, (commit, parent, tree) in remap.items():
+                db.execute("UPDATE checkpoints SET commit_id=?, parent=?, tree=? WHERE attempt_pk=?"
+                           " AND seq=?", (commit, parent, tree, attempt.pk, seq))
+            if final_commit is not None:
+                db.execute("UPDATE attempts SET final_commit=? WHERE pk=?", (final_commit, attempt.pk))
 
     def delete_run(self, run_id: str) -> int:
         """Remove a run's attempts, checkpoints and tool calls; returns the checkpoints removed."""

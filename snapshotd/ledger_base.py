@@ -167,4 +167,5 @@ def checkpoint_from_row(row: Any) -> dict:
         "created_at": row["created_at"],
         "pruned_at": row["pruned_at"],
         "pruned_reason": row["pruned_reason"],
+        "secrets": json.loads(row["secrets"]) if row["secrets"] else [],
     }

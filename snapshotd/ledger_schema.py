@@ -11,7 +11,7 @@ run the same statements in the same order.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 DIALECTS = ("sqlite", "postgresql")
 
@@ -88,6 +88,10 @@ _MIGRATIONS: dict[int, str] = {
     # idle_since set; NULL while it works. Restore refuses only attempts that work.
     3: """
     ALTER TABLE attempts ADD COLUMN idle_since {REAL}
+    """,
+    # 4: tokens found in a checkpoint's changed files (JSON [{"path", "line", "kind"}]).
+    4: """
+    ALTER TABLE checkpoints ADD COLUMN secrets TEXT
     """,
 }
 

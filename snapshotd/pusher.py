@@ -19,6 +19,9 @@ Promises:
   is replicated (stat-cache refs are per host).
 - The remote is shown and logged only through ``redact_url``, git's errors only through
   ``redact_text``.
+- A checkpoint holding a secret (and every later one of its attempt) is never pushed until
+  released (``withhold``); each held one is logged once as ``replication-withheld`` and listed
+  under ``withheld`` in ``status``.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from snapshotd.gitremote import (
 from snapshotd.keys import AttemptKey
 from snapshotd.ledger import Attempt
 from snapshotd.service import Service
+from snapshotd.withhold import Withholder
 
 log = logging.getLogger("snapshotd.replication")
 
@@ -92,6 +96,8 @@ class Replicator:
         self.pushes = 0
         self.refs_pushed = 0
         self.diverged: dict[str, dict] = {}
+        self.withholder = Withholder(service.home)
+        self.withheld: dict[str, dict] = {}  # ref -> its checkpoint held back, and why
 
     # -- the capture side: cheap ------------------------------------------------------------
 
@@ -230,15 +236,7 @@ class Replicator:
                      if run_id is None or p.key.run_id == run_id}
         # Each ref's tip is read after its generation was taken: every checkpoint noted up to
         # that generation is in (or behind) the commit pushed.
-        specs: dict[str, str] = {}
-        gone: list[str] = []
-        repo = self.service.store.reader()  # this thread's own handle
-        for ref in batch:
-            found = repo.references.get(ref)
-            if found is None:
-                gone.append(ref)  # deleted locally (retention): nothing to push
-            else:
-                specs[ref] = str(found.target)
+        specs, gone = self._targets(batch)
         pushed: list[str] = []
         error: str | None = None
         refs = sorted(specs)
@@ -273,6 +271,39 @@ class Replicator:
         return {"remote": self.display_remote, "pushed": [
             {**batch[r][0].as_dict(), "commit": specs[r]} for r in pushed],
             "unpushed": self.unpushed_count(run_id)}
+
+    def _targets(self, batch: dict[str, tuple[AttemptKey, int]]) -> tuple[dict[str, str],
+                                                                        list[str]]:
+        """What to push of each ref (its tip, or the parent of its oldest checkpoint holding
+        a secret), and the refs with nothing to push: gone locally, or held back whole."""
+        specs: dict[str, str] = {}
+        gone: list[str] = []
+        repo = self.service.store.reader()  # this thread's own handle
+        for ref, (key, _gen) in batch.items():
+            found = repo.references.get(ref)
+            if found is None:
+                gone.append(ref)  # deleted locally (retention): nothing to push
+                continue
+            target, held = self.withholder.target(repo, ref, str(found.target))
+            if held is None:
+                self.withheld.pop(ref, None)
+            else:
+                self._withhold(ref, key, held)
+            if target is None:
+                gone.append(ref)  # its first checkpoint is held: nothing may leave yet
+            else:
+                specs[ref] = target
+        return specs, gone
+
+    def _withhold(self, ref: str, key: AttemptKey, held: dict) -> None:
+        if self.withheld.get(ref, {}).get("commit") != held["commit"]:
+            where = ", ".join(f"{f['path']}:{f['line']} ({f['kind']})"
+                              for f in held["findings"][:5])
+            log.warning("replication-withheld: %s seq %s holds a secret (%s); it stays on this "
+                        "host until released: snapshotd push %s --release %s (or "
+                        "--release-path PATH)", key, held["seq"], where, key.run_id,
+                        held["commit"])
+        self.withheld[ref] = {**key.as_dict(), **held, "reason": "replication-withheld"}
 
     def _failed(self, error: str) -> None:
         with self._lock:
@@ -327,4 +358,5 @@ class Replicator:
                 "last_push_at": self.last_push_at, "last_sync_at": self.last_sync_at,
                 "pushes": self.pushes, "refs_pushed": self.refs_pushed,
                 "diverged": list(self.diverged.values()),
+                "withheld": list(self.withheld.values()),
             }

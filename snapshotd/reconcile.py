@@ -127,7 +127,7 @@ def reconcile_attempt(store: Store, ledger: Ledger, key: AttemptKey, tip: str) -
             "parent": str(c.parents[0].id) if c.parents else None,
             "source": t.get("Snapshotd-Source", "hook"),
             "tier": int(t.get("Snapshotd-Tier", "1")), "label": t.get("Snapshotd-Label"),
-            "tool_use_id": t.get("Snapshotd-Tool-Use-Id"),
+            "tool_use_id": t.get("Snapshotd-Tool-Use-Id"), "secrets": t.get("Snapshotd-Secrets"),
             "worktree": t.get("Snapshotd-Worktree", attempt.worktree),
             "created_at": float(c.commit_time),
         })

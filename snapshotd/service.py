@@ -82,6 +82,10 @@ class ChangeSource(Protocol):
         """A full scan found changes no event reported."""
 
 
+# Findings kept on one checkpoint (its commit trailer and ledger row stay small); more are
+# possible in one capture, and any one of them withholds it.
+MAX_SECRET_FINDINGS = 100
+
 class Service:
     """Everything the daemon does to the store and the ledger, callable from any thread."""
 
@@ -90,7 +94,8 @@ class Service:
         self.config = config
         self.started_at = time.time()
         self.store = Store(home, excludes=config.excludes, max_file_bytes=config.max_file_bytes,
-                           fsync=config.durability == "full", recover=True)
+                           fsync=config.durability == "full", recover=True,
+                           secret_files=config.secret_files, secret_scan=config.secret_scan)
         self.ledger: Ledger = open_ledger(home, config)
         self.ledger.set_full_durability(config.durability == "full")
         if config.durability == "full":
@@ -450,9 +455,11 @@ class Service:
             raise ServiceError(errors.CAPTURE_FAILED,
                                f"could not reserve a seq for {attempt.key}: {exc}") from exc
         added, modified, deleted = self._changes(head, capture.tree)
+        found = capture.secrets[:MAX_SECRET_FINDINGS] or None
         meta = CheckpointMeta(key=attempt.key, seq=seq, tier=req.tier, source=req.source,
                               worktree=root, label=req.label, tool_use_id=req.tool_use_id,
-                              base=user_head(Path(root)) if head is None else None)
+                              base=user_head(Path(root)) if head is None else None,
+                              secrets=found)
         parent = str(head.id) if head else None
         commit = None
         try:
@@ -461,7 +468,8 @@ class Service:
                    "source": req.source, "tier": req.tier, "label": req.label,
                    "tool_use_id": req.tool_use_id, "worktree": root, "added": added,
                    "modified": modified, "deleted": deleted, "created_at": time.time(),
-                   "skipped": _skipped_json(capture.skipped) if capture.skipped else None}
+                   "skipped": _skipped_json(capture.skipped) if capture.skipped else None,
+                   "secrets": _skipped_json(found) if found else None}
             faults.delay("before-row")
             self.ledger.record_checkpoint(attempt, row)
             faults.crash_point("after-row")
@@ -492,10 +500,13 @@ class Service:
                                f"could not record the checkpoint: {exc}") from exc
         self.counters[f"captures_tier{req.tier}"] += 1
         self._announce_checkpoint(attempt, row)
-        return self._reply(attempt, {"seq": seq, "commit": commit, "tree": capture.tree},
-                           deduped=False, started=started, skipped=capture.skipped,
-                           changes={"added": added, "modified": modified, "deleted": deleted},
-                           tier=req.tier, scan="full" if capture.full_scan else "fast")
+        reply = self._reply(attempt, {"seq": seq, "commit": commit, "tree": capture.tree},
+                            deduped=False, started=started, skipped=capture.skipped,
+                            changes={"added": added, "modified": modified, "deleted": deleted},
+                            tier=req.tier, scan="full" if capture.full_scan else "fast")
+        if found:
+            reply["secrets"] = found  # kept here, withheld from replication (``withhold``)
+        return reply
 
     def _announce_checkpoint(self, attempt: Attempt, row: dict) -> None:
         for listener in self.on_checkpoint:

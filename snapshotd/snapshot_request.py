@@ -6,7 +6,10 @@ node, attempt and worktree a gap about a request names when it is recorded.
 
 Promises: ``SnapshotRequest.from_fields`` either returns a request whose every field can be used
 verbatim (ref names, trailers, ledger rows) or raises ``ServiceError`` with ``bad-request`` or
-``bad-id``; ``full`` is never set from the wire.
+``bad-id``; ``full`` is never set from the wire. A request's ``label`` and ``tool_use_id`` never
+hold a token ``secrets.redact_secrets`` finds (however the request was made): this is the one
+point where labels enter the system, so commit messages, ledger rows, listings, MCP replies and
+exports built from them never show one.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pathlib import Path
 from snapshotd import errors
 from snapshotd.errors import ServiceError, id_field, int_field
 from snapshotd.ledger import Attempt
+from snapshotd.secrets import redact_secrets
 
 SOURCES = ("hook", "wrap", "watch", "restore", "cli", "outside")
 MAX_TEXT_BYTES = 1000
@@ -36,6 +40,14 @@ class SnapshotRequest:
     tool_use_id: str | None = None
     fallback: dict | None = None
     full: bool = False  # internal: force a full stat scan (never set from the wire)
+
+    def __post_init__(self) -> None:
+        # A hook's label is the start of a shell command: ``export OPENAI_API_KEY=sk-…`` is as
+        # common there as in a terminal.
+        if self.label:
+            self.label = redact_secrets(self.label)
+        if self.tool_use_id:
+            self.tool_use_id = redact_secrets(self.tool_use_id)
 
     @classmethod
     def from_fields(cls, fields: dict) -> SnapshotRequest:
@@ -66,7 +78,7 @@ class SnapshotRequest:
         for name in ("label", "tool_use_id"):
             value = fields.get(name)
             if value is not None:
-                setattr(req, name, _text_field(name, value))
+                setattr(req, name, redact_secrets(_text_field(name, value)))
         fallback = fields.get("fallback")
         if fallback is not None:
             req.fallback = _fallback(fallback)

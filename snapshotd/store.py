@@ -23,6 +23,7 @@ Promises:
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -69,6 +70,9 @@ class CheckpointMeta:
     tool_use_id: str | None = None
     # The user's HEAD commit when the attempt began (its first checkpoint only): export's base.
     base: str | None = None
+    # Tokens found in the files this checkpoint changed: [{"path", "line", "kind"}]. A commit
+    # holding any is withheld from replication until released (``withhold``).
+    secrets: list[dict] | None = None
 
 
 class Store:
@@ -76,13 +80,16 @@ class Store:
 
     def __init__(self, home: Path, *, excludes: tuple[str, ...] = (),
                  max_file_bytes: int = 64 << 20, fsync: bool = False,
-                 recover: bool = False) -> None:
+                 recover: bool = False, secret_files: str = "skip",
+                 secret_scan: bool = True) -> None:
         self.home = home
         self.path = home / "store.git"
         self.excludes = tuple(excludes)
         self.max_file_bytes = max_file_bytes
         # Full durability: what the store writes outside libgit2's own fsyncs is fsynced too.
         self.fsync = fsync
+        self.secret_files = secret_files
+        self.secret_scan = secret_scan
         self.lock = threading.Lock()
         # Captures write objects under it shared; gc deletes unreachable ones under it alone.
         self.gate = ObjectGate()
@@ -307,6 +314,24 @@ class Store:
                 out.append(parent)
         return out
 
+    def purge_chain(self, commits: list[str], onto: str | None,
+                    path: str) -> list[tuple[str, str]]:
+        """``rewrite_chain`` with ``path`` (a file or a directory, worktree-relative) taken out
+        of every tree: the new ``(commit, tree)`` of each, oldest first. No ref moves."""
+        out: list[tuple[str, str]] = []
+        parent = onto
+        parts = [p for p in path.split("/") if p]
+        with self.lock:
+            for commit_id in commits:
+                old = self.repo[commit_id].peel(pygit2.Commit)
+                tree = _tree_without(self.repo, old.tree, parts)
+                parents = [pygit2.Oid(hex=parent)] if parent else []
+                oid = odb_retry(self.repo.create_commit, None, old.author, old.committer,
+                                old.message, tree, parents)
+                parent = str(oid)
+                out.append((parent, str(tree)))
+        return out
+
     def set_attempt_ref(self, key: AttemptKey, commit: str) -> None:
         """Point the attempt's ref at ``commit`` whatever it names now (a rewritten chain's
         tip, or finishing a rewrite a crash interrupted)."""
@@ -427,6 +452,9 @@ def build_message(meta: CheckpointMeta) -> str:
     trailers.append(("Snapshotd-Worktree", _one_line(meta.worktree)))
     if meta.base:
         trailers.append(("Snapshotd-Base", meta.base))
+    if meta.secrets:
+        trailers.append(("Snapshotd-Secrets", json.dumps(meta.secrets, ensure_ascii=True,
+                                                         separators=(",", ":"))))
     return subject + "\n\n" + "".join(f"{k}: {v}\n" for k, v in trailers)
 
 
@@ -438,6 +466,28 @@ def parse_trailers(message: str) -> dict[str, str]:
             key, value = line.split(": ", 1)
             out[key] = value
     return out
+
+
+def _tree_without(repo: pygit2.Repository, tree: pygit2.Tree, parts: list[str]) -> pygit2.Oid:
+    """``tree`` with the entry at ``parts`` removed (its id unchanged when there is none); a
+    directory left empty goes too, as git has no empty trees in a worktree's history."""
+    if parts[0] not in tree:
+        return tree.id
+    builder = repo.TreeBuilder(tree)
+    if len(parts) == 1:
+        builder.remove(parts[0])
+    else:
+        child = tree[parts[0]]
+        if child.type_str != "tree":
+            return tree.id
+        new_child = _tree_without(repo, repo[child.id].peel(pygit2.Tree), parts[1:])
+        if new_child == child.id:
+            return tree.id
+        if len(repo[new_child].peel(pygit2.Tree)) == 0:
+            builder.remove(parts[0])
+        else:
+            builder.insert(parts[0], new_child, child.filemode)
+    return builder.write()
 
 
 def _one_line(text: str) -> str:

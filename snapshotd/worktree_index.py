@@ -15,6 +15,8 @@ Promises:
   ``skipped``: FIFOs, sockets and devices (``special``, never opened), nested repositories,
   files over the size limit, and paths that cannot be read (``unreadable``: a file or a
   directory captured before keeps its last captured content; see ``scan_rules``).
+- Credential files (``secrets.secret_file_kind``) are not captured unless ``secret_files`` is
+  ``capture``: each is listed as skipped with reason ``secret``.
 - Unchanged files are never re-hashed; a file written within the racy window of a capture is
   re-hashed at the next full scan.
 - The fast path rewrites only the trees on the changed paths (``trees.rewrite_tree``) and
@@ -43,6 +45,7 @@ from snapshotd import durable, faults
 from snapshotd.full_scan import Capture, full_scan, remove_entry
 from snapshotd.ignore_rules import exclude_sources, write_excludes
 from snapshotd.scan_rules import NestedRepos, hidden_by, special_entry
+from snapshotd.secrets import scan_changed_file, scan_paths, secret_file_kind, secret_skip
 from snapshotd.seeding import prime_with_git_add, seed_from_repository
 from snapshotd.store_errors import STORE_WRITE_FAILED, StoreError, odb_retry
 from snapshotd.trees import TreeShapeChanged, remember_changes, rewrite_tree
@@ -81,6 +84,9 @@ class WorktreeIndex:
         # The tree the index described at the last capture: the fast path rewrites only the
         # trees on changed paths from it (libgit2's index write re-reads every tree after).
         self._tree: str | None = None
+        # Files a cold start put into the cache without hashing them one by one (seeded from
+        # the user's index, or ``git add``): the next capture scans them for secrets.
+        self._unscanned: list[str] = []
 
     def capture(self) -> Capture:
         """Bring the index up to date with the worktree and write its tree (objects included)."""
@@ -89,6 +95,8 @@ class WorktreeIndex:
         _check_objects_fault()
         index = self._load_index()
         result = Capture(tree="")
+        if self._unscanned and self.store.secret_scan:
+            result.secrets.extend(scan_paths(self.root, self._unscanned))
         started_ns = time.time_ns()
         touched: list[str] = []
         previous_racy, self._racy = self._racy, set()
@@ -109,6 +117,7 @@ class WorktreeIndex:
         faults.crash_point("after-tree")
         self._tree = result.tree
         self._dirty = True
+        self._unscanned = []
         return result
 
     def capture_changed(self, paths: Iterable[str]) -> Capture | None:
@@ -332,6 +341,11 @@ class WorktreeIndex:
                 result.deleted += 1
             result.skipped.append(special)
             return
+        secret = secret_skip(path, full, self.store.secret_files)
+        if secret is not None:
+            remove_entry(index, path)
+            result.skipped.append(secret)
+            return
         if stat.S_ISREG(st.st_mode) and st.st_size > self.max_file_bytes:
             remove_entry(index, path)
             result.skipped.append({"path": path, "reason": "too-large", "bytes": st.st_size})
@@ -345,6 +359,8 @@ class WorktreeIndex:
             result.skipped.append({"path": path, "reason": "unreadable", "detail": str(exc)})
             return
         touched.append(path)
+        if self.store.secret_scan:
+            result.secrets.extend(scan_changed_file(path, full, st.st_mode))
         after = _entry_id(index, path)
         if racy_recheck:
             if before is None:
@@ -382,10 +398,23 @@ class WorktreeIndex:
             (self.gitdir / "index").unlink(missing_ok=True)
             self._repo = pygit2.Repository(str(self.gitdir))
             index = self._repo.index
-        if len(index) == 0:
+        primed = len(index) == 0
+        if primed:
             index = self._prime_cold(index)
+        self._drop_secret_entries(index)
+        if primed:
+            self._unscanned = [e.path for e in index]
         self._index = index
         return index
+
+    def _drop_secret_entries(self, index: pygit2.Index) -> None:
+        """A cache seeded from the user's index or ``git add``, or written while
+        ``secret_files`` was ``capture``, may hold credential files: they leave the cache, and
+        the scan that follows lists them as skipped."""
+        if self.store.secret_files == "capture":
+            return
+        for path in [e.path for e in index if secret_file_kind(e.path, self.root / e.path)]:
+            remove_entry(index, path)
 
     def _prime_cold(self, index: pygit2.Index) -> pygit2.Index:
         """Start an empty cache: from the worktree's own git index when it has one (only files

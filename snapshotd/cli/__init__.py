@@ -24,6 +24,7 @@ from snapshotd.cli import (
     install,
     log,
     mcp,
+    purge,
     push,
     repair,
     restore,
@@ -42,5 +43,5 @@ def main() -> None:
 
 
 for _module in (attempt, blame, config, diff, exec, export, fetch, find, flush, gc, handoff, install,
-                log, mcp, push, repair, restore, runs, serve, show, snapshots, status):
+                log, mcp, purge, push, repair, restore, runs, serve, show, snapshots, status):
     _module.register(main)

@@ -5,6 +5,10 @@ answers (its pusher does the work and its lag table is updated), else directly o
 the daemon's lock. Every local attempt ref (of RUN, or of every run) that the remote lacks or
 holds at an ancestor is pushed; refs another host moved elsewhere are listed, never overwritten.
 
+A checkpoint holding a secret is withheld (``snapshotd.withhold``): ``--release COMMIT`` (a
+checkpoint's commit, as ``status`` lists it under ``withheld``) or ``--release-path PATH`` (a
+worktree path, in every checkpoint) lets it go, after review, with this push.
+
 Promises: exits 0 once the remote holds every pushable ref; 1 with a sentence on stderr when no
 remote is configured or the remote cannot be reached; ``--json`` prints the result map.
 """
@@ -17,9 +21,11 @@ import click
 
 from snapshotd.cli.common import (
     daemon_or_local,
+    fail,
     home_option,
     json_option,
     print_json,
+    resolve_home,
     socket_option,
 )
 
@@ -33,8 +39,15 @@ def register(group: click.Group) -> None:
 @home_option
 @socket_option
 @json_option
-def push(run_id: str | None, home: Path | None, socket_: Path | None, as_json: bool) -> None:
+@click.option("--release", "releases", multiple=True, metavar="COMMIT",
+              help="Let this withheld checkpoint (and its secret) be pushed.")
+@click.option("--release-path", "release_paths", multiple=True, metavar="PATH",
+              help="Let checkpoints be pushed although this worktree path holds a secret.")
+def push(run_id: str | None, home: Path | None, socket_: Path | None, as_json: bool,
+         releases: tuple[str, ...], release_paths: tuple[str, ...]) -> None:
     """Push RUN's checkpoints (default: every run's) to the configured remote now."""
+    if releases or release_paths:
+        _release(resolve_home(home), releases, release_paths)
 
     def direct(service: object) -> dict:
         from snapshotd.pusher import push_now
@@ -56,6 +69,17 @@ def push(run_id: str | None, home: Path | None, socket_: Path | None, as_json: b
         click.echo(f"  not pushed: {d['run_id']}/{d['node_id']}/{d['iteration']}/{d['attempt']}: "
                    f"the remote holds {d['remote'][:12]}, which this store does not descend "
                    f"from (another host's history)", err=True)
+
+
+def _release(home: Path, commits: tuple[str, ...], paths: tuple[str, ...]) -> None:
+    from snapshotd.withhold import release
+
+    for commit in commits:
+        if len(commit) != 40 or any(c not in "0123456789abcdef" for c in commit):
+            fail(f"--release takes a checkpoint's full commit id, got {commit!r}")
+    if not home.is_dir():
+        fail(f"no snapshotd home at {home}")
+    release(home, commits=commits, paths=paths)
 
 
 def _checked(run_id: str | None) -> str | None:

@@ -152,6 +152,11 @@ def _checkpoint_row(cp: dict, now: float) -> tuple[str, ...]:
         label = (label + "  " if label else "") + f"[{cp['tool_use_id']}]"
     if cp.get("skipped"):
         label += f"  (skipped: {_skipped_text(cp['skipped'])})"
+    if cp.get("secrets"):
+        first = cp["secrets"][0]
+        label += (f"  (SECRET {first['path']}:{first['line']} {first['kind']}"
+                  + (f" +{len(cp['secrets']) - 1}" if len(cp["secrets"]) > 1 else "")
+                  + ": kept here, not replicated)")
     commit = "pruned" if cp.get("pruned_at") else cp["commit"][:10]
     if cp.get("pruned_at"):
         label += (f"  (pruned {age(now - cp['pruned_at'])} ago: "

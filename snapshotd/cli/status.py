@@ -191,6 +191,14 @@ def _replication_lines(rep: object) -> list[str]:
             out.append(f"          DIVERGED {d.get('run_id')}/{d.get('node_id')}/"
                        f"{d.get('iteration')}/{d.get('attempt')}: local "
                        f"{str(d.get('local'))[:12]}, remote {str(d.get('remote'))[:12]}")
+    for w in (rep.get("withheld") or [])[:5]:
+        if isinstance(w, dict):
+            where = ", ".join(f"{f.get('path')}:{f.get('line')} {f.get('kind')}"
+                              for f in (w.get("findings") or [])[:3])
+            out.append(f"          WITHHELD {w.get('run_id')}/{w.get('node_id')}/"
+                       f"{w.get('iteration')}/{w.get('attempt')} seq {w.get('seq')} "
+                       f"(secret: {where}); release: snapshotd push {w.get('run_id')} "
+                       f"--release {w.get('commit')}")
     return out
 
 

@@ -1,0 +1,303 @@
+"""Secrets: the tokens snapshotd must never show in clear, and the files it does not capture.
+
+Owns the detection rule set (a compact, maintained list of regular expressions: AWS, GitHub,
+GitLab, Slack, Stripe, Google, Anthropic and OpenAI keys, private-key blocks, bearer tokens,
+URL passwords, and high-entropy values assigned to names like ``*_KEY``, ``*_TOKEN``,
+``*_SECRET`` or ``PASSWORD``), ``redact_secrets`` (each token becomes a marker that keeps its
+kind, e.g. ``sk-…[redacted:openai]``), ``scan_file`` (where in a captured file tokens are) and
+``secret_file_kind`` (which file names hold credentials by convention: ``.env``, private keys,
+``.netrc``, cloud credential files, ...).
+
+Why regular expressions of our own rather than a library: captures have a budget of a few
+milliseconds, the rules must run in the daemon on every label and gap, and the well-known
+libraries load plugin frameworks for a job a dozen anchored patterns do (see docs/secrets.md).
+
+Promises: ``redact_secrets`` is idempotent and never lengthens a token's visible part beyond
+its well-known, non-secret prefix; ``secret_file_kind`` reads at most ``PEEK_BYTES`` of a file
+and only for the few names whose secrecy depends on their content; ``scan_file`` reads at
+most ``SCAN_MAX_BYTES`` and skips binary files.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import stat
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("snapshotd.secrets")
+
+SECRET_FILE_MODES = ("skip", "capture")
+PEEK_BYTES = 64 << 10
+SCAN_MAX_BYTES = 1 << 20
+MARK = "…[redacted:{kind}]"
+
+# (kind, literals, pattern): the group ``keep`` is a token's well-known prefix, which says what
+# it is without saying what it holds. A rule runs only on text holding one of its literals,
+# and its pattern starts with one (then checks the character before it by a lookbehind): a
+# leading ``\b`` would make the regex engine try every position of a large file. Order
+# matters: more specific kinds first.
+_TOKEN_RULES: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("private-key", ("PRIVATE KEY",),
+     r"(?P<keep>-----BEGIN [A-Z ]*PRIVATE KEY(?: BLOCK)?-----)(?!…)"
+     r"(?:[\s\S]*?-----END [A-Z ]*PRIVATE KEY(?: BLOCK)?-----|[\s\S]*)"),
+    ("anthropic", ("sk-ant-",), r"(?P<keep>sk-ant-)(?<![A-Za-z0-9_].{7})[A-Za-z0-9_\-]{12,}"),
+    ("openai", ("sk-",),
+     r"(?P<keep>sk-)(?<![A-Za-z0-9_].{3})(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{16,}"),
+    ("stripe", ("_live_", "_test_"),
+     r"(?P<keep>[spr]k_(?:live|test)_)(?<![A-Za-z0-9_].{8})[A-Za-z0-9]{12,}"),
+    ("github", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
+     r"(?P<keep>gh[pousr]_)(?<![A-Za-z0-9_].{4})[A-Za-z0-9_]{20,}"),
+    ("github", ("github_pat_",), r"(?P<keep>github_pat_)[A-Za-z0-9_]{20,}"),
+    ("gitlab", ("glpat-", "gldt-", "glrt-"), r"(?P<keep>gl(?:pat|dt|rt)-)[A-Za-z0-9_\-]{16,}"),
+    ("slack", ("xox",), r"(?P<keep>xox[abposre]-)(?<![A-Za-z0-9_].{5})[A-Za-z0-9\-]{10,}"),
+    ("slack", ("hooks.slack.com",),
+     r"(?P<keep>hooks\.slack\.com/services/)[A-Za-z0-9/_\-]{16,}"),
+    ("aws", ("AKIA", "ASIA", "ABIA", "ACCA"),
+     r"(?P<keep>AKIA|ASIA|ABIA|ACCA)(?<![A-Za-z0-9_].{4})[0-9A-Z]{12,16}(?![A-Za-z0-9])"),
+    ("google", ("AIza",), r"(?P<keep>AIza)(?<![A-Za-z0-9_].{4})[0-9A-Za-z_\-]{30,35}"),
+    ("url-password", ("://",),
+     r"(?P<keep>://[^/\s:@\[…]+:)(?![^/\s@]*…|\*\*\*@)[^/\s@]+(?=@)"),
+)
+_BEARER_WORDS = ("earer", "EARER", "oken", "OKEN", "asic")
+_BEARER = (r"(?:[Bb]earer|BEARER|[Tt]oken|TOKEN|[Bb]asic)\s+"
+           r"(?P<value>[A-Za-z0-9._~+/\-]{16,}=*)")
+# ``NAME=value``, ``NAME: value``, ``"name": "value"``, matched on the lowered text from the
+# keyword the name ends with (the whole name is read backwards from it, ``_name_before``): the
+# name decides, and the value must look random enough that it is not a placeholder, a path or
+# a variable reference.
+_ASSIGNMENT_WORDS = ("key", "token", "secret", "passw", "pwd", "credential")
+_KEYWORDS = r"(?:key|token|secret|passwd|password|pwd|credentials?)"
+_ASSIGNMENT = _KEYWORDS + r"[\"']?\s*(?::=|=|:)\s*[\"']?(?P<value>[a-z0-9+/=_\-.~!@#%^*]{8,})"
+_SECRET_NAME = re.compile(
+    r"(?:^|[_.\-]|api|access|auth|private|client|secret)"
+    r"(?:key|token|secret|password|passwd|pwd|credentials?)$", re.IGNORECASE)
+_PASSWORD_NAME = re.compile(r"(?:password|passwd|pwd)$", re.IGNORECASE)
+_NAME_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-"
+
+
+@dataclass(frozen=True)
+class _Rules:
+    """The rule set compiled for one kind of text: ``str`` (labels, messages) or ``bytes``
+    (file contents, where substring tests and lowering are several times cheaper)."""
+
+    tokens: tuple[tuple[str, tuple[Any, ...], re.Pattern[Any]], ...]
+    bearer_words: tuple[Any, ...]
+    bearer: re.Pattern[Any]
+    assignment_words: tuple[Any, ...]
+    assignment: re.Pattern[Any]
+    keyword: re.Pattern[Any]
+    name_chars: Any
+    # Any literal of any rule: one C-level search that lets text holding none (most captured
+    # files, most labels) skip every rule.
+    any_literal: re.Pattern[Any]
+
+
+def _compile(as_bytes: bool) -> _Rules:
+    def conv(text: str) -> Any:
+        return text.encode() if as_bytes else text
+
+    literals = [lit for _kind, lits, _pattern in _TOKEN_RULES for lit in lits] + list(_BEARER_WORDS)
+    any_literal = ("|".join(re.escape(lit) for lit in literals)
+                   + "|(?i:" + "|".join(_ASSIGNMENT_WORDS) + ")")
+
+    return _Rules(
+        tokens=tuple((kind, tuple(conv(lit) for lit in literals), re.compile(conv(pattern)))
+                     for kind, literals, pattern in _TOKEN_RULES),
+        bearer_words=tuple(conv(w) for w in _BEARER_WORDS),
+        bearer=re.compile(conv(_BEARER)),
+        assignment_words=tuple(conv(w) for w in _ASSIGNMENT_WORDS),
+        assignment=re.compile(conv(_ASSIGNMENT)),
+        keyword=re.compile(conv(_KEYWORDS), re.IGNORECASE),
+        name_chars=frozenset(conv(_NAME_CHARS)),
+        any_literal=re.compile(conv(any_literal)))
+
+
+_TEXT_RULES = _compile(False)
+_BYTES_RULES = _compile(True)
+
+
+def redact_secrets(text: str) -> str:
+    """``text`` with every token the rules find replaced by ``<prefix>…[redacted:<kind>]``."""
+    if not text:
+        return text
+    spans = _spans(text, _TEXT_RULES)
+    if not spans:
+        return text
+    out: list[str] = []
+    at = 0
+    for start, end, kind in spans:
+        out.append(text[at:start])
+        out.append(MARK.format(kind=kind))
+        at = end
+    out.append(text[at:])
+    return "".join(out)
+
+
+def find_secrets(text: str) -> list[tuple[str, int]]:
+    """Each token in ``text`` as ``(kind, offset)``, in order of position."""
+    return [(kind, start) for start, _end, kind in _spans(text, _TEXT_RULES)]
+
+
+def scan_file(path: Path) -> list[dict]:
+    """Where tokens are in the file ``path``: ``[{"line": n, "kind": k}]`` (lines from 1).
+    A file over ``SCAN_MAX_BYTES`` is read up to that size; a binary file (a NUL byte in its
+    first 8 KiB) or an unreadable one yields nothing."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        try:
+            # Read what the file holds, not a SCAN_MAX_BYTES buffer: most files are small.
+            data = os.read(fd, min(os.fstat(fd).st_size, SCAN_MAX_BYTES))
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        # The capture just hashed it, so this is rare (gone or replaced since); the scan of
+        # this file is then missing: say so rather than pass it as clean.
+        log.warning("could not scan %s for secrets: %s", path, exc)
+        return []
+    if b"\0" in data[:8192]:
+        return []
+    return [{"line": data.count(b"\n", 0, start) + 1, "kind": kind}
+            for start, _end, kind in _spans(data, _BYTES_RULES)]
+
+
+def secret_file_kind(rel: str, full: Path) -> str | None:
+    """Which kind of credential file the worktree-relative path ``rel`` (at ``full``) is by
+    convention, or None. Names that always hold secrets decide alone; ``*.pem``, ``.npmrc``,
+    ``.pypirc``, JSON and kubeconfig files are peeked at for a key or token."""
+    name = rel.rsplit("/", 1)[-1]
+    parent = rel.rsplit("/", 2)[-2] if "/" in rel else ""
+    if name == ".env" or (name.startswith(".env.") and name not in _ENV_EXAMPLES):
+        return "env-file"
+    if name.startswith(("id_rsa", "id_ed25519", "id_ecdsa", "id_dsa")) \
+            and not name.endswith(".pub"):
+        return "private-key"
+    lower = name.lower()
+    if lower.endswith((".key", ".p12", ".pfx")):
+        return "private-key"
+    if name in (".netrc", "_netrc"):
+        return "netrc"
+    if parent == ".aws" and name in ("credentials", "config"):
+        return "cloud-credentials" if name == "credentials" or _peek(full, _AWS_KEYS) else None
+    if lower.endswith(".pem"):
+        return "private-key" if _peek(full, _PRIVATE_KEY) else None
+    if name in (".npmrc", ".pypirc"):
+        return "package-token" if _peek(full, _PACKAGE_TOKEN) else None
+    if lower.endswith(".json"):
+        return "service-account" if _peek(full, _SERVICE_ACCOUNT) else None
+    if (parent == ".kube" and name == "config") or lower.startswith("kubeconfig") \
+            or lower.endswith(".kubeconfig"):
+        return "kubeconfig" if _peek(full, _KUBE_TOKEN) else None
+    return None
+
+
+_ENV_EXAMPLES = frozenset({".env.example", ".env.sample", ".env.template"})
+_PRIVATE_KEY = re.compile(rb"-----BEGIN [A-Z ]*PRIVATE KEY")
+_AWS_KEYS = re.compile(rb"aws_secret_access_key|aws_session_token")
+_PACKAGE_TOKEN = re.compile(rb"(?i)_authtoken|_auth\s*=|password\s*[=:]|token\s*[=:]")
+_SERVICE_ACCOUNT = re.compile(rb'"private_key"\s*:\s*"-----BEGIN')
+_KUBE_TOKEN = re.compile(rb"(?m)^\s*(?:token|client-key-data|password)\s*:")
+
+
+def _peek(path: Path, pattern: re.Pattern[bytes]) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return pattern.search(f.read(PEEK_BYTES)) is not None
+    except OSError:
+        return False
+
+
+def _spans(text: Any, rules: _Rules) -> list[tuple[int, int, str]]:
+    """The secret part of each token in ``text`` as ``(start, end, kind)``, sorted and never
+    overlapping: where two rules match the same characters the earlier (more specific) wins;
+    a token's well-known prefix is outside its span."""
+    if rules.any_literal.search(text) is None:
+        return []
+    found: list[tuple[int, int, str]] = []
+    for kind, literals, pattern in rules.tokens:
+        if any(lit in text for lit in literals):
+            found.extend((m.end("keep"), m.end(), kind) for m in pattern.finditer(text))
+    if any(word in text for word in rules.bearer_words):
+        found.extend((m.start("value"), m.end(), "bearer") for m in rules.bearer.finditer(text)
+                     if _random_enough(_as_str(m.group("value"))))
+    lowered = text.lower()
+    if len(lowered) == len(text) and any(word in lowered for word in rules.assignment_words):
+        for m in rules.assignment.finditer(lowered):
+            start, end = m.span("value")
+            name = _name_before(text, m.start(), rules)
+            if _secret_assignment(_as_str(name), _as_str(text[start:end])):
+                found.append((start, end, "assignment"))
+    kept: list[tuple[int, int, str]] = []
+    for span in found:
+        if all(span[1] <= k[0] or span[0] >= k[1] for k in kept):
+            kept.append(span)
+    return sorted(kept)
+
+
+def _name_before(text: Any, keyword_start: int, rules: _Rules) -> Any:
+    """The name whose ending keyword starts at ``keyword_start``."""
+    m = rules.keyword.match(text, keyword_start)
+    stop = m.end() if m else keyword_start
+    i = keyword_start
+    while i > 0 and text[i - 1] in rules.name_chars and stop - i < 64:
+        i -= 1
+    return text[i:stop]
+
+
+def _as_str(value: Any) -> str:
+    return value.decode("latin-1") if isinstance(value, bytes) else value
+
+
+def _random_enough(value: str) -> bool:
+    return _entropy(value) >= 3.0 and any(c.isdigit() for c in value)
+
+
+def _secret_assignment(name: str, value: str) -> bool:
+    if not name or not _SECRET_NAME.search(name):
+        return False
+    if _PASSWORD_NAME.search(name):
+        return _entropy(value) >= 2.5
+    return len(value) >= 12 and _entropy(value) >= 3.0
+
+
+def _entropy(value: str) -> float:
+    """Shannon entropy in bits per character: placeholders (``changeme``, ``xxxxxxxx``) score
+    low, generated tokens high."""
+    counts = Counter(value)
+    n = len(value)
+    return -sum(c / n * math.log2(c / n) for c in counts.values())
+
+
+def secret_skip(rel: str, full: Path, mode: str) -> dict | None:
+    """The skipped-list entry for ``rel`` when the capture must leave it out as a credential
+    file (``mode`` is the ``secret_files`` setting: ``"skip"`` or ``"capture"``), else None."""
+    if mode == "capture":
+        return None
+    kind = secret_file_kind(rel, full)
+    return {"path": rel, "reason": "secret", "kind": kind} if kind else None
+
+
+def scan_changed_file(rel: str, full: Path, mode: int) -> list[dict]:
+    """The findings of a file a capture just hashed: ``[{"path", "line", "kind"}]`` (regular
+    files only: a symlink's target is a path, not content)."""
+    if not stat.S_ISREG(mode):
+        return []
+    return [{"path": rel, **finding} for finding in scan_file(full)]
+
+
+def scan_paths(root: Path, paths: list[str]) -> list[dict]:
+    """``scan_changed_file`` over worktree-relative ``paths`` under ``root`` (gone ones too)."""
+    found: list[dict] = []
+    for rel in paths:
+        full = root / rel
+        try:
+            mode = os.lstat(full).st_mode
+        except OSError:
+            continue  # gone since: nothing of it is in the capture either
+        found.extend(scan_changed_file(rel, full, mode))
+    return found
