@@ -28,6 +28,7 @@ from snapshotd.cli import (
     serve,
     snapshots,
     status,
+    ui,
 )
 
 
@@ -38,5 +39,5 @@ def main() -> None:
 
 
 for _module in (attempt, blame, config, diff, exec, export, fetch, flush, gc, handoff, install, mcp,
-                push, restore, runs, serve, snapshots, status):
+                push, restore, runs, serve, snapshots, status, ui):
     _module.register(main)
