@@ -59,6 +59,8 @@ class Reader:
 
     def timeline(self, run_id: str) -> dict:
         run_id = errors.id_field("run_id", run_id)
+        # Taken before the rows: a change in between makes the live view fetch again.
+        version = self.version(run_id)
         with listing.open_ledger_if_any(self.home) as ledger:
             if ledger is None:
                 raise listing.unknown_run(run_id, None)
@@ -76,7 +78,7 @@ class Reader:
             checkpoints.append(row)
         gaps = [dict(g, help=help_for(g.get("reason"))) for g in found["gaps"]]
         return {"run_id": run_id, "lanes": lanes, "checkpoints": checkpoints, "gaps": gaps,
-                "version": self.version(run_id)}
+                "version": version}
 
     def version(self, run_id: str) -> str:
         """Changes whenever the run gains a checkpoint or a gap, or an attempt changes state:

@@ -36,13 +36,13 @@ async function api(path, params, body) {
   return data;
 }
 
-function live(fetchVersion, rerender) {
-  let seen = null;
+// Polls for changes; ``seen`` is the version the page was drawn from, so a change between the
+// drawing and the first poll is not missed.
+function live(fetchVersion, rerender, seen) {
   poll = setInterval(async () => {
     try {
       const v = await fetchVersion();
-      if (seen !== null && v !== seen) rerender();
-      seen = v;
+      if (v !== seen) { seen = v; rerender(); }
       document.getElementById("live").className = "on";
     } catch (e) { document.getElementById("live").className = "off"; }
   }, 2000);
@@ -65,8 +65,8 @@ async function runsView() {
         .map((t) => h("th", {}, t))), rows)
       : h("p", {}, "Nothing captured yet: start an agent with the snapshotd hook."),
     data.truncated ? h("p", { cls: "note" }, `${data.runs.length} of ${data.total} runs`) : "");
-  live(async () => JSON.stringify((await api("/api/runs")).runs.map((r) => [r.run_id,
-    r.checkpoints, r.gaps, r.state])), route);
+  const key = (runs) => JSON.stringify(runs.map((r) => [r.run_id, r.checkpoints, r.gaps, r.state]));
+  live(async () => key((await api("/api/runs")).runs), route, key(data.runs));
 }
 function strip(counts) {
   const max = Math.max(1, ...counts);
@@ -142,7 +142,7 @@ async function runView(run) {
     h("p", {}, `${data.checkpoints.length} checkpoints, ${data.gaps.length} gaps, `,
       h("a", { href: "#/gaps/" + enc(run) }, "gaps and what to do")),
     timeline(data, (l, c) => { location.hash = cpHash(run, l, c.seq); }));
-  live(async () => (await api("/api/version", { run })).version, route);
+  live(async () => (await api("/api/version", { run })).version, route, data.version);
 }
 
 // -- checkpoint and diff -------------------------------------------------------------------------
@@ -207,6 +207,7 @@ function renderPatch(patch, mode) {
       HL(l.text, path))];
   let a = 0, b = 0;
   for (const raw of (patch || "").split("\n")) {
+    if (raw === "" || raw.startsWith("\\")) continue;  // the final newline; "\ No newline"
     if (raw.startsWith("diff --git ")) {
       if (table && mode === "split") flush();
       path = raw.split(" b/").pop();
