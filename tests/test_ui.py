@@ -12,7 +12,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import REPO, Daemon, Env
+from conftest import REPO, Daemon, Env, make_git_worktree
+from helpers import git
 from snapshotd.ui.gap_help import GAP_HELP, help_for
 from snapshotd.ui.security import csrf_token
 from ui_server import UiServer
@@ -111,3 +112,36 @@ def test_views(ui: UiServer) -> None:
     assert status == 404 and "seqs are 0-2" in missing["message"]
     status, bad = ui.get_json("/api/run?run=no/such", cookie)
     assert status == 400 and bad["error"] == "bad-id"
+
+
+def test_export_shows_the_plan_then_creates_the_branch(sd_env: Env, daemon: Daemon,
+                                                       tmp_path: Path) -> None:
+    repo = make_git_worktree(tmp_path / "repo")
+    (repo / "a.txt").write_text("base\n")
+    git(repo, "add", "a.txt")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base")
+    with daemon.client() as c:
+        for i in range(2):
+            (repo / "a.txt").write_text(f"base\nstep {i}\n")
+            c.snapshot(str(repo), run_id="x", node_id="n", label=f"Edit a.txt {i}")
+    server = UiServer.start(sd_env)
+    try:
+        good = {"Cookie": server.cookie(), "X-CSRF-Token": csrf_token(server.token)}
+        body = {"run": "x", "node": "n", "iteration": 0, "attempt": 1, "seq": 1,
+                "branch": "agent-work"}
+        status, _, raw = server.request("POST", "/api/export", headers=good, body=body)
+        plan = json.loads(raw)
+        assert status == 200 and plan["confirmed"] is False, raw
+        assert [c["seq"] for c in plan["checkpoints"]] == [0, 1]
+        assert "agent-work" not in git(repo, "branch", "--list")
+        status, _, raw = server.request("POST", "/api/export", headers=good,
+                                        body=dict(body, confirm=True))
+        done = json.loads(raw)
+        assert status == 200 and len(done["commits"]) == 2, raw
+        assert git(repo, "show", "agent-work:a.txt") == "base\nstep 1\n"
+        assert done["undo_command"].endswith("branch -D agent-work")
+        status, _, raw = server.request("POST", "/api/export", headers=good,
+                                        body=dict(body, confirm=True))
+        assert status == 409, raw
+    finally:
+        server.stop()

@@ -149,3 +149,26 @@ def test_first_paint_of_a_long_run(browser, sd_env: Env, wt: Path) -> None:
         page.close()
     finally:
         server.stop()
+
+
+def test_gaps_tree_and_blame(browser, ui: UiServer, sd_env: Env) -> None:
+    from snapshotd.gaps import GapSpool
+
+    GapSpool(sd_env.gaps).record(reason="timeout", detail="no answer in 2000 ms", run_id="r",
+                                 node_id="n", tool_use_id="toolu_9")
+    page = browser.new_page()
+    page.goto(ui.url)
+    page.goto(ui.url.split("?")[0] + "#/gaps/r")
+    page.wait_for_selector("table.gaps td code")
+    row = page.inner_text("table.gaps")
+    assert "timeout" in row and "SNAPSHOTD_HOOK_TIMEOUT_MS" in row and "no answer" in row
+    page.goto(ui.url.split("?")[0] + "#/run/r")
+    page.wait_for_selector("svg.timeline circle.gap")
+    page.goto(ui.url.split("?")[0] + "#/tree/r/n/0/1/1/")
+    page.click("text=f.py")
+    page.wait_for_selector("a:has-text('blame')")
+    assert "two" in page.inner_text("table.patch")
+    page.click("a:has-text('blame')")
+    page.wait_for_selector("table.blame td.who a")
+    assert page.locator("table.blame td.who").all_inner_texts() == ["seq 1", "seq 0", "seq 1"]
+    page.close()
