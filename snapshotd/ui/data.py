@@ -8,8 +8,8 @@ any two checkpoints of the store (across attempts too), the tree and a file at a
 Promises:
 - Reads only: the ledger (safe beside a running daemon), the spool and a per-call handle on the
   store (``Store.reader``); restore and export go through ``snapshotd.mcp_ops`` instead.
-- Diffs are computed by libgit2 from tree ids (``snapshotd.diff.render_trees``), so their cost
-  follows the difference, not the size of the worktree.
+- Diffs are computed from tree ids by ``snapshotd.ui.treediff``, which skips every subtree the
+  two sides share, so their cost follows the difference, not the size of the worktree.
 - A selection that names nothing is ``ServiceError(not-found)`` saying what exists; patches and
   files over ``MAX_PATCH_BYTES``/``MAX_BLOB_BYTES`` are cut and flagged, never silently.
 """
@@ -22,11 +22,11 @@ import pygit2
 
 from snapshotd import errors, listing
 from snapshotd.checkpoints import empty_tree, find_checkpoint, selection
-from snapshotd.diff import render_trees
 from snapshotd.errors import ServiceError
 from snapshotd.gaps import GapSpool
 from snapshotd.store import Store, parse_trailers
 from snapshotd.ui.gap_help import help_for
+from snapshotd.ui.treediff import diff_trees
 from snapshotd_client.paths import gaps_path
 
 STRIP_BUCKETS = 24
@@ -105,7 +105,7 @@ class Reader:
         repo = self._repo()
         commit = repo[cp["commit"]].peel(pygit2.Commit)
         parent = _parent_tree(repo, cp)
-        changed = render_trees(repo, parent, cp["tree"], patch=False)
+        changed = diff_trees(repo, parent, cp["tree"], patch=False)
         return {"checkpoint": cp, "trailers": parse_trailers(commit.message),
                 "files": changed["files"], "stats": changed["stats"]}
 
@@ -119,7 +119,7 @@ class Reader:
         else:
             other = self._find(against)
             base_tree, base = other["tree"], _ident(other)
-        out = render_trees(repo, base_tree, cp["tree"], patch=True)
+        out = diff_trees(repo, base_tree, cp["tree"], patch=True)
         out.update({"to": _ident(cp), "from": base, "patch_truncated": False})
         data = out["patch"].encode("utf-8", "surrogateescape")
         if len(data) > MAX_PATCH_BYTES:
