@@ -27,6 +27,14 @@ pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no system Chromium (ap
 REBOUND = "rebound.test"
 
 
+@pytest.fixture(autouse=True)
+def _sqlite_only(ledger_backend: str) -> None:
+    # The pages read the ledger through the same calls on either backend (test_ui.py runs on
+    # both); one browser pass keeps the suite's time down.
+    if ledger_backend != "sqlite":
+        pytest.skip("browser tests run on the sqlite ledger; test_ui.py covers postgres")
+
+
 @pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
     with sync_api.sync_playwright() as pw:

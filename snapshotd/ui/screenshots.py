@@ -76,6 +76,7 @@ def make_demo(home: Path, worktree: Path) -> None:
         service.snapshot({"cwd": str(worktree), "run_id": DEMO_RUN, "node_id": "main",
                           "source": "watch", "tier": 2, "label": "settled writes"})
         # The user rolls back to before the last edit: a restore safety point, then more work.
+        (worktree / "scratch.txt").write_text("unsaved experiment\n")
         restore_checkpoint(service, run_id=DEMO_RUN, node_id="main", seq=3, force=True)
         (worktree / "app.py").write_text("def main(argv):\n    return 0\n")
         service.snapshot({"cwd": str(worktree), "run_id": DEMO_RUN, "node_id": "main",
@@ -118,6 +119,8 @@ def main(argv: list[str]) -> int:
             for name, frag, drawn in SHOTS:
                 page.goto(base + frag)
                 page.wait_for_selector(drawn)
+                if name == "ui-diff.png":
+                    page.locator("#diff-title").evaluate("el => el.scrollIntoView()")
                 page.screenshot(path=str(out / name), full_page=False)
                 print(out / name)
             chrome.close()
