@@ -93,6 +93,7 @@ def test_views(ui: UiServer) -> None:
     status, runs = ui.get_json("/api/runs", cookie)
     assert status == 200 and [r["run_id"] for r in runs["runs"]] == ["r"]
     assert runs["runs"][0]["checkpoints"] == 3 and sum(runs["runs"][0]["strip"]) == 3
+    assert runs["runs"][0]["agent"] == "" and runs["runs"][0]["state"] == "active"
     status, run = ui.get_json("/api/run?run=r", cookie)
     assert [c["seq"] for c in run["checkpoints"]] == [0, 1, 2]
     assert run["checkpoints"][1]["label"] == "Edit f.txt #1" and len(run["lanes"]) == 1

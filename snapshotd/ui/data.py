@@ -33,6 +33,7 @@ STRIP_BUCKETS = 24
 RUNS_SHOWN = 200
 MAX_PATCH_BYTES = 2 << 20
 MAX_BLOB_BYTES = 1 << 20
+AGENT_PREFIXES = ("claude", "codex", "gemini")
 ROW_KEYS = ("seq", "tier", "source", "label", "tool_use_id", "created_at", "added",
             "modified", "deleted", "pruned_at")
 
@@ -55,6 +56,7 @@ class Reader:
                 times = [c["created_at"] for c in ledger.checkpoints(row["run_id"])] if ledger else []
                 row["strip"] = _strip(times, row["started_at"], row["last_activity"])
                 row["state"] = _run_state(row["states"])
+                row["agent"] = _agent(row["run_id"])
         return {"runs": rows, "total": total, "truncated": len(rows) < total}
 
     def timeline(self, run_id: str) -> dict:
@@ -195,6 +197,13 @@ def _strip(times: list[float], start: float, end: float) -> list[int]:
         i = int((t - start) / span * STRIP_BUCKETS)
         counts[min(max(i, 0), STRIP_BUCKETS - 1)] += 1
     return counts
+
+
+def _agent(run_id: str) -> str:
+    """The agent a run's id names (the hooks make ``claude-<session>``, ``codex-…``,
+    ``gemini-…``); empty for a run an engine or a person named."""
+    prefix = run_id.split("-", 1)[0]
+    return prefix if prefix in AGENT_PREFIXES and "-" in run_id else ""
 
 
 def _run_state(states: dict[str, int]) -> str:

@@ -53,6 +53,7 @@ async function runsView() {
   const data = await api("/api/runs");
   const rows = data.runs.map((r) => h("tr", { "data-run": r.run_id },
     h("td", {}, h("a", { href: "#/run/" + enc(r.run_id), cls: "run-link" }, r.run_id)),
+    h("td", {}, r.agent || "—"),
     h("td", {}, r.worktrees.join(", ")),
     h("td", { cls: "state " + r.state }, r.state),
     h("td", { cls: "num" }, String(r.checkpoints)),
@@ -61,7 +62,7 @@ async function runsView() {
     h("td", {}, strip(r.strip))));
   main.replaceChildren(h("h1", {}, "Runs"),
     data.runs.length ? h("table", { cls: "runs" }, h("tr", {},
-      ...["run (agent)", "worktree", "state", "checkpoints", "gaps", "last activity", "activity"]
+      ...["run", "agent", "worktree", "state", "checkpoints", "gaps", "last activity", "activity"]
         .map((t) => h("th", {}, t))), rows)
       : h("p", {}, "Nothing captured yet: start an agent with the snapshotd hook."),
     data.truncated ? h("p", { cls: "note" }, `${data.runs.length} of ${data.total} runs`) : "");
