@@ -148,6 +148,7 @@ def test_first_paint_of_a_long_run(browser, sd_env: Env, wt: Path) -> None:
     try:
         page = browser.new_page()
         page.goto(server.url)
+        page.wait_for_selector("table.runs")
         started = time.perf_counter()
         page.goto(server.url.split("?")[0] + "#/run/long")
         page.locator("svg.timeline .mark").nth(999).wait_for()

@@ -1,7 +1,10 @@
 // snapshotd ui: hash-routed views over the JSON API. Hand-written, no build step, no CDN.
 "use strict";
 const CSRF = document.querySelector('meta[name="csrf-token"]').content;
-const main = document.getElementById("main");
+// Each view draws into a fresh element that replaces the page's only when the view is still
+// the one asked for: a slow answer for a page already left never overwrites the current one.
+const slot = document.getElementById("main");
+let routeId = 0;
 const COLORS = { hook: "#2f6fdf", wrap: "#168f8f", watch: "#7a9a3a", cli: "#8a4fd0",
                  outside: "#a0662a", restore: "#e08a00" };
 let poll = null;
@@ -38,8 +41,8 @@ async function api(path, params, body) {
 
 // Polls for changes; ``seen`` is the version the page was drawn from, so a change between the
 // drawing and the first poll is not missed.
-function live(fetchVersion, rerender, seen) {
-  poll = setInterval(async () => {
+function live(main, fetchVersion, rerender, seen) {
+  main.startLive = () => setInterval(async () => {
     try {
       const v = await fetchVersion();
       if (v !== seen) { seen = v; rerender(); }
@@ -49,7 +52,7 @@ function live(fetchVersion, rerender, seen) {
 }
 
 // -- runs ----------------------------------------------------------------------------------------
-async function runsView() {
+async function runsView(main) {
   const data = await api("/api/runs");
   const rows = data.runs.map((r) => h("tr", { "data-run": r.run_id },
     h("td", {}, h("a", { href: "#/run/" + enc(r.run_id), cls: "run-link" }, r.run_id)),
@@ -67,7 +70,7 @@ async function runsView() {
       : h("p", {}, "Nothing captured yet: start an agent with the snapshotd hook."),
     data.truncated ? h("p", { cls: "note" }, `${data.runs.length} of ${data.total} runs`) : "");
   const key = (runs) => JSON.stringify(runs.map((r) => [r.run_id, r.checkpoints, r.gaps, r.state]));
-  live(async () => key((await api("/api/runs")).runs), route, key(data.runs));
+  live(main, async () => key((await api("/api/runs")).runs), route, key(data.runs));
 }
 function strip(counts) {
   const max = Math.max(1, ...counts);
@@ -81,7 +84,7 @@ function strip(counts) {
 
 // -- timeline ------------------------------------------------------------------------------------
 function timeline(data, onPick, current) {
-  const total = Math.max(800, main.clientWidth - 40), lane = 26, left = 200;
+  const total = Math.max(800, slot.clientWidth - 40), lane = 26, left = 200;
   const width = total - left - 16;
   const times = data.checkpoints.map((c) => c.created_at)
     .concat(data.gaps.map(gapTime).filter((t) => t));
@@ -137,17 +140,17 @@ function legend() {
 const cpHash = (run, l, seq, q) => `#/cp/${enc(run)}/${enc(l.node_id)}/${l.iteration}/` +
   `${l.attempt}/${seq}` + (q ? "?" + new URLSearchParams(q) : "");
 
-async function runView(run) {
+async function runView(main, run) {
   const data = await api("/api/run", { run });
   main.replaceChildren(h("h1", {}, "Run ", h("code", {}, run)),
     h("p", {}, `${data.checkpoints.length} checkpoints, ${data.gaps.length} gaps, `,
       h("a", { href: "#/gaps/" + enc(run) }, "gaps and what to do")),
     timeline(data, (l, c) => { location.hash = cpHash(run, l, c.seq); }));
-  live(async () => (await api("/api/version", { run })).version, route, data.version);
+  live(main, async () => (await api("/api/version", { run })).version, route, data.version);
 }
 
 // -- checkpoint and diff -------------------------------------------------------------------------
-async function checkpointView(run, node, iteration, attempt, seq, q) {
+async function checkpointView(main, run, node, iteration, attempt, seq, q) {
   const sel = { run, node, iteration, attempt, seq };
   const against = q.get("against"), mode = q.get("mode") || "unified";
   const params = Object.assign({}, sel);
@@ -286,7 +289,7 @@ function showExport(r, box, confirm) {
 }
 
 // -- tree, blame, gaps ---------------------------------------------------------------------------
-async function treeView(run, node, iteration, attempt, seq, path) {
+async function treeView(main, run, node, iteration, attempt, seq, path) {
   const sel = { run, node, iteration, attempt, seq };
   const t = await api("/api/tree", Object.assign({ path }, sel));
   const base = `#/tree/${[run, node, iteration, attempt, seq].map(enc).join("/")}/`;
@@ -304,7 +307,7 @@ async function treeView(run, node, iteration, attempt, seq, path) {
       h("a", { href: `#/blame/${[run, node, iteration, attempt, seq].map(enc).join("/")}/${enc(path)}` }, "blame")), pre);
   }
 }
-async function blameView(run, node, iteration, attempt, seq, path) {
+async function blameView(main, run, node, iteration, attempt, seq, path) {
   const b = await api("/api/blame", { run, node, iteration, attempt, seq, path });
   const l = { node_id: node, iteration, attempt };
   const table = h("table", { cls: "patch blame" }, b.lines.map((x) => h("tr", {},
@@ -314,7 +317,7 @@ async function blameView(run, node, iteration, attempt, seq, path) {
     h("td", { cls: "ctx" }, HL(x.text, path)))));
   main.replaceChildren(h("h1", {}, "Blame ", h("code", {}, path), h("small", {}, ` at seq ${b.seq}`)), table);
 }
-async function gapsView(run) {
+async function gapsView(main, run) {
   const g = await api("/api/gaps", run ? { run } : {});
   main.replaceChildren(h("h1", {}, "Gaps", run ? ` of ${run}` : ""),
     h("p", {}, `${g.total} gaps, ${g.unresolved} unresolved`),
@@ -329,19 +332,24 @@ async function gapsView(run) {
 // -- routing -------------------------------------------------------------------------------------
 async function route() {
   if (poll) { clearInterval(poll); poll = null; }
+  const mine = ++routeId;
+  const main = document.createElement("div");
   const [path, query] = location.hash.slice(1).split("?");
   const parts = path.split("/").filter((p, i) => i > 0).map(decodeURIComponent);
   const q = new URLSearchParams(query || "");
   try {
-    if (parts[0] === "run") await runView(parts[1]);
-    else if (parts[0] === "cp") await checkpointView(...parts.slice(1, 6), q);
-    else if (parts[0] === "tree") await treeView(...parts.slice(1, 6), parts.slice(6).join("/"));
-    else if (parts[0] === "blame") await blameView(...parts.slice(1, 6), parts.slice(6).join("/"));
-    else if (parts[0] === "gaps") await gapsView(parts[1]);
-    else await runsView();
+    if (parts[0] === "run") await runView(main, parts[1]);
+    else if (parts[0] === "cp") await checkpointView(main, ...parts.slice(1, 6), q);
+    else if (parts[0] === "tree") await treeView(main, ...parts.slice(1, 6), parts.slice(6).join("/"));
+    else if (parts[0] === "blame") await blameView(main, ...parts.slice(1, 6), parts.slice(6).join("/"));
+    else if (parts[0] === "gaps") await gapsView(main, parts[1]);
+    else await runsView(main);
   } catch (e) {
     main.replaceChildren(h("p", { cls: "error" }, e.message));
   }
+  if (mine !== routeId) return;
+  slot.replaceChildren(...main.childNodes);
+  if (main.startLive) poll = main.startLive();
 }
 window.addEventListener("hashchange", route);
 route();
