@@ -33,6 +33,7 @@ from snapshotd.cli import (
     show,
     snapshots,
     status,
+    ui,
 )
 
 
@@ -43,5 +44,5 @@ def main() -> None:
 
 
 for _module in (attempt, blame, config, diff, exec, export, fetch, find, flush, gc, handoff, install,
-                log, mcp, purge, push, repair, restore, runs, serve, show, snapshots, status):
+                log, mcp, purge, push, repair, restore, runs, serve, show, snapshots, status, ui):
     _module.register(main)

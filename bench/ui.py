@@ -1,0 +1,88 @@
+"""Web app budgets (docs/ui.md): a checkpoint's diff page of a 100,000-file worktree under
+300 ms server-side, and the timeline data of a 1,000-checkpoint run.
+
+Builds, through a real daemon, a ``--files``-file git worktree (default 100,000) and a few
+checkpoints that each change three files, then serves ``snapshotd ui`` on that home (in this
+process, on 127.0.0.1) and times, over HTTP with the token cookie, the requests the checkpoint
+page makes: ``/api/checkpoint`` (the tool call and the files it changed), ``/api/diff``
+(against the previous checkpoint, and against the first one) and ``/api/run``. Each figure is
+the median of ``--rounds`` requests, measured at the client on loopback: an upper bound of the
+server-side time.
+
+Usage: ``python -m bench.ui [--files 100000] [--rounds 15]``; prints JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import secrets
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from bench.common import DaemonProc, make_tree, median
+
+QUIET = {"SNAPSHOTD_SETTLE_MS": "600000", "SNAPSHOTD_MAX_WAIT_MS": "600000"}
+CHANGES = 5
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--files", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=15)
+    args = parser.parse_args()
+    from snapshotd.ui.app import bind, create_app, serve
+
+    daemon = DaemonProc(QUIET)
+    try:
+        with tempfile.TemporaryDirectory(prefix="sdui-bench-") as tmp:
+            wt = make_tree(Path(tmp) / "wt", args.files)
+            started = time.perf_counter()
+            with daemon.client() as c:
+                c.snapshot(str(wt), run_id="bench", node_id="ui", source="hook", label="first")
+                first_ms = (time.perf_counter() - started) * 1000
+                for seq in range(1, CHANGES + 1):
+                    for k in range(3):
+                        path = wt / "d0000" / "s0" / f"f{k}.txt"
+                        path.write_text(f"changed in {seq}\n" + path.read_text())
+                    c.snapshot(str(wt), run_id="bench", node_id="ui", source="hook",
+                               label=f"Edit three files ({seq})", tool_use_id=f"call-{seq}")
+            sock = bind(0)
+            port = sock.getsockname()[1]
+            token = secrets.token_urlsafe(16)
+            app = create_app(home=daemon.home, socket=daemon.socket, token=token, port=port)
+            threading.Thread(target=serve, args=(app, sock), daemon=True).start()
+            time.sleep(0.5)
+            sel = f"run=bench&node=ui&iteration=0&attempt=1&seq={CHANGES}"
+            paths = {"checkpoint_ms": f"/api/checkpoint?{sel}",
+                     "diff_previous_ms": f"/api/diff?{sel}",
+                     "diff_first_ms": f"/api/diff?{sel}&a_node=ui&a_iteration=0&a_attempt=1"
+                                      "&a_seq=0",
+                     "timeline_ms": "/api/run?run=bench"}
+            out = {"files": args.files, "first_capture_ms": round(first_ms, 1)}
+            cookie = f"snapshotd_ui_{port}={token}"
+            for name, path in paths.items():
+                out[name] = median([_get(port, path, cookie) for _ in range(args.rounds)])
+    finally:
+        daemon.stop()
+    print(json.dumps(out, indent=2))
+
+
+def _get(port: int, path: str, cookie: str) -> float:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    started = time.perf_counter()
+    conn.request("GET", path, headers={"Cookie": cookie})
+    resp = conn.getresponse()
+    body = resp.read()
+    elapsed = (time.perf_counter() - started) * 1000
+    conn.close()
+    if resp.status != 200:
+        raise RuntimeError(f"{path}: {resp.status} {body[:200]!r}")
+    return elapsed
+
+
+if __name__ == "__main__":
+    main()

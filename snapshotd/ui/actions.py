@@ -1,0 +1,85 @@
+"""The web app's actions: restore and export with a preview first, and blame.
+
+Owns ``restore``, ``export`` and ``blame``, each over ``snapshotd.mcp_ops.Operations`` (daemon
+or local, the CLI's path).
+
+Promises:
+- Without ``confirm: true`` nothing is changed: restore returns its dry-run plan (what would be
+  added, modified, deleted, and the safety checkpoint it would take in place), export the
+  checkpoints that would become commits, the repository and the ref it would create.
+- With ``confirm: true`` the action runs and the result carries ``undo_command``: restore's own
+  (back to the safety checkpoint; a restore into a new directory has nothing to undo in the
+  worktree, so it says to remove the directory), export's deletes the branch it created.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from snapshotd import errors
+from snapshotd.errors import ServiceError, id_field
+from snapshotd.mcp_ops import Operations
+
+PLAN_SHOWN = 500
+
+
+def restore(ops: Operations, body: dict[str, Any]) -> dict:
+    """A restore's plan (default) or, with ``confirm``, the restore itself."""
+    sel = _selection(body)
+    to_dir = body.get("to_dir") or None
+    confirm = body.get("confirm") is True
+    result = ops.restore_checkpoint(
+        run_id=sel["run"], node_id=sel["node"], seq=sel["seq"], iteration=sel["iteration"],
+        attempt=sel["attempt"], dry_run=not confirm, to_dir=to_dir,
+        force=body.get("force") is True, plan_limit=PLAN_SHOWN)
+    result["confirmed"] = confirm
+    if confirm and to_dir and not result.get("undo_command"):
+        result["undo_command"] = f"rm -rf {shlex.quote(str(to_dir))}"
+    return result
+
+
+def export(ops: Operations, reader: Any, body: dict[str, Any]) -> dict:
+    """An export to a new branch: the preview (default) or, with ``confirm``, the export."""
+    sel = _selection(body)
+    branch = body.get("branch")
+    if not isinstance(branch, str) or not branch.strip():
+        raise ServiceError(errors.BAD_REQUEST, "name the new branch to export to")
+    branch = branch.strip()
+    timeline = reader.timeline(sel["run"])
+    cp = reader.checkpoint(sel)["checkpoint"]
+    lane = next(i for i, a in enumerate(timeline["lanes"])
+                if (a["node_id"], a["iteration"], a["attempt"])
+                == (cp["node_id"], cp["iteration"], cp["attempt"]))
+    rows = [c for c in timeline["checkpoints"] if c["lane"] == lane and c["seq"] <= cp["seq"]
+            and not c["pruned_at"]]
+    repo = timeline["lanes"][lane]["worktree"]
+    if body.get("confirm") is not True:
+        return {"confirmed": False, "branch": branch, "ref": f"refs/heads/{branch}",
+                "repo": repo, "checkpoints": rows,
+                "note": "one commit per checkpoint whose tree differs from the one before; "
+                        "an existing branch is refused; HEAD, index and files are not touched"}
+    result = ops.export_checkpoints(run_id=cp["run_id"], node_id=cp["node_id"], branch=branch,
+                                    to_seq=cp["seq"], iteration=cp["iteration"],
+                                    attempt=cp["attempt"])
+    result["confirmed"] = True
+    result["undo_command"] = (f"git -C {shlex.quote(str(result.get('repo') or repo))} "
+                              f"branch -D {shlex.quote(branch)}")
+    return result
+
+
+def blame(ops: Operations, sel: dict, path: str) -> dict:
+    if not path:
+        raise ServiceError(errors.BAD_REQUEST, "name the file to blame")
+    return ops.blame_file(run_id=sel["run"], node_id=sel["node"], path=path, seq=sel["seq"],
+                          iteration=sel["iteration"], attempt=sel["attempt"])
+
+
+def _selection(body: dict[str, Any]) -> dict:
+    out = {"run": id_field("run_id", body.get("run")), "node": id_field("node_id", body.get("node"))}
+    for name in ("seq", "iteration", "attempt"):
+        value = body.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            raise ServiceError(errors.BAD_REQUEST, f"{name} must be an integer")
+        out[name] = value
+    return out

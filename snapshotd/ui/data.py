@@ -1,0 +1,218 @@
+"""What the web app shows, read from the ledger, the gap spool and the store (never written).
+
+Owns ``Reader``: the runs summary (newest first, with an activity strip), a run's timeline (one
+lane per node/iteration/attempt, every checkpoint row, the gaps with what to do), a cheap
+fingerprint of a run for live updates, one checkpoint with the files it changed, the diff of
+any two checkpoints of the store (across attempts too), the tree and a file at a checkpoint.
+
+Promises:
+- Reads only: the ledger (safe beside a running daemon), the spool and a per-call handle on the
+  store (``Store.reader``); restore and export go through ``snapshotd.mcp_ops`` instead.
+- Diffs are computed from tree ids by ``snapshotd.ui.treediff``, which skips every subtree the
+  two sides share, so their cost follows the difference, not the size of the worktree.
+- A selection that names nothing is ``ServiceError(not-found)`` saying what exists; patches and
+  files over ``MAX_PATCH_BYTES``/``MAX_BLOB_BYTES`` are cut and flagged, never silently.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pygit2
+
+from snapshotd import errors, listing
+from snapshotd.checkpoints import empty_tree, find_checkpoint, selection
+from snapshotd.errors import ServiceError
+from snapshotd.gaps import GapSpool
+from snapshotd.store import Store, parse_trailers
+from snapshotd.ui.gap_help import help_for
+from snapshotd.ui.treediff import diff_trees
+from snapshotd_client.paths import gaps_path
+
+STRIP_BUCKETS = 24
+RUNS_SHOWN = 200
+MAX_PATCH_BYTES = 2 << 20
+MAX_BLOB_BYTES = 1 << 20
+AGENT_PREFIXES = ("claude", "codex", "gemini")
+ROW_KEYS = ("seq", "tier", "source", "label", "tool_use_id", "created_at", "added",
+            "modified", "deleted", "pruned_at")
+
+
+class Reader:
+    """Read-only views of one snapshotd home."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self._store: Store | None = None
+
+    # -- runs ---------------------------------------------------------------------------------
+
+    def runs(self) -> dict:
+        rows = listing.collect_runs(self.home)
+        total = len(rows)
+        rows = list(reversed(rows))[:RUNS_SHOWN]
+        with listing.open_ledger_if_any(self.home) as ledger:
+            for row in rows:
+                times = [c["created_at"] for c in ledger.checkpoints(row["run_id"])] if ledger else []
+                row["strip"] = _strip(times, row["started_at"], row["last_activity"])
+                row["state"] = _run_state(row["states"])
+                row["agent"] = _agent(row["run_id"])
+        return {"runs": rows, "total": total, "truncated": len(rows) < total}
+
+    def timeline(self, run_id: str) -> dict:
+        run_id = errors.id_field("run_id", run_id)
+        # Taken before the rows: a change in between makes the live view fetch again.
+        version = self.version(run_id)
+        with listing.open_ledger_if_any(self.home) as ledger:
+            if ledger is None:
+                raise listing.unknown_run(run_id, None)
+            attempts = ledger.attempts(run_id)
+            if not attempts:
+                raise listing.unknown_run(run_id, ledger)
+            found = listing.list_run(ledger, GapSpool(gaps_path(self.home)), run_id)
+        lanes = [dict(a.as_dict(), lane=str(a.key)) for a in attempts]
+        lane_of = {(a.key.node_id, a.key.iteration, a.key.attempt): i
+                   for i, a in enumerate(attempts)}
+        checkpoints = []
+        for c in found["checkpoints"]:
+            row = {k: c[k] for k in ROW_KEYS}
+            row["lane"] = lane_of.get((c["node_id"], c["iteration"], c["attempt"]), 0)
+            checkpoints.append(row)
+        gaps = [dict(g, help=help_for(g.get("reason"))) for g in found["gaps"]]
+        return {"run_id": run_id, "lanes": lanes, "checkpoints": checkpoints, "gaps": gaps,
+                "version": version}
+
+    def version(self, run_id: str) -> str:
+        """Changes whenever the run gains a checkpoint or a gap, or an attempt changes state:
+        what the live view polls."""
+        with listing.open_ledger_if_any(self.home) as ledger:
+            if ledger is None:
+                return "none"
+            stats = ledger.checkpoint_stats().get(run_id, (0, None))
+            states = sorted((str(a.key), a.state) for a in ledger.attempts(run_id))
+        gaps = len(GapSpool(gaps_path(self.home)).for_run(run_id))
+        return f"{stats[0]}:{stats[1]}:{gaps}:{hash(tuple(states)) & 0xffffffff:x}"
+
+    def gaps(self, run_id: str | None) -> dict:
+        if run_id is not None:
+            run_id = errors.id_field("run_id", run_id)
+        out = listing.list_gaps(self.home, run_id)
+        out["gaps"] = [dict(g, help=help_for(g.get("reason"))) for g in out["gaps"]]
+        return out
+
+    # -- one checkpoint -----------------------------------------------------------------------
+
+    def checkpoint(self, sel: dict) -> dict:
+        cp = self._find(sel)
+        repo = self._repo()
+        commit = repo[cp["commit"]].peel(pygit2.Commit)
+        parent = _parent_tree(repo, cp)
+        changed = diff_trees(repo, parent, cp["tree"], patch=False)
+        return {"checkpoint": cp, "trailers": parse_trailers(commit.message),
+                "files": changed["files"], "stats": changed["stats"]}
+
+    def diff(self, sel: dict, against: dict | None) -> dict:
+        """What ``sel`` changed against ``against`` (any checkpoint of the store) or, when
+        None, against the checkpoint before it in its attempt."""
+        cp = self._find(sel)
+        repo = self._repo()
+        if against is None:
+            base_tree, base = _parent_tree(repo, cp), None
+        else:
+            other = self._find(against)
+            base_tree, base = other["tree"], _ident(other)
+        out = diff_trees(repo, base_tree, cp["tree"], patch=True)
+        out.update({"to": _ident(cp), "from": base, "patch_truncated": False})
+        data = out["patch"].encode("utf-8", "surrogateescape")
+        if len(data) > MAX_PATCH_BYTES:
+            out["patch"] = data[:MAX_PATCH_BYTES].decode("utf-8", "ignore")
+            out["patch_truncated"] = True
+        return out
+
+    def tree(self, sel: dict, path: str) -> dict:
+        """The entries of directory ``path`` at the checkpoint, or the file's text."""
+        cp = self._find(sel)
+        repo = self._repo()
+        root = repo[cp["tree"]].peel(pygit2.Tree)
+        path = path.strip("/")
+        obj = root if not path else _lookup(repo, root, path)
+        if isinstance(obj, pygit2.Tree):
+            entries = sorted(({"name": e.name, "dir": e.type_str == "tree"} for e in obj),
+                             key=lambda e: (not e["dir"], e["name"]))
+            return {"path": path, "kind": "dir", "entries": entries, "to": _ident(cp)}
+        blob = obj.peel(pygit2.Blob)
+        data = blob.data
+        out = {"path": path, "kind": "file", "size": len(data), "binary": blob.is_binary,
+               "truncated": len(data) > MAX_BLOB_BYTES, "to": _ident(cp), "text": None}
+        if not blob.is_binary:
+            out["text"] = data[:MAX_BLOB_BYTES].decode("utf-8", "replace")
+        return out
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _find(self, sel: dict) -> dict:
+        run, node, seq, iteration, attempt = selection(
+            sel.get("run"), sel.get("node"), sel.get("seq"), sel.get("iteration"),
+            sel.get("attempt"))
+        with listing.open_ledger_if_any(self.home) as ledger:
+            if ledger is None:
+                raise listing.unknown_run(run, None)
+            return find_checkpoint(ledger, run, node, seq=seq, iteration=iteration,
+                                   attempt=attempt, skip_safety=False)
+
+    def _repo(self) -> pygit2.Repository:
+        if self._store is None:
+            if not (self.home / "store.git" / "HEAD").exists():
+                raise ServiceError(errors.NOT_FOUND, f"no store under {self.home}: nothing "
+                                                     "has been captured with this home yet")
+            self._store = Store(self.home)
+        return self._store.reader()
+
+
+def _ident(cp: dict) -> dict:
+    return {k: cp[k] for k in ("run_id", "node_id", "iteration", "attempt", "seq", "commit",
+                               "tree")}
+
+
+def _parent_tree(repo: pygit2.Repository, cp: dict) -> str:
+    parent = cp.get("parent")
+    if not parent:
+        return empty_tree(repo)
+    return str(repo[parent].peel(pygit2.Commit).tree_id)
+
+
+def _lookup(repo: pygit2.Repository, root: pygit2.Tree, path: str) -> pygit2.Object:
+    try:
+        entry = root[path]
+    except KeyError:
+        raise ServiceError(errors.NOT_FOUND, f"{path} is not in this checkpoint") from None
+    return repo[entry.id]
+
+
+def _strip(times: list[float], start: float, end: float) -> list[int]:
+    """Checkpoints per slice of the run's lifetime, ``STRIP_BUCKETS`` slices."""
+    counts = [0] * STRIP_BUCKETS
+    span = max(end - start, 1e-6)
+    for t in times:
+        i = int((t - start) / span * STRIP_BUCKETS)
+        counts[min(max(i, 0), STRIP_BUCKETS - 1)] += 1
+    return counts
+
+
+def _agent(run_id: str) -> str:
+    """The agent a run's id names (the hooks make ``claude-<session>``, ``codex-…``,
+    ``gemini-…``); empty for a run an engine or a person named."""
+    prefix = run_id.split("-", 1)[0]
+    return prefix if prefix in AGENT_PREFIXES and "-" in run_id else ""
+
+
+def _run_state(states: dict[str, int]) -> str:
+    if states.get("active"):
+        return "active"
+    for state in ("failed", "cancelled", "abandoned", "superseded", "finished"):
+        if states.get(state):
+            return state
+    return next(iter(states), "unknown")
+
+
+__all__ = ["Reader"]
