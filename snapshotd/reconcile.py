@@ -42,7 +42,7 @@ def reconcile(store: Store, ledger: Ledger, damage: DamageRegistry | None = None
     "dropped_rows", "at"}`` for ``status``. An attempt whose ref is broken, whose chain or rows
     cannot be read, is recorded as damaged (``snapshotd.damage``) and skipped: every other
     attempt is reconciled. Then rows whose commits the store lost (a power loss in process
-    mode) are dropped, each attempt's through ``on_lost``."""
+    mode) are dropped, each attempt's through ``on_lost`` (None: nothing is dropped)."""
     rebuilt = 0
     damaged = 0
     for key in store.attempt_keys():
@@ -64,7 +64,7 @@ def reconcile(store: Store, ledger: Ledger, damage: DamageRegistry | None = None
             log.error("attempt %s is damaged: %s", key, detail)
     if rebuilt:
         log.warning("reconciliation rebuilt %d checkpoint rows from store refs", rebuilt)
-    dropped = drop_lost_checkpoints(store, ledger, on_lost or (lambda _a, _s: None))
+    dropped = drop_lost_checkpoints(store, ledger, on_lost) if on_lost is not None else 0
     return {"rebuilt_rows": rebuilt, "damaged_attempts": damaged, "dropped_rows": dropped,
             "at": time.time()}
 

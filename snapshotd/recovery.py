@@ -21,7 +21,10 @@ writes there):
   one (a killed writer leaves a temporary file, never a damaged final name), so the scan runs
   at the first start of each boot (``<home>/checked-boot`` records the last one).
 - loose refs whose file does not parse (empty, or not an object id): removed and listed; the
-  service then points the attempt's ref at its newest checkpoint that survived.
+  service then points the attempt's ref at its newest checkpoint that survived. Like damaged
+  objects, only a reboot leaves these (libgit2 renames a whole lock file into place), so this
+  too runs at the first start of each boot; a ref damaged otherwise is the damaged-attempt
+  logic's (``snapshotd.damage``): repaired and reported as an ``attempt-damaged`` gap.
 
 Promises: nothing valid is removed; every removal is fsynced (its directory) and reported in
 ``status`` (``recovery``) and the log.
@@ -67,6 +70,8 @@ class Recovery:
     bad_objects: list[str] = field(default_factory=list)
     bad_refs: list[str] = field(default_factory=list)
     repaired_files: list[str] = field(default_factory=list)
+    # The first start of this boot (or of this home): what a power cut can leave is checked.
+    fresh_boot: bool = False
 
     def as_dict(self) -> dict:
         return {"stale_locks": list(self.stale_locks), "bad_objects": len(self.bad_objects),
@@ -111,11 +116,12 @@ def recover_home(home: Path) -> Recovery:
         checked = marker.read_text().strip() == boot != ""
     except OSError:
         checked = False
+    out.fresh_boot = not checked
     if (store / "objects").is_dir() and not checked:
         out.bad_objects = remove_bad_loose_objects(store)
+        if (store / "refs").is_dir():
+            out.bad_refs = remove_bad_refs(store)
         write_file(marker, f"{boot}\n".encode())
-    if (store / "refs").is_dir():
-        out.bad_refs = remove_bad_refs(store)
     if out.stale_locks:
         log.warning("removed %d stale lock file(s) left by a crash: %s", len(out.stale_locks),
                     ", ".join(out.stale_locks))

@@ -296,9 +296,12 @@ class Service:
         self.ledger.close()
 
     def reconcile(self) -> dict:
-        """Bring the ledger level with the refs (``snapshotd.reconcile``); checkpoints a power
-        cut took become ``checkpoint-lost`` gaps."""
-        return reconcile(self.store, self.ledger, self.damage, lost_gap_writer(self.gaps))
+        """Bring the ledger level with the refs (``snapshotd.reconcile``). At the first start of a
+        boot, rows whose commits a power cut took are dropped as ``checkpoint-lost`` gaps; not
+        with a remote, where a row may name a commit that is only on the remote yet."""
+        lost = self.store.recovery.fresh_boot and not self.config.remote
+        return reconcile(self.store, self.ledger, self.damage,
+                         lost_gap_writer(self.gaps) if lost else None)
 
     def reconcile_attempt(self, key: AttemptKey, tip: str) -> int:
         """Insert the rows of the commits on ``tip``'s chain that the ledger lacks."""
