@@ -313,11 +313,12 @@ def test_without_a_daemon_reads_work_from_the_ledger_and_restore_works_directly(
     with_mcp(sd_env, body)
 
 
-def test_a_remote_password_is_never_shown_through_mcp(sd_env: Env, tmp_path: Path) -> None:
+def test_a_remote_password_is_never_shown_through_mcp(sd_env: Env, tmp_path: Path,
+                                                      make_daemon: MakeDaemon) -> None:
     # A remote nobody listens on: pushes fail, and the failure names the URL.
     secret = "s3cret-pw"
     remote = f"https://agent:{secret}@127.0.0.1:9/nowhere.git"
-    d = Daemon(sd_env, dict(QUIET_WATCHER, SNAPSHOTD_REMOTE=remote)).start()
+    make_daemon(sd_env, dict(QUIET_WATCHER, SNAPSHOTD_REMOTE=remote))
     seen: list[str] = []
 
     async def body(client: Client) -> None:
@@ -327,10 +328,7 @@ def test_a_remote_password_is_never_shown_through_mcp(sd_env: Env, tmp_path: Pat
         seen.append(json.dumps(status))
         seen.append(_text(await client.call_tool("list_runs", {})))
 
-    try:
-        with_mcp(sd_env, body)
-    finally:
-        d.stop()
+    with_mcp(sd_env, body)
     assert seen and all(secret not in text for text in seen), seen
 
 
