@@ -17,11 +17,10 @@ FAST_WATCHER = {"SNAPSHOTD_SETTLE_MS": "100", "SNAPSHOTD_MAX_WAIT_MS": "300"}
 
 
 def verified(c: Client) -> bool:
-    """Every capture that changed a tree has had its verification scan. A capture that is not
-    deduplicated is followed (about a second later) by one verification, a full scan that
-    counts as a capture of its worktree too; nothing here changes behind the watcher's back, so
-    each verification is itself deduplicated: so the verifications still owed are the captures
-    that were not deduplicated minus the verifications done."""
+    """No verification scan is still owed. Each capture that changed a tree is followed, about a
+    second later, by one verification: a full scan that counts as a capture of its worktree too
+    and, since nothing here changes behind the watcher's back, is itself deduplicated. So every
+    owed one has run once verifications reach the captures that were not deduplicated."""
     w = c.status()["watcher"]
     return w["verifications"] >= w["captures"] - w["deduped"]
 
