@@ -12,6 +12,9 @@ from pathlib import Path
 from conftest import QUIET_WATCHER, Daemon, Env, MakeDaemon, make_git_worktree
 from helpers import wait_for
 
+# The status polls of these tests (s): as often as the watcher tests always polled.
+POLL_S = 0.05
+
 
 def counters(d: Daemon) -> dict:
     with d.client() as c:
@@ -47,10 +50,11 @@ def test_a_path_the_ignore_rules_cannot_take_is_counted_and_still_captured(
     for i in range(2):
         with open(os.path.join(os.fsencode(wt), b"bad-\xff-%d.txt" % i), "wb") as f:
             f.write(b"a name the ignore rules cannot be asked about\n")
-    wait_for(lambda: counters(d)["ignore_errors"] >= 2, what="two ignore_errors counted")
+    wait_for(lambda: counters(d)["ignore_errors"] >= 2, every=POLL_S,
+             what="two ignore_errors counted")
     # Not ignored, so it armed a window: the settled checkpoint holds the files.
     with d.client() as c:
-        wait_for(lambda: c.list("ignore")["checkpoints"], what="a tier-2 checkpoint")
+        wait_for(lambda: c.list("ignore")["checkpoints"], every=POLL_S, what="a tier-2 checkpoint")
     log = d.log.read_text()
     assert log.count("cannot apply the ignore rules") == 1  # once per watch, then counted
 
@@ -67,7 +71,7 @@ def test_a_notifier_that_cannot_be_closed_is_counted(sd_env: Env, tmp_path: Path
         c.attempt_end("close", "n")
     # No linger: the watch is dropped after a short grace and its notifier closed.
     wait_for(lambda: counters(d)["notifier_close_errors"] >= 1, timeout=20,
-             what="a notifier_close_errors count")
+             every=POLL_S, what="a notifier_close_errors count")
     assert "cannot close the notifier" in d.log.read_text()
     fault.unlink()  # so the daemon's stop when the test ends is not faulted too
 
@@ -81,7 +85,7 @@ def test_a_window_marker_that_cannot_be_written_is_counted(sd_env: Env, tmp_path
     shutil.rmtree(sd_env.home / "watch")
     (sd_env.home / "watch").write_text("not a directory\n")
     (wt / "a.txt").write_text("a\n")
-    wait_for(lambda: counters(d)["marker_errors"] >= 1, what="a marker_errors count")
+    wait_for(lambda: counters(d)["marker_errors"] >= 1, every=POLL_S, what="a marker_errors count")
     with d.client() as c:  # the capture itself goes on
-        wait_for(lambda: c.list("marker")["checkpoints"], what="a tier-2 checkpoint")
+        wait_for(lambda: c.list("marker")["checkpoints"], every=POLL_S, what="a tier-2 checkpoint")
     assert "cannot write window marker" in d.log.read_text()

@@ -15,6 +15,9 @@ from snapshotd_client import Client
 
 FAST_WATCHER = {"SNAPSHOTD_SETTLE_MS": "100", "SNAPSHOTD_MAX_WAIT_MS": "300"}
 
+# The status polls of these tests (s): as often as the watcher tests always polled.
+POLL_S = 0.05
+
 
 def verified(c: Client) -> bool:
     """No verification scan is still owed. Each capture that changed a tree is followed, about a
@@ -40,7 +43,7 @@ def test_nested_worktrees_on_one_notifier_each_see_the_changes_below_them(
         # Once things are quiet the three notifiers become one.
         wait_for(lambda: c.status()["watcher"]["merges"] >= 1
                  and c.status()["watcher"]["notifiers"] == 1, timeout=20,
-                 what="the three notifiers merged into one")
+                 every=POLL_S, what="the three notifiers merged into one")
 
         def counts() -> dict[str, int]:
             """Tier-2 captures per worktree (a deduplicated one counts: the outer
@@ -50,15 +53,18 @@ def test_nested_worktrees_on_one_notifier_each_see_the_changes_below_them(
                     (("outer", outer), ("inner", inner), ("sibling", sibling))}
 
         # A verification scan still to come would count as one more capture.
-        wait_for(lambda: verified(c), what="the first captures' verification scans")
+        wait_for(lambda: verified(c), every=POLL_S,
+                 what="the first captures' verification scans")
         before = counts()
         (inner / "i.txt").write_text("i2\n")
         wait_for(lambda: counts()["inner"] > before["inner"]
-                 and counts()["outer"] > before["outer"], what="inner and outer captures")
-        wait_for(lambda: verified(c), what="the verification scan of inner's capture")
+                 and counts()["outer"] > before["outer"], every=POLL_S,
+                 what="inner and outer captures")
+        wait_for(lambda: verified(c), every=POLL_S,
+                 what="the verification scan of inner's capture")
         before = counts()
         (outer / "o.txt").write_text("o2\n")
-        wait_for(lambda: counts()["outer"] > before["outer"], what="an outer capture")
+        wait_for(lambda: counts()["outer"] > before["outer"], every=POLL_S, what="an outer capture")
         # Let time pass: a window this write wrongly opened in inner or sibling (settle
         # 100 ms, max wait 300 ms) would have been captured by now.
         time.sleep(0.6)
@@ -94,14 +100,16 @@ def test_changes_a_verification_finds_unannounced_are_watcher_drift(
         c.snapshot(str(wt), run_id="judge", node_id="n")
         with open(outside / "alias.txt", "w") as f:
             f.write("first unseen write\n")
-        wait_for(lambda: len(drifts()) == 1, timeout=20, what="the first watcher-drift gap")
+        wait_for(lambda: len(drifts()) == 1, timeout=20, every=POLL_S,
+                 what="the first watcher-drift gap")
         # The fast path is off now. A burst, and an unseen write before its verification.
         (wt / "c.txt").write_text("c\n")
         count = len(c.list("judge")["checkpoints"])
         wait_for(lambda: len(c.list("judge")["checkpoints"]) > count,
-                 what="the burst's capture")
+                 every=POLL_S, what="the burst's capture")
         with open(outside / "alias.txt", "w") as f:
             f.write("second unseen write\n")
-        wait_for(lambda: len(drifts()) == 2, timeout=20, what="the second watcher-drift gap")
+        wait_for(lambda: len(drifts()) == 2, timeout=20, every=POLL_S,
+                 what="the second watcher-drift gap")
     assert "captured as seq" in drifts()[1]["detail"]
     assert {g["reason"] for g in sd_env.read_gaps()} == {"watcher-drift"}
