@@ -13,7 +13,9 @@ daemon: when a test ends (``_reap_daemons``) every ``Daemon`` it made is stopped
 SIGKILL after a bound, reaped), and so is any other ``snapshotd serve`` whose home lies under
 one of its ``Env`` roots or its ``tmp_path`` (one the hook autostarted, say). A daemon that
 still escapes fails the session (``_no_daemon_outlives_the_session``, on every xdist worker).
-Helpers shared by test files (``wait_for``, process lookup, raw frames) are in ``helpers.py``."""
+Client-side tests without a daemon take ``short_dir`` (a socket directory) and ``hook_env`` (an
+environment naming it); their fake daemon is in ``fake_daemon.py``. Helpers shared by test files
+(``wait_for``, process lookup, raw frames) are in ``helpers.py``."""
 
 from __future__ import annotations
 
@@ -256,6 +258,28 @@ def sd_env(tmp_path: Path, ledger_backend: str, request: pytest.FixtureRequest) 
     env = Env(tmp_path, ledger_url=url)
     yield env
     shutil.rmtree(env.sockdir, ignore_errors=True)
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A private directory under /tmp for a socket: AF_UNIX paths are limited to 107 bytes,
+    and pytest's ``tmp_path`` can be longer."""
+    path = Path(tempfile.mkdtemp(prefix="sd", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def hook_env(short_dir: Path) -> dict[str, str]:
+    """An environment for the client side alone (no ``Env``, no daemon): socket, gap spool and
+    home in ``short_dir``, autostart off, and none of the caller's snapshotd or agent
+    variables."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SNAPSHOTD_", "CLAUDE_", "GEMINI_"))}
+    env.update(SNAPSHOTD_SOCKET=str(short_dir / "d.sock"), SNAPSHOTD_AUTOSTART="0",
+               SNAPSHOTD_GAPS=str(short_dir / "gaps.ndjson"),
+               SNAPSHOTD_HOME=str(short_dir / "home"))
+    return env
 
 
 @pytest.fixture

@@ -10,12 +10,18 @@ import fcntl
 import os
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import QUIET_WATCHER, Daemon, Env, claude_payload, make_git_worktree, run_hook
+from conftest import (
+    QUIET_WATCHER,
+    Env,
+    MakeDaemon,
+    claude_payload,
+    make_git_worktree,
+    run_hook,
+)
 from snapshotd import backend
 from snapshotd.errors import NOT_FOUND, ServiceError
 
@@ -33,16 +39,14 @@ def env_vars(sd_env: Env, monkeypatch: pytest.MonkeyPatch) -> Env:
 
 
 @pytest.fixture
-def captured(env_vars: Env, tmp_path: Path) -> Iterator[Env]:
+def captured(env_vars: Env, tmp_path: Path, make_daemon: MakeDaemon) -> Env:
     """A home with one checkpoint of RUN, its daemon stopped."""
     wt = make_git_worktree(tmp_path / "wt")
     (wt / "a.txt").write_text("a\n")
-    d = Daemon(env_vars, QUIET_WATCHER).start()
-    try:
-        assert run_hook(env_vars, claude_payload(wt, "toolu_a")).returncode == 0
-    finally:
-        assert d.stop() == 0
-    yield env_vars
+    d = make_daemon(env_vars, QUIET_WATCHER)
+    assert run_hook(env_vars, claude_payload(wt, "toolu_a")).returncode == 0
+    assert d.stop() == 0
+    return env_vars
 
 
 def restore_fields(run_id: str) -> dict:
@@ -69,17 +73,16 @@ def test_without_a_ledger_nothing_runs_and_the_home_is_not_created(env_vars: Env
     assert ran == [RUN] and not env_vars.home.exists()
 
 
-def test_the_daemon_runs_the_op_and_refuses_as_the_local_twin_does(captured: Env) -> None:
-    d = Daemon(captured, QUIET_WATCHER).start()
-    try:
-        ran: list[str] = [RUN]
-        plan = backend.run_op("restore", restore_fields(RUN), restore_locally(ran))
-        assert ran == [RUN]  # the daemon answered: the local twin never ran
-        assert plan["dry_run"] is True and plan["seq"] == 0
-        with pytest.raises(ServiceError) as remote:
-            backend.run_op("restore", restore_fields("nope"), restore_locally(["nope"]))
-    finally:
-        assert d.stop() == 0
+def test_the_daemon_runs_the_op_and_refuses_as_the_local_twin_does(
+        captured: Env, make_daemon: MakeDaemon) -> None:
+    d = make_daemon(captured, QUIET_WATCHER)
+    ran: list[str] = [RUN]
+    plan = backend.run_op("restore", restore_fields(RUN), restore_locally(ran))
+    assert ran == [RUN]  # the daemon answered: the local twin never ran
+    assert plan["dry_run"] is True and plan["seq"] == 0
+    with pytest.raises(ServiceError) as remote:
+        backend.run_op("restore", restore_fields("nope"), restore_locally(["nope"]))
+    assert d.stop() == 0  # the same op again, with no daemon: the local twin runs
     ran = ["nope"]
     with pytest.raises(ServiceError) as local:
         backend.run_op("restore", restore_fields("nope"), restore_locally(ran))

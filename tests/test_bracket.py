@@ -9,7 +9,7 @@ from pathlib import Path
 
 from review_replay import cli
 
-from conftest import QUIET_WATCHER, Daemon, Env, claude_payload, run_hook
+from conftest import QUIET_WATCHER, Env, MakeDaemon, claude_payload, run_hook
 
 
 def call(env: Env, wt: Path, tool_use_id: str, edit: str) -> None:
@@ -27,74 +27,67 @@ def blamed(env: Env, run: str) -> dict[str, dict]:
     return {x["text"]: x for x in json.loads(proc.stdout)["lines"]}
 
 
-def session(env: Env, tmp_path: Path, bracket: str) -> tuple[Daemon, Path]:
+def session(make_daemon: MakeDaemon, env: Env, tmp_path: Path, bracket: str) -> Path:
+    """A worktree with one file, and a daemon with ``bracket`` set."""
     wt = tmp_path / "wt"
     wt.mkdir()
     (wt / "a.txt").write_text("from the start\n")
-    d = Daemon(env, extra_env=dict(QUIET_WATCHER, SNAPSHOTD_BRACKET=bracket)).start()
-    return d, wt
+    make_daemon(env, dict(QUIET_WATCHER, SNAPSHOTD_BRACKET=bracket))
+    return wt
 
 
-def test_a_hand_edit_between_tool_calls_is_an_outside_checkpoint(sd_env: Env,
-                                                                 tmp_path: Path) -> None:
-    d, wt = session(sd_env, tmp_path, "true")
-    try:
-        call(sd_env, wt, "toolu_1", "agent one")
-        with (wt / "a.txt").open("a") as f:
-            f.write("by hand\n")
-        call(sd_env, wt, "toolu_2", "agent two")
-        call(sd_env, wt, "toolu_3", "agent three")  # nothing in between: deduplicated
-        lines = blamed(sd_env, "claude-sess-1")
-        assert lines["from the start"]["seq"] == 0
-        assert lines["from the start"]["source"] == "outside"  # the first call's before-capture
-        assert lines["agent one"]["tool_use_id"] == "toolu_1"
-        hand = lines["by hand"]
-        assert hand["source"] == "outside" and hand["tool_use_id"] is None
-        assert hand["label"] == "before Write " + str(wt / "a.txt")
-        assert lines["agent two"]["tool_use_id"] == "toolu_2"
-        assert lines["agent two"]["seq"] == hand["seq"] + 1
-        assert lines["agent three"]["seq"] == lines["agent two"]["seq"] + 1
-        listed = json.loads(cli(sd_env, "snapshots", "claude-sess-1", "--json").stdout)
-        sources = [c["source"] for c in listed["checkpoints"]]
-        assert sources == ["outside", "hook", "outside", "hook", "hook"]
-        text = cli(sd_env, "blame", "claude-sess-1", "a.txt", "--node", "session").stdout
-        assert [line for line in text.splitlines() if "by hand" in line][0].split()[0] \
-            == f"{hand['seq']}*"
-    finally:
-        d.stop()
+def test_a_hand_edit_between_tool_calls_is_an_outside_checkpoint(
+        sd_env: Env, tmp_path: Path, make_daemon: MakeDaemon) -> None:
+    wt = session(make_daemon, sd_env, tmp_path, "true")
+    call(sd_env, wt, "toolu_1", "agent one")
+    with (wt / "a.txt").open("a") as f:
+        f.write("by hand\n")
+    call(sd_env, wt, "toolu_2", "agent two")
+    call(sd_env, wt, "toolu_3", "agent three")  # nothing in between: deduplicated
+    lines = blamed(sd_env, "claude-sess-1")
+    assert lines["from the start"]["seq"] == 0
+    assert lines["from the start"]["source"] == "outside"  # the first call's before-capture
+    assert lines["agent one"]["tool_use_id"] == "toolu_1"
+    hand = lines["by hand"]
+    assert hand["source"] == "outside" and hand["tool_use_id"] is None
+    assert hand["label"] == "before Write " + str(wt / "a.txt")
+    assert lines["agent two"]["tool_use_id"] == "toolu_2"
+    assert lines["agent two"]["seq"] == hand["seq"] + 1
+    assert lines["agent three"]["seq"] == lines["agent two"]["seq"] + 1
+    listed = json.loads(cli(sd_env, "snapshots", "claude-sess-1", "--json").stdout)
+    sources = [c["source"] for c in listed["checkpoints"]]
+    assert sources == ["outside", "hook", "outside", "hook", "hook"]
+    text = cli(sd_env, "blame", "claude-sess-1", "a.txt", "--node", "session").stdout
+    assert [line for line in text.splitlines() if "by hand" in line][0].split()[0] \
+        == f"{hand['seq']}*"
 
 
-def test_bracket_off_is_a_no_op(sd_env: Env, tmp_path: Path) -> None:
-    d, wt = session(sd_env, tmp_path, "false")
-    try:
-        pre = claude_payload(wt, "toolu_0", file_path="a.txt", event="PreToolUse")
-        assert run_hook(sd_env, pre).returncode == 0
-        runs = json.loads(cli(sd_env, "runs", "--json").stdout)
-        assert runs["runs"] == []  # no attempt was created by it
-        call(sd_env, wt, "toolu_1", "agent one")
-        with (wt / "a.txt").open("a") as f:
-            f.write("by hand\n")
-        call(sd_env, wt, "toolu_2", "agent two")
-        lines = blamed(sd_env, "claude-sess-1")
-        # Without bracketing the hand edit is folded into the next tool call.
-        assert lines["by hand"]["tool_use_id"] == "toolu_2"
-        assert lines["from the start"]["tool_use_id"] == "toolu_1"
-        assert sd_env.read_gaps() == []
-    finally:
-        d.stop()
+def test_bracket_off_is_a_no_op(sd_env: Env, tmp_path: Path, make_daemon: MakeDaemon) -> None:
+    wt = session(make_daemon, sd_env, tmp_path, "false")
+    pre = claude_payload(wt, "toolu_0", file_path="a.txt", event="PreToolUse")
+    assert run_hook(sd_env, pre).returncode == 0
+    runs = json.loads(cli(sd_env, "runs", "--json").stdout)
+    assert runs["runs"] == []  # no attempt was created by it
+    call(sd_env, wt, "toolu_1", "agent one")
+    with (wt / "a.txt").open("a") as f:
+        f.write("by hand\n")
+    call(sd_env, wt, "toolu_2", "agent two")
+    lines = blamed(sd_env, "claude-sess-1")
+    # Without bracketing the hand edit is folded into the next tool call.
+    assert lines["by hand"]["tool_use_id"] == "toolu_2"
+    assert lines["from the start"]["tool_use_id"] == "toolu_1"
+    assert sd_env.read_gaps() == []
 
 
-def test_gemini_before_tool_names_the_gemini_run(sd_env: Env, tmp_path: Path) -> None:
-    d, wt = session(sd_env, tmp_path, "1")
-    try:
-        payload = {"session_id": "g-1", "cwd": str(wt), "hook_event_name": "BeforeTool",
-                   "tool_name": "write_file", "timestamp": "2026-01-01T00:00:00Z",
-                   "tool_input": {"file_path": "a.txt", "content": "x"}}
-        assert run_hook(sd_env, payload).returncode == 0
-        listed = json.loads(cli(sd_env, "snapshots", "gemini-g-1", "--json").stdout)
-        assert [c["source"] for c in listed["checkpoints"]] == ["outside"]
-    finally:
-        d.stop()
+def test_gemini_before_tool_names_the_gemini_run(sd_env: Env, tmp_path: Path,
+                                                 make_daemon: MakeDaemon) -> None:
+    wt = session(make_daemon, sd_env, tmp_path, "1")
+    payload = {"session_id": "g-1", "cwd": str(wt), "hook_event_name": "BeforeTool",
+               "tool_name": "write_file", "timestamp": "2026-01-01T00:00:00Z",
+               "tool_input": {"file_path": "a.txt", "content": "x"}}
+    assert run_hook(sd_env, payload).returncode == 0
+    listed = json.loads(cli(sd_env, "snapshots", "gemini-g-1", "--json").stdout)
+    assert [c["source"] for c in listed["checkpoints"]] == ["outside"]
 
 
 def test_before_tool_without_a_daemon_writes_no_gap(sd_env: Env, tmp_path: Path) -> None:

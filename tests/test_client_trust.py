@@ -13,8 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-import test_hook_nodaemon as nodaemon
-from test_hook_nodaemon import FakeDaemon, assert_silent_success, claude_payload, ok, run_hook
+from fake_daemon import FakeDaemon, assert_silent_success, hook_stdin, ok, run_hook_timed
 
 from conftest import Env
 from snapshotd_client import Client, SocketUntrusted
@@ -23,10 +22,6 @@ from snapshotd_client.paths import socket_dir_problem, socket_problem
 from snapshotd_client.protocol import SOCKET_UNTRUSTED
 
 NOBODY = 65534
-
-# The fixtures of test_hook_nodaemon, by name: a private socket dir and a clean environment.
-hook_env = nodaemon.hook_env
-short_dir = nodaemon.short_dir
 
 pytestmark = pytest.mark.skipif(os.getuid() != 0, reason="simulating another user needs root")
 
@@ -54,7 +49,7 @@ def test_hook_records_socket_untrusted_for_a_squatted_directory(hook_env, short_
     hook_env["SNAPSHOTD_GAPS"] = str(Path(hook_env["SNAPSHOTD_HOME"]) / "gaps.ndjson")
     with FakeDaemon(short_dir / "d.sock", ok()) as fake:
         _squat(short_dir, how)
-        proc, elapsed = run_hook(hook_env, claude_payload("/srv/proj"))
+        proc, elapsed = run_hook_timed(hook_env, hook_stdin("/srv/proj"))
     assert_silent_success(proc)
     assert elapsed < 2.0
     assert fake.requests == []
@@ -74,7 +69,7 @@ def test_client_refuses_a_socket_file_owned_by_another_user(hook_env, short_dir)
         os.chown(short_dir / "d.sock", NOBODY, NOBODY)
         with pytest.raises(SocketUntrusted, match="owned by uid 65534"):
             Client(short_dir / "d.sock").ping()
-        proc, _ = run_hook(hook_env, claude_payload("/srv/proj"))
+        proc, _ = run_hook_timed(hook_env, hook_stdin("/srv/proj"))
         assert fake.requests == []
     assert_silent_success(proc)
     (gap,) = read_gaps(short_dir / "gaps.ndjson")
@@ -123,7 +118,7 @@ def test_client_refuses_a_listener_running_as_another_user(hook_env, short_dir):
         assert os.stat(sock).st_uid == 0 and socket_problem(str(sock)) is None
         with pytest.raises(SocketUntrusted, match="runs as uid 65534"):
             Client(sock).ping()
-        hook, _ = run_hook(hook_env, claude_payload("/srv/proj"))
+        hook, _ = run_hook_timed(hook_env, hook_stdin("/srv/proj"))
     finally:
         proc.kill()
         proc.wait()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUIET_WATCHER, Daemon, Env, make_git_worktree
+from conftest import QUIET_WATCHER, Daemon, Env, MakeDaemon, make_git_worktree
 
 MISSING = "0123456789abcdef0123456789abcdef01234567"
 
@@ -46,11 +46,11 @@ def _damage(env: Env, kind: str, rows: list[dict]) -> None:
 
 
 @pytest.mark.parametrize("kind", ["ref-to-missing-commit", "ref-unparseable", "tip-missing"])
-def test_one_damaged_attempt_does_not_stop_the_others(sd_env: Env, tmp_path: Path,
-                                                      kind: str) -> None:
+def test_one_damaged_attempt_does_not_stop_the_others(sd_env: Env, tmp_path: Path, kind: str,
+                                                      make_daemon: MakeDaemon) -> None:
     hurt = make_git_worktree(tmp_path / "hurt")
     fine = make_git_worktree(tmp_path / "fine")
-    daemon = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
+    daemon = make_daemon(sd_env, QUIET_WATCHER)
     with daemon.client() as c:
         c.attempt_begin("hurt", "n", str(hurt))
         c.attempt_begin("fine", "n", str(fine))
@@ -62,50 +62,46 @@ def test_one_damaged_attempt_does_not_stop_the_others(sd_env: Env, tmp_path: Pat
                                "ORDER BY seq")
     _damage(sd_env, kind, rows)
 
-    daemon = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
-    try:
-        assert _capture(daemon, fine, "fine", "fine 3\n")["seq"] == 3
-        repaired = _capture(daemon, hurt, "hurt", "hurt 3\n")
-        assert repaired["seq"] == 3 and repaired["deduped"] is False
-        base = rows[-1] if kind != "tip-missing" else rows[-2]
-        parent = _store(sd_env, "rev-parse", repaired["commit"] + "^").stdout.strip()
-        assert parent == base["commit_id"]
+    daemon = make_daemon(sd_env, QUIET_WATCHER)
+    assert _capture(daemon, fine, "fine", "fine 3\n")["seq"] == 3
+    repaired = _capture(daemon, hurt, "hurt", "hurt 3\n")
+    assert repaired["seq"] == 3 and repaired["deduped"] is False
+    base = rows[-1] if kind != "tip-missing" else rows[-2]
+    parent = _store(sd_env, "rev-parse", repaired["commit"] + "^").stdout.strip()
+    assert parent == base["commit_id"]
 
-        status = _cli_json(sd_env, "status")
-        damaged = [d for d in status["damaged_attempts"] if d["run_id"] == "hurt"]
-        assert len(damaged) == 1 and damaged[0]["attempt"] == 1
-        assert "refs/snapshotd/runs/hurt/n/0/1" in damaged[0]["detail"]
-        assert not [d for d in status["damaged_attempts"] if d["run_id"] == "fine"]
-        runs = {r["run_id"]: r for r in _cli_json(sd_env, "runs")["runs"]}
-        assert runs["hurt"]["damaged_attempts"][0]["attempt"] == 1
-        assert runs["fine"]["damaged_attempts"] == []
-        gaps = [g for g in sd_env.read_gaps() if g["reason"] == "attempt-damaged"]
-        assert [g["run_id"] for g in gaps] == ["hurt"]
-        if kind == "ref-to-missing-commit":
-            assert MISSING in gaps[0]["detail"]
-        if kind == "tip-missing":
-            assert "seq 2 have no commit" in gaps[0]["detail"]
-        listing = _cli_json(sd_env, "snapshots", "hurt")
-        assert "attempt-damaged" in {g["reason"] for g in listing["gaps"]}
-    finally:
-        daemon.stop()
+    status = _cli_json(sd_env, "status")
+    damaged = [d for d in status["damaged_attempts"] if d["run_id"] == "hurt"]
+    assert len(damaged) == 1 and damaged[0]["attempt"] == 1
+    assert "refs/snapshotd/runs/hurt/n/0/1" in damaged[0]["detail"]
+    assert not [d for d in status["damaged_attempts"] if d["run_id"] == "fine"]
+    runs = {r["run_id"]: r for r in _cli_json(sd_env, "runs")["runs"]}
+    assert runs["hurt"]["damaged_attempts"][0]["attempt"] == 1
+    assert runs["fine"]["damaged_attempts"] == []
+    gaps = [g for g in sd_env.read_gaps() if g["reason"] == "attempt-damaged"]
+    assert [g["run_id"] for g in gaps] == ["hurt"]
+    if kind == "ref-to-missing-commit":
+        assert MISSING in gaps[0]["detail"]
+    if kind == "tip-missing":
+        assert "seq 2 have no commit" in gaps[0]["detail"]
+    listing = _cli_json(sd_env, "snapshots", "hurt")
+    assert "attempt-damaged" in {g["reason"] for g in listing["gaps"]}
+    daemon.stop()
     # Repaired: a restart finds nothing new, records no second gap, and the store is whole.
-    daemon = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
-    try:
-        assert _capture(daemon, hurt, "hurt", "hurt 4\n")["seq"] == 4
-    finally:
-        daemon.stop()
+    daemon = make_daemon(sd_env, QUIET_WATCHER)
+    assert _capture(daemon, hurt, "hurt", "hurt 4\n")["seq"] == 4
+    daemon.stop()
     assert len([g for g in sd_env.read_gaps() if g["reason"] == "attempt-damaged"]) == 1
     fsck = _store(sd_env, "fsck", "--no-dangling")
     if kind != "tip-missing":  # a row's commit is gone for good there; fsck says so
         assert fsck.returncode == 0, fsck.stdout + fsck.stderr
 
 
-def test_an_attempt_that_cannot_be_reconciled_is_damaged_not_fatal(sd_env: Env,
-                                                                    tmp_path: Path) -> None:
+def test_an_attempt_that_cannot_be_reconciled_is_damaged_not_fatal(
+        sd_env: Env, tmp_path: Path, make_daemon: MakeDaemon) -> None:
     hurt = make_git_worktree(tmp_path / "hurt")
     fine = make_git_worktree(tmp_path / "fine")
-    daemon = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
+    daemon = make_daemon(sd_env, QUIET_WATCHER)
     with daemon.client() as c:
         c.attempt_begin("hurt", "n", str(hurt))
         c.attempt_begin("fine", "n", str(fine))
@@ -121,13 +117,11 @@ def test_an_attempt_that_cannot_be_reconciled_is_damaged_not_fatal(sd_env: Env,
                               "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
                               "GIT_COMMITTER_EMAIL": "t@t"}).stdout.strip()
     _store(sd_env, "update-ref", "refs/snapshotd/runs/hurt/n/0/1", bad)
-    daemon = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
-    try:
-        assert _capture(daemon, fine, "fine", "fine 1\n")["seq"] == 1
-        status = _cli_json(sd_env, "status")
-        assert [d["run_id"] for d in status["damaged_attempts"]] == ["hurt"]
-        assert "could not be reconciled" in status["damaged_attempts"][0]["detail"]
-    finally:
-        daemon.stop()
+    daemon = make_daemon(sd_env, QUIET_WATCHER)
+    assert _capture(daemon, fine, "fine", "fine 1\n")["seq"] == 1
+    status = _cli_json(sd_env, "status")
+    assert [d["run_id"] for d in status["damaged_attempts"]] == ["hurt"]
+    assert "could not be reconciled" in status["damaged_attempts"][0]["detail"]
+    daemon.stop()
     assert [g["run_id"] for g in sd_env.read_gaps() if g["reason"] == "attempt-damaged"] \
         == ["hurt"]

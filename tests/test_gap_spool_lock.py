@@ -7,14 +7,9 @@ import fcntl
 import os
 import time
 
-import test_hook_nodaemon as nodaemon
-from test_hook_nodaemon import assert_silent_success, claude_payload, run_hook
+from fake_daemon import assert_silent_success, hook_stdin, run_hook_timed
 
 from snapshotd_client.gaps import append_gap, make_gap, read_gaps
-
-# The fixtures of test_hook_nodaemon, by name: a private socket dir and a clean environment.
-hook_env = nodaemon.hook_env
-short_dir = nodaemon.short_dir
 
 
 def _gap(reason: str) -> dict:
@@ -29,7 +24,7 @@ def test_hook_with_the_spool_lock_held_exits_within_budget_and_records_the_gap(h
     fd = os.open(spool, os.O_WRONLY | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # held by this process for the hook's whole life
-        proc, elapsed = run_hook(hook_env, claude_payload("/srv/proj"), timeout=20)
+        proc, elapsed = run_hook_timed(hook_env, hook_stdin("/srv/proj"), timeout=20)
     finally:
         os.close(fd)
     assert_silent_success(proc)
@@ -83,6 +78,6 @@ def test_a_fifo_at_the_spool_path_fails_at_once_instead_of_blocking(short_dir):
 def test_hook_with_a_fifo_spool_still_exits_within_budget(hook_env, short_dir):
     os.mkfifo(short_dir / "gaps.ndjson")
     hook_env["SNAPSHOTD_HOOK_TIMEOUT_MS"] = "700"
-    proc, elapsed = run_hook(hook_env, claude_payload("/srv/proj"), timeout=20)
+    proc, elapsed = run_hook_timed(hook_env, hook_stdin("/srv/proj"), timeout=20)
     assert_silent_success(proc)
     assert elapsed < 1.2

@@ -15,11 +15,16 @@ import time
 from pathlib import Path
 
 import pytest
-import test_hook_nodaemon as nodaemon
-from test_hook_nodaemon import FakeDaemon, assert_silent_success, claude_payload, fail
-from test_hook_nodaemon import run_hook as run_plain_hook
+from fake_daemon import (
+    SESSION,
+    FakeDaemon,
+    assert_silent_success,
+    fail,
+    hook_stdin,
+    run_hook_timed,
+)
 
-from conftest import Daemon, Env, make_git_worktree, run_hook
+from conftest import Env, MakeDaemon, make_git_worktree, run_hook
 from snapshotd_client import Client, wrap
 from snapshotd_client.gaps import read_gaps
 from snapshotd_client.protocol import (
@@ -32,18 +37,12 @@ from snapshotd_client.protocol import (
     WORKTREE_REFUSED,
 )
 
-SESSION = "121f3d32-3ec5-4127-ae30-79f10d3c7cee"
-
-# The fixtures of test_hook_nodaemon, by name: a private socket dir and a clean environment.
-hook_env = nodaemon.hook_env
-short_dir = nodaemon.short_dir
-
 
 @pytest.mark.parametrize("code", sorted(NO_DAEMON_GAP_CODES | {"some-future-code"}))
 def test_hook_writes_the_gap_for_every_code_the_daemon_records_none_for(hook_env, short_dir,
                                                                        code):
     with FakeDaemon(short_dir / "d.sock", fail(code)):
-        proc, _ = run_plain_hook(hook_env, claude_payload("/srv/proj"))
+        proc, _ = run_hook_timed(hook_env, hook_stdin("/srv/proj"))
     assert_silent_success(proc)
     (gap,) = read_gaps(short_dir / "gaps.ndjson")
     assert (gap["reason"], gap["detail"]) == (code, f"refused: {code}")
@@ -58,7 +57,7 @@ def test_the_unattributed_set_names_the_daemons_gapless_replies():
 @pytest.mark.parametrize("code", [FENCED, WORKTREE_REFUSED, CAPTURE_FAILED])
 def test_hook_leaves_attributed_failures_to_the_daemon(hook_env, short_dir, code):
     with FakeDaemon(short_dir / "d.sock", fail(code)):
-        proc, _ = run_plain_hook(hook_env, claude_payload("/srv/proj"))
+        proc, _ = run_hook_timed(hook_env, hook_stdin("/srv/proj"))
     assert_silent_success(proc)
     assert read_gaps(short_dir / "gaps.ndjson") == []
 
@@ -67,7 +66,7 @@ def test_busy_reply_without_an_id_is_a_gap(hook_env, short_dir):
     # The real daemon answers "busy" before reading the request, so with id None.
     reply = {"id": None, "ok": False, "error": {"code": "busy", "message": "too many"}}
     with FakeDaemon(short_dir / "d.sock", lambda req: reply):
-        proc, _ = run_plain_hook(hook_env, claude_payload("/srv/proj"))
+        proc, _ = run_hook_timed(hook_env, hook_stdin("/srv/proj"))
     assert_silent_success(proc)
     (gap,) = read_gaps(short_dir / "gaps.ndjson")
     assert gap["reason"] == "busy"
@@ -75,7 +74,7 @@ def test_busy_reply_without_an_id_is_a_gap(hook_env, short_dir):
 
 def test_explicit_run_gap_records_the_payloads_cwd_not_the_hooks(hook_env, short_dir):
     hook_env.update(SNAPSHOTD_RUN_ID="run-9", SNAPSHOTD_NODE_ID="impl", SNAPSHOTD_ITERATION="3")
-    proc, _ = run_plain_hook(hook_env, claude_payload("/srv/proj/sub"))  # no daemon
+    proc, _ = run_hook_timed(hook_env, hook_stdin("/srv/proj/sub"))  # no daemon
     assert_silent_success(proc)
     (gap,) = read_gaps(short_dir / "gaps.ndjson")
     assert (gap["run_id"], gap["node_id"], gap["iteration"]) == ("run-9", "impl", 3)
@@ -92,48 +91,46 @@ def _payload(worktree: Path, tool_use_id: str) -> dict:
             "tool_response": {}, "tool_use_id": tool_use_id}
 
 
-def test_real_daemon_busy_reply_becomes_one_hook_gap(sd_env: Env, tmp_path):
-    d = Daemon(sd_env, extra_env={"SNAPSHOTD_MAX_CONNECTIONS": "2"}).start()
+def test_real_daemon_busy_reply_becomes_one_hook_gap(sd_env: Env, tmp_path,
+                                                     make_daemon: MakeDaemon):
+    d = make_daemon(sd_env, {"SNAPSHOTD_MAX_CONNECTIONS": "2"})
     held = []
-    try:
-        for _ in range(2):  # fill the connection table with connections that stay open
-            c = Client(sd_env.socket, timeout=5)
-            c.ping()
-            held.append(c)
-        wt = make_git_worktree(tmp_path / "wt")
-        proc = run_hook(sd_env, _payload(wt, "toolu_busy"))
-        assert proc.returncode == 0
-    finally:
-        for c in held:
-            c.close()
-        d.stop()
+    for _ in range(2):  # fill the connection table with connections that stay open
+        c = Client(sd_env.socket, timeout=5)
+        c.ping()
+        held.append(c)
+    wt = make_git_worktree(tmp_path / "wt")
+    proc = run_hook(sd_env, _payload(wt, "toolu_busy"))
+    assert proc.returncode == 0
+    for c in held:
+        c.close()
+    d.stop()  # whatever the daemon itself would record is on disk before the gaps are read
     gaps = [g for g in sd_env.read_gaps() if g["tool_use_id"] == "toolu_busy"]
     assert [g["reason"] for g in gaps] == ["busy"]
     assert gaps[0]["worktree"] == str(wt)
 
 
-def test_real_daemon_shutting_down_reply_becomes_one_gap(sd_env: Env, tmp_path, monkeypatch):
+def test_real_daemon_shutting_down_reply_becomes_one_gap(sd_env: Env, tmp_path, monkeypatch,
+                                                         make_daemon: MakeDaemon):
     monkeypatch.setenv("SNAPSHOTD_GAPS", str(sd_env.gaps))  # where this process's wrap writes
     wt = make_git_worktree(tmp_path / "wt")
     (wt / "a.txt").write_text("a\n")
-    d = Daemon(sd_env, extra_env={"SNAPSHOTD_DELAY_AT": "before-row:1500"}).start()
-    try:
-        held = Client(sd_env.socket, timeout=10)
-        held.ping()  # its connection is open before the daemon starts stopping
-        slow = threading.Thread(target=lambda: Client(sd_env.socket, timeout=10).snapshot(
-            wt, run_id="r", node_id="n", source="cli"))
-        slow.start()
-        time.sleep(0.5)  # the capture is in flight, held at before-row
-        assert d.proc is not None
-        d.proc.send_signal(signal.SIGTERM)
-        time.sleep(0.2)
-        w = wrap(wt, "r", "n", client=held, tool_use_id="toolu_stop")
-        with w:
-            pass
-        slow.join(10)
-        held.close()
-    finally:
-        d.stop()
+    d = make_daemon(sd_env, {"SNAPSHOTD_DELAY_AT": "before-row:1500"})
+    held = Client(sd_env.socket, timeout=10)
+    held.ping()  # its connection is open before the daemon starts stopping
+    slow = threading.Thread(target=lambda: Client(sd_env.socket, timeout=10).snapshot(
+        wt, run_id="r", node_id="n", source="cli"))
+    slow.start()
+    time.sleep(0.5)  # the capture is in flight, held at before-row
+    assert d.proc is not None
+    d.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.2)  # let the daemon begin its stop
+    w = wrap(wt, "r", "n", client=held, tool_use_id="toolu_stop")
+    with w:
+        pass
+    slow.join(10)
+    held.close()
+    d.stop()
     assert w.error is not None and getattr(w.error, "code", None) == "shutting-down"
     gaps = [g for g in sd_env.read_gaps() if g["tool_use_id"] == "toolu_stop"]
     assert [(g["reason"], g["source"], g["worktree"]) for g in gaps] == [
@@ -158,21 +155,20 @@ def _break_ledger(env: Env) -> None:
         db.close()
 
 
-def test_real_daemon_internal_reply_becomes_one_hook_gap(sd_env: Env, tmp_path):
-    d = Daemon(sd_env).start()
+def test_real_daemon_internal_reply_becomes_one_hook_gap(sd_env: Env, tmp_path,
+                                                         make_daemon: MakeDaemon):
+    d = make_daemon(sd_env)
     wt = make_git_worktree(tmp_path / "wt")
-    try:
-        _break_ledger(sd_env)
-        with Client(sd_env.socket, timeout=10) as c, pytest.raises(Exception) as info:
-            c.snapshot(wt, source="cli", fallback={"run_id": "probe", "node_id": "n",
-                                                   "iteration": 0, "attempt": 1,
-                                                   "worktree": str(wt)})
-        assert getattr(info.value, "code", None) == "internal"
-        before = len(sd_env.read_gaps())
-        proc = run_hook(sd_env, _payload(wt, "toolu_internal"))
-        assert proc.returncode == 0
-    finally:
-        d.stop()
+    _break_ledger(sd_env)
+    with Client(sd_env.socket, timeout=10) as c, pytest.raises(Exception) as info:
+        c.snapshot(wt, source="cli", fallback={"run_id": "probe", "node_id": "n",
+                                               "iteration": 0, "attempt": 1,
+                                               "worktree": str(wt)})
+    assert getattr(info.value, "code", None) == "internal"
+    before = len(sd_env.read_gaps())
+    proc = run_hook(sd_env, _payload(wt, "toolu_internal"))
+    assert proc.returncode == 0
+    d.stop()
     assert before == 0  # the daemon recorded nothing for its internal error
     gaps = [g for g in sd_env.read_gaps() if g["tool_use_id"] == "toolu_internal"]
     assert [g["reason"] for g in gaps] == ["internal"]

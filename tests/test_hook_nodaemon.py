@@ -5,154 +5,36 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import textwrap
-import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from fake_daemon import (
+    HOOK,
+    SESSION,
+    FakeDaemon,
+    assert_silent_success,
+    fail,
+    hook_stdin,
+    ok,
+    run_hook_timed,
+)
 
 from snapshotd_client import Client, DaemonUnavailable, SnapshotdError, wrap
 from snapshotd_client.client import DaemonTimeout
 from snapshotd_client.gaps import read_gaps
 from snapshotd_client.hook import try_autostart
-from snapshotd_client.protocol import encode_frame, read_frame
-
-HOOK = [sys.executable, "-c", "from snapshotd_client.hook import main; main()"]
-SESSION = "121f3d32-3ec5-4127-ae30-79f10d3c7cee"
-
-
-def claude_payload(cwd: str, tool_use_id: str = "toolu_test_1") -> bytes:
-    return json.dumps({
-        "session_id": SESSION, "cwd": cwd, "hook_event_name": "PostToolUse",
-        "tool_name": "Write", "tool_input": {"file_path": f"{cwd}/hello.txt", "content": "hi\n"},
-        "tool_response": {"type": "create"}, "tool_use_id": tool_use_id,
-    }).encode()
-
-
-@pytest.fixture
-def short_dir():
-    # AF_UNIX paths are limited to 107 bytes: pytest's tmp_path can be longer.
-    path = Path(tempfile.mkdtemp(prefix="sd", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def hook_env(short_dir):
-    """A clean environment: none of the caller's snapshotd or agent variables leak in."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SNAPSHOTD_", "CLAUDE_", "GEMINI_"))}
-    env.update(SNAPSHOTD_SOCKET=str(short_dir / "d.sock"), SNAPSHOTD_AUTOSTART="0",
-               SNAPSHOTD_GAPS=str(short_dir / "gaps.ndjson"),
-               SNAPSHOTD_HOME=str(short_dir / "home"))
-    return env
-
-
-def run_hook(env: dict, stdin: bytes, timeout: float = 20) -> tuple[subprocess.CompletedProcess,
-                                                                     float]:
-    start = time.monotonic()
-    proc = subprocess.run(HOOK, input=stdin, env=env, capture_output=True, timeout=timeout)
-    return proc, time.monotonic() - start
-
-
-def assert_silent_success(proc: subprocess.CompletedProcess) -> None:
-    assert proc.returncode == 0
-    assert proc.stdout == b""
-    assert proc.stderr == b""
-
-
-class FakeDaemon:
-    """A daemon stand-in in a thread: real listening socket, real frames.
-
-    ``respond(request)`` returns the reply map, ``"silent"`` (read it, never answer) or
-    ``"close"`` (close the connection without a reply).
-    """
-
-    def __init__(self, path: Path, respond: Callable[[dict], dict | str]) -> None:
-        self.path = str(path)
-        self.respond = respond
-        self.requests: list[dict] = []
-        self.connections = 0
-        self._stop = threading.Event()
-        self._conns: list[socket.socket] = []
-        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._listener.bind(self.path)
-        self._listener.listen(16)
-        self._listener.settimeout(0.05)
-        self._threads = [threading.Thread(target=self._accept_loop, daemon=True)]
-        self._threads[0].start()
-
-    def close(self) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(timeout=5)
-        for conn in self._conns:
-            conn.close()
-        self._listener.close()
-        Path(self.path).unlink(missing_ok=True)
-
-    def __enter__(self) -> FakeDaemon:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _accept_loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            self.connections += 1
-            self._conns.append(conn)
-            t = threading.Thread(target=self._serve, args=(conn,), daemon=True)
-            self._threads.append(t)
-            t.start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        while not self._stop.is_set():
-            try:
-                request = read_frame(conn, deadline=time.monotonic() + 0.1)
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            if request is None:
-                return
-            self.requests.append(request)
-            reply = self.respond(request)
-            if reply == "silent":
-                continue
-            if reply == "close":
-                conn.close()
-                return
-            conn.sendall(encode_frame(reply))
-
-
-def ok(result: dict | None = None) -> Callable[[dict], dict]:
-    return lambda req: {"id": req["id"], "ok": True, "result": result or {"seq": 0}}
-
-
-def fail(code: str) -> Callable[[dict], dict]:
-    return lambda req: {"id": req["id"], "ok": False,
-                        "error": {"code": code, "message": f"refused: {code}"}}
-
 
 # -- snapshot-hook, as the agent runs it --------------------------------------------------------
 
 
 def test_hook_with_no_daemon_exits_0_silently_fast_and_records_a_gap(hook_env, short_dir):
-    proc, elapsed = run_hook(hook_env, claude_payload("/srv/proj"))
+    proc, elapsed = run_hook_timed(hook_env, hook_stdin("/srv/proj"))
     assert_silent_success(proc)
     assert elapsed < 1.0
     (gap,) = read_gaps(short_dir / "gaps.ndjson")
@@ -169,7 +51,7 @@ def test_hook_with_a_stale_socket_file_reports_refused(hook_env, short_dir):
     stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     stale.bind(hook_env["SNAPSHOTD_SOCKET"])  # bound, never listening: like a crashed daemon's
     try:
-        proc, elapsed = run_hook(hook_env, claude_payload("/srv/proj"))
+        proc, elapsed = run_hook_timed(hook_env, hook_stdin("/srv/proj"))
     finally:
         stale.close()
     assert_silent_success(proc)
@@ -182,7 +64,7 @@ def test_hook_with_a_stale_socket_file_reports_refused(hook_env, short_dir):
 def test_hook_times_out_on_a_mute_daemon_within_its_budget(hook_env, short_dir):
     hook_env["SNAPSHOTD_HOOK_TIMEOUT_MS"] = "500"
     with FakeDaemon(short_dir / "d.sock", lambda req: "silent") as daemon:
-        proc, elapsed = run_hook(hook_env, claude_payload("/srv/proj"))
+        proc, elapsed = run_hook_timed(hook_env, hook_stdin("/srv/proj"))
     assert_silent_success(proc)
     assert 0.45 <= elapsed < 1.5
     assert [r["op"] for r in daemon.requests] == ["snapshot"]
@@ -194,7 +76,7 @@ def test_hook_times_out_on_a_mute_daemon_within_its_budget(hook_env, short_dir):
 
 def test_hook_zero_setup_request_and_no_gap_on_success(hook_env, short_dir):
     with FakeDaemon(short_dir / "d.sock", ok()) as daemon:
-        proc, elapsed = run_hook(hook_env, claude_payload("/srv/proj"))
+        proc, elapsed = run_hook_timed(hook_env, hook_stdin("/srv/proj"))
     assert_silent_success(proc)
     assert elapsed < 1.0
     assert not (short_dir / "gaps.ndjson").exists()
@@ -212,7 +94,7 @@ def test_hook_explicit_attribution_from_env(hook_env, short_dir):
     hook_env.update(SNAPSHOTD_RUN_ID="run-9", SNAPSHOTD_NODE_ID="impl", SNAPSHOTD_ITERATION="1",
                     SNAPSHOTD_ATTEMPT="2", CLAUDE_PROJECT_DIR="/srv/proj")
     with FakeDaemon(short_dir / "d.sock", ok()) as daemon:
-        proc, _ = run_hook(hook_env, claude_payload("/srv/proj/sub"))
+        proc, _ = run_hook_timed(hook_env, hook_stdin("/srv/proj/sub"))
     assert_silent_success(proc)
     (req,) = daemon.requests
     assert (req["run_id"], req["node_id"], req["iteration"], req["attempt"]) == (
@@ -223,7 +105,7 @@ def test_hook_explicit_attribution_from_env(hook_env, short_dir):
 
 def test_hook_does_not_duplicate_a_gap_the_daemon_recorded(hook_env, short_dir):
     with FakeDaemon(short_dir / "d.sock", fail("fenced")):
-        proc, _ = run_hook(hook_env, claude_payload("/srv/proj"))
+        proc, _ = run_hook_timed(hook_env, hook_stdin("/srv/proj"))
     assert_silent_success(proc)
     assert read_gaps(short_dir / "gaps.ndjson") == []
 
@@ -233,7 +115,7 @@ def test_hook_records_the_gap_for_a_request_the_daemon_could_not_attribute(hook_
                                                                            code):
     hook_env.update(SNAPSHOTD_RUN_ID="run-9", SNAPSHOTD_NODE_ID="impl")
     with FakeDaemon(short_dir / "d.sock", fail(code)):
-        proc, _ = run_hook(hook_env, claude_payload("/srv/proj"))
+        proc, _ = run_hook_timed(hook_env, hook_stdin("/srv/proj"))
     assert_silent_success(proc)
     (gap,) = read_gaps(short_dir / "gaps.ndjson")
     assert (gap["reason"], gap["run_id"], gap["node_id"]) == (code, "run-9", "impl")
@@ -243,7 +125,7 @@ def test_hook_records_the_gap_for_a_request_the_daemon_could_not_attribute(hook_
 def test_hook_records_a_protocol_error_for_a_garbled_reply(hook_env, short_dir):
     with FakeDaemon(short_dir / "d.sock", lambda req: {"id": req["id"] + 1000, "ok": True,
                                                        "result": {}}):
-        proc, _ = run_hook(hook_env, claude_payload("/srv/proj"))
+        proc, _ = run_hook_timed(hook_env, hook_stdin("/srv/proj"))
     assert_silent_success(proc)
     (gap,) = read_gaps(short_dir / "gaps.ndjson")
     assert gap["reason"] == "protocol-error"
@@ -251,7 +133,7 @@ def test_hook_records_a_protocol_error_for_a_garbled_reply(hook_env, short_dir):
 
 @pytest.mark.parametrize("stdin", [b"", b"not json", b"[1, 2]", b"\xff\xfe"])
 def test_hook_records_a_bad_payload(hook_env, short_dir, stdin):
-    proc, elapsed = run_hook(hook_env, stdin)
+    proc, elapsed = run_hook_timed(hook_env, stdin)
     assert_silent_success(proc)
     assert elapsed < 1.0
     (gap,) = read_gaps(short_dir / "gaps.ndjson")
@@ -291,7 +173,7 @@ def test_hook_whose_stdin_never_closes_still_returns_within_its_budget(hook_env,
 ], ids=["gemini", "codex"])
 def test_hook_gap_attribution_for_the_other_agents(hook_env, short_dir, line):
     hook_env["GEMINI_PROJECT_DIR"] = "/g"
-    proc, _ = run_hook(hook_env, line)
+    proc, _ = run_hook_timed(hook_env, line)
     assert_silent_success(proc)
     (gap,) = read_gaps(short_dir / "gaps.ndjson")
     payload = json.loads(line)
@@ -402,7 +284,7 @@ def test_hook_autostarts_and_never_holds_the_agents_pipes(hook_env, short_dir, s
     hook_env.update(SNAPSHOTD_AUTOSTART="1", FAKE_DAEMON_INFO=str(spawned))
     start = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", script, FAKE_DAEMON_PROCESS],
-                          input=claude_payload("/srv/proj"), env=hook_env,
+                          input=hook_stdin("/srv/proj"), env=hook_env,
                           capture_output=True, timeout=20)
     elapsed = time.monotonic() - start
     assert_silent_success(proc)
@@ -438,8 +320,7 @@ def test_client_reconnects_once_when_the_daemon_closed_between_calls(short_dir):
     with FakeDaemon(short_dir / "d.sock", respond) as daemon, \
             Client(short_dir / "d.sock") as client:
         assert client.ping() == {"n": 1}
-        for conn in list(daemon._conns):
-            conn.shutdown(socket.SHUT_RDWR)
+        daemon.hang_up()
         time.sleep(0.05)
         assert client.ping() == {"n": 2}
         assert daemon.connections == 2

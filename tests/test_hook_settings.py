@@ -4,8 +4,7 @@ it falls back (or is clamped) by a documented rule, and the gap's detail says so
 from __future__ import annotations
 
 import pytest
-import test_hook_nodaemon as nodaemon
-from test_hook_nodaemon import FakeDaemon, assert_silent_success, claude_payload, ok, run_hook
+from fake_daemon import FakeDaemon, assert_silent_success, fail, hook_stdin, ok, run_hook_timed
 
 from snapshotd_client.gaps import read_gaps
 from snapshotd_client.hook import (
@@ -15,10 +14,6 @@ from snapshotd_client.hook import (
     budget_setting,
 )
 from snapshotd_client.protocol import MAX_FRAME
-
-# The fixtures of test_hook_nodaemon, by name: a private socket dir and a clean environment.
-hook_env = nodaemon.hook_env
-short_dir = nodaemon.short_dir
 
 
 @pytest.mark.parametrize(("raw", "used", "noted"), [
@@ -51,7 +46,7 @@ def test_budget_setting_rule(raw, used, noted):
 @pytest.mark.parametrize("raw", [str(10 ** 30), "-1", "nan", "text", "0"])
 def test_hook_with_an_absurd_timeout_still_writes_a_noted_gap(hook_env, short_dir, raw):
     hook_env["SNAPSHOTD_HOOK_TIMEOUT_MS"] = raw
-    proc, elapsed = run_hook(hook_env, claude_payload("/srv/proj"))
+    proc, elapsed = run_hook_timed(hook_env, hook_stdin("/srv/proj"))
     assert_silent_success(proc)
     assert elapsed < 2.0
     (gap,) = read_gaps(short_dir / "gaps.ndjson")
@@ -62,7 +57,7 @@ def test_hook_with_an_absurd_timeout_still_writes_a_noted_gap(hook_env, short_di
 def test_hook_with_a_tiny_timeout_is_clamped_and_still_asks(hook_env, short_dir):
     hook_env["SNAPSHOTD_HOOK_TIMEOUT_MS"] = "1"
     with FakeDaemon(short_dir / "d.sock", ok()) as daemon:
-        proc, elapsed = run_hook(hook_env, claude_payload("/srv/proj"))
+        proc, elapsed = run_hook_timed(hook_env, hook_stdin("/srv/proj"))
     assert_silent_success(proc)
     assert elapsed < 2.0
     gaps = read_gaps(short_dir / "gaps.ndjson")
@@ -77,8 +72,8 @@ def test_hook_with_a_tiny_timeout_is_clamped_and_still_asks(hook_env, short_dir)
 @pytest.mark.parametrize("raw", ["1" * 30, "9" * 5000, "-1", "1_0", "x"])
 def test_an_attempt_number_the_protocol_cannot_carry_is_sent_as_text(hook_env, short_dir, raw):
     hook_env.update(SNAPSHOTD_RUN_ID="run-9", SNAPSHOTD_NODE_ID="impl", SNAPSHOTD_ATTEMPT=raw)
-    with FakeDaemon(short_dir / "d.sock", nodaemon.fail("bad-request")) as daemon:
-        proc, _ = run_hook(hook_env, claude_payload("/srv/proj"))
+    with FakeDaemon(short_dir / "d.sock", fail("bad-request")) as daemon:
+        proc, _ = run_hook_timed(hook_env, hook_stdin("/srv/proj"))
     assert_silent_success(proc)
     (req,) = daemon.requests
     assert isinstance(req["attempt"], str) and len(req["attempt"]) <= 100
@@ -88,7 +83,7 @@ def test_an_attempt_number_the_protocol_cannot_carry_is_sent_as_text(hook_env, s
 
 def test_an_oversized_run_id_becomes_a_bounded_gap(hook_env, short_dir):
     hook_env.update(SNAPSHOTD_RUN_ID="r" * 100_000, SNAPSHOTD_NODE_ID="impl")  # no daemon
-    proc, _ = run_hook(hook_env, claude_payload("/srv/proj"))
+    proc, _ = run_hook_timed(hook_env, hook_stdin("/srv/proj"))
     assert_silent_success(proc)
     (gap,) = read_gaps(short_dir / "gaps.ndjson")
     assert gap["reason"] == "daemon-unavailable"
@@ -98,7 +93,7 @@ def test_an_oversized_run_id_becomes_a_bounded_gap(hook_env, short_dir):
 
 def test_an_oversized_request_becomes_a_bounded_gap(hook_env, short_dir):
     with FakeDaemon(short_dir / "d.sock", ok()) as daemon:
-        proc, _ = run_hook(hook_env, claude_payload("/" + "w" * MAX_FRAME))
+        proc, _ = run_hook_timed(hook_env, hook_stdin("/" + "w" * MAX_FRAME))
     assert_silent_success(proc)
     assert daemon.requests == []  # never sent
     (gap,) = read_gaps(short_dir / "gaps.ndjson")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUIET_WATCHER, Daemon, Env, make_git_worktree
+from conftest import QUIET_WATCHER, Daemon, Env, MakeDaemon, make_git_worktree
 
 
 def _cli(env: Env, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -23,25 +23,23 @@ def _identity(listing: dict) -> list[tuple]:
             for c in listing["checkpoints"]]
 
 
-def _populate(env: Env, tmp_path: Path) -> Path:
+def _populate(make_daemon: MakeDaemon, env: Env, tmp_path: Path) -> Path:
     wt = make_git_worktree(tmp_path / "wt")
     done = make_git_worktree(tmp_path / "done")
-    daemon = Daemon(env, extra_env=dict(QUIET_WATCHER)).start()
-    try:
-        with daemon.client() as c:
-            c.attempt_begin("done", "n", str(done))
-            for i in range(3):
-                (done / "d.txt").write_text(f"{i}\n")
-                c.snapshot(str(done), run_id="done", node_id="n", label=f"done {i}",
-                           tool_use_id=f"toolu_d{i}")
-            c.attempt_end("done", "n", status="finished")
-            c.attempt_begin("live", "n", str(wt))
-            for i in range(25):
-                (wt / f"f{i % 4}.txt").write_text(f"{i}\n")
-                c.snapshot(str(wt), run_id="live", node_id="n", label=f"edit {i}",
-                           tool_use_id=f"toolu_{i}" if i % 2 else None)
-    finally:
-        daemon.stop()
+    daemon = make_daemon(env, QUIET_WATCHER)
+    with daemon.client() as c:
+        c.attempt_begin("done", "n", str(done))
+        for i in range(3):
+            (done / "d.txt").write_text(f"{i}\n")
+            c.snapshot(str(done), run_id="done", node_id="n", label=f"done {i}",
+                       tool_use_id=f"toolu_d{i}")
+        c.attempt_end("done", "n", status="finished")
+        c.attempt_begin("live", "n", str(wt))
+        for i in range(25):
+            (wt / f"f{i % 4}.txt").write_text(f"{i}\n")
+            c.snapshot(str(wt), run_id="live", node_id="n", label=f"edit {i}",
+                       tool_use_id=f"toolu_{i}" if i % 2 else None)
+    daemon.stop()
     return wt
 
 
@@ -57,10 +55,11 @@ def _damage(db: Path, how: str) -> None:
 
 
 @pytest.mark.parametrize("how", ["truncated", "overwritten", "emptied"])
-def test_damaged_ledger_is_diagnosed_and_rebuilt(sd_env: Env, tmp_path: Path, how: str) -> None:
+def test_damaged_ledger_is_diagnosed_and_rebuilt(sd_env: Env, tmp_path: Path, how: str,
+                                                 make_daemon: MakeDaemon) -> None:
     if sd_env.ledger_url:
         pytest.skip("a damaged ledger file is a SQLite matter")
-    wt = _populate(sd_env, tmp_path)
+    wt = _populate(make_daemon, sd_env, tmp_path)
     before = {run: json.loads(_cli(sd_env, "snapshots", run, "--json").stdout)
               for run in ("done", "live")}
     db = sd_env.home / "snapshotd.db"
@@ -95,14 +94,11 @@ def test_damaged_ledger_is_diagnosed_and_rebuilt(sd_env: Env, tmp_path: Path, ho
     again = _cli(sd_env, "repair")
     assert again.returncode == 0 and "nothing to repair" in again.stdout
 
-    daemon = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
-    try:
-        (wt / "new.txt").write_text("after the repair\n")
-        with daemon.client() as c:
-            reply = c.snapshot(str(wt), run_id="live", node_id="n", tool_use_id="toolu_x")
-        assert reply["seq"] == 25 and reply["deduped"] is False
-    finally:
-        daemon.stop()
+    daemon = make_daemon(sd_env, QUIET_WATCHER)
+    (wt / "new.txt").write_text("after the repair\n")
+    with daemon.client() as c:
+        reply = c.snapshot(str(wt), run_id="live", node_id="n", tool_use_id="toolu_x")
+    assert reply["seq"] == 25 and reply["deduped"] is False
 
 
 def test_repair_is_refused_while_a_daemon_runs(sd_env: Env, daemon: Daemon) -> None:
@@ -112,8 +108,9 @@ def test_repair_is_refused_while_a_daemon_runs(sd_env: Env, daemon: Daemon) -> N
 
 
 def test_repair_rebuilds_into_an_empty_postgres_database_only(
-        sd_env: Env, tmp_path: Path, pg_url: str, pg_cluster) -> None:  # noqa: ANN001
-    _populate(sd_env, tmp_path)
+        sd_env: Env, tmp_path: Path, pg_url: str, pg_cluster,  # noqa: ANN001
+        make_daemon: MakeDaemon) -> None:
+    _populate(make_daemon, sd_env, tmp_path)
     before = json.loads(_cli(sd_env, "snapshots", "live", "--json").stdout)
     refused = _cli(sd_env, "repair")
     assert refused.returncode == 1 and "rebuilds only into an empty database" in refused.stderr

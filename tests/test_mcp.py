@@ -11,12 +11,11 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import anyio
-from mcp import Client, StdioServerParameters
+from mcp import Client
+from mcp_session import call, call_error, tool_text, with_mcp
 
 from conftest import (
     QUIET_WATCHER,
@@ -35,39 +34,6 @@ RUN = "claude-sess-1"
 TOOLS = {"list_runs", "list_checkpoints", "diff_checkpoint", "restore_checkpoint", "list_gaps",
          "status", "blame_file", "export_checkpoints"} | {"show_checkpoint", "log_checkpoints",
                                                          "find_path"}
-
-
-def with_mcp(env: Env, body: Callable[[Client], Awaitable[None]], *args: str) -> None:
-    """Spawn ``python -m snapshotd mcp`` with the test's environment and run ``body`` on it."""
-
-    async def main() -> None:
-        params = StdioServerParameters(command=sys.executable,
-                                       args=["-m", "snapshotd", "mcp", *args],
-                                       env=env.environ(), cwd=str(env.root))
-        with anyio.fail_after(60):
-            async with Client(params) as client:
-                await body(client)
-
-    anyio.run(main)
-
-
-async def call(client: Client, tool: str, **arguments: Any) -> dict:
-    """A tool call that must succeed; its structured result."""
-    result = await client.call_tool(tool, arguments)
-    assert not result.is_error, f"{tool} failed: {_text(result)}"
-    assert result.structured_content is not None
-    return result.structured_content
-
-
-async def call_error(client: Client, tool: str, **arguments: Any) -> str:
-    """A tool call that must be a tool error (not a protocol error); its text."""
-    result = await client.call_tool(tool, arguments)
-    assert result.is_error, f"{tool} unexpectedly succeeded: {result.structured_content}"
-    return _text(result)
-
-
-def _text(result: Any) -> str:
-    return " ".join(getattr(block, "text", "") for block in result.content)
 
 
 def cli_listing(env: Env, run_id: str) -> dict:
@@ -163,7 +129,7 @@ def test_list_checkpoints_diff_and_restore_through_mcp(sd_env: Env, daemon: Daem
         raw = await client.call_tool("restore_checkpoint", {
             "run_id": RUN, "node_id": "session", "seq": 0, "dry_run": False, "force": True},
             progress_callback=on_progress)
-        assert not raw.is_error, _text(raw)
+        assert not raw.is_error, tool_text(raw)
         done = raw.structured_content
         assert done["applied"] is True
         assert reports and reports[-1][:2] == (2, 2)  # the plan's two paths, all done
@@ -314,11 +280,12 @@ def test_without_a_daemon_reads_work_from_the_ledger_and_restore_works_directly(
     with_mcp(sd_env, body)
 
 
-def test_a_remote_password_is_never_shown_through_mcp(sd_env: Env, tmp_path: Path) -> None:
+def test_a_remote_password_is_never_shown_through_mcp(sd_env: Env, tmp_path: Path,
+                                                      make_daemon: MakeDaemon) -> None:
     # A remote nobody listens on: pushes fail, and the failure names the URL.
     secret = "s3cret-pw"
     remote = f"https://agent:{secret}@127.0.0.1:9/nowhere.git"
-    d = Daemon(sd_env, dict(QUIET_WATCHER, SNAPSHOTD_REMOTE=remote)).start()
+    make_daemon(sd_env, dict(QUIET_WATCHER, SNAPSHOTD_REMOTE=remote))
     seen: list[str] = []
 
     async def body(client: Client) -> None:
@@ -326,12 +293,9 @@ def test_a_remote_password_is_never_shown_through_mcp(sd_env: Env, tmp_path: Pat
         assert status["running"] is True
         assert status["config"]["remote"] == "https://agent:***@127.0.0.1:9/nowhere.git"
         seen.append(json.dumps(status))
-        seen.append(_text(await client.call_tool("list_runs", {})))
+        seen.append(tool_text(await client.call_tool("list_runs", {})))
 
-    try:
-        with_mcp(sd_env, body)
-    finally:
-        d.stop()
+    with_mcp(sd_env, body)
     assert seen and all(secret not in text for text in seen), seen
 
 

@@ -17,12 +17,12 @@ import logging
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import QUIET_WATCHER, Daemon, Env, git, make_git_worktree
+from conftest import QUIET_WATCHER, Daemon, Env, MakeDaemon, git, make_git_worktree
+from helpers import wait_for
 from snapshotd.config import RedactingFilter, load_config, redact_text, redact_url
 
 REMOTE_SECRET = "s3cret-Remote-PW"
@@ -70,15 +70,15 @@ def capture_one(daemon: Daemon, wt: Path, tool: str = "toolu_red1") -> dict:
 
 
 def wait_for_push_failure(env: Env) -> dict:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+    """``status --json`` once it reports a failed push."""
+    def failed() -> dict | None:
         proc = cli(env, "status", "--json")
-        if proc.returncode == 0:
-            status = json.loads(proc.stdout)
-            if status["replication"].get("last_error"):
-                return status
-        time.sleep(0.1)
-    raise AssertionError(f"no push failure reported in 30 s: {proc.stdout}{proc.stderr}")
+        if proc.returncode != 0:
+            return None
+        status = json.loads(proc.stdout)
+        return status if status["replication"].get("last_error") else None
+
+    return wait_for(failed, timeout=30, what="a push failure in `snapshotd status`", every=0.1)
 
 
 # -- the functions ---------------------------------------------------------------------------------
@@ -178,26 +178,24 @@ def test_config_text_and_json_hide_remote_and_ledger_passwords(sd_env: Env) -> N
 # -- status and the daemon's log -------------------------------------------------------------------
 
 
-def test_status_and_daemon_log_hide_passwords_while_pushes_fail(sd_env: Env,
-                                                                tmp_path: Path) -> None:
+def test_status_and_daemon_log_hide_passwords_while_pushes_fail(
+        sd_env: Env, tmp_path: Path, make_daemon: MakeDaemon) -> None:
     with_ledger_password(sd_env)
     remote, shown = https_remote()
-    daemon = Daemon(sd_env, extra_env=dict(QUIET_WATCHER, SNAPSHOTD_REMOTE=remote,
-                                           SNAPSHOTD_PUSH_INTERVAL_MS="20")).start()
-    try:
-        capture_one(daemon, make_git_worktree(tmp_path / "wt"))
-        status = wait_for_push_failure(sd_env)
-        raw = cli(sd_env, "status", "--json")
-        assert_clean(raw.stdout + raw.stderr, "snapshotd status --json")
-        assert status["replication"]["remote"] == shown
-        assert status["config"]["remote"] == shown
-        if sd_env.ledger_url:
-            assert ":***@" in status["config"]["ledger_url"]
-        text = cli(sd_env, "status")
-        assert_clean(text.stdout + text.stderr, "snapshotd status")
-        assert "FAILING" in text.stdout
-    finally:
-        daemon.stop()
+    daemon = make_daemon(sd_env, dict(QUIET_WATCHER, SNAPSHOTD_REMOTE=remote,
+                                      SNAPSHOTD_PUSH_INTERVAL_MS="20"))
+    capture_one(daemon, make_git_worktree(tmp_path / "wt"))
+    status = wait_for_push_failure(sd_env)
+    raw = cli(sd_env, "status", "--json")
+    assert_clean(raw.stdout + raw.stderr, "snapshotd status --json")
+    assert status["replication"]["remote"] == shown
+    assert status["config"]["remote"] == shown
+    if sd_env.ledger_url:
+        assert ":***@" in status["config"]["ledger_url"]
+    text = cli(sd_env, "status")
+    assert_clean(text.stdout + text.stderr, "snapshotd status")
+    assert "FAILING" in text.stdout
+    daemon.stop()
     log = daemon.log.read_text(errors="replace")
     assert f"replication to {shown} failed" in log  # the failure was logged, redacted
     assert_clean(log, "the daemon's log")
@@ -220,30 +218,28 @@ def echoing_ssh_remote(env: Env, tmp_path: Path) -> tuple[str, str]:
 
 
 def test_git_errors_echoing_credentials_are_redacted_in_replies_status_and_log(
-        sd_env: Env, tmp_path: Path) -> None:
+        sd_env: Env, tmp_path: Path, make_daemon: MakeDaemon) -> None:
     with_ledger_password(sd_env)
     remote, shown = echoing_ssh_remote(sd_env, tmp_path)
     extra = dict(QUIET_WATCHER, SNAPSHOTD_REMOTE=remote, SNAPSHOTD_PUSH_INTERVAL_MS="20")
-    daemon = Daemon(sd_env, extra_env=extra).start()
-    try:
-        capture_one(daemon, make_git_worktree(tmp_path / "wt"))
-        status = wait_for_push_failure(sd_env)
-        error = status["replication"]["last_error"]
-        assert "echo-ssh: cannot connect to dave:***@127.0.0.1" in error  # git's words, kept
-        assert_clean(json.dumps(status), "status --json")
-        for args in (("push",), ("push", RUN), ("fetch", RUN)):
-            proc = cli(sd_env, *args, **extra)
-            assert proc.returncode == 1, (args, proc.stdout, proc.stderr)
-            assert "dave:***@" in proc.stderr, (args, proc.stderr)
-            assert_clean(proc.stdout + proc.stderr, f"snapshotd {' '.join(args)}")
-        proc = cli(sd_env, "handoff", RUN, "--node", NODE, "--json", **extra)
-        assert proc.returncode == 0, proc.stderr
-        assert_clean(proc.stdout + proc.stderr, "snapshotd handoff --json")
-        replication = json.loads(proc.stdout)["replication"]
-        assert replication["remote"] == shown and replication["state"] == "unreachable"
-        assert "dave:***@" in replication["error"]
-    finally:
-        daemon.stop()
+    daemon = make_daemon(sd_env, extra)
+    capture_one(daemon, make_git_worktree(tmp_path / "wt"))
+    status = wait_for_push_failure(sd_env)
+    error = status["replication"]["last_error"]
+    assert "echo-ssh: cannot connect to dave:***@127.0.0.1" in error  # git's words, kept
+    assert_clean(json.dumps(status), "status --json")
+    for args in (("push",), ("push", RUN), ("fetch", RUN)):
+        proc = cli(sd_env, *args, **extra)
+        assert proc.returncode == 1, (args, proc.stdout, proc.stderr)
+        assert "dave:***@" in proc.stderr, (args, proc.stderr)
+        assert_clean(proc.stdout + proc.stderr, f"snapshotd {' '.join(args)}")
+    proc = cli(sd_env, "handoff", RUN, "--node", NODE, "--json", **extra)
+    assert proc.returncode == 0, proc.stderr
+    assert_clean(proc.stdout + proc.stderr, "snapshotd handoff --json")
+    replication = json.loads(proc.stdout)["replication"]
+    assert replication["remote"] == shown and replication["state"] == "unreachable"
+    assert "dave:***@" in replication["error"]
+    daemon.stop()
     assert_clean(daemon.log.read_text(errors="replace"), "the daemon's log")
     # Restore anywhere, with no daemon: the store lost the checkpoint, the fetch fails, and
     # the error names the remote and git's words, redacted.
