@@ -39,6 +39,7 @@ from typing import Any
 PACKAGES = {"qwen": ("@qwen-code/qwen-code", "0.24.4"), "copilot": ("@github/copilot", "1.0.102")}
 PROMPT = "Create the files as instructed by the tools."
 HARNESS = "<harness>"
+CONTRIB = Path(__file__).resolve().parent.parent / "contrib"
 # The recorder the agents run as their hook: appends its stdin, one JSON document a line.
 RECORDER = """#!/usr/bin/env python3
 import json, os, sys
@@ -258,12 +259,12 @@ def _agent_env(home: Path, out: Path, base_url: str) -> dict[str, str]:
 
 def _run_qwen(binary: Path, home: Path, project: Path, recorder: Path,
               env: dict[str, str]) -> list[str]:
-    hook = [{"matcher": "", "hooks": [{"type": "command", "command": str(recorder),
-                                        "timeout": 10000}]}]
-    settings = {"security": {"auth": {"selectedType": "openai"}},
-                "model": {"name": "fake-model"},
-                "privacy": {"usageStatisticsEnabled": False},
-                "hooks": {"PostToolUse": hook, "PostToolUseFailure": hook}}
+    # The shipped contrib/qwen/settings.json, its command pointed at the recorder.
+    settings = _with_command(json.loads((CONTRIB / "qwen" / "settings.json").read_text()),
+                             "command", str(recorder))
+    settings.update({"security": {"auth": {"selectedType": "openai"}},
+                     "model": {"name": "fake-model"},
+                     "privacy": {"usageStatisticsEnabled": False}})
     (home / ".qwen").mkdir()
     (home / ".qwen" / "settings.json").write_text(json.dumps(settings, indent=2))
     return [str(binary), "--yolo", "--prompt", PROMPT]
@@ -271,10 +272,11 @@ def _run_qwen(binary: Path, home: Path, project: Path, recorder: Path,
 
 def _run_copilot(binary: Path, home: Path, project: Path, recorder: Path,
                  env: dict[str, str]) -> list[str]:
-    hook = [{"type": "command", "bash": str(recorder), "timeoutSec": 10}]
+    # The shipped contrib/copilot/snapshotd.json as .github/hooks/, pointed at the recorder.
+    config = _with_command(json.loads((CONTRIB / "copilot" / "snapshotd.json").read_text()),
+                           "bash", str(recorder))
     (project / ".github" / "hooks").mkdir(parents=True)
-    (project / ".github" / "hooks" / "snapshotd.json").write_text(json.dumps(
-        {"version": 1, "hooks": {"postToolUse": hook, "postToolUseFailure": hook}}, indent=2))
+    (project / ".github" / "hooks" / "snapshotd.json").write_text(json.dumps(config, indent=2))
     # Offline mode with a local provider: no GitHub sign-in, telemetry or update check.
     # COPILOT_ALLOW_ALL=true also trusts the folder, which is what loads its hooks.
     env.update(COPILOT_OFFLINE="true", COPILOT_PROVIDER_BASE_URL=env["OPENAI_BASE_URL"],
@@ -285,6 +287,16 @@ def _run_copilot(binary: Path, home: Path, project: Path, recorder: Path,
 
 
 RUNNERS: dict[str, Callable[..., list[str]]] = {"qwen": _run_qwen, "copilot": _run_copilot}
+
+
+def _with_command(doc: Any, key: str, command: str) -> Any:
+    """``doc`` with every ``key: "snapshot-hook"`` replaced by ``command``."""
+    if isinstance(doc, dict):
+        return {k: command if k == key and v == "snapshot-hook" else _with_command(v, key, command)
+                for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [_with_command(v, key, command) for v in doc]
+    return doc
 
 
 def _scrub(payload: dict[str, Any], root: Path) -> str:
