@@ -9,14 +9,21 @@ recorder received, with the temporary paths replaced by ``<harness>``.
 
 Promises:
 - network only to loopback: the model server listens on 127.0.0.1, the agent's base URL points
-  there, and the agent runs with a private ``HOME``; npm is used only to install the CLI;
+  there (Copilot CLI in its offline mode), and the agent runs with a private ``HOME``; npm is
+  used only to install the CLI;
+- the agent runs with the config shipped in contrib/<agent>/, only its ``snapshot-hook`` turned
+  into the recorder, so a capture also checks that config;
 - bounded: every agent run has a timeout (``--timeout``, default 180 s) and the server stops
   with the run;
 - a CLI that cannot be installed or run, or that fires no hook, is reported and its fixture left
   as it was (exit status 1 when any agent asked for failed).
 
-Usage: ``python -m bench.agent_payloads [--agents qwen,copilot] [--out tests/fixtures]
-[--keep]``.
+Usage: ``python -m bench.agent_payloads [--agents qwen,copilot,cline] [--out tests/fixtures]
+[--npm-dir DIR] [--keep]``. To prove the runs use no network but loopback, install first
+(``--npm-dir``), then run it as root in a network namespace of its own:
+``unshare -n sh -c 'ip link set lo up; exec python -m bench.agent_payloads --npm-dir DIR'``.
+OpenCode (``opencode-ai`` 1.18.33) is not here: started offline, it stopped after loading its
+configuration and never called the model.
 """
 
 from __future__ import annotations
@@ -36,7 +43,9 @@ from pathlib import Path
 from typing import Any
 
 # The npm package and version each agent is captured from.
-PACKAGES = {"qwen": ("@qwen-code/qwen-code", "0.24.4"), "copilot": ("@github/copilot", "1.0.102")}
+PACKAGES = {"qwen": ("@qwen-code/qwen-code", "0.24.4"), "copilot": ("@github/copilot", "1.0.102"),
+            "cline": ("cline", "3.0.65")}
+BINARIES = {"@qwen-code/qwen-code": "qwen", "@github/copilot": "copilot", "cline": "cline"}
 PROMPT = "Create the files as instructed by the tools."
 HARNESS = "<harness>"
 CONTRIB = Path(__file__).resolve().parent.parent / "contrib"
@@ -103,8 +112,12 @@ def capture(agent: str, root: Path, npm: Path, *,
     with FakeModel(script_for(project)) as model:
         env = _agent_env(home, out, model.base_url)
         argv = RUNNERS[agent](binary, home, project, recorder, env)
-        proc = subprocess.run(argv, cwd=project, env=env, stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=timeout)
+        try:
+            proc = subprocess.run(argv, cwd=project, env=env, stdin=subprocess.DEVNULL,
+                                  capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            (root / "agent.log").write_text(f"{exc.stdout!r}\n---stderr---\n{exc.stderr!r}")
+            raise
     (root / "agent.log").write_text(proc.stdout + "\n---stderr---\n" + proc.stderr)
     if not out.exists():
         tail = (proc.stdout + proc.stderr)[-2000:]
@@ -116,8 +129,7 @@ def capture(agent: str, root: Path, npm: Path, *,
 def install(package: str, version: str, prefix: Path) -> Path:
     """``npm install`` the package into ``prefix`` (not globally) unless that version is there;
     its executable's path."""
-    name = {"@qwen-code/qwen-code": "qwen", "@github/copilot": "copilot"}[package]
-    binary = prefix / "node_modules" / ".bin" / name
+    binary = prefix / "node_modules" / ".bin" / BINARIES[package]
     manifest = prefix / "node_modules" / package / "package.json"
     if binary.exists() and manifest.exists() and json.loads(
             manifest.read_text()).get("version") == version:
@@ -143,10 +155,12 @@ def script_for(project: Path) -> list[tuple[str, dict[str, Any]]]:
 _WRITE_TOOLS = {
     "write_file": lambda a: {"file_path": a["path"], "content": a["content"]},
     "create": lambda a: {"path": a["path"], "file_text": a["content"]},
+    "editor": lambda a: {"path": a["path"], "new_text": a["content"]},
 }
 _SHELL_TOOLS = {
     "run_shell_command": lambda a: {"command": a["command"], "description": "scripted"},
     "bash": lambda a: {"command": a["command"], "description": "scripted"},
+    "run_commands": lambda a: {"commands": [a["command"]]},
 }
 
 
@@ -286,7 +300,25 @@ def _run_copilot(binary: Path, home: Path, project: Path, recorder: Path,
     return [str(binary), "--allow-all-tools", "--no-auto-update", "--prompt", PROMPT]
 
 
-RUNNERS: dict[str, Callable[..., list[str]]] = {"qwen": _run_qwen, "copilot": _run_copilot}
+def _run_cline(binary: Path, home: Path, project: Path, recorder: Path,
+               env: dict[str, str]) -> list[str]:
+    # The shipped contrib/cline/PostToolUse as a hook file, as it is: it runs `snapshot-hook`
+    # from PATH, which here is the recorder.
+    hooks, shims = home / ".cline" / "hooks", home / "bin"
+    hooks.mkdir(parents=True)
+    shims.mkdir()
+    shutil.copy(CONTRIB / "cline" / "PostToolUse", hooks / "PostToolUse")
+    (shims / "snapshot-hook").symlink_to(recorder)
+    env["PATH"] = f"{shims}{os.pathsep}{env.get('PATH', '')}"
+    subprocess.run([str(binary), "auth", "-p", "openai", "-k", "fake-key", "-m", "fake-model",
+                    "-b", env["OPENAI_BASE_URL"], "--config", str(home / ".cline")],
+                   cwd=project, env=env, check=True, timeout=60, capture_output=True)
+    return [str(binary), "--auto-approve", "true", "-P", "openai", "-m", "fake-model",
+            "--config", str(home / ".cline"), "--hooks-dir", str(hooks), "-t", "120", PROMPT]
+
+
+RUNNERS: dict[str, Callable[..., list[str]]] = {"qwen": _run_qwen, "copilot": _run_copilot,
+                                                "cline": _run_cline}
 
 
 def _with_command(doc: Any, key: str, command: str) -> Any:

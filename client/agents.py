@@ -103,6 +103,10 @@ def _cline(p: Mapping[str, Any]) -> dict[str, Any]:
     legacy = _object(p.get("postToolUse")) or _object(p.get("preToolUse"))
     tool = result.get("name") or legacy.get("toolName")
     tool_input = _object(result.get("input")) or _object(legacy.get("parameters"))
+    commands = tool_input.get("commands")  # run_commands: a list of shell commands
+    if isinstance(commands, list) and "command" not in tool_input:
+        tool_input = dict(tool_input, command="; ".join(
+            c if isinstance(c, str) else _text(_object(c).get("command")) for c in commands))
     call_id = result.get("id") if isinstance(result.get("id"), str) else None
     if not call_id:
         call_id = _derived("cline", [p.get("taskId"), p.get("timestamp"), tool, tool_input])

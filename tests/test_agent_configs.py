@@ -86,8 +86,9 @@ def test_cline_hook_script_checkpoints_and_answers(sd_env: Env, daemon: Daemon,
                             env=env, capture_output=True, timeout=60)
     assert (result.returncode, result.stderr) == (0, b"")
     assert json.loads(result.stdout) == {"cancel": False}
-    out = subprocess.run([sys.executable, "-m", "snapshotd", "snapshots", "cline-task-0d3c1b7e",
-                          "--json"], env=sd_env.environ(), capture_output=True, check=True)
+    run = "cline-" + json.loads(text)["taskId"]
+    out = subprocess.run([sys.executable, "-m", "snapshotd", "snapshots", run, "--json"],
+                         env=sd_env.environ(), capture_output=True, check=True)
     [cp] = json.loads(out.stdout)["checkpoints"]
     assert cp["tool_use_id"] == "call_0_write" and cp["worktree"] == str(wt)
 

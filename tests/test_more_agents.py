@@ -21,14 +21,14 @@ from snapshotd_client.hook import detect_agent, label_for, snapshot_fields
 
 H = "<harness>/proj"
 FILES = {
-    "copilot": "copilot/post-tool-use.ndjson",
-    "qwen": "qwen/post-tool-use.ndjson",
-    "cline": "cline/post-tool-use.ndjson",
-    "opencode": "opencode/tool-execute-after.ndjson",
-    "cursor": "cursor/post-tool-use.ndjson",
-    "goose": "goose/post-tool-use.ndjson",
-    "amp": "amp/tool-result.ndjson",
-    "kiro": "kiro/post-tool-use.ndjson",
+    "copilot": ["copilot/post-tool-use.ndjson"],
+    "qwen": ["qwen/post-tool-use.ndjson"],
+    "cline": ["cline/post-tool-use.ndjson", "cline/post-tool-use-vscode.ndjson"],
+    "opencode": ["opencode/tool-execute-after.ndjson"],
+    "cursor": ["cursor/post-tool-use.ndjson"],
+    "goose": ["goose/post-tool-use.ndjson"],
+    "amp": ["amp/tool-result.ndjson"],
+    "kiro": ["kiro/post-tool-use.ndjson"],
 }
 KIRO_SESSION = "cwd-" + hashlib.sha256(H.encode()).hexdigest()[:12]
 # Per agent, per payload in fixture order: (session, tool call id, label), written out by hand
@@ -40,11 +40,10 @@ EXPECTED = {
     "qwen": [("@session_id", "toolu_", f"write_file {H}/hello.txt"),
              (None, "toolu_", "run_shell_command echo from-shell > shell_out.txt"),
              (None, "toolu_", "run_shell_command echo partial > failed.txt; exit 3")],
-    "cline": [("task-0d3c1b7e", "call_0_write", "write_to_file hello.txt"),
-              ("task-0d3c1b7e", "call_1_shell", "execute_command echo from-shell > shell_out.txt"),
-              ("task-0d3c1b7e", "call_2_shell",
-               "execute_command echo partial > failed.txt; exit 3"),
-              ("1796124290000", "derived", "write_to_file notes.txt")],
+    "cline": [("@taskId", "call_0_write", f"editor {H}/hello.txt"),
+              (None, "call_1_shell", "run_commands echo from-shell > shell_out.txt"),
+              (None, "call_2_shell", "run_commands echo partial > failed.txt; exit 3"),
+              ("1796124290000", "derived", "write_to_file notes.txt")],  # VS Code's hooks
     "opencode": [("ses_7f3a9c", "call_0_write", f"write {H}/hello.txt"),
                  ("ses_7f3a9c", "call_1_shell", "bash echo from-shell > shell_out.txt"),
                  ("ses_7f3a9c", "call_2_shell", "bash echo partial > failed.txt; exit 3")],
@@ -63,7 +62,11 @@ EXPECTED = {
              (KIRO_SESSION, None, "execute_bash echo from-shell > shell_out.txt"),
              (KIRO_SESSION, None, "execute_bash echo partial > failed.txt; exit 3")],
 }
-CASES = [(agent, i, p) for agent, rel in FILES.items() for i, p in enumerate(load_payloads(rel))]
+def _load(agent: str) -> list[dict]:
+    return [p for rel in FILES[agent] for p in load_payloads(rel)]
+
+
+CASES = [(agent, i, p) for agent in FILES for i, p in enumerate(_load(agent))]
 IDS = [f"{agent}-{i}" for agent, i, _ in CASES]
 
 
@@ -78,8 +81,8 @@ def _session(agent: str, index: int, payload: dict) -> str:
 
 def test_every_agent_has_fixtures_for_a_write_a_command_and_a_failing_command() -> None:
     assert set(FILES) == set(AGENTS)
-    for agent, rel in FILES.items():
-        assert len(load_payloads(rel)) == len(EXPECTED[agent]), agent
+    for agent in FILES:
+        assert len(_load(agent)) == len(EXPECTED[agent]), agent
 
 
 @pytest.mark.parametrize("agent,index,payload", CASES, ids=IDS)
@@ -104,14 +107,14 @@ def test_payload_parses_to_run_tool_id_and_label(agent: str, index: int, payload
 
 
 def test_derived_ids_are_stable_and_distinct() -> None:
-    for agent, rel in FILES.items():  # distinct within one agent's session
-        ids = [normalize(p)["tool_use_id"] for p in load_payloads(rel)]
+    for agent in FILES:  # distinct within one agent
+        ids = [normalize(p)["tool_use_id"] for p in _load(agent)]
         given = [i for i in ids if i is not None]
         assert len(set(given)) == len(given), agent
     for _, _, payload in CASES:
         again = json.loads(json.dumps(payload))  # a retried hook: same bytes, same id
         assert normalize(again)["tool_use_id"] == normalize(payload)["tool_use_id"]
-    copilot = load_payloads(FILES["copilot"])[0]
+    copilot = _load("copilot")[0]
     later = dict(copilot, timestamp=copilot["timestamp"] + 1)
     assert normalize(later)["tool_use_id"] != normalize(copilot)["tool_use_id"]
 
@@ -153,7 +156,7 @@ def test_the_hook_checkpoints_each_agents_write(agent: str, sd_env: Env, daemon:
     # The real snapshot-hook, with the agent's first payload (its write) pointed at a worktree.
     wt = make_git_worktree(tmp_path / "proj")
     (wt / "hello.txt").write_text("hello\n")
-    text = (fixtures_dir() / FILES[agent]).read_text().splitlines()[0]
+    text = (fixtures_dir() / FILES[agent][0]).read_text().splitlines()[0]
     payload = json.loads(text.replace("<harness>/proj", str(wt)))
     result = run_hook(sd_env, payload)
     assert (result.returncode, result.stdout, result.stderr) == (0, b"", b"")
