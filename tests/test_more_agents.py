@@ -170,3 +170,18 @@ def test_the_hook_checkpoints_each_agents_write(agent: str, sd_env: Env, daemon:
     assert cp["worktree"] == str(wt)
     assert cp["label"] == EXPECTED[agent][0][2].replace(H, str(wt))
     assert sd_env.read_gaps() == []
+
+
+def test_telling_agents_apart_costs_no_import_for_claude_or_for_an_agents_own_id() -> None:
+    # The hook runs after every tool call: only a derived id may import json and hashlib.
+    qwen = (fixtures_dir() / FILES["qwen"][0]).read_text().splitlines()[0]
+    claude = (fixtures_dir() / "claude-code/post-tool-use.ndjson").read_text().splitlines()[0]
+    code = ("import sys\n"
+            "from snapshotd_client.hook import parse_json\n"
+            "from snapshotd_client.agents import normalize\n"
+            f"assert normalize(parse_json({claude.encode()!r})) is None\n"
+            f"assert normalize(parse_json({qwen.encode()!r}))['snapshotd_agent'] == 'qwen'\n"
+            "print(sorted(m for m in ('json', 'hashlib') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]"
