@@ -151,24 +151,32 @@ def test_an_already_normalized_payload_is_taken_as_it_is() -> None:
 
 
 @pytest.mark.parametrize("agent", sorted(FILES))
-def test_the_hook_checkpoints_each_agents_write(agent: str, sd_env: Env, daemon: Daemon,
-                                                tmp_path: Path) -> None:
-    # The real snapshot-hook, with the agent's first payload (its write) pointed at a worktree.
+def test_the_hook_checkpoints_each_agents_tool_calls(agent: str, sd_env: Env, daemon: Daemon,
+                                                     tmp_path: Path) -> None:
+    # The real snapshot-hook, with each of the agent's payloads pointed at a worktree, a new file
+    # written before each (the tool call's effect): one checkpoint per call, in order, in run
+    # <agent>-<session>, labelled and identified as the parser says.
     wt = make_git_worktree(tmp_path / "proj")
-    (wt / "hello.txt").write_text("hello\n")
-    text = (fixtures_dir() / FILES[agent][0]).read_text().splitlines()[0]
-    payload = json.loads(text.replace("<harness>/proj", str(wt)))
-    result = run_hook(sd_env, payload)
-    assert (result.returncode, result.stdout, result.stderr) == (0, b"", b"")
-    session = _session(agent, 0, payload)
-    if agent == "kiro":  # no session of its own: one derived from the working directory
-        session = "cwd-" + hashlib.sha256(str(wt).encode()).hexdigest()[:12]
-    run = f"{agent}-{session}"
-    out = subprocess.run([sys.executable, "-m", "snapshotd", "snapshots", run, "--json"],
-                         env=sd_env.environ(), capture_output=True, check=True)
-    [cp] = json.loads(out.stdout)["checkpoints"]
-    assert cp["worktree"] == str(wt)
-    assert cp["label"] == EXPECTED[agent][0][2].replace(H, str(wt))
+    texts = [line for rel in FILES[agent] for line in
+             (fixtures_dir() / rel).read_text().splitlines() if line.strip()]
+    runs: dict[str, list[tuple[str, str | None]]] = {}
+    for i, text in enumerate(texts):
+        (wt / f"effect{i}.txt").write_text(f"{i}\n")
+        payload = json.loads(text.replace("<harness>/proj", str(wt)))
+        result = run_hook(sd_env, payload)
+        assert (result.returncode, result.stdout, result.stderr) == (0, b"", b"")
+        session = _session(agent, i, payload)
+        if agent == "kiro":  # no session of its own: one derived from the working directory
+            session = "cwd-" + hashlib.sha256(str(wt).encode()).hexdigest()[:12]
+        fields = snapshot_fields(normalize(payload), {})
+        runs.setdefault(f"{agent}-{session}", []).append(
+            (EXPECTED[agent][i][2].replace(H, str(wt)), fields["tool_use_id"]))
+    for run, expected in runs.items():
+        out = subprocess.run([sys.executable, "-m", "snapshotd", "snapshots", run, "--json"],
+                             env=sd_env.environ(), capture_output=True, check=True)
+        checkpoints = json.loads(out.stdout)["checkpoints"]
+        assert [(cp["label"], cp["tool_use_id"]) for cp in checkpoints] == expected
+        assert {cp["worktree"] for cp in checkpoints} == {str(wt)}
     assert sd_env.read_gaps() == []
 
 
