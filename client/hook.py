@@ -1,4 +1,4 @@
-"""``snapshot-hook``: the hook of Claude Code, Codex and Gemini CLI (tier 1, ``hook``).
+"""``snapshot-hook``: the agents' hook (tier 1, ``hook``): Claude Code, Codex, Gemini and more.
 
 Owns: reading the agent's hook payload from stdin, telling the agent apart, deriving the tool
 call id and label, choosing the attribution (docs/protocol.md, "Attribution order"), asking the
@@ -90,6 +90,7 @@ def handle(data: bytes | None, *, deadline: float, budget_ms: int, note: str = "
     """Process one payload (``None``: stdin did not close in time). Returns the outcome: ``"ok"``
     or the reason of the failure (also the gap's reason when one was written). ``note`` (a
     setting that was out of range) is added to the detail of any gap written."""
+    from .agents import normalize
     from .protocol import BAD_PAYLOAD, INTERNAL
 
     env = os.environ
@@ -109,6 +110,7 @@ def handle(data: bytes | None, *, deadline: float, budget_ms: int, note: str = "
 
     fields: dict[str, Any] = {}
     try:
+        payload = normalize(payload) or payload  # Copilot, Qwen, Cline, Cursor, ...: agents.py
         if payload.get("hook_event_name") in BEFORE_TOOL_EVENTS:
             return _before_tool(payload, env, deadline=deadline, budget_ms=budget_ms)
         if payload.get("hook_event_name") in SESSION_EVENTS:
@@ -180,7 +182,8 @@ class _JsonContext:
 
 
 def detect_agent(payload: Mapping[str, Any]) -> str:
-    """``gemini``, ``codex`` or ``claude``, told from the payload alone.
+    """``gemini``, ``codex`` or ``claude``, told from the payload alone (or the agent a payload
+    normalized by ``snapshotd_client.agents`` names).
 
     Gemini is checked first: it also sets ``CLAUDE_PROJECT_DIR`` for compatibility, so the
     environment cannot tell it apart; its event names can, and for the events it shares with
@@ -188,6 +191,9 @@ def detect_agent(payload: Mapping[str, Any]) -> str:
     Codex puts a ``turn_id`` in every event of a turn; its ``SessionStart`` has none, but its
     transcript is a ``rollout-*.jsonl`` under ``.codex``.
     """
+    named = payload.get("snapshotd_agent")  # a payload snapshotd_client.agents normalized
+    if isinstance(named, str) and named:
+        return named
     event = payload.get("hook_event_name")
     if event in _GEMINI_EVENTS or (event in ("SessionStart", "SessionEnd")
                                    and "timestamp" in payload):
