@@ -15,13 +15,7 @@ from pathlib import Path
 
 import click
 
-from snapshotd.cli.common import (
-    daemon_or_local,
-    home_option,
-    json_option,
-    print_json,
-    socket_option,
-)
+from snapshotd.cli.common import daemon_or_local, op_options, print_json
 
 
 def register(group: click.Group) -> None:
@@ -30,9 +24,7 @@ def register(group: click.Group) -> None:
 
 @click.command()
 @click.argument("run_id", required=False)
-@home_option
-@socket_option
-@json_option
+@op_options
 def push(run_id: str | None, home: Path | None, socket_: Path | None, as_json: bool) -> None:
     """Push RUN's checkpoints (default: every run's) to the configured remote now."""
 
