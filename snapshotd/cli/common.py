@@ -72,6 +72,21 @@ def ledger_failure(exc: Exception, doing: str = "read") -> None:
     fail(f"the ledger cannot be {doing}: {exc}")
 
 
+def read_ledger_or_fail(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` reading the configured ledger directly, without a daemon; a bad
+    ledger configuration or a ledger error printed as a sentence (``ledger_failure``), exit 1."""
+    from snapshotd.config import ConfigError
+    from snapshotd.ledger import LedgerError
+
+    try:
+        return fn(*args, **kwargs)
+    except ConfigError as exc:
+        fail(f"the ledger cannot be read: {exc}")
+    except LedgerError as exc:
+        ledger_failure(exc)
+    raise AssertionError("unreachable")
+
+
 def print_json(value: object) -> None:
     """``value`` as JSON text that is always valid UTF-8: a byte of a name that is not UTF-8
     appears as the escape ``\\udcNN`` (the lone surrogate ``os.fsdecode`` makes of byte NN), so
