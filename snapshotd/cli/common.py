@@ -1,5 +1,6 @@
-"""Shared pieces of the CLI: where the home and socket are, how to talk to the daemon,
-how to fail."""
+"""Shared pieces of the CLI: where the home and socket are, the option stacks commands share
+(``op_options``, ``attempt_options``), how to talk to the daemon, how to fail (``call_or_fail``,
+``read_ledger_or_fail``: a core call's errors as one sentence and an exit status)."""
 
 from __future__ import annotations
 
