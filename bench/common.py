@@ -10,6 +10,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from snapshotd_client import Client
@@ -104,6 +106,20 @@ class DaemonProc:
         except subprocess.TimeoutExpired:
             self.proc.kill()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@contextmanager
+def bench_daemon(prefix: str, where: str = "/tmp",
+                 extra_env: dict[str, str] | None = None) -> Iterator[tuple[Path, DaemonProc]]:
+    """A new scratch directory under ``where`` and a daemon with a home of its own; the daemon
+    is stopped and the directory removed on exit, also when the bench fails."""
+    base = Path(tempfile.mkdtemp(prefix=prefix, dir=where))
+    daemon = DaemonProc(extra_env=extra_env)
+    try:
+        yield base, daemon
+    finally:
+        daemon.stop()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def median(values: list[float]) -> float:

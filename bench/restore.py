@@ -24,11 +24,10 @@ import argparse
 import json
 import shutil
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
-from bench.common import DaemonProc, GitPeer, git_env, make_tree, median
+from bench.common import DaemonProc, GitPeer, bench_daemon, git_env, make_tree, median
 
 
 def _victims(wt: Path, files: int, rounds: int) -> list[Path]:
@@ -195,18 +194,13 @@ def main() -> None:
     parser.add_argument("--dir", default="/tmp", help="Where the trees live (their filesystem "
                         "is part of what is measured).")
     args = parser.parse_args()
-    base = Path(tempfile.mkdtemp(prefix="sdbench-restore", dir=args.dir))
-    daemon = DaemonProc()
-    try:
+    with bench_daemon("sdbench-restore", args.dir) as (base, daemon):
         result: dict = {"bench": "restore", "dir": args.dir}
         if args.only in (None, "in_place"):
             result["in_place"] = in_place(daemon, base / "a", args.files, args.rounds)
         if args.only in (None, "materialize"):
             result["materialize"] = materialize(daemon, base / "b", args.materialize_files,
                                                 args.rounds)
-    finally:
-        daemon.stop()
-        shutil.rmtree(base, ignore_errors=True)
     print(json.dumps(result, indent=2))
 
 

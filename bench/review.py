@@ -23,15 +23,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.common import DaemonProc, git_env, make_tree, median
+from bench.common import DaemonProc, bench_daemon, git_env, make_tree, median
 
 RUN = "bench-review"
 NODE = "agent"
@@ -127,12 +125,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--dir", default="/tmp")
     args = parser.parse_args()
-    base = Path(tempfile.mkdtemp(prefix="sdbench-review", dir=args.dir))
-    daemon = DaemonProc(extra_env=QUIET)
-    # The in-process figures read the daemon's home with the daemon's configuration.
-    os.environ.update({k: v for k, v in daemon.env.items()
-                       if k.startswith("SNAPSHOTD_") or k == "XDG_CONFIG_HOME"})
-    try:
+    with bench_daemon("sdbench-review", args.dir, extra_env=QUIET) as (base, daemon):
+        # The in-process figures read the daemon's home with the daemon's configuration.
+        os.environ.update({k: v for k, v in daemon.env.items()
+                           if k.startswith("SNAPSHOTD_") or k == "XDG_CONFIG_HOME"})
         wt = make_tree(base / "wt", args.files)
         replies = replay_tool_calls(daemon, wt, args.files, args.checkpoints)
         middle = replies[len(replies) // 2]
@@ -144,9 +140,6 @@ def main() -> None:
                                    (replies[0]["commit"], replies[-1]["commit"]), args.rounds))
         result["within_budget"] = (result["show_patch_ms_median"] < 100
                                    and result["log_stat_ms_median"] < 100)
-    finally:
-        daemon.stop()
-        shutil.rmtree(base, ignore_errors=True)
     print(json.dumps(result, indent=2))
 
 

@@ -26,6 +26,7 @@ from typing import NoReturn
 
 from snapshotd import errors
 from snapshotd.errors import ServiceError, abs_path_field, int_value
+from snapshotd.fswalk import files_under
 from snapshotd.keys import AttemptKey
 from snapshotd.ledger import ACTIVE, Attempt, Ledger
 from snapshotd.snapshot_request import SnapshotRequest
@@ -205,18 +206,8 @@ def count_files(root: Path, limit: int) -> int:
     """Files under root (skipping .git and dependency folders), counting stops past ``limit``.
     A directory that cannot be read counts nothing: it cannot be captured either."""
     count = 0
-    stack = [str(root)]
-    while stack:
-        try:
-            with os.scandir(stack.pop()) as it:
-                for entry in it:
-                    if entry.is_dir(follow_symlinks=False):
-                        if entry.name not in _UNCOUNTED_DIRS:
-                            stack.append(entry.path)
-                    else:
-                        count += 1
-                        if count > limit:
-                            return count
-        except OSError:
-            continue
+    for _entry in files_under(root, skip=_UNCOUNTED_DIRS):
+        count += 1
+        if count > limit:
+            break
     return count

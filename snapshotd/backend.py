@@ -147,27 +147,13 @@ def request(op: str, *, socket: Path | None = None, timeout: float = DEFAULT_TIM
             **fields: Any) -> dict:
     """One daemon round trip. ``DaemonUnavailable`` propagates (nothing was run: a caller may
     fall back); every other failure is a ``ServiceError`` with the reply's code."""
-    sock = socket_path(socket)
-    with Client(sock, timeout=timeout) as client:
-        try:
-            return client.request(op, **fields)
-        except DaemonUnavailable:
-            raise
-        except SnapshotdError as exc:
-            raise _as_service_error(exc, op, sock) from None
+    return _round_trip(Client.request, op, socket, timeout, fields)
 
 
 def request_pages(op: str, *, socket: Path | None = None, timeout: float = DEFAULT_TIMEOUT_S,
                   **fields: Any) -> dict:
     """``request`` for a paged op (``list``): every page, joined (``Client.pages``)."""
-    sock = socket_path(socket)
-    with Client(sock, timeout=timeout) as client:
-        try:
-            return client.pages(op, **fields)
-        except DaemonUnavailable:
-            raise
-        except SnapshotdError as exc:
-            raise _as_service_error(exc, op, sock) from None
+    return _round_trip(Client.pages, op, socket, timeout, fields)
 
 
 def resolve_home(home: Path | None) -> Path:
@@ -240,6 +226,19 @@ def _require_ledger(home_path: Path) -> None:
     if not ledger_exists(home_path):
         raise NoLedger(NOT_FOUND, f"no ledger at {describe_ledger(home_path)}: nothing has been "
                                   "captured with this home yet")
+
+
+def _round_trip(send: Callable[..., dict], op: str, socket: Path | None, timeout: float,
+                fields: dict[str, Any]) -> dict:
+    """``send(client, op, **fields)`` on a new connection, failures mapped as ``request`` says."""
+    sock = socket_path(socket)
+    with Client(sock, timeout=timeout) as client:
+        try:
+            return send(client, op, **fields)
+        except DaemonUnavailable:
+            raise
+        except SnapshotdError as exc:
+            raise _as_service_error(exc, op, sock) from None
 
 
 def _as_service_error(exc: SnapshotdError, op: str, sock: Path) -> ServiceError:

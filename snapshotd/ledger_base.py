@@ -169,3 +169,22 @@ def checkpoint_from_row(row: Any) -> dict:
         "pruned_reason": row["pruned_reason"],
         "secrets": json.loads(row["secrets"]) if row["secrets"] else [],
     }
+
+
+def json_text(value: object) -> str:
+    """``value`` as JSON text a ledger TEXT column can store: a name's bytes that are not UTF-8
+    (the lone surrogates ``os.fsdecode`` makes) become ``\\udcNN`` escapes, which ``json.loads``
+    turns back into the same string."""
+    return json.dumps(value, ensure_ascii=False).encode("utf-8", "backslashreplace").decode()
+
+
+def percentiles(samples: list[float]) -> dict:
+    """``{"count", "p50", "p99"}`` of latency samples (``status``)."""
+    if not samples:
+        return {"count": 0, "p50": None, "p99": None}
+    ordered = sorted(samples)
+
+    def at(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
+
+    return {"count": len(ordered), "p50": at(0.5), "p99": at(0.99)}

@@ -27,6 +27,7 @@ from pathlib import Path
 import psutil
 
 from snapshotd.config import Config
+from snapshotd.fswalk import files_under
 from snapshotd.server import Server
 from snapshotd.service import Service
 
@@ -197,20 +198,11 @@ def tree_bytes(path: Path) -> int | None:
     if not path.exists():
         return None
     total = 0
-    stack = [str(path)]
-    while stack:
+    for entry in files_under(path):
         try:
-            with os.scandir(stack.pop()) as it:
-                for entry in it:
-                    try:
-                        if entry.is_dir(follow_symlinks=False):
-                            stack.append(entry.path)
-                        else:
-                            total += entry.stat(follow_symlinks=False).st_size
-                    except OSError:
-                        continue  # removed meanwhile (gc, ref packing)
+            total += entry.stat(follow_symlinks=False).st_size
         except OSError:
-            continue
+            continue  # removed meanwhile (gc, ref packing)
     return total
 
 

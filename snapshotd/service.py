@@ -18,7 +18,6 @@ Promises:
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -45,6 +44,7 @@ from snapshotd.ledger import (
     SeqConflict,
     open_ledger,
 )
+from snapshotd.ledger_base import json_text, percentiles
 from snapshotd.listing import list_op, list_run
 from snapshotd.reconcile import lost_gap_writer, reconcile, reconcile_attempt
 from snapshotd.seqmarks import SeqMarks
@@ -239,7 +239,7 @@ class Service:
             "counters": dict(self.counters), "checkpoints": counts,
             "gaps_by_reason": dict(self.gaps.counts), "gaps_unwritten": self.gaps.unwritten,
             "ledger": {"dialect": self.ledger.dialect, **self.ledger.counters()},
-            "latency_ms": {f"tier{t}": _percentiles(v) for t, v in self.latencies.items()},
+            "latency_ms": {f"tier{t}": percentiles(v) for t, v in self.latencies.items()},
             "active_attempts": [a.as_dict() for a in self.ledger.active_attempts()],
             "reconciliation": self.reconciliation,
             "damaged_attempts": self.damage.listing(),
@@ -471,8 +471,8 @@ class Service:
                    "source": req.source, "tier": req.tier, "label": req.label,
                    "tool_use_id": req.tool_use_id, "worktree": root, "added": added,
                    "modified": modified, "deleted": deleted, "created_at": time.time(),
-                   "skipped": _skipped_json(capture.skipped) if capture.skipped else None,
-                   "secrets": _skipped_json(found) if found else None}
+                   "skipped": json_text(capture.skipped) if capture.skipped else None,
+                   "secrets": json_text(found) if found else None}
             faults.delay("before-row")
             self.ledger.record_checkpoint(attempt, row)
             faults.crash_point("after-row")
@@ -592,20 +592,3 @@ class Service:
             log.warning("attempt %s ends without a final pointer: %s", attempt.key, exc.message)
             return None
         return str(head.id) if head else None
-
-def _percentiles(samples: list[float]) -> dict:
-    if not samples:
-        return {"count": 0, "p50": None, "p99": None}
-    ordered = sorted(samples)
-
-    def at(q: float) -> float:
-        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
-
-    return {"count": len(ordered), "p50": at(0.5), "p99": at(0.99)}
-
-
-def _skipped_json(skipped: list) -> str:
-    """The skipped list as JSON text a ledger can store: a name's bytes that are not UTF-8 (the
-    lone surrogates ``os.fsdecode`` makes) become ``\\udcNN`` escapes, which ``json.loads``
-    turns back into the same string."""
-    return json.dumps(skipped, ensure_ascii=False).encode("utf-8", "backslashreplace").decode()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from snapshotd.cli.common import fail, home_option, json_option, print_json, socket_option
+from snapshotd.cli.common import attempt_options, call_or_fail, op_options, print_json
 
 # How wide the "who" column is in the text form.
 WHO_WIDTH = 32
@@ -28,34 +28,20 @@ def register(group: click.Group) -> None:
 @click.option("--node", "node_id", required=True, help="The node whose checkpoints to read.")
 @click.option("--seq", type=click.IntRange(min=0), default=None,
               help="The checkpoint whose file to blame (default: the newest).")
-@click.option("--iteration", type=click.IntRange(min=0), default=None,
-              help="Iteration (default: the newest with checkpoints).")
-@click.option("--attempt", type=click.IntRange(min=1), default=None,
-              help="Attempt number (default: the newest with checkpoints).")
-@home_option
-@socket_option
-@json_option
+@attempt_options
+@op_options
 def blame(run_id: str, path: str, node_id: str, seq: int | None, iteration: int | None,
           attempt: int | None, home: Path | None, socket_: Path | None, as_json: bool) -> None:
     """Show every line of PATH (relative to the worktree, or absolute inside it) at a
     checkpoint with the checkpoint and tool call that introduced it. Lines written outside the
     agent's tool calls (tier 2, before-tool captures) are marked with '*'."""
     from snapshotd.blame import outside_tool_call, public_shape, run_blame
-    from snapshotd.config import ConfigError
-    from snapshotd.errors import ServiceError
 
     if os.path.isabs(path):
         path = os.path.normpath(path)
     fields = {"run_id": run_id, "node_id": node_id, "path": path, "seq": seq,
               "iteration": iteration, "attempt": attempt}
-    try:
-        result = run_blame(fields, home=home, socket=socket_)
-    except ConfigError as exc:
-        fail(str(exc), 2)
-        return
-    except ServiceError as exc:
-        fail(f"{exc.message} ({exc.code})")
-        return
+    result = call_or_fail(run_blame, fields, home=home, socket=socket_)
     if as_json:
         print_json(public_shape(result))
         return

@@ -1,5 +1,6 @@
-"""Shared pieces of the CLI: where the home and socket are, how to talk to the daemon,
-how to fail."""
+"""Shared pieces of the CLI: where the home and socket are, the option stacks commands share
+(``op_options``, ``attempt_options``), how to talk to the daemon, how to fail (``call_or_fail``,
+``read_ledger_or_fail``: a core call's errors as one sentence and an exit status)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from snapshotd_client import Client, DaemonUnavailable, SnapshotdError
 from snapshotd_client.paths import home_dir, socket_path
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 
 def home_option(fn: F) -> F:
@@ -31,6 +33,20 @@ def socket_option(fn: F) -> F:
 
 def json_option(fn: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON.")(fn)
+
+
+def op_options(fn: F) -> F:
+    """``--home``, ``--socket`` and ``--json``: what every command that runs an op through the
+    daemon, or on the home when none answers, takes."""
+    return home_option(socket_option(json_option(fn)))
+
+
+def attempt_options(fn: F) -> F:
+    """``--iteration`` and ``--attempt``, each defaulting to the newest with checkpoints."""
+    fn = click.option("--attempt", type=click.IntRange(min=1), default=None,
+                      help="Attempt number (default: the newest with checkpoints).")(fn)
+    return click.option("--iteration", type=click.IntRange(min=0), default=None,
+                        help="Iteration (default: the newest with checkpoints).")(fn)
 
 
 def resolve_home(home: Path | None) -> Path:
@@ -55,6 +71,21 @@ def ledger_failure(exc: Exception, doing: str = "read") -> None:
     if isinstance(exc, LedgerDamaged):
         fail(str(exc))
     fail(f"the ledger cannot be {doing}: {exc}")
+
+
+def read_ledger_or_fail(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` reading the configured ledger directly, without a daemon; a bad
+    ledger configuration or a ledger error printed as a sentence (``ledger_failure``), exit 1."""
+    from snapshotd.config import ConfigError
+    from snapshotd.ledger import LedgerError
+
+    try:
+        return fn(*args, **kwargs)
+    except ConfigError as exc:
+        fail(f"the ledger cannot be read: {exc}")
+    except LedgerError as exc:
+        ledger_failure(exc)
+    raise AssertionError("unreachable")
 
 
 def print_json(value: object) -> None:
@@ -95,13 +126,27 @@ def run_op(home: Path | None, sock: Path | None, op: str, fields: dict[str, Any]
     """``snapshotd.backend.run_op`` (the daemon when one answers, else the home directly under
     its lock), its failures printed as a sentence: a bad config exits 2, anything else 1."""
     from snapshotd import backend
-    from snapshotd.config import ConfigError
-    from snapshotd.errors import ServiceError
     from snapshotd.ledger import LedgerError
 
     try:
-        return backend.run_op(op, fields, local, home=home, socket=sock, timeout=timeout,
-                              via_daemon=via_daemon, require_ledger=require_ledger)
+        return call_or_fail(backend.run_op, op, fields, local, home=home, socket=sock,
+                            timeout=timeout, via_daemon=via_daemon,
+                            require_ledger=require_ledger)
+    except LedgerError as exc:
+        ledger_failure(exc)
+    raise AssertionError("unreachable")
+
+
+def call_or_fail(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)``, its failure printed as one sentence: a bad configuration exits
+    2; a refused op (``ServiceError``) exits 1 with ``message (code)``, or, when the home holds
+    nothing or its daemon is silent, with the option that names another home or socket."""
+    from snapshotd import backend
+    from snapshotd.config import ConfigError
+    from snapshotd.errors import ServiceError
+
+    try:
+        return fn(*args, **kwargs)
     except ConfigError as exc:
         fail(str(exc), 2)
     except backend.NoLedger as exc:
@@ -110,8 +155,6 @@ def run_op(home: Path | None, sock: Path | None, op: str, fields: dict[str, Any]
         fail(f"{exc.message}, or pass the socket it listens on with --socket")
     except ServiceError as exc:
         fail(f"{exc.message} ({exc.code})")
-    except LedgerError as exc:
-        ledger_failure(exc)
     raise AssertionError("unreachable")
 
 

@@ -15,15 +15,13 @@ import click
 
 from snapshotd.backend import complete_diff
 from snapshotd.cli.common import (
-    fail,
-    home_option,
-    json_option,
+    attempt_options,
+    call_or_fail,
+    op_options,
     print_json,
     run_op,
     shown,
-    socket_option,
 )
-from snapshotd.errors import ServiceError
 
 # A --worktree diff captures the worktree first.
 DIFF_TIMEOUT_S = 3600.0
@@ -43,13 +41,8 @@ def register(group: click.Group) -> None:
 @click.option("--worktree", is_flag=True, help="Compare with the worktree as it is now.")
 @click.option("--stat", "show_stat", is_flag=True, help="A diffstat instead of the patch.")
 @click.option("--name-status", is_flag=True, help="One 'STATUS<TAB>path' line per file.")
-@click.option("--iteration", type=click.IntRange(min=0), default=None,
-              help="Iteration (default: the newest with checkpoints).")
-@click.option("--attempt", type=click.IntRange(min=1), default=None,
-              help="Attempt number (default: the newest with checkpoints).")
-@home_option
-@socket_option
-@json_option
+@attempt_options
+@op_options
 def diff(run_id: str, node_id: str, seq: int, to_seq: int | None, worktree: bool,
          show_stat: bool, name_status: bool, iteration: int | None, attempt: int | None,
          home: Path | None, socket_: Path | None, as_json: bool) -> None:
@@ -70,10 +63,7 @@ def diff(run_id: str, node_id: str, seq: int, to_seq: int | None, worktree: bool
         return diff_checkpoints(service, **fields)
 
     result = run_op(home, socket_, "diff", fields, direct, timeout=DIFF_TIMEOUT_S)
-    try:
-        result = complete_diff(result, want_patch)
-    except ServiceError as exc:
-        fail(f"{exc.message} ({exc.code})")
+    result = call_or_fail(complete_diff, result, want_patch)
     if as_json:
         print_json(result)
     elif show_stat:

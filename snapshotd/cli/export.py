@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from snapshotd.cli.common import fail, home_option, json_option, print_json, socket_option
+from snapshotd.cli.common import attempt_options, call_or_fail, op_options, print_json
 
 
 def register(group: click.Group) -> None:
@@ -31,13 +31,8 @@ def register(group: click.Group) -> None:
               help="The repository to write the branch into (default: the worktree's).")
 @click.option("--patches", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Write a `git am`-able series into this new or empty directory instead.")
-@click.option("--iteration", type=click.IntRange(min=0), default=None,
-              help="Iteration (default: the newest with checkpoints).")
-@click.option("--attempt", type=click.IntRange(min=1), default=None,
-              help="Attempt number (default: the newest with checkpoints).")
-@home_option
-@socket_option
-@json_option
+@attempt_options
+@op_options
 def export(run_id: str, node_id: str, from_seq: int | None, to_seq: int | None,
            branch: str | None, squash: bool, repo: Path | None, patches: Path | None,
            iteration: int | None, attempt: int | None, home: Path | None,
@@ -46,8 +41,6 @@ def export(run_id: str, node_id: str, from_seq: int | None, to_seq: int | None,
     with --squash) whose first parent is the commit HEAD pointed at when the attempt began, or
     as patches. Only objects and the new branch are written: never HEAD, the index, the working
     tree, the config or an existing branch."""
-    from snapshotd.config import ConfigError
-    from snapshotd.errors import ServiceError
     from snapshotd.export import run_export
 
     if (branch is None) == (patches is None):
@@ -58,14 +51,7 @@ def export(run_id: str, node_id: str, from_seq: int | None, to_seq: int | None,
               "branch": branch, "squash": squash, "iteration": iteration, "attempt": attempt,
               "repo": str(repo.absolute()) if repo else None,
               "patches": str(patches.absolute()) if patches else None}
-    try:
-        result = run_export(fields, home=home, socket=socket_)
-    except ConfigError as exc:
-        fail(str(exc), 2)
-        return
-    except ServiceError as exc:
-        fail(f"{exc.message} ({exc.code})")
-        return
+    result = call_or_fail(run_export, fields, home=home, socket=socket_)
     if as_json:
         print_json(result)
         return

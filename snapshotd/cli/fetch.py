@@ -17,13 +17,7 @@ from pathlib import Path
 
 import click
 
-from snapshotd.cli.common import (
-    daemon_or_local,
-    home_option,
-    json_option,
-    print_json,
-    socket_option,
-)
+from snapshotd.cli.common import daemon_or_local, op_options, print_json
 
 
 def register(group: click.Group) -> None:
@@ -32,9 +26,7 @@ def register(group: click.Group) -> None:
 
 @click.command()
 @click.argument("run_id")
-@home_option
-@socket_option
-@json_option
+@op_options
 def fetch(run_id: str, home: Path | None, socket_: Path | None, as_json: bool) -> None:
     """Fetch RUN's checkpoints from the configured remote into the local store."""
 

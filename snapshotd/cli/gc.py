@@ -6,13 +6,7 @@ from pathlib import Path
 
 import click
 
-from snapshotd.cli.common import (
-    daemon_or_local,
-    home_option,
-    json_option,
-    print_json,
-    socket_option,
-)
+from snapshotd.cli.common import daemon_or_local, fail, op_options, print_json
 
 
 def register(group: click.Group) -> None:
@@ -32,9 +26,7 @@ def register(group: click.Group) -> None:
 @click.option("--prune-grace", default=None,
               help="Objects younger than this are never deleted (default 1h), so captures in "
                    "flight keep theirs.")
-@home_option
-@socket_option
-@json_option
+@op_options
 def gc(keep_last: int | None, older_than: str | None, max_store_size: str | None,
        run_id: str | None, whole_run: bool, dry_run: bool, prune_grace: str | None,
        home: Path | None,
@@ -44,7 +36,6 @@ def gc(keep_last: int | None, older_than: str | None, max_store_size: str | None
     Never dropped: checkpoints of active attempts, the newest checkpoint of every attempt, an
     attempt's final pointer, and recent restore safety checkpoints.
     """
-    from snapshotd.cli.common import fail
     from snapshotd.config import parse_duration
     from snapshotd.gc import policy_from_fields, run_gc
 

@@ -20,14 +20,7 @@ from typing import IO
 
 import click
 
-from snapshotd.cli.common import (
-    daemon_or_local,
-    fail,
-    home_option,
-    json_option,
-    print_json,
-    socket_option,
-)
+from snapshotd.cli.common import daemon_or_local, fail, op_options, print_json
 
 
 def register(group: click.Group) -> None:
@@ -59,9 +52,7 @@ def read_manifest(stream: IO[str]) -> dict:
 @click.option("--to", "to", default=None, help="Who takes over (host or owner name, recorded).")
 @click.option("--output", "-o", "output", type=click.Path(path_type=Path, dir_okay=False),
               default=None, help="Write the manifest to this file.")
-@home_option
-@socket_option
-@json_option
+@op_options
 def handoff(run_id: str, node_id: str, iteration: int | None, attempt: int | None,
             to: str | None, output: Path | None, home: Path | None, socket_: Path | None,
             as_json: bool) -> None:

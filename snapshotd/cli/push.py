@@ -19,15 +19,7 @@ from pathlib import Path
 
 import click
 
-from snapshotd.cli.common import (
-    daemon_or_local,
-    fail,
-    home_option,
-    json_option,
-    print_json,
-    resolve_home,
-    socket_option,
-)
+from snapshotd.cli.common import daemon_or_local, fail, op_options, print_json, resolve_home
 
 
 def register(group: click.Group) -> None:
@@ -36,9 +28,7 @@ def register(group: click.Group) -> None:
 
 @click.command()
 @click.argument("run_id", required=False)
-@home_option
-@socket_option
-@json_option
+@op_options
 @click.option("--release", "releases", multiple=True, metavar="COMMIT",
               help="Let this withheld checkpoint (and its secret) be pushed.")
 @click.option("--release-path", "release_paths", multiple=True, metavar="PATH",

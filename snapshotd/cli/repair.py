@@ -10,7 +10,14 @@ from pathlib import Path
 
 import click
 
-from snapshotd.cli.common import fail, home_option, json_option, print_json, resolve_home
+from snapshotd.cli.common import (
+    call_or_fail,
+    fail,
+    home_option,
+    json_option,
+    print_json,
+    resolve_home,
+)
 
 
 def register(group: click.Group) -> None:
@@ -28,18 +35,13 @@ def repair(dry_run: bool, home: Path | None, as_json: bool) -> None:
     Stop the daemon first. The rebuilt ledger holds every attempt with a ref in the store and
     one row per checkpoint on its chain (seq, commit, label, tool call id, ...).
     """
-    from snapshotd.config import ConfigError, load_config
-    from snapshotd.errors import ServiceError
+    from snapshotd.config import load_config
     from snapshotd.ledger import LedgerError
     from snapshotd.ledger_repair import repair_ledger
 
     home_path = resolve_home(home)
     try:
-        report = repair_ledger(home_path, load_config(), dry_run=dry_run)
-    except ConfigError as exc:
-        fail(str(exc), 2)
-    except ServiceError as exc:
-        fail(f"{exc.message} ({exc.code})")
+        report = call_or_fail(lambda: repair_ledger(home_path, load_config(), dry_run=dry_run))
     except (LedgerError, OSError) as exc:
         fail(f"the ledger could not be rebuilt: {exc}")
     if as_json:

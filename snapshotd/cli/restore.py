@@ -21,13 +21,12 @@ import click
 
 from snapshotd.backend import with_location
 from snapshotd.cli.common import (
+    attempt_options,
     daemon_client,
-    home_option,
-    json_option,
+    op_options,
     print_json,
     run_op,
     shown,
-    socket_option,
 )
 from snapshotd_client import SnapshotdError
 
@@ -47,18 +46,13 @@ def register(group: click.Group) -> None:
 @click.option("--seq", type=click.IntRange(min=0), default=None,
               help="Checkpoint seq (default: the newest of the attempt, not counting safety "
                    "checkpoints).")
-@click.option("--iteration", type=click.IntRange(min=0), default=None,
-              help="Iteration (default: the newest with checkpoints).")
-@click.option("--attempt", type=click.IntRange(min=1), default=None,
-              help="Attempt number (default: the newest with checkpoints).")
+@attempt_options
 @click.option("--to", "to", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Materialize into this new or empty directory instead of the worktree.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (A/M/D per path); change nothing.")
 @click.option("--force", is_flag=True,
               help="Restore in place even while an attempt is working on the worktree.")
-@home_option
-@socket_option
-@json_option
+@op_options
 def restore(run_id: str, node_id: str, seq: int | None, iteration: int | None,
             attempt: int | None, to: Path | None, dry_run: bool, force: bool,
             home: Path | None, socket_: Path | None, as_json: bool) -> None:

@@ -17,8 +17,8 @@ from snapshotd.cli.common import (
     fail,
     home_option,
     json_option,
-    ledger_failure,
     print_json,
+    read_ledger_or_fail,
     resolve_home,
 )
 
@@ -33,16 +33,10 @@ def register(group: click.Group) -> None:
 def runs(home: Path | None, as_json: bool) -> None:
     """List runs with their node and attempt counts, worktrees and last activity."""
     home_path = resolve_home(home)
-    from snapshotd.config import ConfigError
-    from snapshotd.ledger import LedgerError
     from snapshotd.listing import collect_runs
 
     try:
-        summary = collect_runs(home_path)
-    except ConfigError as exc:
-        fail(f"the ledger cannot be read: {exc}")
-    except LedgerError as exc:
-        ledger_failure(exc)
+        summary = read_ledger_or_fail(collect_runs, home_path)
     except OSError as exc:
         fail(f"could not read the gap spool: {exc}")
     if as_json:

@@ -14,7 +14,14 @@ from typing import Any
 
 import click
 
-from snapshotd.cli.common import fail, home_option, json_option, print_json
+from snapshotd.cli.common import (
+    attempt_options,
+    call_or_fail,
+    fail,
+    home_option,
+    json_option,
+    print_json,
+)
 
 
 def register(group: click.Group) -> None:
@@ -26,10 +33,7 @@ def register(group: click.Group) -> None:
 @click.option("--node", "node_id", required=True, help="The node of the checkpoint.")
 @click.option("--seq", type=click.IntRange(min=0), default=None,
               help="The checkpoint (default: the newest of the attempt).")
-@click.option("--iteration", type=click.IntRange(min=0), default=None,
-              help="Iteration (default: the newest with checkpoints).")
-@click.option("--attempt", type=click.IntRange(min=1), default=None,
-              help="Attempt number (default: the newest with checkpoints).")
+@attempt_options
 @click.option("--patch", "fmt", flag_value="patch", default=True, help="The patch (default).")
 @click.option("--stat", "fmt", flag_value="stat", help="A diffstat instead of the patch.")
 @click.option("--name-status", "fmt", flag_value="name-status",
@@ -70,18 +74,10 @@ def read_only(home: Path | None, call: Callable[[Any], dict]) -> dict:
     import pygit2
 
     from snapshotd import backend
-    from snapshotd.config import ConfigError
-    from snapshotd.errors import ServiceError
     from snapshotd.ledger import LedgerError
 
     try:
-        return backend.read_home(call, home=home)
-    except ConfigError as exc:
-        fail(str(exc), 2)
-    except backend.NoLedger as exc:
-        fail(f"{exc.message} (pass --home, or set SNAPSHOTD_HOME)")
-    except ServiceError as exc:
-        fail(f"{exc.message} ({exc.code})")
+        return call_or_fail(backend.read_home, call, home=home)
     except LedgerError as exc:
         fail(f"the ledger could not be read: {exc} (ledger-error)")
     except (OSError, pygit2.GitError) as exc:

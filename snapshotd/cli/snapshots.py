@@ -24,8 +24,8 @@ from snapshotd.cli.common import (
     fail,
     home_option,
     json_option,
-    ledger_failure,
     print_json,
+    read_ledger_or_fail,
     resolve_home,
 )
 from snapshotd.cli.runs import age
@@ -53,29 +53,26 @@ def register(group: click.Group) -> None:
 def snapshots(run_id: str, node_id: str | None, attempt: int | None, show_all: bool,
               home: Path | None, as_json: bool) -> None:
     """List the checkpoints and gaps of RUN."""
-    from snapshotd.config import ConfigError
-    from snapshotd.ledger import LedgerError, describe_ledger, ledger_exists, open_ledger
-
     home_path = resolve_home(home)
+    ledger = read_ledger_or_fail(_open, home_path)
     try:
-        if not ledger_exists(home_path):
-            fail(f"no ledger at {describe_ledger(home_path)}: nothing has been captured with "
-                 "this home yet (pass --home, or set SNAPSHOTD_HOME)")
-        ledger = open_ledger(home_path)
-    except ConfigError as exc:
-        fail(f"the ledger cannot be read: {exc}")
-    except LedgerError as exc:
-        ledger_failure(exc)
-    try:
-        listing = _listing(ledger, home_path, run_id, node_id, attempt)
-    except LedgerError as exc:
-        ledger_failure(exc)
+        listing = read_ledger_or_fail(_listing, ledger, home_path, run_id, node_id, attempt)
     finally:
         ledger.close()
     if as_json:
         print_json(listing)
         return
     print_listing(listing, show_all=show_all, attempt_given=attempt is not None)
+
+
+def _open(home_path: Path) -> Ledger:
+    """The home's ledger, or a failure saying nothing has been captured with this home."""
+    from snapshotd.ledger import describe_ledger, ledger_exists, open_ledger
+
+    if not ledger_exists(home_path):
+        fail(f"no ledger at {describe_ledger(home_path)}: nothing has been captured with "
+             "this home yet (pass --home, or set SNAPSHOTD_HOME)")
+    return open_ledger(home_path)
 
 
 def _listing(ledger: Ledger, home_path: Path, run_id: str, node_id: str | None,
