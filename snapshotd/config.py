@@ -64,6 +64,12 @@ class Config:
     push_interval_ms: int = 200
     # Before-tool captures (source "outside"): separate a person's edits from the tool call's.
     bracket: bool = False
+    # The loopback HTTP endpoint for agents that POST their hook payload (docs/agents.md).
+    http_hook: bool = False
+    http_hook_port: int = 47681
+    # Most inotify watches the watcher adds (0: as many as the host allows); past it a worktree
+    # is captured by scans, with a watch-failed gap (docs/watcher.md).
+    max_watches: int = 0
     sources: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def as_dict(self) -> dict:
@@ -101,6 +107,9 @@ ENV_VARS: dict[str, str] = {
     "remote": "SNAPSHOTD_REMOTE",
     "push_interval_ms": "SNAPSHOTD_PUSH_INTERVAL_MS",
     "bracket": "SNAPSHOTD_BRACKET",
+    "http_hook": "SNAPSHOTD_HTTP_HOOK",
+    "http_hook_port": "SNAPSHOTD_HTTP_HOOK_PORT",
+    "max_watches": "SNAPSHOTD_MAX_WATCHES",
 }
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -247,7 +256,7 @@ def _coerce(key: str, value: object, source: str) -> object:
         if not isinstance(value, str) or "\0" in value or "\n" in value:
             raise ConfigError(f"{where}: expected a git remote URL or path, got {value!r}")
         return value.strip()
-    if key == "bracket":
+    if key in ("bracket", "http_hook"):
         return _boolean(value, where)
     if key in ("gc_older_than", "gc_max_store_size", "store_size_warn"):
         if value in ("", None):
@@ -273,8 +282,11 @@ def _coerce(key: str, value: object, source: str) -> object:
         number = int(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         raise ConfigError(f"{where}: expected a whole number, got {value!r}") from None
-    if number < 0 or (number == 0 and key not in ("max_zero_setup_files", "gc_keep_last")):
+    if number < 0 or (number == 0 and key not in ("max_zero_setup_files", "gc_keep_last",
+                                                  "http_hook_port", "max_watches")):
         raise ConfigError(f"{where}: must be positive, got {value!r}")
+    if key == "http_hook_port" and number > 65535:
+        raise ConfigError(f"{where}: expected a TCP port (0 picks a free one), got {value!r}")
     return number
 
 

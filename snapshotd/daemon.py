@@ -26,7 +26,7 @@ log = logging.getLogger("snapshotd")
 OPTIONAL_PARTS = ("snapshotd.watcher", "snapshotd.restore", "snapshotd.engine",
                   "snapshotd.sdnotify", "snapshotd.metrics", "snapshotd.gc",
                   "snapshotd.replication", "snapshotd.blame", "snapshotd.export",
-                  "snapshotd.bracket")
+                  "snapshotd.bracket", "snapshotd.http_hook")
 
 
 def prepare_home(home: Path) -> Path:

@@ -20,6 +20,7 @@ from snapshotd.cli import (
     flush,
     gc,
     handoff,
+    http_hook,
     install,
     mcp,
     push,
@@ -37,6 +38,6 @@ def main() -> None:
     """Durable, restorable history of the worktrees where coding agents work."""
 
 
-for _module in (attempt, blame, config, diff, exec, export, fetch, flush, gc, handoff, install, mcp,
-                push, restore, runs, serve, snapshots, status):
+for _module in (attempt, blame, config, diff, exec, export, fetch, flush, gc, handoff, http_hook,
+                install, mcp, push, restore, runs, serve, snapshots, status):
     _module.register(main)
