@@ -233,6 +233,9 @@ class HttpHook:
 
 class _Listener(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's default backlog (5) overflows when a burst of agents connect at once
+    # while the accept thread waits for the CPU; the kernel then drops or resets connections.
+    request_queue_size = 256
     hook: HttpHook
 
 
