@@ -9,6 +9,8 @@ For each tree size (generated, committed and packed like a clone), in one proces
   changed files, against the peer after the same change;
 - ``hook``: ``snapshot-hook`` end to end (process start to exit) after one changed file: the
   environment's installed script (what ``hooks/hooks.json`` runs), and any ``--hook PATH``;
+  ``hook_http_end_to_end_ms``: the same payload POSTed to the HTTP hook endpoint, connect to
+  the empty 200;
 - ``store_bytes_per_checkpoint``: bytes the store grew by for one small changed file, against
   the size of the objects that change needs (compressed blob, trees on its path, commit);
 - ``watch_setup_ms`` (``attempt_begin``, which sets the watch up before it returns; ``watches``
@@ -38,11 +40,12 @@ from pathlib import Path
 
 import psutil
 
-from bench.common import DaemonProc, GitPeer, git_env, make_tree, median
+from bench.common import DaemonProc, GitPeer, git_env, http_poster, make_tree, median
 
 # What hooks/hooks.json runs: the environment's installed ``snapshot-hook`` script.
 HOOK = [str(Path(sys.executable).parent / "snapshot-hook")]
-QUIET = {"SNAPSHOTD_SETTLE_MS": "600000", "SNAPSHOTD_MAX_WAIT_MS": "600000"}
+QUIET = {"SNAPSHOTD_SETTLE_MS": "600000", "SNAPSHOTD_MAX_WAIT_MS": "600000",
+         "SNAPSHOTD_HTTP_HOOK": "1", "SNAPSHOTD_HTTP_HOOK_PORT": "0"}
 
 
 def run_size(files: int, rounds: int, hooks: list[str] | None = None) -> dict:
@@ -99,6 +102,7 @@ def run_size(files: int, rounds: int, hooks: list[str] | None = None) -> dict:
             out[name] = median(hook_ms[name])
             if name != "hook_end_to_end_ms":
                 out[name.replace("_ms_", "_command_")] = command[0]
+        out["hook_http_end_to_end_ms"] = _http_hook(daemon, wt, targets[0], rounds)
         out.update(_restore_1_file(daemon, peer, targets[2:2 + rounds]))
         out.update(_growth(daemon, wt, targets[1]))
         proc = psutil.Process(daemon.proc.pid)
@@ -114,6 +118,24 @@ def run_size(files: int, rounds: int, hooks: list[str] | None = None) -> dict:
     finally:
         daemon.stop()
         subprocess.run(["rm", "-rf", str(work)])
+
+
+def _http_hook(daemon: DaemonProc, wt: Path, target: Path, rounds: int) -> float:
+    """The hook over HTTP as the agent sees it: connect, POST the payload, read the empty 200
+    (the capture of one changed file included)."""
+    post = http_poster(daemon, **{"X-Snapshotd-Run-Id": "perf", "X-Snapshotd-Node-Id": "n"})
+    times = []
+    for r in range(rounds):
+        target.write_text(f"http hook round {r}\n")
+        payload = {"session_id": "perf", "cwd": str(wt), "hook_event_name": "PostToolUse",
+                   "tool_name": "Write", "tool_input": {"file_path": str(target)},
+                   "tool_use_id": f"toolu_perf_http_{r}"}
+        body = json.dumps(payload).encode()
+        t0 = time.perf_counter()
+        if post(body) != 200:
+            raise RuntimeError("the HTTP hook did not answer 200")
+        times.append((time.perf_counter() - t0) * 1000)
+    return median(times)
 
 
 def _restore_1_file(daemon: DaemonProc, peer: GitPeer, victims: list[Path]) -> dict:

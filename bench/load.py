@@ -11,7 +11,6 @@ errors. Usage: ``python -m bench.load [--worktrees 8] [--hooks 100] [--burst 16]
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
 import resource
@@ -25,7 +24,7 @@ from pathlib import Path
 
 import psutil
 
-from bench.common import DaemonProc, make_tree
+from bench.common import DaemonProc, http_poster, make_tree
 
 HOOK = [sys.executable, "-c", "from snapshotd_client.hook import main; main()"]
 
@@ -37,7 +36,7 @@ def run(worktrees: int, hooks: int, burst: int, files: int, use_http: bool = Fal
     extra = {"SNAPSHOTD_HTTP_HOOK": "1", "SNAPSHOTD_HTTP_HOOK_PORT": "0"} if use_http else {}
     daemon = DaemonProc(extra)
     gaps_file = daemon.home / "gaps.ndjson"
-    post = _poster(daemon) if use_http else None
+    post = http_poster(daemon) if use_http else None
     try:
         def fire(n: int) -> tuple[int, float]:
             wt = trees[n % worktrees]
@@ -106,28 +105,6 @@ def _warm(daemon: DaemonProc, trees: list[Path]) -> None:
             c.request("snapshot", cwd=str(wt), tier=2, source="watch", fallback={
                 "run_id": f"claude-load-{i}", "node_id": "session", "iteration": 0,
                 "attempt": 1, "worktree": str(wt)})
-
-
-def _poster(daemon: DaemonProc):
-    """A POST of one payload to the daemon's HTTP hook endpoint, as an agent makes it."""
-    with daemon.client() as c:
-        url = c.status()["http_hook"]["url"]
-    port = int(url.rsplit(":", 1)[1].split("/", 1)[0])
-    token = (daemon.home / "http-hook.token").read_text().strip()
-    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json",
-               "Host": f"127.0.0.1:{port}"}
-
-    def post(body: bytes) -> int:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        try:
-            conn.request("POST", "/hook", body=body, headers=headers)
-            reply = conn.getresponse()
-            reply.read()
-            return reply.status
-        finally:
-            conn.close()
-
-    return post
 
 
 def _tool_calls(home: Path) -> int:

@@ -29,8 +29,6 @@ import secrets
 import stat
 import threading
 from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -55,6 +53,8 @@ HOOK_PATH = "/hook"
 MAX_BODY = 16 << 20
 # What the reply leaves of the hook budget for the answer itself to reach the agent.
 _REPLY_MARGIN_S = 0.05
+# How long shutdown waits for HTTP hook captures still running before closing the service.
+_CLOSE_WAIT_S = 60.0
 # Headers a hook configuration fills from the agent's environment (Claude Code's
 # ``allowedEnvVars`` interpolation) and the variable ``snapshot-hook`` would have read instead.
 HEADER_ENV = {
@@ -134,7 +134,10 @@ class HttpHook:
         self.counts = {"accepted": 0, "refused_host": 0, "refused_token": 0,
                        "bad_request": 0, "late": 0, "gaps": 0}
         self._counts_lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="http-hook")
+        # Captures run on the request's own thread (no hand-off to wait for: on a loaded host
+        # each one costs a scheduler slice); ``close`` waits for those still running.
+        self._in_flight = 0
+        self._idle = threading.Condition()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -149,8 +152,18 @@ class HttpHook:
 
     def close(self) -> None:
         """Let captures still running finish before the service closes."""
-        self._pool.shutdown(wait=True)
+        with self._idle:
+            self._idle.wait_for(lambda: self._in_flight == 0, timeout=_CLOSE_WAIT_S)
         self.httpd.server_close()
+
+    def begin(self) -> None:
+        with self._idle:
+            self._in_flight += 1
+
+    def end(self) -> None:
+        with self._idle:
+            self._in_flight -= 1
+            self._idle.notify_all()
 
     def status(self) -> dict:
         with self._counts_lock:
@@ -206,29 +219,15 @@ class HttpHook:
         handler = self.server.handler(op)
         if handler is None:  # before_tool without the bracket part: nothing to do
             return
-        request = {k: v for k, v in fields.items() if v is not None}
-        future = self._pool.submit(handler, request)
-        if gap:
-            future.add_done_callback(lambda f: self._settle(f, fields, env))
         try:
-            future.result(timeout=self.budget_s)
-        except FutureTimeout:
-            # The agent goes on; the capture finishes and records its own outcome.
-            self.count("late")
-        except Exception:  # noqa: BLE001 - _settle records it
-            pass
-
-    def _settle(self, future: Future, fields: dict, env: dict[str, str]) -> None:
-        exc = future.exception()
-        if exc is None:
-            return
-        if isinstance(exc, ServiceError):
-            if protocol.daemon_records_gap(exc.code):
-                return
-            self.gap(fields, env, exc.code, exc.message)
-            return
-        log.error("HTTP hook capture failed", exc_info=exc)
-        self.gap(fields, env, protocol.INTERNAL, f"{type(exc).__name__}: {exc}")
+            handler({k: v for k, v in fields.items() if v is not None})
+        except ServiceError as exc:
+            if gap and not protocol.daemon_records_gap(exc.code):
+                self.gap(fields, env, exc.code, exc.message)
+        except Exception as exc:  # noqa: BLE001 - a failed capture is a gap, never a crash
+            log.exception("HTTP hook capture failed")
+            if gap:
+                self.gap(fields, env, protocol.INTERNAL, f"{type(exc).__name__}: {exc}")
 
 
 class _Listener(ThreadingHTTPServer):
@@ -275,18 +274,41 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self._reply(200)
             return
         hook.count("accepted")
-        hook.handle_payload(body, self.headers)
-        self._reply(200)
+        # The agent has its answer by the deadline: past it a timer replies while the capture
+        # goes on here and records its own outcome.
+        replied = threading.Lock()
+
+        def reply_late() -> None:
+            if replied.acquire(blocking=False):
+                hook.count("late")
+                self._reply(200, close=True)
+
+        timer = threading.Timer(hook.budget_s, reply_late)
+        timer.daemon = True
+        timer.start()
+        hook.begin()
+        try:
+            hook.handle_payload(body, self.headers)
+        finally:
+            hook.end()
+            timer.cancel()
+        if replied.acquire(blocking=False):
+            self._reply(200)
+        else:
+            self.close_connection = True
 
     def do_GET(self) -> None:  # noqa: N802
         self._reply(405)
 
-    def _reply(self, code: int) -> None:
-        self.send_response(code)
-        self.send_header("Content-Length", "0")
-        if code != 200:
-            self.send_header("Connection", "close")
-        self.end_headers()
+    def _reply(self, code: int, *, close: bool = False) -> None:
+        try:
+            self.send_response(code)
+            self.send_header("Content-Length", "0")
+            if code != 200 or close:
+                self.send_header("Connection", "close")
+            self.end_headers()
+        except OSError:
+            self.close_connection = True  # the agent gave up (its own timeout): nothing to say
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
         log.debug("%s " + format, self.address_string(), *args)
