@@ -10,6 +10,8 @@ import json
 import os
 import socket
 import stat
+import subprocess
+import sys
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -182,3 +184,21 @@ def test_an_unsafe_token_file_keeps_the_endpoint_off(sd_env: Env, make_daemon) -
     with daemon.client() as c:
         block = c.status()["http_hook"]
     assert block["enabled"] is False and "0600" in block["error"]
+
+
+def test_the_cli_prints_the_settings_with_the_token(tmp_path: Path) -> None:
+    env = Env(tmp_path)
+    run = subprocess.run([sys.executable, "-m", "snapshotd", "http-hook"], env=env.environ(),
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    settings = json.loads(run.stdout)
+    token = _token(env)
+    for event in ("PostToolUse", "PostToolUseFailure"):
+        (entry,) = settings["hooks"][event][0]["hooks"]
+        assert entry["type"] == "http" and entry["url"] == "http://127.0.0.1:47681/hook"
+        assert entry["headers"]["Authorization"] == f"Bearer {token}"
+        assert set(entry["allowedEnvVars"]) >= {"SNAPSHOTD_RUN_ID", "CLAUDE_PROJECT_DIR"}
+    assert "http_hook = true" in run.stderr  # the endpoint is off in this config
+    only = subprocess.run([sys.executable, "-m", "snapshotd", "http-hook", "--token"],
+                          env=env.environ(), capture_output=True, text=True, timeout=60)
+    assert only.stdout.strip() == token
