@@ -9,8 +9,16 @@ For each tree size (generated, committed and packed like a clone), in one proces
   changed files, against the peer after the same change;
 - ``hook``: ``snapshot-hook`` end to end (process start to exit) after one changed file: the
   environment's installed script (what ``hooks/hooks.json`` runs), and any ``--hook PATH``;
+  ``hook_http_end_to_end_ms``: the same payload POSTed to the HTTP hook endpoint, connect to
+  the empty 200;
 - ``store_bytes_per_checkpoint``: bytes the store grew by for one small changed file, against
-  the size of the objects that change needs (compressed blob, trees on its path, commit).
+  the size of the objects that change needs (compressed blob, trees on its path, commit);
+- ``watch_setup_ms`` (``attempt_begin``, which sets the watch up before it returns; ``watches``
+  is how many inotify watches it holds), ``daemon_rss_mb_watched`` (after every row above),
+  ``restore_1_file_ms`` against the peer's ``add -A`` + ``read-tree -m -u``.
+
+A tree of N files has N/10 directories of 10 files (``--sizes 1000000``: 1,000,000 files in
+about 110,000 directories), committed and packed (``git gc``) like a clone.
 
 Restore and idle budgets have their own runners (``bench.restore``, ``bench.idle``); pass
 ``--all`` to run them too (short settings) and merge their JSON into this document.
@@ -30,13 +38,16 @@ import time
 import zlib
 from pathlib import Path
 
-from bench.common import DaemonProc, GitPeer, git_env, make_tree, median
+import psutil
+
+from bench.common import DaemonProc, GitPeer, git_env, http_poster, make_tree, median
 
 # What hooks/hooks.json runs: the environment's installed ``snapshot-hook`` script.
 HOOK = [str(Path(sys.executable).parent / "snapshot-hook")]
 QUIET = {"SNAPSHOTD_SETTLE_MS": "600000", "SNAPSHOTD_MAX_WAIT_MS": "600000",
          # The content scan for secrets (on by default); SNAPSHOTD_SECRET_SCAN=0 measures without.
-         "SNAPSHOTD_SECRET_SCAN": os.environ.get("SNAPSHOTD_SECRET_SCAN", "1")}
+         "SNAPSHOTD_SECRET_SCAN": os.environ.get("SNAPSHOTD_SECRET_SCAN", "1"),
+         "SNAPSHOTD_HTTP_HOOK": "1", "SNAPSHOTD_HTTP_HOOK_PORT": "0"}
 
 
 def run_size(files: int, rounds: int, hooks: list[str] | None = None) -> dict:
@@ -47,7 +58,9 @@ def run_size(files: int, rounds: int, hooks: list[str] | None = None) -> dict:
     try:
         peer = GitPeer(wt, work / "peer.git")
         with daemon.client() as c:
-            c.attempt_begin("perf", "n", str(wt))
+            started = time.perf_counter()
+            c.attempt_begin("perf", "n", str(wt))  # sets the watch up before it returns
+            watch_ms = (time.perf_counter() - started) * 1000
             started = time.perf_counter()
             c.snapshot(str(wt), run_id="perf", node_id="n")
             first_ms = (time.perf_counter() - started) * 1000
@@ -56,8 +69,10 @@ def run_size(files: int, rounds: int, hooks: list[str] | None = None) -> dict:
         # a second after it) finish: the rounds below measure the steady state.
         time.sleep(2.5)
         targets = sorted(wt.rglob("f*.txt"))[:100]
-        out: dict = {"files": files, "first_capture_ms": round(first_ms, 1),
-                     "peer_first_capture_ms": round(peer_first, 1)}
+        out: dict = {"files": files, "directories": _directories(wt),
+                     "first_capture_ms": round(first_ms, 1),
+                     "peer_first_capture_ms": round(peer_first, 1),
+                     "watch_setup_ms": round(watch_ms, 1)}
         for changed in (0, 1, 100):
             ours, theirs = [], []
             for r in range(rounds):
@@ -89,9 +104,15 @@ def run_size(files: int, rounds: int, hooks: list[str] | None = None) -> dict:
             out[name] = median(hook_ms[name])
             if name != "hook_end_to_end_ms":
                 out[name.replace("_ms_", "_command_")] = command[0]
+        out["hook_http_end_to_end_ms"] = _http_hook(daemon, wt, targets[0], rounds)
+        out.update(_restore_1_file(daemon, peer, targets[2:2 + rounds]))
         out.update(_growth(daemon, wt, targets[1]))
+        proc = psutil.Process(daemon.proc.pid)
+        out["daemon_rss_mb_watched"] = round(proc.memory_info().rss / 2**20, 1)
         with daemon.client() as c:
-            counters = c.status()["counters"]
+            status = c.status()
+        counters, watcher = status["counters"], status.get("watcher", {})
+        out["watches"] = watcher.get("watches")
         out["fast_captures"] = counters.get("fast_captures")
         out["full_scans"] = counters.get("full_scans")
         out["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
@@ -99,6 +120,57 @@ def run_size(files: int, rounds: int, hooks: list[str] | None = None) -> dict:
     finally:
         daemon.stop()
         subprocess.run(["rm", "-rf", str(work)])
+
+
+def _http_hook(daemon: DaemonProc, wt: Path, target: Path, rounds: int) -> float:
+    """The hook over HTTP as the agent sees it: connect, POST the payload, read the empty 200
+    (the capture of one changed file included)."""
+    post = http_poster(daemon, **{"X-Snapshotd-Run-Id": "perf", "X-Snapshotd-Node-Id": "n"})
+    times = []
+    for r in range(rounds):
+        target.write_text(f"http hook round {r}\n")
+        payload = {"session_id": "perf", "cwd": str(wt), "hook_event_name": "PostToolUse",
+                   "tool_name": "Write", "tool_input": {"file_path": str(target)},
+                   "tool_use_id": f"toolu_perf_http_{r}"}
+        body = json.dumps(payload).encode()
+        t0 = time.perf_counter()
+        if post(body) != 200:
+            raise RuntimeError("the HTTP hook did not answer 200")
+        times.append((time.perf_counter() - t0) * 1000)
+    return median(times)
+
+
+def _restore_1_file(daemon: DaemonProc, peer: GitPeer, victims: list[Path]) -> dict:
+    """Restore of a one-file diff in place: the daemon's ``restore`` of its newest checkpoint
+    after one file changed (watched worktree), against the peer's ``add -A`` (the peer has no
+    stat cache it can trust otherwise) + ``read-tree -m -u`` of its own newest tree."""
+    with daemon.client() as c:
+        seq = c.list("perf")["checkpoints"][-1]["seq"]
+    peer.capture()
+    target = peer._git("rev-parse", f"{peer.parent}^{{tree}}")
+    ours, theirs = [], []
+    for i, victim in enumerate(victims):
+        original = victim.read_bytes()
+        victim.write_text(f"restore round {i}\n")
+        with daemon.client() as c:
+            ours.append(c.restore(run_id="perf", node_id="n", seq=seq, force=True)
+                        ["elapsed_ms"])
+        if victim.read_bytes() != original:
+            raise RuntimeError(f"restore did not bring {victim} back")
+        victim.write_text(f"peer restore round {i}\n")
+        t0 = time.perf_counter()
+        peer._git("add", "-A", ".")
+        peer._git("read-tree", "-m", "-u", target)
+        theirs.append((time.perf_counter() - t0) * 1000)
+    return {"restore_1_file_ms": median(ours), "peer_restore_1_file_ms": median(theirs)}
+
+
+def _directories(root: Path) -> int:
+    count = 0
+    for _, dirs, _ in os.walk(root):
+        dirs[:] = [d for d in dirs if d != ".git"]
+        count += len(dirs)
+    return count
 
 
 def _growth(daemon: DaemonProc, wt: Path, target: Path) -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import os
 import shutil
 import signal
@@ -10,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -120,6 +121,30 @@ def bench_daemon(prefix: str, where: str = "/tmp",
     finally:
         daemon.stop()
         shutil.rmtree(base, ignore_errors=True)
+
+
+def http_poster(daemon: DaemonProc, **headers: str) -> Callable[[bytes], int]:
+    """A POST of one hook payload to the daemon's HTTP hook endpoint (it must run with
+    ``SNAPSHOTD_HTTP_HOOK=1``), as an agent's http hook makes it: a new connection each time,
+    the token, and ``headers``. Returns the status."""
+    with daemon.client() as c:
+        url = c.status()["http_hook"]["url"]
+    port = int(url.rsplit(":", 1)[1].split("/", 1)[0])
+    token = (daemon.home / "http-hook.token").read_text().strip()
+    sent = {"Authorization": f"Bearer {token}", "Content-Type": "application/json",
+            "Host": f"127.0.0.1:{port}", **headers}
+
+    def post(body: bytes) -> int:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        try:
+            conn.request("POST", "/hook", body=body, headers=sent)
+            reply = conn.getresponse()
+            reply.read()
+            return reply.status
+        finally:
+            conn.close()
+
+    return post
 
 
 def median(values: list[float]) -> float:

@@ -288,6 +288,16 @@ def snapshot_fields(payload: Mapping[str, Any], env: Mapping[str, str]) -> dict[
     return fields
 
 
+def before_tool_fields(payload: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    """The fields of the ``before_tool`` request for a before-tool payload: the after-tool
+    capture owns the call's id, and the label says the capture came before the tool."""
+    fields = snapshot_fields(payload, env)
+    fields["tool_use_id"] = None
+    if fields.get("label"):
+        fields["label"] = "before " + fields["label"]
+    return fields
+
+
 def try_autostart(socket_path: str, deadline: float, argv: list[str] | None = None) -> bool:
     """Start the daemon when none answers; True once its socket accepts connections.
 
@@ -400,10 +410,7 @@ def _before_tool(payload: Mapping[str, Any], env: Mapping[str, str], *, deadline
     this call takes whatever changed and writes the gap if it cannot either."""
     from .client import Client, SnapshotdError
 
-    fields = snapshot_fields(payload, env)
-    fields["tool_use_id"] = None  # the after-tool capture owns the call's id
-    if fields.get("label"):
-        fields["label"] = "before " + fields["label"]
+    fields = before_tool_fields(payload, env)
     client = Client(timeout=budget_ms / 1000.0, deadline=deadline)
     try:
         client.request("before_tool", **fields)

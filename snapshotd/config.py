@@ -72,6 +72,12 @@ class Config:
     secret_files: str = "skip"
     # Scan the files a capture changed for tokens; a checkpoint holding one is never pushed.
     secret_scan: bool = True
+    # The loopback HTTP endpoint for agents that POST their hook payload (docs/agents.md).
+    http_hook: bool = False
+    http_hook_port: int = 47681
+    # Most inotify watches the watcher adds (0: as many as the host allows); past it a worktree
+    # is captured by scans, with a watch-failed gap (docs/watcher.md).
+    max_watches: int = 0
     sources: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def as_dict(self) -> dict:
@@ -111,6 +117,9 @@ ENV_VARS: dict[str, str] = {
     "bracket": "SNAPSHOTD_BRACKET",
     "secret_files": "SNAPSHOTD_SECRET_FILES",
     "secret_scan": "SNAPSHOTD_SECRET_SCAN",
+    "http_hook": "SNAPSHOTD_HTTP_HOOK",
+    "http_hook_port": "SNAPSHOTD_HTTP_HOOK_PORT",
+    "max_watches": "SNAPSHOTD_MAX_WATCHES",
 }
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -262,7 +271,7 @@ def _coerce(key: str, value: object, source: str) -> object:
         if not isinstance(value, str) or "\0" in value or "\n" in value:
             raise ConfigError(f"{where}: expected a git remote URL or path, got {value!r}")
         return value.strip()
-    if key in ("bracket", "secret_scan"):
+    if key in ("bracket", "secret_scan", "http_hook"):
         return _boolean(value, where)
     if key == "secret_files":
         if value not in SECRET_FILE_MODES:
@@ -293,8 +302,11 @@ def _coerce(key: str, value: object, source: str) -> object:
         number = int(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         raise ConfigError(f"{where}: expected a whole number, got {value!r}") from None
-    if number < 0 or (number == 0 and key not in ("max_zero_setup_files", "gc_keep_last")):
+    if number < 0 or (number == 0 and key not in ("max_zero_setup_files", "gc_keep_last",
+                                                  "http_hook_port", "max_watches")):
         raise ConfigError(f"{where}: must be positive, got {value!r}")
+    if key == "http_hook_port" and number > 65535:
+        raise ConfigError(f"{where}: expected a TCP port (0 picks a free one), got {value!r}")
     return number
 
 

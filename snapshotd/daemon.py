@@ -27,7 +27,8 @@ log = logging.getLogger("snapshotd")
 OPTIONAL_PARTS = ("snapshotd.watcher", "snapshotd.restore", "snapshotd.engine",
                   "snapshotd.sdnotify", "snapshotd.metrics", "snapshotd.gc",
                   "snapshotd.replication", "snapshotd.blame", "snapshotd.export",
-                  "snapshotd.bracket", "snapshotd.sessions", "snapshotd.purge")
+                  "snapshotd.bracket", "snapshotd.sessions", "snapshotd.purge",
+                  "snapshotd.http_hook")
 
 
 def prepare_home(home: Path) -> Path:

@@ -28,6 +28,10 @@ Promises (``InotifyNotifier``):
   cannot read it either). The fault seam ``watch`` (``SNAPSHOTD_FAULT_FILE``) fails an
   ``inotify_add_watch`` the same way.
 - Names that are not UTF-8 come back with surrogate escapes (``os.fsdecode``).
+- Every notifier of the process draws its watches from one budget (``set_max_watches``, the
+  ``max_watches`` setting; 0: only the host's ``fs.inotify.max_user_watches`` limits them).
+  Reaching either limit raises ``WatchLimitError`` (an ``ENOSPC`` ``OSError``) naming the
+  limit, its value, how many watches the tree needs and what to set.
 
 ``WatchfilesNotifier`` wraps ``RustNotify`` behind the same interface for systems without
 inotify (macOS): it follows symlinks to directories (``follows_symlinks``) and has the hole
@@ -86,6 +90,60 @@ def open_notifier(roots: list[str], kind: str = "auto") -> Notifier:
     return InotifyNotifier(roots)
 
 
+def set_max_watches(limit: int) -> None:
+    """Cap the inotify watches every notifier of this process adds together (0: no cap of
+    ours, only the host's)."""
+    _BUDGET.limit = max(0, int(limit))
+
+
+def watches_in_use() -> int:
+    """How many inotify watches the notifiers of this process hold."""
+    return _BUDGET.used
+
+
+class WatchLimitError(OSError):
+    """A watch limit was reached: ``setting`` (``max_watches`` or
+    ``fs.inotify.max_user_watches``) is ``limit``; the tree being watched needs ``needed``
+    watches more than were in use elsewhere. ``str()`` says what to set."""
+
+    def __init__(self, setting: str, limit: int | None, needed: int, in_use: int,
+                 directory: bytes) -> None:
+        want = in_use + needed
+        shown = "unknown" if limit is None else str(limit)
+        if setting == "max_watches":
+            advice = f"set max_watches = {want} or more in the daemon's config (0: no cap)"
+        else:
+            advice = (f"raise it to at least {want}: sudo sysctl {setting}={want} (and in "
+                      f"/etc/sysctl.d/ to keep it)")
+        super().__init__(errno.ENOSPC, f"the inotify watch limit {setting} = {shown} was "
+                         f"reached watching {os.fsdecode(directory)!r}: this tree needs {needed} "
+                         f"watch(es), {in_use} are in use; {advice}")
+        self.setting, self.limit, self.needed, self.in_use = setting, limit, needed, in_use
+
+
+class _WatchBudget:
+    """The watches held by every notifier of the process, against ``limit`` (0: none)."""
+
+    def __init__(self) -> None:
+        self.limit = 0
+        self.used = 0
+        self._lock = threading.Lock()
+
+    def take(self) -> bool:
+        with self._lock:
+            if self.limit and self.used >= self.limit:
+                return False
+            self.used += 1
+            return True
+
+    def give(self, count: int = 1) -> None:
+        with self._lock:
+            self.used = max(0, self.used - count)
+
+
+_BUDGET = _WatchBudget()
+
+
 # -- inotify ---------------------------------------------------------------------------------
 
 IN_MODIFY = 0x00000002
@@ -115,6 +173,8 @@ READ_BYTES = 64 * 1024
 READS_PER_CALL = 16
 # Errors of inotify_add_watch on a subdirectory that mean "nothing to watch there".
 _SKIP_ERRNOS = (errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.ELOOP)
+
+HOST_WATCH_LIMIT = "/proc/sys/fs/inotify/max_user_watches"
 
 _libc: ctypes.CDLL | None = None
 _libc_lock = threading.Lock()
@@ -206,6 +266,7 @@ class InotifyNotifier:
                 os.close(fd)
             except OSError:
                 pass
+        _BUDGET.give(len(self._dirs))
         self._dirs.clear()
         self._wds.clear()
 
@@ -267,12 +328,14 @@ class InotifyNotifier:
             try:
                 self._add_watch(directory)
             except OSError as exc:
+                if exc.errno == errno.ENOSPC and not isinstance(exc, WatchLimitError):
+                    exc = self._limit_error(exc, directory, stack)
                 if root and directory == top:
-                    raise
+                    raise exc from None
                 if exc.errno in _SKIP_ERRNOS:
                     continue
                 if root:
-                    raise
+                    raise exc from None
                 self._failure = exc
                 return
             try:
@@ -290,28 +353,77 @@ class InotifyNotifier:
 
     def _add_watch(self, directory: bytes) -> None:
         faults.check("watch")
+        new = directory not in self._wds
+        if new and not _BUDGET.take():
+            raise OSError(errno.ENOSPC, "max_watches", os.fsdecode(directory))
         wd = self._libc.inotify_add_watch(self._fd, directory, WATCH_MASK)
         if wd < 0:
             code = ctypes.get_errno()
+            if new:
+                _BUDGET.give()
             raise OSError(code, f"inotify_add_watch: {os.strerror(code)}", os.fsdecode(directory))
         old = self._dirs.get(wd)
-        if old is not None and old != directory:
-            self._wds.pop(old, None)  # one inode, a new name (a move we read late)
+        if old is not None:
+            if new:
+                _BUDGET.give()  # the kernel's existing watch: no new one was added
+            if old != directory:
+                self._wds.pop(old, None)  # one inode, a new name (a move we read late)
         self._dirs[wd] = directory
         self._wds[directory] = wd
+
+    def _limit_error(self, exc: OSError, directory: bytes, stack: list[bytes]
+                     ) -> WatchLimitError:
+        """The limit ``exc`` hit, with how many watches the rest of the tree needs."""
+        ours = exc.strerror == "max_watches"
+        needed = len(self._dirs) + _count_dirs([directory, *stack])
+        in_use = max(0, _BUDGET.used - len(self._dirs))
+        return WatchLimitError("max_watches" if ours else "fs.inotify.max_user_watches",
+                               _BUDGET.limit if ours else _host_limit(), needed, in_use,
+                               directory)
 
     def _unwatch_tree(self, top: bytes) -> None:
         prefix = top + b"/"
         doomed = [d for d in self._wds if d == top or d.startswith(prefix)]
         for directory in doomed:
             wd = self._wds.pop(directory)
-            self._dirs.pop(wd, None)
+            if self._dirs.pop(wd, None) is not None:
+                _BUDGET.give()
             self._libc.inotify_rm_watch(self._fd, wd)
 
     def _forget(self, wd: int) -> None:
         directory = self._dirs.pop(wd, None)
-        if directory is not None and self._wds.get(directory) == wd:
-            del self._wds[directory]
+        if directory is not None:
+            _BUDGET.give()
+            if self._wds.get(directory) == wd:
+                del self._wds[directory]
+
+
+def _count_dirs(stack: list[bytes]) -> int:
+    """Directories in and below ``stack`` that a watch would cover (no symlinks, no .git)."""
+    count = 0
+    pending = list(stack)
+    while pending:
+        directory = pending.pop()
+        count += 1
+        try:
+            with os.scandir(directory) as entries:
+                for entry in entries:
+                    try:
+                        if entry.name != b".git" and entry.is_dir(follow_symlinks=False):
+                            pending.append(entry.path)
+                    except OSError:
+                        continue
+        except OSError:
+            continue
+    return count
+
+
+def _host_limit() -> int | None:
+    try:
+        with open(HOST_WATCH_LIMIT) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
 
 
 def _load_libc() -> ctypes.CDLL:

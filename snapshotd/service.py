@@ -54,7 +54,6 @@ from snapshotd.store import (
     Store,
     StoreError,
     parse_trailers,
-    tree_changes,
 )
 from snapshotd.user_repo import user_head
 from snapshotd.worktree_index import Capture
@@ -566,8 +565,7 @@ class Service:
     def _changes(self, head: pygit2.Commit | None, tree: str) -> tuple[int, int, int]:
         """Files added, modified and deleted against the previous checkpoint: walks only the
         subtrees whose ids differ, so the cost follows the change."""
-        with self.store.lock:
-            return tree_changes(self.store.repo, str(head.tree_id) if head else None, tree)
+        return self.store.tree_changes(str(head.tree_id) if head else None, tree)
 
     def _capture_head(self, attempt: Attempt) -> pygit2.Commit | None:
         """The attempt's newest commit, the capture's parent. A ref broken for certain (it

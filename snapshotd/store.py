@@ -94,6 +94,9 @@ class Store:
         # Captures write objects under it shared; gc deletes unreachable ones under it alone.
         self.gate = ObjectGate()
         self._indexes: dict[str, WorktreeIndex] = {}
+        # One read handle per thread for reads that must not wait on (or hold up) the writes
+        # of other worktrees' captures under ``lock``: objects are immutable once written.
+        self._readers = threading.local()
         if recover:
             # The daemon, holding the home lock: create or repair the store durably, then clear
             # what a crash left. Anyone else (a CLI reading beside a running daemon) must not
@@ -292,9 +295,18 @@ class Store:
 
     def tree_changes(self, old: str | None, new: str) -> tuple[int, int, int]:
         """Files added, modified and deleted from tree ``old`` (None: empty) to ``new``; see
-        ``trees.tree_changes`` (only differing subtrees are read)."""
-        with self.lock:
-            return tree_changes(self.repo, old, new)
+        ``trees.tree_changes`` (only differing subtrees are read). Read on this thread's own
+        handle without the store lock: a first capture of a large tree counts every file, and
+        the commits of other worktrees must not wait for that."""
+        return tree_changes(self.thread_reader(), old, new)
+
+    def thread_reader(self) -> pygit2.Repository:
+        """This thread's read handle on the store (made on first use, kept for the thread's
+        life). For object reads only; writes go through ``Store`` methods under ``lock``."""
+        repo = getattr(self._readers, "repo", None)
+        if repo is None:
+            repo = self._readers.repo = self.reader()
+        return repo
 
     # -- retention: chain rewrites, ref moves, keep refs (gc decides, the store writes) -------
 

@@ -49,6 +49,7 @@ from pathlib import Path
 from snapshotd.config import Config
 from snapshotd.fastpath import FastPath
 from snapshotd.ledger import Attempt
+from snapshotd.notifier import set_max_watches, watches_in_use
 from snapshotd.notifiergroup import STEP_MS
 from snapshotd.service import Service
 from snapshotd.settle import Settler
@@ -63,6 +64,7 @@ RETRY_SCANS = 15
 
 def attach(service: Service, server, config: Config) -> None:
     """Wire the watcher into a daemon: attempt listeners, flush, shutdown, status."""
+    set_max_watches(config.max_watches)
     watcher = Watcher(service, config)
     service.on_attempt_active.append(watcher.attempt_active)
     service.on_attempt_inactive.append(watcher.attempt_inactive)
@@ -188,7 +190,9 @@ class Watcher:
                     row["last_checkpoint_age_s"] = round(
                         max(0.0, time.time() - float(last["created_at"])), 3)
         return {"watched": rows,
-                "watcher": {"notifiers": groups, "step_ms": STEP_MS, **counters}}
+                "watcher": {"notifiers": groups, "step_ms": STEP_MS,
+                            "watches": watches_in_use(), "max_watches": self.config.max_watches,
+                            **counters}}
 
     # -- Host: lifecycle actions of the notifier groups and the settle scheduler -----------
 

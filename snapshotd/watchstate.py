@@ -30,6 +30,7 @@ from typing import Protocol
 
 from snapshotd.config import Config
 from snapshotd.ledger import Attempt
+from snapshotd.notifier import WatchLimitError
 from snapshotd.notifiergroup import NotifierGroup
 from snapshotd.service import Service
 from snapshotd.store import worktree_id
@@ -284,6 +285,8 @@ def identity(root: str) -> tuple[int, int] | None:
 
 def describe_watch_error(exc: BaseException) -> str:
     """A watch failure in words, with what to do about the usual ones."""
+    if isinstance(exc, WatchLimitError):
+        return str(exc.strerror)  # names the limit, its value and what to set
     text = f"{type(exc).__name__}: {exc}"
     code = getattr(exc, "errno", None)
     if code in (errno.ENOSPC, errno.EMFILE) or "No space left" in text or "Too many" in text:

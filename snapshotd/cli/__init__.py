@@ -21,6 +21,7 @@ from snapshotd.cli import (
     flush,
     gc,
     handoff,
+    http_hook,
     install,
     log,
     mcp,
@@ -43,6 +44,7 @@ def main() -> None:
     """Durable, restorable history of the worktrees where coding agents work."""
 
 
-for _module in (attempt, blame, config, diff, exec, export, fetch, find, flush, gc, handoff, install,
-                log, mcp, purge, push, repair, restore, runs, serve, show, snapshots, status, ui):
+for _module in (attempt, blame, config, diff, exec, export, fetch, find, flush, gc, handoff,
+                http_hook, install, log, mcp, purge, push, repair, restore, runs, serve, show,
+                snapshots, status, ui):
     _module.register(main)

@@ -1,0 +1,329 @@
+"""The HTTP hook endpoint: an agent's after-tool payload POSTed on loopback, no process start.
+
+Owns the optional loopback listener (``http_hook = true``; ``http_hook_port``, default 47681,
+``0`` picks a free port), the per-user token file ``<home>/http-hook.token`` (``ensure_token``,
+``read_token``), the checks every request passes before its body is read, and the mapping of
+``X-Snapshotd-*`` headers onto the environment ``snapshot-hook`` would have read. The payload is
+parsed and attributed by the very functions ``snapshot-hook`` uses (``parse_json``,
+``snapshot_fields``, ``before_tool_fields``), so both transports make the same request.
+
+Promises:
+- Bound to 127.0.0.1 only; a request whose ``Host`` is not ``127.0.0.1:<port>`` or
+  ``localhost:<port>`` gets 403 (a web page cannot rebind a name onto it), one without
+  ``Authorization: Bearer <token>`` or with a wrong token 401, both before the body is read;
+  neither runs a capture or writes a gap (another user must not be able to fill the spool).
+- An authenticated POST to ``/hook`` is answered 200 with an empty body (Claude Code's
+  "success, no output") within ``hook_timeout_ms`` whatever happens: a capture still running
+  then goes on and its outcome is recorded; every outcome that is not a checkpoint is a gap,
+  exactly once (the daemon's own for the failures it attributes, this module's for the rest:
+  a bad payload, refusals, ``busy``, ``internal``).
+- The Unix socket stays the default transport: nothing listens unless configured.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import os
+import secrets
+import stat
+import threading
+from collections.abc import Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from snapshotd.config import Config
+from snapshotd.errors import ServiceError
+from snapshotd.server import Server
+from snapshotd.service import Service
+from snapshotd_client import protocol
+from snapshotd_client.hook import (
+    BEFORE_TOOL_EVENTS,
+    before_tool_fields,
+    parse_json,
+    snapshot_fields,
+)
+
+log = logging.getLogger("snapshotd.http_hook")
+
+TOKEN_FILE = "http-hook.token"
+HOOK_PATH = "/hook"
+# Claude Code's payloads carry the tool's input and response: a large file read is megabytes.
+MAX_BODY = 16 << 20
+# What the reply leaves of the hook budget for the answer itself to reach the agent.
+_REPLY_MARGIN_S = 0.05
+# How long shutdown waits for HTTP hook captures still running before closing the service.
+_CLOSE_WAIT_S = 60.0
+# Headers a hook configuration fills from the agent's environment (Claude Code's
+# ``allowedEnvVars`` interpolation) and the variable ``snapshot-hook`` would have read instead.
+HEADER_ENV = {
+    "X-Snapshotd-Run-Id": "SNAPSHOTD_RUN_ID",
+    "X-Snapshotd-Node-Id": "SNAPSHOTD_NODE_ID",
+    "X-Snapshotd-Iteration": "SNAPSHOTD_ITERATION",
+    "X-Snapshotd-Attempt": "SNAPSHOTD_ATTEMPT",
+    "X-Snapshotd-Project-Dir": "CLAUDE_PROJECT_DIR",
+}
+
+
+def attach(service: Service, server: Server, config: Config) -> None:
+    """Start the endpoint when ``http_hook`` is on; stop it with the daemon."""
+    if not config.http_hook:
+        return
+    try:
+        endpoint = HttpHook(service, server, config, ensure_token(service.home))
+    except (OSError, TokenError) as exc:
+        # The daemon still serves its socket: the process hook keeps working.
+        error = str(exc)
+        log.error("the HTTP hook endpoint is off: %s", error)
+        server.status_extras.append(lambda: {"http_hook": {"enabled": False, "error": error}})
+        return
+    endpoint.start()
+    server.status_extras.append(lambda: {"http_hook": endpoint.status()})
+    server.on_stopping.append(endpoint.stop_accepting)
+    server.shutdown_hooks.append(endpoint.close)
+
+
+class TokenError(Exception):
+    """The token file exists but is not safe to use (owner, mode, content)."""
+
+
+def ensure_token(home: Path) -> str:
+    """The token in ``<home>/http-hook.token``, created (0600, 32 random bytes) when missing."""
+    path = home / TOKEN_FILE
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        return read_token(home)
+    try:
+        os.write(fd, (secrets.token_urlsafe(32) + "\n").encode())
+    finally:
+        os.close(fd)
+    return read_token(home)
+
+
+def read_token(home: Path) -> str:
+    """The token, refusing a file another user owns or can read or write."""
+    path = home / TOKEN_FILE
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        info = os.fstat(fd)
+        if info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) & 0o077:
+            raise TokenError(f"{path} must be owned by uid {os.getuid()} with mode 0600 "
+                             f"(it is uid {info.st_uid}, {stat.S_IMODE(info.st_mode):04o})")
+        token = os.read(fd, 4096).decode("ascii", "replace").strip()
+    finally:
+        os.close(fd)
+    if len(token) < 32:
+        raise TokenError(f"{path} holds no usable token; delete it and restart the daemon")
+    return token
+
+
+class HttpHook:
+    """The listener, its request counters and the pool its captures run on."""
+
+    def __init__(self, service: Service, server: Server, config: Config, token: str) -> None:
+        self.service = service
+        self.server = server
+        self.token = token
+        self.budget_s = max(0.1, config.hook_timeout_ms / 1000.0 - _REPLY_MARGIN_S)
+        self.httpd = _Listener(("127.0.0.1", config.http_hook_port), _RequestHandler)
+        self.httpd.hook = self
+        self.port = self.httpd.server_address[1]
+        self.hosts = {f"127.0.0.1:{self.port}", f"localhost:{self.port}"}
+        self.counts = {"accepted": 0, "refused_host": 0, "refused_token": 0,
+                       "bad_request": 0, "late": 0, "gaps": 0}
+        self._counts_lock = threading.Lock()
+        # Captures run on the request's own thread (no hand-off to wait for: on a loaded host
+        # each one costs a scheduler slice); ``close`` waits for those still running.
+        self._in_flight = 0
+        self._idle = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="http-hook",
+                                        daemon=True)
+        self._thread.start()
+        log.info("HTTP hook endpoint on http://127.0.0.1:%d%s", self.port, HOOK_PATH)
+
+    def stop_accepting(self) -> None:
+        # Runs in the event loop: ``shutdown`` waits for ``serve_forever`` to notice.
+        threading.Thread(target=self.httpd.shutdown, daemon=True).start()
+
+    def close(self) -> None:
+        """Let captures still running finish before the service closes."""
+        with self._idle:
+            self._idle.wait_for(lambda: self._in_flight == 0, timeout=_CLOSE_WAIT_S)
+        self.httpd.server_close()
+
+    def begin(self) -> None:
+        with self._idle:
+            self._in_flight += 1
+
+    def end(self) -> None:
+        with self._idle:
+            self._in_flight -= 1
+            self._idle.notify_all()
+
+    def status(self) -> dict:
+        with self._counts_lock:
+            counts = dict(self.counts)
+        return {"enabled": True, "url": f"http://127.0.0.1:{self.port}{HOOK_PATH}", **counts}
+
+    def count(self, name: str) -> None:
+        with self._counts_lock:
+            self.counts[name] += 1
+
+    def authorized(self, authorization: str | None) -> bool:
+        scheme, _, given = (authorization or "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(
+            given.strip().encode(), self.token.encode())
+
+    def handle_payload(self, body: bytes, headers: Mapping[str, str]) -> None:
+        """Capture for one authenticated payload, waiting at most the budget; never raises.
+        ``headers`` is looked up case-insensitively (an ``email.message.Message``)."""
+        env = {var: str(headers.get(h)) for h, var in HEADER_ENV.items() if headers.get(h)}
+        try:
+            self._handle(body, env)
+        except Exception as exc:  # noqa: BLE001 - a bug here must still leave a gap
+            log.exception("HTTP hook request failed")
+            self.gap({}, env, protocol.INTERNAL, f"HTTP hook failed: {type(exc).__name__}: {exc}")
+
+    def _handle(self, body: bytes, env: dict[str, str]) -> None:
+        try:
+            payload = parse_json(body)
+        except Exception:  # noqa: BLE001 - ValueError, RecursionError: not a payload
+            payload = None
+        if not isinstance(payload, dict) or not _absolute(payload.get("cwd")):
+            self.count("bad_request")
+            self.gap({}, env, protocol.BAD_PAYLOAD,
+                     f"the HTTP hook's body is not a hook payload with an absolute cwd "
+                     f"({len(body)} bytes)")
+            return
+        if payload.get("hook_event_name") in BEFORE_TOOL_EVENTS:
+            # No gap: the after-tool capture of this call writes one if it cannot capture.
+            self._run("before_tool", before_tool_fields(payload, env), env, gap=False)
+            return
+        self._run("snapshot", snapshot_fields(payload, env), env, gap=True)
+
+    def gap(self, fields: dict, env: dict[str, str], reason: str, detail: str) -> None:
+        """The gap ``snapshot-hook`` would have written for this request."""
+        self.count("gaps")
+        self.service.gaps.record(reason=reason, detail=detail, tier=1, source="hook",
+                                 tool_use_id=fields.get("tool_use_id"),
+                                 **_attribution(fields, env))
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _run(self, op: str, fields: dict, env: dict[str, str], *, gap: bool) -> None:
+        handler = self.server.handler(op)
+        if handler is None:  # before_tool without the bracket part: nothing to do
+            return
+        try:
+            handler({k: v for k, v in fields.items() if v is not None})
+        except ServiceError as exc:
+            if gap and not protocol.daemon_records_gap(exc.code):
+                self.gap(fields, env, exc.code, exc.message)
+        except Exception as exc:  # noqa: BLE001 - a failed capture is a gap, never a crash
+            log.exception("HTTP hook capture failed")
+            if gap:
+                self.gap(fields, env, protocol.INTERNAL, f"{type(exc).__name__}: {exc}")
+
+
+class _Listener(ThreadingHTTPServer):
+    daemon_threads = True
+    # socketserver's default backlog (5) overflows when a burst of agents connect at once
+    # while the accept thread waits for the CPU; the kernel then drops or resets connections.
+    request_queue_size = 256
+    hook: HttpHook
+
+
+class _RequestHandler(BaseHTTPRequestHandler):
+    """One request: checks first, then the capture, then an empty 200."""
+
+    server: _Listener
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:  # noqa: N802 - the name http.server dispatches to
+        hook = self.server.hook
+        self.connection.settimeout(hook.budget_s)
+        if self.headers.get("Host", "") not in hook.hosts:
+            hook.count("refused_host")
+            self._reply(403)
+            return
+        if not hook.authorized(self.headers.get("Authorization")):
+            hook.count("refused_token")
+            self._reply(401)
+            return
+        if self.path.split("?", 1)[0] != HOOK_PATH:
+            self._reply(404)
+            return
+        length = self.headers.get("Content-Length", "")
+        if not length.isdigit() or int(length) > MAX_BODY:
+            hook.count("bad_request")
+            hook.gap({}, {}, protocol.BAD_PAYLOAD,
+                     f"the HTTP hook's body has no usable Content-Length ({length[:20]!r}, "
+                     f"at most {MAX_BODY} bytes)")
+            self._reply(200)
+            return
+        try:
+            body = self.rfile.read(int(length))
+        except OSError as exc:
+            hook.gap({}, {}, protocol.BAD_PAYLOAD, f"the HTTP hook's body was not received: "
+                     f"{exc}")
+            self._reply(200)
+            return
+        hook.count("accepted")
+        # The agent has its answer by the deadline: past it a timer replies while the capture
+        # goes on here and records its own outcome.
+        replied = threading.Lock()
+
+        def reply_late() -> None:
+            if replied.acquire(blocking=False):
+                hook.count("late")
+                self._reply(200, close=True)
+
+        timer = threading.Timer(hook.budget_s, reply_late)
+        timer.daemon = True
+        timer.start()
+        hook.begin()
+        try:
+            hook.handle_payload(body, self.headers)
+        finally:
+            hook.end()
+            timer.cancel()
+        if replied.acquire(blocking=False):
+            self._reply(200)
+        else:
+            self.close_connection = True
+
+    def do_GET(self) -> None:  # noqa: N802
+        self._reply(405)
+
+    def _reply(self, code: int, *, close: bool = False) -> None:
+        try:
+            self.send_response(code)
+            self.send_header("Content-Length", "0")
+            if code != 200 or close:
+                self.send_header("Connection", "close")
+            self.end_headers()
+        except OSError:
+            self.close_connection = True  # the agent gave up (its own timeout): nothing to say
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+        log.debug("%s " + format, self.address_string(), *args)
+
+
+def _absolute(cwd: object) -> bool:
+    return isinstance(cwd, str) and os.path.isabs(cwd) and "\0" not in cwd
+
+
+def _attribution(fields: dict, env: dict[str, str]) -> dict[str, Any]:
+    fallback = fields.get("fallback")
+    if isinstance(fallback, dict):
+        return {k: fallback.get(k) for k in ("run_id", "node_id", "iteration", "attempt",
+                                               "worktree")}
+    keys = ("run_id", "node_id", "iteration", "attempt")
+    out: dict[str, Any] = {k: fields.get(k) for k in keys}
+    out["worktree"] = fields.get("cwd") or env.get("CLAUDE_PROJECT_DIR")
+    return out
