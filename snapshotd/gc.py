@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 from snapshotd import errors
 from snapshotd.config import Config, parse_duration, parse_size
 from snapshotd.errors import ServiceError
+from snapshotd.journal import read_journal, write_journal
 from snapshotd.keys import AttemptKey
 from snapshotd.ledger import ACTIVE, Attempt
 from snapshotd.service import Service
@@ -268,16 +269,8 @@ def _git_gc(service: Service, safety_interval_s: float) -> None:
 def recover_journal(service: Service) -> bool:
     """Finish a prune that a crash interrupted (idempotent)."""
     path = _journal_path(service)
-    if not path.exists():
-        return False
-    try:
-        journal = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        # Written whole (temporary file, fsync, rename), so this is outside damage: the prune
-        # it names cannot be finished; its ledger changes may be missing or not yet applied.
-        log.warning("dropping an unreadable gc journal %s (%s): the prune it recorded is not "
-                    "completed", path, exc)
-        path.unlink(missing_ok=True)
+    journal = read_journal(path, "gc", "the prune it recorded is not completed")
+    if journal is None:
         return False
     _complete(service, journal)
     path.unlink(missing_ok=True)
@@ -428,13 +421,7 @@ def _complete(service: Service, journal: dict) -> None:
 
 
 def _write_journal(service: Service, journal: dict) -> None:
-    path = _journal_path(service)
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as f:
-        json.dump(journal, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_journal(_journal_path(service), journal)
 
 
 def _journal_path(service: Service) -> Path:

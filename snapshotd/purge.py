@@ -19,9 +19,7 @@ Promises:
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,6 +27,7 @@ import pygit2
 
 from snapshotd import errors
 from snapshotd.errors import ServiceError, id_field
+from snapshotd.journal import read_journal, write_journal
 from snapshotd.keys import AttemptKey
 
 if TYPE_CHECKING:
@@ -100,15 +99,8 @@ def purge_attempt(service: Service, attempt: Attempt, path: str) -> int:
 def recover_journal(service: Service) -> bool:
     """Finish a purge that a crash interrupted (idempotent)."""
     path = service.home / JOURNAL
-    if not path.exists():
-        return False
-    try:
-        journal = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        # Written whole (temporary file, fsync, rename): this is outside damage.
-        log.warning("dropping an unreadable purge journal %s (%s): run the purge again", path,
-                    exc)
-        path.unlink(missing_ok=True)
+    journal = read_journal(path, "purge", "run the purge again")
+    if journal is None:
         return False
     _complete(service, journal)
     path.unlink(missing_ok=True)
@@ -128,13 +120,7 @@ def _complete(service: Service, journal: dict) -> None:
 
 
 def _write_journal(service: Service, journal: dict) -> None:
-    path = service.home / JOURNAL
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as f:
-        json.dump(journal, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_journal(service.home / JOURNAL, journal)
 
 
 def _holds(repo: pygit2.Repository, tree_id: str, path: str) -> bool:
