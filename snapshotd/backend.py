@@ -226,6 +226,11 @@ def _require_ledger(home_path: Path) -> None:
     if not ledger_exists(home_path):
         raise NoLedger(NOT_FOUND, f"no ledger at {describe_ledger(home_path)}: nothing has been "
                                   "captured with this home yet")
+    if not home_path.is_dir():
+        # A shared (PostgreSQL) ledger exists apart from any one home: with no home here, this
+        # host has no store, so nothing was captured with it.
+        raise NoLedger(NOT_FOUND, f"no snapshotd home at {home_path}: nothing has been captured "
+                                  "with this home yet")
 
 
 def _round_trip(send: Callable[..., dict], op: str, socket: Path | None, timeout: float,

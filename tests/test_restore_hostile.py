@@ -136,7 +136,7 @@ def test_in_place_through_a_parent_turned_link_touches_nothing_outside(
     if outside_has_worktree:
         (outside / "wt").mkdir()
         (outside / "wt" / "f.txt").write_text("someone else's\n")
-    service = Service(sd_env.home, load_config(environ={}))
+    service = Service(sd_env.home, load_config(environ=_ledger_env(sd_env)))
     try:
         service.snapshot({"cwd": str(wt), "run_id": "r", "node_id": "n"})
         os.rename(tmp_path / "p", tmp_path / "p-moved")
@@ -330,3 +330,8 @@ def test_a_reply_that_cannot_fit_keeps_the_undo_and_says_so(
     assert out["undo_command"] == result["undo_command"] and out["safety"] == {"seq": 3}
     assert out["plan"] == [] and out["plan_truncated"] and "exceeds" in out["reply_trimmed"]
     assert any("did not fit" in r.getMessage() for r in caplog.records)
+
+
+def _ledger_env(env: Env) -> dict[str, str]:
+    """The environment that puts a Service built in the test on the test's ledger."""
+    return {"SNAPSHOTD_LEDGER_URL": env.ledger_url} if env.ledger_url else {}

@@ -47,7 +47,20 @@ GAP_HELP: dict[str, tuple[str, str]] = {
                "stale agent is still running"),
     "scan-failed": _WRITE_FAILED,
     "capture-failed": _WRITE_FAILED,
-    "object-write-failed": _WRITE_FAILED,
+    "object-write-failed": _WRITE_FAILED,  # the older name of store-write-failed
+    "store-write-failed": ("the store's disk refused a write (full, over quota, read-only, I/O "
+                           "error); nothing was acknowledged",
+                           "`df` on the home, free space (`snapshotd gc`); the next capture holds "
+                           "every change made meanwhile"),
+    "attempt-damaged": ("the daemon found one attempt's ref broken, a commit of it gone, or its "
+                        "rows unreadable; it repaired the ref onto the last checkpoint it still "
+                        "holds and serves every other run as usual",
+                        "`snapshotd snapshots RUN` shows what is gone (the detail names it); "
+                        "check the disk (`dmesg`, `git fsck` on `<home>/store.git`)"),
+    "checkpoint-lost": ("at start-up after a power cut (durability = \"process\"), rows naming "
+                        "commits the store no longer has were dropped; their seqs are not reused",
+                        "expected with `durability = \"process\"` after a power loss; use "
+                        "`durability = \"full\"` where that matters (docs/durability.md)"),
     "commit-failed": _COMMIT_FAILED,
     "ledger-failed": _COMMIT_FAILED,
     "watch-failed": ("tier 2 could not watch the worktree (inotify watch limit, permission "
