@@ -111,6 +111,7 @@ class Supervision:
     """The daemon's side of the conversation: ready, status, watchdog, stopping."""
 
     def __init__(self, notifier: Notifier, service, server, watchdog_s: float | None) -> None:
+        self._status_errors: set[str] = set()
         self.notifier = notifier
         self.service = service
         self.server = server
@@ -173,7 +174,12 @@ class Supervision:
             counters = self.service.counters
             gaps = sum(self.service.gaps.counts.values())
         except Exception as exc:  # noqa: BLE001 - status text must never fail the tick
-            return f"Serving (status unavailable: {type(exc).__name__})"
+            # Logged (once per kind: the tick repeats every few seconds), and named in the text.
+            kind = type(exc).__name__
+            if kind not in self._status_errors:
+                self._status_errors.add(kind)
+                log.warning("the supervisor status line cannot be built: %s: %s", kind, exc)
+            return f"Serving (status unavailable: {kind})"
         return (f"Serving: {attempts} active attempt{'s' if attempts != 1 else ''}, "
                 f"{counters.get('captures_tier1', 0)} tier-1 and "
                 f"{counters.get('captures_tier2', 0)} tier-2 captures, "
