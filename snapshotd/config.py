@@ -9,6 +9,12 @@ surface that shows or logs them goes through these: ``Config.as_dict`` (``snapsh
 ``redact_text`` also applies ``secrets.redact_secrets`` (API keys, tokens, private keys), and
 ``RedactingFilter`` on the daemon's log handler applies both to every log line.
 
+Also owns per-worktree settings: a ``[worktree."/abs/path"]`` table in the config file overrides
+the ``WORKTREE_KEYS`` settings for the worktree at that path and every worktree below it (the
+most specific table wins, paths compared after realpath); ``Config.for_worktree`` is the one
+place they are resolved. They come from the user's config file only, never from a file inside a
+worktree, which the agent being captured could write.
+
 Promises: every effective value knows where it came from (``Config.sources``); an unknown key or
 a bad value is a ``ConfigError`` naming the key and what is accepted; no password, token or
 ``user:password@`` part of a URL leaves through ``as_dict``, ``repr`` or the redaction functions.
@@ -31,6 +37,8 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 DURABILITY_MODES = ("process", "full")
+# The settings a ``[worktree."/abs/path"]`` table may override for the worktrees under it.
+WORKTREE_KEYS = ("secret_files", "secret_scan")
 NOTIFIER_KINDS = ("auto", "inotify", "watchfiles")
 
 
@@ -78,12 +86,25 @@ class Config:
     # Most inotify watches the watcher adds (0: as many as the host allows); past it a worktree
     # is captured by scans, with a watch-failed gap (docs/watcher.md).
     max_watches: int = 0
+    # Per-worktree overrides (config file only): real path -> {WORKTREE_KEYS setting: value}.
+    worktree: dict[str, dict[str, object]] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def as_dict(self) -> dict:
         """Every setting as shown to people (``config``, ``status``): secrets redacted."""
         return {f.name: _redacted(getattr(self, f.name)) for f in fields(self)
                 if f.name != "sources"}
+
+    def for_worktree(self, root: str | os.PathLike[str]) -> dict[str, object]:
+        """The ``WORKTREE_KEYS`` settings in force for the worktree at ``root``: the host-wide
+        values, overridden by each ``[worktree."…"]`` table whose path is ``root`` or one of
+        its parents (after realpath), the most specific last."""
+        real = os.path.realpath(root)
+        settings: dict[str, object] = {key: getattr(self, key) for key in WORKTREE_KEYS}
+        for path in sorted(self.worktree, key=len):
+            if real == path or real.startswith(path.rstrip("/") + "/"):
+                settings.update(self.worktree[path])
+        return settings
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items())
@@ -189,6 +210,8 @@ class RedactingFilter(logging.Filter):
 
 
 def _redacted(value: object) -> object:
+    if isinstance(value, dict):
+        return {_redacted(k): _redacted(v) for k, v in value.items()}
     return redact_text(value) if isinstance(value, str) else value
 
 
@@ -246,6 +269,8 @@ def _coerce(key: str, value: object, source: str) -> object:
         else:
             raise ConfigError(f"{where}: expected a list of gitignore patterns, got {value!r}")
         return tuple(items)
+    if key == "worktree":
+        return _worktree_tables(value, source)
     if key == "durability":
         if value not in DURABILITY_MODES:
             raise ConfigError(f"{where}: expected one of {', '.join(DURABILITY_MODES)}, got {value!r}")
@@ -308,6 +333,31 @@ def _coerce(key: str, value: object, source: str) -> object:
     if key == "http_hook_port" and number > 65535:
         raise ConfigError(f"{where}: expected a TCP port (0 picks a free one), got {value!r}")
     return number
+
+
+def _worktree_tables(value: object, source: str) -> dict[str, dict[str, object]]:
+    """``[worktree."/abs/path"]`` tables as {real path: {setting: value}}, each setting checked
+    as the host-wide one is; an error names the table and the key."""
+    where = f"worktree (from {source})"
+    if not isinstance(value, dict):
+        raise ConfigError(f'{where}: expected [worktree."/abs/path"] tables, got {value!r}')
+    tables: dict[str, dict[str, object]] = {}
+    for path, table in value.items():
+        name = f'worktree."{path}"'
+        expanded = os.path.expanduser(path)
+        if not os.path.isabs(expanded) or "\0" in expanded:
+            raise ConfigError(f"{where}: {name}: expected an absolute worktree path")
+        if not isinstance(table, dict):
+            raise ConfigError(f"{where}: {name}: expected a table of settings, got {table!r}")
+        settings: dict[str, object] = {}
+        for key, setting in table.items():
+            if key not in WORKTREE_KEYS:
+                raise ConfigError(f"{where}: unknown key {name}.{key}; a worktree table "
+                                  f"accepts {', '.join(WORKTREE_KEYS)}")
+            settings[key] = _coerce(key, setting, f"{source}, table {name}")
+        real = os.path.realpath(expanded)
+        tables[real] = {**tables.get(real, {}), **settings}
+    return tables
 
 
 def _boolean(value: object, where: str) -> bool:

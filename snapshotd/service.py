@@ -94,7 +94,8 @@ class Service:
         self.started_at = time.time()
         self.store = Store(home, excludes=config.excludes, max_file_bytes=config.max_file_bytes,
                            fsync=config.durability == "full", recover=True,
-                           secret_files=config.secret_files, secret_scan=config.secret_scan)
+                           secret_files=config.secret_files, secret_scan=config.secret_scan,
+                           worktree_settings=config.for_worktree)
         self.ledger: Ledger = open_ledger(home, config)
         self.ledger.set_full_durability(config.durability == "full")
         if config.durability == "full":

@@ -27,7 +27,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,7 +81,9 @@ class Store:
     def __init__(self, home: Path, *, excludes: tuple[str, ...] = (),
                  max_file_bytes: int = 64 << 20, fsync: bool = False,
                  recover: bool = False, secret_files: str = "skip",
-                 secret_scan: bool = True) -> None:
+                 secret_scan: bool = True,
+                 worktree_settings: Callable[[Path], Mapping[str, object]] | None = None,
+                 ) -> None:
         self.home = home
         self.path = home / "store.git"
         self.excludes = tuple(excludes)
@@ -90,6 +92,8 @@ class Store:
         self.fsync = fsync
         self.secret_files = secret_files
         self.secret_scan = secret_scan
+        # A worktree's own overrides of the two (``Config.for_worktree``), read by its cache.
+        self._worktree_settings = worktree_settings
         self.lock = threading.Lock()
         # Captures write objects under it shared; gc deletes unreachable ones under it alone.
         self.gate = ObjectGate()
@@ -126,6 +130,14 @@ class Store:
                 index = WorktreeIndex(self, wt_id, root)
                 self._indexes[wt_id] = index
             return index
+
+    def secret_policy(self, root: Path) -> tuple[str, bool]:
+        """``(secret_files, secret_scan)`` for the captures of the worktree at ``root``: the
+        host-wide values unless the configuration overrides them for that worktree."""
+        settings = self._worktree_settings(root) if self._worktree_settings else {}
+        files = settings.get("secret_files", self.secret_files)
+        scan = settings.get("secret_scan", self.secret_scan)
+        return str(files), bool(scan)
 
     def is_store_failure(self, exc: BaseException, source: Path | None = None) -> bool:
         """Whether a failed object write is the store's fault rather than the source file's.

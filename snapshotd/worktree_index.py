@@ -16,7 +16,8 @@ Promises:
   files over the size limit, and paths that cannot be read (``unreadable``: a file or a
   directory captured before keeps its last captured content; see ``scan_rules``).
 - Credential files (``secrets.secret_file_kind``) are not captured unless ``secret_files`` is
-  ``capture``: each is listed as skipped with reason ``secret``.
+  ``capture`` for this worktree (``Store.secret_policy``): each is listed as skipped with
+  reason ``secret``.
 - Unchanged files are never re-hashed; a file written within the racy window of a capture is
   re-hashed at the next full scan.
 - The fast path rewrites only the trees on the changed paths (``trees.rewrite_tree``) and
@@ -72,6 +73,7 @@ class WorktreeIndex:
         self.root = root
         self.gitdir = store.home / "worktrees" / wt_id
         self.max_file_bytes = store.max_file_bytes
+        self.secret_files, self.secret_scan = store.secret_policy(root)
         self._repo: pygit2.Repository | None = None
         self._index: pygit2.Index | None = None
         self._exclude_sources: tuple = ()
@@ -95,7 +97,7 @@ class WorktreeIndex:
         _check_objects_fault()
         index = self._load_index()
         result = Capture(tree="")
-        if self._unscanned and self.store.secret_scan:
+        if self._unscanned and self.secret_scan:
             result.secrets.extend(scan_paths(self.root, self._unscanned))
         started_ns = time.time_ns()
         touched: list[str] = []
@@ -341,7 +343,7 @@ class WorktreeIndex:
                 result.deleted += 1
             result.skipped.append(special)
             return
-        secret = secret_skip(path, full, self.store.secret_files)
+        secret = secret_skip(path, full, self.secret_files)
         if secret is not None:
             remove_entry(index, path)
             result.skipped.append(secret)
@@ -359,7 +361,7 @@ class WorktreeIndex:
             result.skipped.append({"path": path, "reason": "unreadable", "detail": str(exc)})
             return
         touched.append(path)
-        if self.store.secret_scan:
+        if self.secret_scan:
             result.secrets.extend(scan_changed_file(path, full, st.st_mode))
         after = _entry_id(index, path)
         if racy_recheck:
@@ -411,7 +413,7 @@ class WorktreeIndex:
         """A cache seeded from the user's index or ``git add``, or written while
         ``secret_files`` was ``capture``, may hold credential files: they leave the cache, and
         the scan that follows lists them as skipped."""
-        if self.store.secret_files == "capture":
+        if self.secret_files == "capture":
             return
         for path in [e.path for e in index if secret_file_kind(e.path, self.root / e.path)]:
             remove_entry(index, path)

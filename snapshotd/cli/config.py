@@ -3,7 +3,9 @@
 Promises: the values are exactly what ``snapshotd serve`` started from this shell would use
 (``load_config`` with this environment and the same file); each names its source (``default``,
 ``file <path>``, ``env <VAR>``); an unreadable file, an unknown key or a bad value exits 2 with
-the ``ConfigError`` sentence, which names the key. A running daemon's own policy (it may have
+the ``ConfigError`` sentence, which names the key. Per-worktree overrides
+(``[worktree."/abs/path"]`` tables) are listed one setting a line, as
+``worktree."<real path>".<key>``, and under ``settings.worktree`` in ``--json``. A running daemon's own policy (it may have
 started with another environment) is in ``snapshotd status``.
 """
 
@@ -42,11 +44,24 @@ def config(as_json: bool) -> None:
         print_json({"file": str(path), "file_exists": path.is_file(), "settings": settings})
         return
     click.echo(f"config file: {path}" + ("" if path.is_file() else "  (not present; defaults)"))
-    width = max(len(name) for name in settings)
-    shown = {name: _show(s["value"]) for name, s in settings.items()}
-    value_width = min(max(len(v) for v in shown.values()), 40)
+    rows = _rows(settings)
+    width = max(len(name) for name, _, _ in rows)
+    value_width = min(max(len(value) for _, value, _ in rows), 40)
+    for name, value, source in rows:
+        click.echo(f"{name:<{width}}  {value:<{value_width}}  {source}")
+
+
+def _rows(settings: dict[str, dict]) -> list[tuple[str, str, str]]:
+    """(name, value, source) lines: each per-worktree override is a line of its own."""
+    rows = []
     for name, setting in settings.items():
-        click.echo(f"{name:<{width}}  {shown[name]:<{value_width}}  {setting['source']}")
+        if name == "worktree":
+            for path, table in setting["value"].items():
+                rows.extend((f'worktree."{path}".{key}', _show(value), setting["source"])
+                            for key, value in table.items())
+        else:
+            rows.append((name, _show(setting["value"]), setting["source"]))
+    return rows
 
 
 def _show(value: object) -> str:
