@@ -15,6 +15,7 @@ Promises:
   run on ``pruned_pair``: two trees holding only the entries that differ, found by skipping
   identical subtrees as git's own tree diff does. The cost follows the change, not the size of
   the worktree. A path filter compares the one tree entry at that path, without a diff.
+- ``show`` lists the checkpoint's secret findings (path, line, kind: never a value).
 - ``log`` and ``find`` are newest first (by capture time, then seq); pruned checkpoints (their
   commits are gone) are left out and counted in ``pruned_skipped``.
 - Every refusal is a ``ServiceError``: ``bad-id``/``bad-request`` for malformed fields,
@@ -50,6 +51,8 @@ _TREE_RECORD = re.compile(rb"[0-7]+ [^\0]*\0.{20}", re.DOTALL)
 # The fields of a ledger row that say which tool call a checkpoint was.
 CALL_FIELDS = ("run_id", "node_id", "iteration", "attempt", "seq", "commit", "tree", "parent",
                "label", "tool_use_id", "tier", "source", "worktree", "created_at")
+# What a checkpoint's secret finding says: where, and what kind of token; never its value.
+FINDING_FIELDS = ("path", "line", "kind")
 
 
 def show_checkpoint(view: HomeView, *, run_id: object, node_id: object, seq: object = None,
@@ -71,6 +74,7 @@ def show_checkpoint(view: HomeView, *, run_id: object, node_id: object, seq: obj
     out["to"] = {"seq": cp["seq"], "commit": cp["commit"], "tree": cp["tree"]}
     out["base"] = "parent" if cp["parent"] else "empty-tree"
     out["gaps"] = _gaps_around(view, cp, rows)
+    out["secrets"] = findings(cp)
     out.update(render_trees(view.repo, *pruned_pair(view.repo, parent_tree, cp["tree"]),
                             patch=patch))
     out["elapsed_ms"] = _ms(started)
@@ -173,6 +177,12 @@ def pruned_pair(repo: pygit2.Repository, tree_a: str | None, tree_b: str,
     a, b = _pruned(repo, pygit2.Oid(hex=tree_a), pygit2.Oid(hex=tree_b),
                    {} if cache is None else cache)
     return str(a), str(b)
+
+
+def findings(cp: dict) -> list[dict]:
+    """The tokens the capture found in the files a checkpoint changed: ``path``, ``line`` and
+    ``kind`` of each, never the value (the ledger row holds nothing else either)."""
+    return [{key: f.get(key) for key in FINDING_FIELDS} for f in cp.get("secrets") or []]
 
 
 def call_of(cp: dict) -> dict:

@@ -3,7 +3,8 @@
 Owns the command line of show, and what the review commands share: ``read_only`` (run a
 ``snapshotd.history`` function on the home opened for reading, failures printed as a sentence)
 and ``describe_call`` (one line for a tool call). It reads the ledger and the store directly
-(``snapshotd.backend.read_home``), with or without a daemon.
+(``snapshotd.backend.read_home``), with or without a daemon. A checkpoint's secret findings are
+shown as ``SECRET path:line kind`` lines (never the value).
 """
 
 from __future__ import annotations
@@ -64,6 +65,9 @@ def show(run_id: str, node_id: str, seq: int | None, iteration: int | None,
             state = "resolved" if gap["resolved"] else "unresolved"
             click.echo(f"gap {side:<6} {gap.get('ts')} {gap.get('reason')}: "
                        f"{gap.get('detail')} ({state})")
+    for finding in result["secrets"]:
+        click.echo(f"SECRET     {finding['path']}:{finding['line']} {finding['kind']}"
+                   " (kept here, not replicated unless released)")
     click.echo("")
     echo_change(result, fmt)
 
