@@ -9,10 +9,14 @@ Promises:
   checkpoint on: same messages, seqs and everything else, the path gone from every tree; the
   ledger rows and the attempt ref move to it. Checkpoints before that one keep their ids.
 - Crash safety as gc's: new commits first, then the journal, then the ledger transaction, then
-  the ref; a journal left by a crash is completed at the next start (idempotent).
-- The worktree's stat cache forgets its entries (it would keep the old blob reachable); the old
-  commits and blobs are unreachable afterwards and go at the next ``gc`` once older than its
-  safety interval (a capture in flight is never robbed of an object).
+  the ref, then the stat cache; a journal left by a crash is completed at the next start
+  (idempotent), so the path is gone from all of that attempt's chain or (a crash before the
+  journal) from none of it. Attempts are purged one after another: after a crash, some
+  attempts of the run may be purged and others not yet; ``purge`` run again finishes them.
+- The worktree's stat cache is forgotten, on disk and its keep ref too (``Store.forget_cache``:
+  it would keep the old blob reachable), after a crash as well; the old commits and blobs are
+  unreachable afterwards and go at the next ``gc`` once older than its safety interval (a
+  capture in flight is never robbed of an object).
 - A path that is absent, absolute, or climbs out (``..``) is ``bad-request``; an unknown run is
   ``not-found``.
 """
@@ -25,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import pygit2
 
-from snapshotd import errors
+from snapshotd import errors, faults
 from snapshotd.errors import ServiceError, id_field
 from snapshotd.journal import read_journal, write_journal
 from snapshotd.keys import AttemptKey
@@ -76,6 +80,7 @@ def purge_attempt(service: Service, attempt: Attempt, path: str) -> int:
         parent: str | None = rows[first - 1]["commit"] if first > 0 else None
         chain = rows[first:]
         new = service.store.purge_chain([r["commit"] for r in chain], parent, path)
+        faults.crash_point("purge-after-commits")
         remap: dict[str, list] = {}
         final = None
         for row, (commit, tree) in zip(chain, new, strict=True):
@@ -86,12 +91,9 @@ def purge_attempt(service: Service, attempt: Attempt, path: str) -> int:
         journal = {"key": attempt.key.as_dict(), "path": path, "new_tip": parent,
                    "remap": remap, "final_commit": final}
         _write_journal(service, journal)
+        faults.crash_point("purge-after-journal")
         _complete(service, journal)
         (service.home / JOURNAL).unlink(missing_ok=True)
-        # The stat cache holds the path's blob (and keeps it reachable): start it afresh.
-        index = service.store.worktree(root)
-        index.drop_cache()
-        (index.gitdir / "index").unlink(missing_ok=True)
     log.warning("purged %s from %d checkpoint(s) of %s", path, len(chain), attempt.key)
     return len(chain)
 
@@ -109,14 +111,20 @@ def recover_journal(service: Service) -> bool:
 
 
 def _complete(service: Service, journal: dict) -> None:
+    """Ledger rows, then the ref, then the stat cache: idempotent, so a crash anywhere in it is
+    finished by running it again from the journal."""
     key = AttemptKey(**journal["key"])
     attempt = service.ledger.get_attempt(key)
     if attempt is None:
         return
     remap = {int(seq): (v[0], v[1], v[2]) for seq, v in journal["remap"].items()}
     service.ledger.apply_purge(attempt, remap, journal.get("final_commit"))
+    faults.crash_point("purge-after-ledger")
     if journal.get("new_tip"):
         service.store.set_attempt_ref(key, journal["new_tip"])
+    # The stat cache holds the path's blob and would keep it reachable (its keep ref, and
+    # the tree gc names from a cache on disk): it starts afresh.
+    service.store.forget_cache(Path(attempt.worktree))
 
 
 def _write_journal(service: Service, journal: dict) -> None:

@@ -139,6 +139,22 @@ class Store:
         scan = settings.get("secret_scan", self.secret_scan)
         return str(files), bool(scan)
 
+    def forget_cache(self, root: Path) -> None:
+        """Drop ``root``'s stat cache in memory, on disk and its keep ref, so that it vouches
+        for no blob any more (after a purge, the purged file's blob must become unreachable);
+        the next capture starts it cold. The caller holds the worktree lock, or nothing
+        captures yet (start-up)."""
+        wt_id = worktree_id(root)
+        with self.lock:
+            index = self._indexes.get(wt_id)
+            if index is not None:
+                index.drop_cache()
+            (self.home / "worktrees" / wt_id / "index").unlink(missing_ok=True)
+            try:
+                self.repo.references.delete(CACHE_REF_PREFIX + wt_id)
+            except KeyError:
+                pass  # no gc has named this cache yet
+
     def is_store_failure(self, exc: BaseException, source: Path | None = None) -> bool:
         """Whether a failed object write is the store's fault rather than the source file's.
         It is when the error names the store, when the disk refused a write (full, over quota,
