@@ -2,7 +2,7 @@
 
 Owns ``<home>/store.git`` and every write to it: checkpoint commits, the attempt refs
 ``refs/snapshotd/runs/<run>/<node>/<iteration>/<attempt>``, chain rewrites, the stat-cache keep
-refs ``refs/snapshotd/cache/<id>``, ``Store.lock``, which serializes writes through its
+refs ``refs/snapshotd/cache/<id>``, a purge's hold refs ``refs/snapshotd/purge-hold/…``, ``Store.lock``, which serializes writes through its
 handle, and ``Store.gate`` (``store_gate.ObjectGate``), which keeps ``git gc`` apart from captures
 in flight. Other modules read through ``Store`` methods or a handle of their own from
 ``Store.reader()``; nothing else opens the repository.
@@ -55,6 +55,8 @@ log = logging.getLogger("snapshotd.store")
 SIGNATURE_NAME = "snapshotd"
 SIGNATURE_EMAIL = "snapshotd@localhost"
 CACHE_REF_PREFIX = "refs/snapshotd/cache/"
+# A purge's new chain, named from its writing until the attempt ref names it (``purge_chain``).
+PURGE_HOLD_PREFIX = "refs/snapshotd/purge-hold/"
 
 
 @dataclass
@@ -354,14 +356,18 @@ class Store:
                 out.append(parent)
         return out
 
-    def purge_chain(self, commits: list[str], onto: str | None,
-                    path: str) -> list[tuple[str, str]]:
+    def purge_chain(self, commits: list[str], onto: str | None, path: str,
+                    hold: AttemptKey) -> list[tuple[str, str]]:
         """``rewrite_chain`` with ``path`` (a file or a directory, worktree-relative) taken out
-        of every tree: the new ``(commit, tree)`` of each, oldest first. No ref moves."""
+        of every tree: the new ``(commit, tree)`` of each, oldest first. The attempt ref does
+        not move; the new tip is named by ``hold``'s purge hold ref before this returns (the
+        objects written under the gate, as a capture's are), so no ``git gc``, whatever its
+        grace, deletes the new chain before the attempt ref names it (``release_purge_holds``
+        drops the hold afterwards)."""
         out: list[tuple[str, str]] = []
         parent = onto
         parts = [p for p in path.split("/") if p]
-        with self.lock:
+        with self.gate.shared(), self.lock:
             for commit_id in commits:
                 old = self.repo[commit_id].peel(pygit2.Commit)
                 tree = _tree_without(self.repo, old.tree, parts)
@@ -370,7 +376,24 @@ class Store:
                                 old.message, tree, parents)
                 parent = str(oid)
                 out.append((parent, str(tree)))
+            if parent is not None:
+                self.repo.references.create(_purge_hold_ref(hold), pygit2.Oid(hex=parent),
+                                            force=True)
         return out
+
+    def release_purge_holds(self, key: AttemptKey | None = None) -> int:
+        """Drop the purge hold ref of ``key`` (None: every one, left by a crash); how many."""
+        with self.lock:
+            names = [_purge_hold_ref(key)] if key is not None else \
+                [r for r in self.repo.references if r.startswith(PURGE_HOLD_PREFIX)]
+            dropped = 0
+            for name in names:
+                try:
+                    self.repo.references.delete(name)
+                    dropped += 1
+                except KeyError:
+                    continue  # never made (nothing to purge) or already dropped
+            return dropped
 
     def set_attempt_ref(self, key: AttemptKey, commit: str) -> None:
         """Point the attempt's ref at ``commit`` whatever it names now (a rewritten chain's
@@ -506,6 +529,10 @@ def parse_trailers(message: str) -> dict[str, str]:
             key, value = line.split(": ", 1)
             out[key] = value
     return out
+
+
+def _purge_hold_ref(key: AttemptKey) -> str:
+    return PURGE_HOLD_PREFIX + key.ref[len(REF_PREFIX):]
 
 
 def _tree_without(repo: pygit2.Repository, tree: pygit2.Tree, parts: list[str]) -> pygit2.Oid:

@@ -126,3 +126,31 @@ def test_a_purge_killed_midway_is_finished_or_undone(sd_env: Env, make_daemon: M
         present = subprocess.run(["git", "--git-dir", str(store), "cat-file", "-e", blob],
                                  capture_output=True)
         assert present.returncode != 0, f"the purged blob {blob} is still in the store"
+
+
+@pytest.mark.parametrize("point", ["purge-after-journal", "purge-after-ledger"])
+def test_a_gc_and_a_capture_after_a_killed_purge_break_nothing(
+        sd_env: Env, make_daemon: MakeDaemon, tmp_path: Path, point: str) -> None:
+    """Killed with the journal written (the ref not moved yet), while a change the watcher saw
+    waits to be captured: a gc run with no daemon (no start-up has finished the purge yet)
+    must not delete the new chain, and the change the next start captures (on the old chain,
+    before the purge is finished) must end up on the purged chain, not orphaned."""
+    daemon = make_daemon(sd_env, dict(QUIET_WATCHER, SNAPSHOTD_CRASH_AT=point))
+    wt = tmp_path / "n1"
+    (wt / "conf").mkdir(parents=True)
+    (wt / "a.txt").write_text("a0\n")
+    (wt / SECRET).write_text(f"key = {KEY}\n")
+    with daemon.client() as c:
+        for i in range(3):
+            (wt / "a.txt").write_text(f"a{i}\n")
+            c.snapshot(str(wt), run_id=RUN, node_id="n1", tool_use_id=f"t{i}")
+    (wt / SECRET).unlink()
+    assert purge(sd_env).returncode != 0
+    assert daemon.proc is not None and daemon.proc.wait(timeout=30) == CRASH_EXIT_STATUS
+
+    reclaimed = gc(sd_env)  # no daemon answers: gc runs on the home directly
+    assert reclaimed.returncode == 0, reclaimed.stderr
+    make_daemon(sd_env, QUIET_WATCHER)
+    (chain,) = assert_whole(sd_env, ["n1"])
+    assert len(chain) >= 3  # and the start-up capture of the pending change, if it came first
+    assert all(SECRET not in files for files in chain.values())
