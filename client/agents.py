@@ -168,7 +168,7 @@ def _cursor(p: Mapping[str, Any]) -> dict[str, Any]:
               else _renamed("cursor", event),
               "session_id": p.get("conversation_id") or p.get("session_id"),
               "cwd": _first(p.get("workspace_roots")) or p.get("cwd")}
-    if event in LIFECYCLE["cursor"]:
+    if _lifecycle("cursor", event):
         return dict(fields, tool_name=None, tool_input={}, tool_use_id=None)
     if event == "afterFileEdit":
         tool_input = {"file_path": p.get("file_path")}
@@ -219,7 +219,7 @@ def _opencode(p: Mapping[str, Any]) -> dict[str, Any]:
     source = _object(p.get("input"))
     event = p.get("event")
     cwd = p.get("worktree") or p.get("directory")
-    if event in LIFECYCLE["opencode"]:
+    if _lifecycle("opencode", event):
         return {"hook_event_name": LIFECYCLE["opencode"][event],
                 "session_id": source.get("sessionID"), "cwd": cwd, "tool_name": None,
                 "tool_input": {}, "tool_use_id": None}
@@ -236,7 +236,7 @@ def _amp(p: Mapping[str, Any]) -> dict[str, Any]:
     # and the plugin's cwd.
     event = _object(p.get("event"))
     hook = p.get("hook")
-    if hook in LIFECYCLE["amp"]:
+    if _lifecycle("amp", hook):
         return {"hook_event_name": LIFECYCLE["amp"][hook],
                 "session_id": _object(event.get("thread")).get("id"), "cwd": p.get("cwd"),
                 "tool_name": None, "tool_input": {}, "tool_use_id": None}
@@ -257,7 +257,13 @@ _PARSERS: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
 
 def _renamed(agent: str, event: Any) -> Any:
     """The hook's name for ``agent``'s lifecycle ``event``; any other event keeps its own."""
-    return LIFECYCLE[agent].get(event, event) if isinstance(event, str) else event
+    return LIFECYCLE[agent][event] if _lifecycle(agent, event) else event
+
+
+def _lifecycle(agent: str, event: Any) -> bool:
+    # An event name of any other type (a list, an object) is no lifecycle event, and must not
+    # reach a dict lookup, which would raise on an unhashable one.
+    return isinstance(event, str) and event in LIFECYCLE[agent]
 
 
 def _derived(agent: str, material: list[Any]) -> str | None:
