@@ -8,7 +8,8 @@ with an owner process, a tool call checkpoints into the same run, a restore whil
 refused, a turn's end makes it idle, the end finishes it, and the finished or idle attempt
 restores without ``--force``. An agent with no end event (Kiro) is ``abandoned`` once its
 process is gone. The OpenCode and Amp plugins, run under node, forward the lifecycle events the
-parser reads (``snapshotd_client.agents.LIFECYCLE``)."""
+parser reads (``snapshotd_client.agents.LIFECYCLE``); the OpenCode plugin, running the real hook,
+owns the sessions it starts, abandoned when its process is killed."""
 
 from __future__ import annotations
 
@@ -315,3 +316,59 @@ def test_amp_plugin_forwards_the_thread_lifecycle(tmp_path: Path) -> None:
         assert payload["cwd"] == str(cwd)
         payload["cwd"] = H
     assert sent == load_payloads("amp/session-lifecycle.ndjson")
+
+
+OPENCODE_SESSION_DRIVER = """
+import fs from "node:fs";
+const { Snapshotd } = await import(process.argv[2]);
+const wt = process.argv[3];
+const hooks = await Snapshotd({ directory: wt, worktree: wt });
+const created = (id) => hooks.event({ event: { type: "session.created", properties: { info: { id } } } });
+await created("ses_life_a");
+await hooks["chat.message"]({ sessionID: "ses_life_a", agent: "build" }, { message: {}, parts: [] });
+const input = { tool: "write", sessionID: "ses_life_a", callID: "call_life_a" };
+await hooks["tool.execute.before"](input, { args: { filePath: wt + "/hello.txt", content: "x" } });
+fs.writeFileSync(wt + "/hello.txt", "written by the tool call\\n");
+await hooks["tool.execute.after"](input, { title: "write", output: "", metadata: {} });
+await hooks.event({ event: { type: "session.idle", properties: { sessionID: "ses_life_a" } } });
+await hooks.event({ event: { type: "session.deleted", properties: { info: { id: "ses_life_a" } } } });
+await created("ses_life_b");
+console.log("ready");
+setInterval(() => {}, 1000);
+"""
+
+
+@needs_node
+def test_opencode_plugin_runs_the_real_hook_and_owns_its_sessions(
+        world: tuple[Env, Daemon], tmp_path: Path) -> None:
+    # The shipped plugin under node, standing in for OpenCode's process: it runs the real
+    # snapshot-hook, whose parent it is, so it owns the sessions it starts.
+    env, _ = world
+    wt = make_git_worktree(tmp_path / "proj")
+    (wt / "hello.txt").write_text("before the session\n")
+    (tmp_path / "driver.mjs").write_text(OPENCODE_SESSION_DRIVER)
+    assert NODE is not None
+    hook_script = Path(sys.executable).parent / "snapshot-hook"
+    proc = subprocess.Popen(
+        [NODE, str(tmp_path / "driver.mjs"), str(REPO / "contrib" / "opencode" / "snapshotd.js"),
+         str(wt)], env=env.environ(SNAPSHOT_HOOK=str(hook_script)), stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"ready\n"
+        [first] = attempts(env, "opencode-ses_life_a")
+        assert (first["state"], first["owner_pid"]) == ("finished", proc.pid)
+        listing = json.loads(cli(env, "snapshots", "opencode-ses_life_a", "--json").stdout)
+        assert [c["tool_use_id"] for c in listing["checkpoints"]] == [None, "call_life_a"]
+        [second] = attempts(env, "opencode-ses_life_b")
+        assert (second["state"], second["owner_pid"]) == ("active", proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 20
+    while attempts(env, "opencode-ses_life_b")[-1]["state"] != "abandoned":
+        assert time.monotonic() < deadline, attempts(env, "opencode-ses_life_b")
+        time.sleep(0.2)
+    restored = cli(env, "restore", "opencode-ses_life_a", "--node", "session", "--seq", "0")
+    assert restored.returncode == 0, restored.stderr
+    assert (wt / "hello.txt").read_text() == "before the session\n"
+
