@@ -1,11 +1,13 @@
-"""``python -m bench.agent_payloads``: capture real after-tool hook payloads from agent CLIs.
+"""``python -m bench.agent_payloads``: capture real hook payloads from agent CLIs.
 
 Owns the fixtures under ``tests/fixtures/<agent>/`` that are marked "captured" in
 tests/fixtures/README.md: it installs an agent CLI from npm into a temporary directory (never
 globally), points it at a fake OpenAI-compatible model server on 127.0.0.1 that answers with
 scripted tool calls (a file write, a shell command, a shell command that fails), registers a
-recorder as the agent's after-tool hook, runs one prompt non-interactively, and writes what the
-recorder received, with the temporary paths replaced by ``<harness>``.
+recorder as the agent's hook for every event the shipped config registers, runs one prompt
+non-interactively, and writes what the recorder received, with the temporary paths replaced by
+``<harness>``: the after-tool payloads to ``post-tool-use.ndjson``, the session's lifecycle events
+(those ``snapshot-hook`` reads as such) to ``session-lifecycle.ndjson``.
 
 Promises:
 - network only to loopback: the model server listens on 127.0.0.1, the agent's base URL points
@@ -78,12 +80,17 @@ def main(argv: list[str] | None = None) -> int:
         try:
             npm = Path(args.npm_dir) / agent if args.npm_dir else root / "npm"
             payloads, version = capture(agent, root, npm, timeout=args.timeout)
-            if not payloads:
+            lifecycle = [p for p in payloads if is_lifecycle(p)]
+            tools = [p for p in payloads if not is_lifecycle(p)]
+            if not tools:
                 raise RuntimeError("the agent fired no after-tool hook")
-            target = Path(args.out) / agent / "post-tool-use.ndjson"
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text("".join(_scrub(p, root) + "\n" for p in payloads))
-            print(f"{agent} {version}: {len(payloads)} payloads -> {target}")
+            for name, chosen in (("post-tool-use", tools), ("session-lifecycle", lifecycle)):
+                if not chosen:
+                    continue
+                target = Path(args.out) / agent / f"{name}.ndjson"
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text("".join(_scrub(p, root) + "\n" for p in chosen))
+                print(f"{agent} {version}: {len(chosen)} {name} payloads -> {target}")
         except Exception as exc:  # noqa: BLE001 - reported, and the exit status says so
             failed.append(agent)
             print(f"{agent}: not captured: {type(exc).__name__}: {exc}", file=sys.stderr)
@@ -124,6 +131,16 @@ def capture(agent: str, root: Path, npm: Path, *,
         raise RuntimeError(f"no hook payloads (exit {proc.returncode}); output ends: {tail}")
     payloads = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
     return payloads, version
+
+
+def is_lifecycle(payload: dict[str, Any]) -> bool:
+    """Whether the hook reads ``payload`` as a session's lifecycle event (start, a prompt, a
+    turn's end, end) rather than a tool call's."""
+    from snapshotd_client.agents import normalize
+    from snapshotd_client.hook import SESSION_EVENTS
+
+    fields = normalize(payload) or payload
+    return fields.get("hook_event_name") in SESSION_EVENTS
 
 
 def install(package: str, version: str, prefix: Path) -> Path:
@@ -302,12 +319,13 @@ def _run_copilot(binary: Path, home: Path, project: Path, recorder: Path,
 
 def _run_cline(binary: Path, home: Path, project: Path, recorder: Path,
                env: dict[str, str]) -> list[str]:
-    # The shipped contrib/cline/PostToolUse as a hook file, as it is: it runs `snapshot-hook`
-    # from PATH, which here is the recorder.
+    # The shipped contrib/cline/ hook files, as they are: each runs `snapshot-hook` from PATH,
+    # which here is the recorder.
     hooks, shims = home / ".cline" / "hooks", home / "bin"
     hooks.mkdir(parents=True)
     shims.mkdir()
-    shutil.copy(CONTRIB / "cline" / "PostToolUse", hooks / "PostToolUse")
+    for script in (CONTRIB / "cline").iterdir():
+        shutil.copy(script, hooks / script.name)
     (shims / "snapshot-hook").symlink_to(recorder)
     env["PATH"] = f"{shims}{os.pathsep}{env.get('PATH', '')}"
     subprocess.run([str(binary), "auth", "-p", "openai", "-k", "fake-key", "-m", "fake-model",

@@ -60,8 +60,8 @@ GAP_DETAIL_MAX = 2000
 GAP_FIELD_MAX = 1024
 LABEL_PART_MAX = 60
 _PATCH_PREFIXES = ("*** Update File: ", "*** Add File: ", "*** Delete File: ")
-# An agent session's lifecycle events, by the agents' event names, and what each tells the daemon
-# (docs/agents.md has the table per agent; Codex has no end event).
+# An agent session's lifecycle events and what each tells the daemon (docs/agents.md has the table
+# per agent); snapshotd_client.agents.LIFECYCLE renames the other agents' events to these.
 SESSION_EVENTS = {"SessionStart": "start", "UserPromptSubmit": "working", "BeforeAgent": "working",
                   "Stop": "idle", "AfterAgent": "idle", "SessionEnd": "end"}
 _GEMINI_EVENTS = ("AfterTool", "BeforeTool", "BeforeAgent", "AfterAgent")

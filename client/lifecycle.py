@@ -3,12 +3,13 @@
 Owns ``tell_daemon``: one ``session`` request (docs/protocol.md, "Ops") for a lifecycle event the
 hook has read (``start``, ``working``, ``idle``, ``end``; ``snapshotd_client.hook.SESSION_EVENTS``
 maps the agents' event names), with one autostart of the daemon (never for an ``end``), and on a
-``start`` the one line of context the agent reads from the hook's stdout.
+``start`` the one line of context the agent reads from the hook's stdout, in the shape that agent
+reads (``CONTEXT_SHAPES``).
 
 Promises: returns within the deadline it is given; every failure the daemon did not record
-itself is handed to ``write_gap`` exactly once; writes to ``stdout`` only the JSON of a start's
-context, once. Imports only the stdlib and the client (the hook's budget), ``json`` only to print
-that context.
+itself is handed to ``write_gap`` exactly once; writes to ``stdout`` only a start's context,
+once, and nothing for an agent that reads none from this hook (``CONTEXT_SHAPES``: ``None``).
+Imports only the stdlib and the client (the hook's budget), ``json`` only to print that context.
 """
 
 from __future__ import annotations
@@ -19,6 +20,20 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import Any
+
+
+# How each agent reads a session start's context from its hook's stdout: Claude Code's
+# ``hookSpecificOutput`` JSON (also read by Codex, Gemini CLI, Qwen Code and Goose), Copilot
+# CLI's top-level ``additionalContext``, Cursor's ``additional_context``, or plain text (Kiro
+# adds an agentSpawn hook's stdout to the agent's context as it is). ``None``: print nothing,
+# because the agent reads something else there (Cline's hook scripts print its
+# ``{"cancel": false}``) or discards it (the OpenCode and Amp plugins). An agent not named here
+# (any other that sends the normalized shape) gets Claude Code's shape.
+CONTEXT_SHAPES: dict[str, str | None] = {
+    "claude": "claude", "codex": "claude", "gemini": "claude", "qwen": "claude",
+    "goose": "claude", "copilot": "copilot", "cursor": "cursor", "kiro": "text",
+    "cline": None, "opencode": None, "amp": None,
+}
 
 
 def tell_daemon(event: str, fields: Mapping[str, Any], *, deadline: float, budget_ms: int,
@@ -49,7 +64,7 @@ def tell_daemon(event: str, fields: Mapping[str, Any], *, deadline: float, budge
     finally:
         client.close()
     if event == "start" and stdout is not None:
-        _tell_agent(result, stdout)
+        _tell_agent(result, stdout, _agent_of(fields))
     return "ok"
 
 
@@ -61,11 +76,35 @@ def context_line(result: Mapping[str, Any]) -> str:
             "them.")
 
 
-def _tell_agent(result: Mapping[str, Any], stdout: int) -> None:
+def context_output(result: Mapping[str, Any], agent: str) -> str | None:
+    """What the hook prints for ``agent`` on a session's start (``CONTEXT_SHAPES``), or None."""
     import json
 
-    text = json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart",
-                                              "additionalContext": context_line(result)}})
+    shape = CONTEXT_SHAPES.get(agent, "claude")
+    line = context_line(result)
+    if shape == "copilot":
+        return json.dumps({"additionalContext": line})
+    if shape == "cursor":
+        return json.dumps({"additional_context": line})
+    if shape == "text":
+        return line
+    if shape == "claude":
+        return json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart",
+                                                  "additionalContext": line}})
+    return None
+
+
+def _agent_of(fields: Mapping[str, Any]) -> str:
+    # The hook names a zero-setup run `<agent>-<session>` (snapshotd_client.hook.snapshot_fields),
+    # and agent names hold no "-": the part before the first one is the agent.
+    run_id = fields["fallback"].get("run_id")
+    return run_id.split("-", 1)[0] if isinstance(run_id, str) else ""
+
+
+def _tell_agent(result: Mapping[str, Any], stdout: int, agent: str) -> None:
+    text = context_output(result, agent)
+    if text is None:
+        return
     try:
         os.write(stdout, text.encode() + b"\n")
     except OSError:  # the agent closed its end: the context is a courtesy, the session is kept

@@ -34,7 +34,7 @@ def _json(relative: str) -> dict:
 def test_copilot_hooks_file() -> None:
     doc = _json("copilot/snapshotd.json")
     assert doc["version"] == 1
-    assert set(doc["hooks"]) == {"postToolUse", "postToolUseFailure"}
+    assert set(doc["hooks"]) >= {"postToolUse", "postToolUseFailure"}
     for entries in doc["hooks"].values():
         [hook] = entries
         assert hook == {"type": "command", "bash": "snapshot-hook", "timeoutSec": 10}
@@ -42,8 +42,8 @@ def test_copilot_hooks_file() -> None:
 
 def test_qwen_settings() -> None:
     hooks = _json("qwen/settings.json")["hooks"]
-    assert set(hooks) == {"PostToolUse", "PostToolUseFailure"}
-    for entries in hooks.values():
+    assert set(hooks) >= {"PostToolUse", "PostToolUseFailure"}
+    for entries in (hooks["PostToolUse"], hooks["PostToolUseFailure"]):
         [entry] = entries
         matcher = re.compile(entry["matcher"])
         for tool in ("write_file", "edit", "run_shell_command", "mcp__fs__write"):
@@ -59,10 +59,10 @@ def test_qwen_settings() -> None:
 def test_cursor_goose_and_kiro_configs() -> None:
     cursor = _json("cursor/hooks.json")
     assert cursor["version"] == 1
-    assert cursor["hooks"] == {"postToolUse": [{"command": "snapshot-hook"}],
-                               "afterFileEdit": [{"command": "snapshot-hook"}]}
+    assert cursor["hooks"].items() >= {"postToolUse": [{"command": "snapshot-hook"}],
+                                       "afterFileEdit": [{"command": "snapshot-hook"}]}.items()
     goose = _json("goose/hooks/hooks.json")["hooks"]
-    assert set(goose) == {"PostToolUse", "AfterFileEdit"}
+    assert set(goose) >= {"PostToolUse", "AfterFileEdit"}
     assert re.compile(goose["PostToolUse"][0]["matcher"]).fullmatch("developer__text_editor")
     for entries in goose.values():
         [hook] = entries[0]["hooks"]

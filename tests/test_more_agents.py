@@ -138,7 +138,15 @@ def test_odd_fields_do_not_raise() -> None:
                     {"conversation_id": 1, "workspace_roots": [], "hook_event_name": "postToolUse",
                      "tool_input": "{\"a\": 1}"},
                     {"event": "AfterFileEdit", "session_id": "s"},
-                    {"hook_event_name": "postToolUse"}):
+                    {"hook_event_name": "postToolUse"},
+                    # Lifecycle event names of a type no agent sends (unhashable ones too).
+                    {"snapshotd_plugin": "opencode", "event": ["session.idle"]},
+                    {"snapshotd_plugin": "amp", "hook": {"session.start": 1}},
+                    {"conversation_id": "c", "workspace_roots": ["/p"],
+                     "hook_event_name": ["stop"]},
+                    {"hookName": ["TaskStart"], "taskId": "t"},
+                    {"event": {"SessionStart": 1}, "session_id": "s"},
+                    {"sessionId": "s", "stopReason": None, "prompt": 3}):
         fields = snapshot_fields(normalize(payload), {})
         assert fields["fallback"]["run_id"].startswith(f"{detect(payload)}-")
 
