@@ -17,8 +17,11 @@ Promises:
   nested cache has a ``Workspace`` of its own).
 - No ``.git`` and no gitlink ever enters a tree; nothing is written into a nested repository
   (its index and objects are only read, to seed its cache).
-- A nested repository that is gone or no longer holds its ``.git`` is not guessed at:
-  ``intact`` says so, and the fast path declines to a full scan.
+- The worktree's full scan scans every nested repository in full (stat-cached); its fast path
+  hands each nested repository only the paths reported inside it (that cache's own fast path,
+  which may decline to its own full scan). A nested repository that is gone or no longer
+  holds its ``.git`` is not guessed at: ``intact`` says so, and the fast path declines to a
+  full scan.
 """
 
 from __future__ import annotations
@@ -57,6 +60,8 @@ class NestedCache(Protocol):
 
     def capture(self) -> Capture: ...
 
+    def capture_changed(self, paths: Iterable[str]) -> Capture | None: ...
+
     def persist(self) -> None: ...
 
     def drop_cache(self) -> None: ...
@@ -92,17 +97,23 @@ class Workspace:
         result.paths[:] = [p for p in result.paths if p not in found]
         for rel in [r for r in self.caches if r not in found]:
             self.forget(rel)
-        self.capture(found, result)
+        self.capture({rel: set() for rel in found}, result)
 
-    def capture(self, rels: Iterable[str], result: Capture) -> None:
-        """Capture the nested repositories ``rels`` (worktree-relative directories) with their
-        own caches, adding what each found to ``result`` under its path."""
-        for rel in sorted(set(rels)):
+    def capture(self, changed: dict[str, set[str]], result: Capture) -> None:
+        """Capture the nested repositories named in ``changed`` (worktree-relative directory ->
+        the paths a watcher reported in it, relative to it; empty: not known, scan it) with
+        their own caches, adding what each found to ``result`` under its path. A known cache
+        given paths takes its own fast path, and scans when that declines."""
+        for rel in sorted(changed):
             cache = self.caches.get(rel)
+            paths = changed[rel]
             if cache is None:
                 cache = self._open(rel)
+                paths = set()
             try:
-                found = cache.capture()
+                found = cache.capture_changed(paths) if paths else None
+                if found is None:
+                    found = cache.capture()
             except StoreError as exc:
                 if exc.code not in _GONE:
                     raise

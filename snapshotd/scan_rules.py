@@ -7,7 +7,7 @@ fast path) applies before it hashes a file, so the three agree:
   FIFO would block the reading thread forever) and is listed as skipped, reason ``special``;
 - a path inside a nested repository (a directory below the root holding its own ``.git``, none
   of whose files the worktree's own cache holds) is not the worktree's cache's to capture: the
-  repository's directory is named (``NestedRepos.found``, or listed as skipped with reason
+  repository's directory is named (``NestedRepos.found`` / ``NestedRepos.note``, or listed as skipped with reason
   ``nested-repository`` by a scan) and captured whole by a cache of its own
   (``nested_repos``);
 - a path libgit2 could not open because of its permissions is named (``unreadable_path``);
@@ -65,8 +65,9 @@ class NestedRepos:
         self.root = root
         self.tracked = tracked
         self._known: dict[str, bool] = {}
-        # Nested repositories the capture met, for their own caches to capture.
-        self.found: set[str] = set()
+        # Nested repositories the capture met -> the paths reported inside each (relative to
+        # it; empty: scan it whole), for their own caches to capture.
+        self.found: dict[str, set[str]] = {}
 
     def owner(self, rel: str) -> str | None:
         """The nested repository directory holding ``rel`` (``rel`` itself when it is one), or
@@ -77,6 +78,15 @@ class NestedRepos:
             if self.is_repo(directory):
                 return directory
         return None
+
+    def note(self, owner: str, rel: str) -> None:
+        """Remember that ``rel`` changed inside nested repository ``owner``; ``rel`` being
+        ``owner`` itself (the directory came, or a crawl met it) has it scanned whole."""
+        paths = self.found.setdefault(owner, set())
+        if rel == owner:
+            paths.add("")
+        else:
+            paths.add(rel[len(owner) + 1:])
 
     def is_repo(self, directory: str) -> bool:
         """Whether ``directory`` is a nested repository (captured by a cache of its own)."""

@@ -165,13 +165,14 @@ class WorktreeIndex:
                     continue
                 owner = nested.owner(rel)
                 if owner is not None:
-                    # Its own cache re-scans it (stat-cached), unless our rules ignore it.
+                    # Its own cache captures it, unless our rules ignore it.
                     if not repo.path_is_ignored(owner + "/"):
-                        nested.found.add(owner)
+                        nested.note(owner, rel)
                     continue
                 structural |= self._changed_path(index, repo, rel, result, touched, files,
                                                  nested)
-            self.workspace.capture(nested.found, result)
+            self.workspace.capture({owner: set() if "" in paths else paths
+                                    for owner, paths in nested.found.items()}, result)
         except StoreError:
             self._racy |= set(touched)  # partly updated: re-hash what was hashed, next time
             raise
@@ -259,7 +260,7 @@ class WorktreeIndex:
                     if repo.path_is_ignored(child + "/"):
                         continue
                     if nested.is_repo(child):
-                        nested.found.add(child)
+                        nested.note(child, child)
                         continue
                     stack.append(child)
                     continue

@@ -200,6 +200,14 @@ def test_a_workspace_of_repositories_is_captured_restored_and_never_written(
             cp1 = c.snapshot(str(top), **RUN, tool_use_id="t1")
             assert_holds(sd_env, cp1["commit"],
                          {p: d for p, d in second.items() if p not in IGNORED_AFTER})
+            diff = c.diff(**RUN, seq=cp0["seq"], to_seq=cp1["seq"])
+            assert {(f["status"], f["path"]) for f in diff["files"]} >= {
+                ("M", "alpha/vendor/inner/lib.txt"), ("A", "alpha/vendor/inner/new.txt"),
+                ("D", "alpha/vendor/inner/app.log"), ("M", "beta/libs/sub/lib.c"),
+                ("A", "alpha/vendor/inner/deep/more/d.txt"), ("D", "beta/README")}
+            assert not [f for f in diff["files"] if ".git" in f["path"].split("/")
+                        or f["path"] in IGNORED_AFTER]
+            assert c.diff(**RUN, seq=cp1["seq"], worktree=True)["files"] == []
             restored = c.restore(**RUN, seq=cp0["seq"], force=True)
             assert restored["applied"], restored
             cp2 = c.snapshot(str(top), **RUN, tool_use_id="t2")
