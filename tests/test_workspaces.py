@@ -227,17 +227,24 @@ def test_a_write_inside_a_nested_repository_takes_the_fast_path(sd_env: Env,
                                                                 tmp_path: Path) -> None:
     top = tmp_path / "ws"
     build_workspace(top, tmp_path / "origin", top_is_repo=False)
+    # The user's global excludes and the daemon's exclude list apply in nested repositories.
+    write(sd_env.root / "config" / "git" / "ignore", "*.swp\n")
+    for rel in ("gamma/g.swp", "alpha/vendor/inner/deep/d.swp", "beta/libs/sub/s.daemon-skip"):
+        write(top / rel, "excluded\n")
     gits = git_dirs_digest(top)
-    d = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
+    d = Daemon(sd_env, extra_env=dict(QUIET_WATCHER, SNAPSHOTD_EXCLUDES="*.daemon-skip")).start()
     try:
         with d.client() as c:
             c.attempt_begin("ws", "n", str(top))
-            c.snapshot(str(top), **RUN, tool_use_id="base")
+            base = c.snapshot(str(top), **RUN, tool_use_id="base")
+            assert not [p for p in checkpoint(sd_env, base["commit"])
+                        if p.endswith((".swp", ".daemon-skip"))]
             write(top / "top.txt", "warm\n")
             assert c.snapshot(str(top), **RUN, tool_use_id="warm")["scan"] == "fast"
             write(top / "alpha" / "vendor" / "inner" / "deep" / "fast.txt", "fast\n")
             write(top / "beta" / "libs" / "sub" / "lib.c", "int fast;\n")
             write(top / "beta" / "libs" / "sub" / "fast.o", "ignored by the submodule\n")
+            write(top / "gamma" / "fast.swp", "ignored by the global excludes\n")
             write(top / "gamma" / "new" / "dir" / "f.js", "a new directory in gamma\n")
             # A repository made while the watcher runs is captured too.
             late = make_git_worktree(top / "late")
@@ -249,7 +256,7 @@ def test_a_write_inside_a_nested_repository_takes_the_fast_path(sd_env: Env,
     held = checkpoint(sd_env, fast["commit"])
     assert held["alpha/vendor/inner/deep/fast.txt"][1] == blob_id(b"fast\n")
     assert held["beta/libs/sub/lib.c"][1] == blob_id(b"int fast;\n")
-    assert "beta/libs/sub/fast.o" not in held
+    assert "beta/libs/sub/fast.o" not in held and "gamma/fast.swp" not in held
     assert "gamma/new/dir/f.js" in held and "late/late.txt" in held
     # A fresh daemon's full scan agrees with the fast path.
     d.start()
