@@ -176,7 +176,14 @@ class Workspace:
         self.matchers = tuple(m for m in self.matchers if m[0] != rel)
         if cache is not None:
             cache.drop_cache()
-            shutil.rmtree(cache.gitdir, ignore_errors=True)
+            try:
+                shutil.rmtree(cache.gitdir)
+            except FileNotFoundError:
+                pass  # never written: the repository went before its first capture ended
+            except OSError as exc:
+                # Only disk space: a cache found again later is checked entry by entry.
+                log.warning("could not remove the stat cache %s of a nested repository no "
+                            "longer found: %s", cache.gitdir, exc)
 
     def _open(self, rel: str) -> NestedCache:
         root = self.root / rel
