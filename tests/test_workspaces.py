@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import QUIET_WATCHER, Daemon, Env, git, make_git_worktree
+from helpers import wait_for
 from snapshotd.ignore_rules import read_rules
 
 RUN = {"run_id": "ws", "node_id": "n"}
@@ -328,3 +329,31 @@ def test_a_nested_repository_removed_or_turned_into_a_directory_is_rescanned(
     assert "alpha/src/main.py" in held and "alpha/vendor/inner/lib.txt" in held
     assert "alpha/vendor/inner/app.log" in held and "alpha/vendor/inner/x.cache" not in held
     assert "alpha/vendor/inner/deep/deep.txt" in held
+
+
+def test_the_watcher_filters_a_nested_repositorys_events_by_its_own_rules(
+        sd_env: Env, tmp_path: Path) -> None:
+    """A file the worktree's ``*.tmp`` would ignore, written inside ``alpha`` (whose rules do
+    not), arms a settle capture that holds it."""
+    top = tmp_path / "ws"
+    build_workspace(top, tmp_path / "origin", top_is_repo=False)
+    d = Daemon(sd_env, extra_env={"SNAPSHOTD_SETTLE_MS": "100",
+                                  "SNAPSHOTD_MAX_WAIT_MS": "300"}).start()
+    try:
+        with d.client() as c:
+            c.attempt_begin("ws", "n", str(top))
+            c.snapshot(str(top), **RUN, tool_use_id="base")
+            write(top / "alpha" / "fresh.tmp", "alpha's, captured\n")
+
+            def holding() -> dict | None:
+                for cp in c.list("ws")["checkpoints"]:
+                    if "alpha/fresh.tmp" in checkpoint(sd_env, cp["commit"]):
+                        return cp
+                return None
+
+            cp = wait_for(holding, timeout=20, every=0.1,
+                          what="a settle capture holding alpha/fresh.tmp")
+    finally:
+        d.stop()
+    assert checkpoint(sd_env, cp["commit"])["alpha/fresh.tmp"][1] == \
+        blob_id(b"alpha's, captured\n")
