@@ -6,9 +6,10 @@ cache's index is brought up to date by ``git add -A`` run into the cache's git d
 the store's objects and the cache's ignore rules, as the cold prime does), and the change is
 read back entry by entry.
 
-Promises: the result holds what ``git add -A`` stages, minus what a libgit2 capture never takes
+Promises: the result holds what ``git add -A`` stages, minus what the stat cache never holds
 (nested repositories, added by git as gitlinks; files over the size limit): those are dropped
-and listed, as the libgit2 scan lists them. A write the store's disk refused raises
+and listed, as the libgit2 scan lists them (a nested repository listed so is then captured
+whole by a cache of its own, see ``nested_repos``). A write the store's disk refused raises
 ``StoreError`` (``store-write-failed``); a file git could not read is listed ``unreadable``.
 """
 
@@ -70,7 +71,7 @@ def git_add_scan(index: pygit2.Index, root: Path, gitdir: Path, max_file_bytes: 
 def _collect(index: pygit2.Index, before: dict, out: DeepScan, root: Path,
              max_file_bytes: int) -> None:
     """Fill ``out`` with the entries that changed from ``before``; drop the ones a capture
-    never takes (a new gitlink: a nested repository; a file over ``max_file_bytes``)."""
+    never holds (a new gitlink: a nested repository; a file over ``max_file_bytes``)."""
     after = {entry.path: (entry.id, entry.mode) for entry in index}
     for path, (oid, mode) in after.items():
         old = before.get(path)

@@ -5,7 +5,8 @@ Owns the daemon's default excludes for plain directories and the exclude file an
 ``core.excludesFile`` for that worktree alone).
 
 Promises: the exclude list is the user's global excludes file, the worktree repository's
-``info/exclude``, the daemon's configured excludes, and, in a plain directory (no ``.git``),
+``info/exclude`` (for a nested repository or a submodule, the one of the git dir its ``.git``
+points at; each read only if safe, see ``read_rules``), the daemon's configured excludes, and, in a plain directory (no ``.git``),
 ``DEFAULT_PLAIN_EXCLUDES``; ``exclude_sources`` changes whenever any of those would (a file's
 mtime, or whether ``.git`` exists), so a cache knows to rewrite it.
 
@@ -18,7 +19,9 @@ override a directory the exclude file names, so the default is left out instead.
 
 from __future__ import annotations
 
+import logging
 import os
+import stat
 import time
 from pathlib import Path
 
@@ -36,6 +39,11 @@ DEFAULT_PLAIN_EXCLUDES = (
     ".pytest_cache/",
     ".DS_Store",
 )
+
+# An exclude file larger than this is not a list of rules anyone wrote by hand.
+MAX_RULES_BYTES = 1 << 20
+
+log = logging.getLogger("snapshotd.store")
 
 _GLOBAL_EXCLUDES: tuple[float, str | None] = (0.0, None)
 
@@ -65,10 +73,9 @@ def write_excludes(gitdir: Path, root: Path, sources: tuple, extra: tuple[str, .
     for path, _mtime in sources[0]:
         if path is None:
             continue
-        try:
-            lines.append(Path(path).read_text(errors="replace"))
-        except OSError:
-            continue
+        text = read_rules(Path(path), root)
+        if text is not None:
+            lines.append(text)
     lines.extend(extra)
     if not (root / ".git").exists():
         reincluded = _reincluded(root / ".gitignore")
@@ -84,6 +91,36 @@ def write_excludes(gitdir: Path, root: Path, sources: tuple, extra: tuple[str, .
         "\tsymlinks = true\n"
     )
     (gitdir / "config.worktree").write_text(config)
+
+
+def read_rules(path: Path, root: Path) -> str | None:
+    """The text of exclude file ``path`` (of worktree ``root``), or None, logged at warning,
+    when it cannot be read safely. A nested repository's ``gitdir:`` file may point anywhere,
+    so the file is read only when it is a regular file (opened without blocking: never a FIFO
+    or a device), at most ``MAX_RULES_BYTES`` long, and owned by this process's user or by
+    the owner of ``root``. A missing file is no rule (None, silently)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        log.warning("cannot read the exclude file %s (its rules do not apply): %s", path, exc)
+        return None
+    try:
+        st = os.fstat(fd)
+        owners = {os.getuid(), os.stat(root).st_uid}
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_RULES_BYTES \
+                or st.st_uid not in owners:
+            log.warning("exclude file %s is not a regular file of at most %d bytes owned by "
+                        "uid %s (its rules do not apply)", path, MAX_RULES_BYTES,
+                        " or ".join(str(u) for u in sorted(owners)))
+            return None
+        return os.read(fd, MAX_RULES_BYTES + 1)[:MAX_RULES_BYTES].decode(errors="replace")
+    except OSError as exc:
+        log.warning("cannot read the exclude file %s (its rules do not apply): %s", path, exc)
+        return None
+    finally:
+        os.close(fd)
 
 
 def _reincluded(gitignore: Path) -> set[str]:

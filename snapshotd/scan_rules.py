@@ -6,8 +6,10 @@ fast path) applies before it hashes a file, so the three agree:
 - only regular files and symlinks are content: a FIFO, a socket or a device is never opened (a
   FIFO would block the reading thread forever) and is listed as skipped, reason ``special``;
 - a path inside a nested repository (a directory below the root holding its own ``.git``, none
-  of whose files were captured before) is not captured; the repository's directory is listed
-  as skipped, reason ``nested-repository``;
+  of whose files the worktree's own cache holds) is not the worktree's cache's to capture: the
+  repository's directory is named (``NestedRepos.found`` / ``NestedRepos.note``, or listed as skipped with reason
+  ``nested-repository`` by a scan) and captured whole by a cache of its own
+  (``nested_repos``);
 - a path libgit2 could not open because of its permissions is named (``unreadable_path``);
 - a path whose directory cannot be listed is named by that directory (``hidden_by``);
 - whether a file can in fact be read (``source_readable``), which tells a store failure from an
@@ -63,6 +65,9 @@ class NestedRepos:
         self.root = root
         self.tracked = tracked
         self._known: dict[str, bool] = {}
+        # Nested repositories the capture met -> the paths reported inside each (relative to
+        # it; empty: scan it whole), for their own caches to capture.
+        self.found: dict[str, set[str]] = {}
 
     def owner(self, rel: str) -> str | None:
         """The nested repository directory holding ``rel`` (``rel`` itself when it is one), or
@@ -74,8 +79,17 @@ class NestedRepos:
                 return directory
         return None
 
+    def note(self, owner: str, rel: str) -> None:
+        """Remember that ``rel`` changed inside nested repository ``owner``; ``rel`` being
+        ``owner`` itself (the directory came, or a crawl met it) has it scanned whole."""
+        paths = self.found.setdefault(owner, set())
+        if rel == owner:
+            paths.add("")
+        else:
+            paths.add(rel[len(owner) + 1:])
+
     def is_repo(self, directory: str) -> bool:
-        """Whether ``directory`` is a nested repository (not captured, listed)."""
+        """Whether ``directory`` is a nested repository (captured by a cache of its own)."""
         known = self._known.get(directory)
         if known is None:
             known = os.path.lexists(os.path.join(self.root, directory, ".git")) \

@@ -5,6 +5,8 @@ Promises:
 - ``rewrite_tree`` rewrites only the trees on the changed paths (deepest first), so its cost
   follows the change, and learns the change counts on the way; ``remember_changes`` keeps them
   so ``tree_changes`` answers without reading a tree.
+- ``graft_trees`` puts whole trees (a nested repository's capture) at paths of a tree,
+  rewriting only the trees on those paths.
 - ``tree_changes`` reads only subtrees whose ids differ; its counts are those of
   ``git diff --stat`` (a file replaced by a directory is one deletion plus the additions under
   it; a mode change is a modification).
@@ -93,6 +95,15 @@ def rewrite_tree(repo: pygit2.Repository, index: pygit2.Index, base: str,
     return new_root, (counts[0], counts[1], counts[2])
 
 
+def graft_trees(repo: pygit2.Repository, base: str, grafts: dict[str, str]) -> str:
+    """Tree ``base`` with the tree ``grafts[path]`` at each path (directories made on the way
+    as needed; whatever stood at that path is replaced). An empty grafted tree leaves no entry,
+    and a directory left empty by that disappears, as in git."""
+    tree = repo[base].peel(pygit2.Tree)
+    oid = _graft(repo, tree, {path: pygit2.Oid(hex=oid) for path, oid in grafts.items()})
+    return str(oid if oid is not None else repo.TreeBuilder().write())
+
+
 def tree_changes(repo: pygit2.Repository, old: str | None, new: str) -> tuple[int, int, int]:
     """Files (and submodule links) added, modified and deleted from tree ``old`` to ``new``.
     Only subtrees whose ids differ are read, and each is compared as raw entry bytes (set
@@ -165,6 +176,32 @@ def _count_files(repo: pygit2.Repository, tree: pygit2.Oid) -> int:
     """Non-tree entries (files, symlinks, submodule links) under ``tree``, all depths: one
     diff against the empty tree, counted in C."""
     return len(repo[tree].peel(pygit2.Tree).diff_to_tree())
+
+
+def _graft(repo: pygit2.Repository, tree: pygit2.Tree | None,
+           grafts: dict[str, pygit2.Oid]) -> pygit2.Oid | None:
+    """``tree`` (or an empty one) with ``grafts`` applied, written; None when it is empty."""
+    builder = repo.TreeBuilder(tree) if tree is not None else repo.TreeBuilder()
+    below: dict[str, dict[str, pygit2.Oid]] = {}
+    for path, oid in grafts.items():
+        head, _, rest = path.partition("/")
+        if rest:
+            below.setdefault(head, {})[rest] = oid
+            continue
+        if builder.get(head) is not None:
+            builder.remove(head)
+        if len(repo[oid].peel(pygit2.Tree)):
+            builder.insert(head, oid, pygit2.GIT_FILEMODE_TREE)
+    for head, sub in below.items():
+        existing = builder.get(head)
+        subtree = repo[existing.id].peel(pygit2.Tree) \
+            if existing is not None and existing.filemode == pygit2.GIT_FILEMODE_TREE else None
+        new = _graft(repo, subtree, sub)
+        if existing is not None:
+            builder.remove(head)
+        if new is not None:
+            builder.insert(head, new, pygit2.GIT_FILEMODE_TREE)
+    return builder.write() if len(builder) else None
 
 
 def _subtree(repo: pygit2.Repository, root: pygit2.Tree, path: str) -> pygit2.Tree | None:

@@ -10,10 +10,12 @@ Promises:
 - A capture is the worktree's tree as ``git add -A`` would stage it: ``.gitignore`` files
   (nested too), the worktree's own ``info/exclude``, the user's global excludes, the daemon's
   exclude list, and, in a plain directory (no ``.git``), a default list of dependency and
-  cache folders (see ``ignore_rules``). No ``.git`` is ever captured.
+  cache folders (see ``ignore_rules``). No ``.git`` is ever captured, nor any gitlink: each
+  nested repository or submodule is captured whole under its own rules by a cache of its own,
+  its tree grafted in at its path (``nested_repos``).
 - The full scan and the fast path agree on what they leave out, and list it on the capture's
-  ``skipped``: FIFOs, sockets and devices (``special``, never opened), nested repositories,
-  files over the size limit, and paths that cannot be read (``unreadable``: a file or a
+  ``skipped``: FIFOs, sockets and devices (``special``, never opened), files over the size
+  limit, and paths that cannot be read (``unreadable``: a file or a
   directory captured before keeps its last captured content; see ``scan_rules``).
 - Credential files (``secrets.secret_file_kind``) are not captured unless ``secret_files`` is
   ``capture`` for this worktree (``Store.secret_policy``): each is listed as skipped with
@@ -45,6 +47,7 @@ from pygit2.enums import FileMode
 from snapshotd import durable, faults
 from snapshotd.full_scan import Capture, full_scan, remove_entry
 from snapshotd.ignore_rules import exclude_sources, write_excludes
+from snapshotd.nested_repos import Workspace, WorkspaceMatcher
 from snapshotd.scan_rules import NestedRepos, hidden_by, special_entry
 from snapshotd.secrets import scan_changed_file, scan_paths, secret_file_kind, secret_skip
 from snapshotd.seeding import prime_with_git_add, seed_from_repository
@@ -67,11 +70,14 @@ class WorktreeIndex:
     Not thread-safe: the service serializes every call for one worktree.
     """
 
-    def __init__(self, store: Store, wt_id: str, root: Path) -> None:
+    def __init__(self, store: Store, wt_id: str, root: Path, gitdir: Path | None = None) -> None:
         self.store = store
         self.id = wt_id
         self.root = root
-        self.gitdir = store.home / "worktrees" / wt_id
+        self.gitdir = gitdir or store.home / "worktrees" / wt_id
+        # Nested repositories, each captured whole by a cache of its own (``nested_repos``).
+        self.workspace = Workspace(root, self.gitdir, lambda sub, sub_gitdir: WorktreeIndex(
+            store, worktree_id(sub), sub, sub_gitdir))
         self.max_file_bytes = store.max_file_bytes
         self.secret_files, self.secret_scan = store.secret_policy(root)
         self._repo: pygit2.Repository | None = None
@@ -106,6 +112,7 @@ class WorktreeIndex:
             for path in sorted(previous_racy):
                 self.update_path(index, path, result, touched, racy_recheck=True)
             full_scan(self, index, result, touched)
+            self.workspace.capture_found(result)
         except StoreError:
             # The cache is partly updated: whatever was hashed may be racy; re-hash it next time.
             self._racy = previous_racy | set(touched)
@@ -113,7 +120,8 @@ class WorktreeIndex:
         self._racy = {p for p in touched if _is_racy(self.root / p, started_ns)}
         faults.crash_point("after-blobs")
         try:
-            result.tree = str(odb_retry(index.write_tree))
+            assert self._repo is not None
+            result.tree = self.workspace.graft(self._repo, str(odb_retry(index.write_tree)))
         except pygit2.GitError as exc:
             raise StoreError(STORE_WRITE_FAILED, f"could not write the tree: {exc}") from exc
         faults.crash_point("after-tree")
@@ -136,40 +144,47 @@ class WorktreeIndex:
         # is in ``paths``. They stay marked for the next full scan, which has only stats.
         wanted = {p.strip("/") for p in paths}
         wanted.discard("")
-        if any(p == ".gitignore" or p.endswith("/.gitignore") for p in wanted):
-            return None
         if not all(p.isascii() or _utf8(p) for p in wanted):
             return None  # a name that is not UTF-8: only libgit2's own scan handles its bytes
-        if self._exclude_sources != exclude_sources(self.root):
+        if self._exclude_sources != exclude_sources(self.root) or not self.workspace.intact():
             return None
         index = self._index
         repo = self._repo
+        nested = NestedRepos(self.root, lambda d: not self.workspace.known(d)
+                             and _tree_has(repo, self._tree, d))
+        # A nested repository's own ``.gitignore`` is read by its cache's scan, below.
+        if any((p == ".gitignore" or p.endswith("/.gitignore")) and nested.owner(p) is None
+               for p in wanted):
+            return None
         result = Capture(tree="", full_scan=False)
         started_ns = time.time_ns()
         touched: list[str] = []
         files: set[str] = set()  # file entries changed; anything else is structural
         structural = self._tree is None
-        nested = NestedRepos(self.root, lambda d: _tree_has(repo, self._tree, d))
-        listed: set[str] = set()
         try:
             for rel in sorted(wanted):
                 if ".git" in rel.split("/"):
                     continue
                 owner = nested.owner(rel)
                 if owner is not None:
-                    # As the full scan: a nested repository is listed, never captured.
-                    if owner not in listed:
-                        listed.add(owner)
-                        result.skipped.append({"path": owner, "reason": "nested-repository"})
+                    # Its own cache captures it, unless our rules ignore it.
+                    if not repo.path_is_ignored(owner + "/"):
+                        nested.note(owner, rel)
                     continue
                 structural |= self._changed_path(index, repo, rel, result, touched, files,
                                                  nested)
+            self.workspace.capture({owner: set() if "" in paths else paths
+                                    for owner, paths in nested.found.items()}, result)
         except StoreError:
             self._racy |= set(touched)  # partly updated: re-hash what was hashed, next time
             raise
         self._racy |= {p for p in touched if _is_racy(self.root / p, started_ns)}
         faults.crash_point("after-blobs")
-        result.tree = self._write_changed_tree(index, repo, files, structural)
+        try:
+            result.tree = self.workspace.graft(
+                repo, self._write_changed_tree(index, repo, files, structural))
+        except pygit2.GitError as exc:
+            raise StoreError(STORE_WRITE_FAILED, f"could not write the tree: {exc}") from exc
         faults.crash_point("after-tree")
         self._tree = result.tree
         self._dirty = True
@@ -247,7 +262,7 @@ class WorktreeIndex:
                     if repo.path_is_ignored(child + "/"):
                         continue
                     if nested.is_repo(child):
-                        result.skipped.append({"path": child, "reason": "nested-repository"})
+                        nested.note(child, child)
                         continue
                     stack.append(child)
                     continue
@@ -282,6 +297,7 @@ class WorktreeIndex:
 
     def persist(self) -> None:
         """Write the stat cache to disk (a cache, not a record: losing it costs one full hash)."""
+        self.workspace.persist()
         if self._index is not None and self._dirty:
             try:
                 self._index.write()
@@ -291,11 +307,12 @@ class WorktreeIndex:
                 log.warning("could not write the stat cache of %s: %s", self.root, exc)
 
     def cached_tree(self) -> str | None:
-        """The tree the in-memory stat cache describes (None when not loaded)."""
-        if self._index is None:
+        """The tree the in-memory stat cache describes, nested caches' trees grafted (None when
+        not loaded)."""
+        if self._index is None or self._repo is None:
             return None
         try:
-            return str(odb_retry(self._index.write_tree))
+            return self.workspace.cached_tree(self._repo, str(odb_retry(self._index.write_tree)))
         except pygit2.GitError:
             self.drop_cache()
             return None
@@ -305,14 +322,16 @@ class WorktreeIndex:
         self._index = None
         self._repo = None
         self._tree = None
+        self.workspace.drop()
 
-    def ignore_matcher(self) -> pygit2.Repository:
-        """A repository object of its own on this worktree's stat-cache git dir, whose
-        ``path_is_ignored(rel)`` applies the capture's ignore rules; another thread (the watcher)
-        may use it while captures run. Call under the worktree lock (it writes the excludes)."""
+    def ignore_matcher(self) -> WorkspaceMatcher:
+        """An object whose ``path_is_ignored(rel)`` applies the capture's ignore rules (a path
+        inside a nested repository by that repository's rules), on repository objects of its
+        own: another thread (the watcher) may use it while captures run. Call under the
+        worktree lock (it writes the excludes)."""
         self._ensure_gitdir()
         self._refresh_excludes(force=self._repo is None)
-        return pygit2.Repository(str(self.gitdir))
+        return WorkspaceMatcher(pygit2.Repository(str(self.gitdir)), self.workspace)
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -323,8 +342,8 @@ class WorktreeIndex:
         content then stays, and the next full scan holds it out of libgit2's diff)."""
         full = self.root / path
         if path.endswith("/"):
-            # libgit2 reports a nested repository as an untracked directory; its own history
-            # is not ours to copy.
+            # libgit2 reports a nested repository as an untracked directory: listed here, then
+            # captured whole by a cache of its own (``Workspace.capture_found``).
             result.skipped.append({"path": path.rstrip("/"), "reason": "nested-repository"})
             return
         try:
@@ -403,6 +422,10 @@ class WorktreeIndex:
         primed = len(index) == 0
         if primed:
             index = self._prime_cold(index)
+        # A submodule (or a nested repository ``git add`` took) is captured whole, by its own
+        # cache: never as a gitlink.
+        for path in [e.path for e in index if e.mode == FileMode.COMMIT]:
+            index.remove(path)
         self._drop_secret_entries(index)
         if primed:
             self._unscanned = [e.path for e in index]

@@ -1,7 +1,7 @@
-"""A nested repository (a directory with its own ``.git``) is skipped and listed the same way by
-the fast path as by the full scan: files written inside it never slip into a checkpoint. A
-directory captured before it gained a ``.git`` stays captured, by both, as ``git add -A``
-keeps it."""
+"""A nested repository (a directory with its own ``.git``) is captured whole, under its own
+ignore rules, the same way by the fast path as by the full scan. A directory captured before it
+gained a ``.git`` stays an ordinary directory of the worktree, by both, as ``git add -A`` keeps
+it."""
 
 from __future__ import annotations
 
@@ -16,10 +16,11 @@ def nested(reply: dict) -> set[str]:
     return {s["path"] for s in reply["skipped"] if s["reason"] == "nested-repository"}
 
 
-def test_files_in_a_nested_repository_stay_out_through_the_fast_path(
+def test_files_in_a_nested_repository_come_in_through_the_fast_path(
         sd_env: Env, tmp_path: Path) -> None:
     wt = make_git_worktree(tmp_path / "wt")
     (wt / "a.txt").write_text("a\n")
+    (wt / ".gitignore").write_text("*.out\n")
     (wt / "vendor").mkdir()
     (wt / "vendor" / "keep.txt").write_text("captured before the nested repository\n")
     d = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
@@ -32,6 +33,10 @@ def test_files_in_a_nested_repository_stay_out_through_the_fast_path(
             # A new nested repository, and one made inside a directory already watched.
             make_git_worktree(wt / "lib")
             (wt / "lib" / "inner.txt").write_text("inner\n")
+            (wt / "lib" / ".gitignore").write_text("*.tmp\n")
+            (wt / "lib" / "ours.out").write_text("the worktree's *.out is not lib's rule\n")
+            (wt / "lib" / "x.tmp").write_text("ignored by lib's own rule\n")
+            (wt / "x.out").write_text("ignored by the worktree's rule\n")
             git(wt / "vendor", "init", "-q")
             (wt / "vendor" / "new.txt").write_text("written inside the nested repository\n")
             (wt / "vendor" / "keep.txt").write_text("changed inside the nested repository\n")
@@ -42,8 +47,9 @@ def test_files_in_a_nested_repository_stay_out_through_the_fast_path(
         d.stop()
     store = ["--git-dir", str(sd_env.home / "store.git")]
     files = set(git(wt, *store, "ls-tree", "-r", "--name-only", fast["commit"]).split())
-    assert "lib/inner.txt" not in files, files
-    assert "lib" in nested(fast), fast["skipped"]
+    assert {"lib/inner.txt", "lib/ours.out", "lib/.gitignore"} <= files, files
+    assert not {"lib/x.tmp", "x.out"} & files and not [p for p in files if ".git/" in p]
+    assert not nested(fast), fast["skipped"]
     # A directory captured before it became a repository stays an ordinary directory (as
     # libgit2's scan and ``git add -A`` keep it): its files are captured.
     assert {"vendor/new.txt", "vendor/keep.txt"} <= files and "vendor" not in nested(fast)
@@ -56,4 +62,4 @@ def test_files_in_a_nested_repository_stay_out_through_the_fast_path(
         d.stop()
     assert scanned["scan"] == "full"
     assert scanned["tree"] == fast["tree"], (scanned["skipped"], fast["skipped"])
-    assert "lib" in nested(scanned)
+    assert not nested(scanned)
