@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -152,6 +153,10 @@ class Store:
             if index is not None:
                 index.drop_cache()
             (self.home / "worktrees" / wt_id / "index").unlink(missing_ok=True)
+            # The nested repositories' caches vouch for blobs too (``nested_repos``).
+            nested = self.home / "worktrees" / wt_id / "nested"
+            if nested.exists():
+                shutil.rmtree(nested)
             try:
                 self.repo.references.delete(CACHE_REF_PREFIX + wt_id)
             except KeyError:
