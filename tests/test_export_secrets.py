@@ -3,7 +3,8 @@
 A real git worktree, a real daemon: one tool call writes ``conf/keys.txt`` holding a made-up
 OpenAI key (its checkpoint is marked), later calls change other files. Exporting a range whose
 trees hold that file (even a range after the marked checkpoint: the unchanged file is still in
-every later tree) is refused with ``secret-held`` through the CLI and the daemon op, in branch
+every later tree) is refused with ``secret-held`` through the CLI (daemon and no daemon), the
+daemon op and the MCP twin, in branch
 and patches modes, naming ``path:line kind`` and never the key, with the repository's refs and
 objects unchanged and no patch written. ``--allow-secrets`` exports and says so; a release by
 commit or by path (``snapshotd push --release``/``--release-path``, the file replication reads)
@@ -20,6 +21,8 @@ from pathlib import Path
 import pytest
 
 from conftest import Daemon, Env, git, make_git_worktree
+from snapshotd.errors import ServiceError
+from snapshotd.mcp_ops import Operations
 from snapshotd_client.client import SnapshotdError
 
 KEY = "sk-proj-Qm3xT8vR2kLp9Wz4Yb7Nc1Hd6Fg0Js5A"
@@ -87,6 +90,14 @@ def test_an_export_holding_a_key_is_refused_before_anything_is_written(
     with daemon.client() as c, pytest.raises(SnapshotdError) as refused:
         c.request("export", run_id=RUN, node_id="n", branch="agent")
     assert refused.value.code == "secret-held" and KEY not in refused.value.message
+    ops = Operations(home=sd_env.home, socket=sd_env.socket)
+    with pytest.raises(ServiceError) as via_mcp:
+        ops.export_checkpoints(run_id=RUN, node_id="n", branch="agent")
+    assert via_mcp.value.code == "secret-held"
+    daemon.stop()  # the CLI on the home directly: refused the same way
+    assert_refused(export(sd_env, "--branch", "agent"))
+    assert_refused(export(sd_env, "--patches", str(series)))
+    assert not series.exists()
     assert repo_state(wt) == before
 
 
