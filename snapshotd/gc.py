@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from snapshotd import errors
+from snapshotd import errors, faults
 from snapshotd.config import Config, parse_duration, parse_size
 from snapshotd.errors import ServiceError
 from snapshotd.journal import read_journal, write_journal
@@ -186,6 +186,7 @@ def prune_attempt(service: Service, plan: AttemptPlan) -> None:
                    "reason": plan.reasons.get(next(iter(dropping))) if dropping else "policy",
                    "final_commit": new_final, "at": time.time()}
         _write_journal(service, journal)
+        faults.crash_point("gc-after-journal")
         _complete(service, journal)
         _journal_path(service).unlink(missing_ok=True)
 
@@ -416,6 +417,7 @@ def _complete(service: Service, journal: dict) -> None:
     remap = {int(k): (v[0], v[1]) for k, v in journal["remap"].items()}
     service.ledger.apply_prune(attempt, [int(s) for s in journal["pruned"]], remap,
                                journal.get("reason") or "gc", journal.get("final_commit"))
+    faults.crash_point("gc-after-ledger")
     if journal.get("new_tip"):
         service.store.set_attempt_ref(key, journal["new_tip"])
 
