@@ -58,13 +58,15 @@ NO_REMOTE = "no-remote"
 PUSH_FAILED = "push-failed"
 FETCH_FAILED = "fetch-failed"
 VERIFY_FAILED = "verify-failed"
+# An export would write a file holding a secret no one released (docs/secrets.md).
+SECRET_HELD = "secret-held"
 INTERNAL = "internal"
 
 ERROR_CODES = frozenset({
     BAD_FRAME, FRAME_TOO_LARGE, BAD_REQUEST, BAD_ID, UNKNOWN_OP, UNSUPPORTED_VERSION, FORBIDDEN,
     FENCED, WORKTREE_REFUSED, WORKTREE_MISSING, WORKTREE_REPLACED, NOT_FOUND, CONFLICT,
     CAPTURE_FAILED, RESTORE_FAILED, BUSY, SHUTTING_DOWN, NO_REMOTE, PUSH_FAILED, FETCH_FAILED,
-    VERIFY_FAILED, INTERNAL,
+    VERIFY_FAILED, SECRET_HELD, INTERNAL,
 })
 
 # Codes the client side produces itself; they are also gap reasons written by the hook/wrap.

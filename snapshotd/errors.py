@@ -32,6 +32,7 @@ from snapshotd_client.protocol import (  # noqa: F401  (the vocabulary, re-expor
     NOT_FOUND,
     PUSH_FAILED,
     RESTORE_FAILED,
+    SECRET_HELD,
     SHUTTING_DOWN,
     UNKNOWN_OP,
     UNSUPPORTED_VERSION,

@@ -20,12 +20,19 @@ Promises:
 - ``patches``: a ``git am``-able series (``git format-patch`` output) in a new or empty
   directory, made in a scratch repository that borrows the user's objects read-only; works for
   any worktree (outside a repository the series starts from the empty tree).
+- Nothing carries a secret off unnoticed: when a tree the export would write holds a file
+  whose content a checkpoint of the attempt was marked for (``Snapshotd-Secrets``) and that
+  the release file (``snapshotd.withhold``) does not release, the export is refused
+  (``secret-held``) before anything is written, naming each finding as path:line kind (never
+  the value). ``allow_secrets`` exports anyway and lists them in ``secrets``. A file the base
+  commit already holds byte for byte is not counted: the export carries it nowhere new.
 - Trees are exported as the checkpoints hold them: files the user's repository ignores but the
   capture kept, or tracked files the capture skipped (``max_file_bytes``), are not reconciled.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import tempfile
@@ -40,14 +47,18 @@ from snapshotd.checkpoints import find_checkpoint, format_seqs, selection
 from snapshotd.errors import ServiceError, abs_path_field, bool_field, opt_int_field
 from snapshotd.store import SIGNATURE_EMAIL, SIGNATURE_NAME, parse_trailers
 from snapshotd.user_repo import objects_dir, open_user_repo
+from snapshotd.withhold import blob_at, chain_findings
 
 if TYPE_CHECKING:
     from snapshotd.config import Config
     from snapshotd.server import Server
     from snapshotd.service import Service
 
+log = logging.getLogger("snapshotd.export")
+
 EXPORT_TIMEOUT_S = 900.0
 FORMAT_PATCH_TIMEOUT_S = 600.0
+MAX_FINDINGS_NAMED = 20
 _GITLINK = 0o160000
 
 
@@ -75,14 +86,16 @@ def export_fields(service: Service, fields: dict) -> dict:
         from_seq=opt_int_field(fields, "from_seq", 0), to_seq=fields.get("to_seq"),
         iteration=fields.get("iteration"), attempt=fields.get("attempt"), branch=branch,
         squash=bool_field(fields, "squash"), repo=abs_path_field(fields, "repo"),
-        patches=abs_path_field(fields, "patches"))
+        patches=abs_path_field(fields, "patches"),
+        allow_secrets=bool_field(fields, "allow_secrets"))
 
 
 def export_checkpoints(service: Service, *, run_id: object, node_id: object,
                        from_seq: int | None = None, to_seq: object = None,
                        iteration: object = None, attempt: object = None,
                        branch: str | None = None, squash: bool = False,
-                       repo: Path | None = None, patches: Path | None = None) -> dict:
+                       repo: Path | None = None, patches: Path | None = None,
+                       allow_secrets: bool = False) -> dict:
     """Export checkpoints (``from_seq``, ``to_seq``] as ``branch`` or into ``patches``."""
     started = time.perf_counter()
     if (branch is None) == (patches is None):
@@ -103,6 +116,7 @@ def export_checkpoints(service: Service, *, run_id: object, node_id: object,
                                "pass --repo DIR, or write patches with --patches DIR")
         ref = _check_branch(user, branch)
         base, out["base_source"] = _base(store, tip["commit"], user)
+        out.update(_secrets_check(service, store, tip, rows, squash, base, user, allow_secrets))
         commits, skipped = _write_commits(store, user, rows, base, squash)
         if not commits:
             raise ServiceError(errors.NOT_FOUND, "nothing to export: every checkpoint in the "
@@ -115,6 +129,7 @@ def export_checkpoints(service: Service, *, run_id: object, node_id: object,
     else:
         assert patches is not None
         base, out["base_source"] = _base(store, tip["commit"], user)
+        out.update(_secrets_check(service, store, tip, rows, squash, base, user, allow_secrets))
         commits, skipped, files = _write_patches(store, user, rows, base, squash, patches)
         out.update(patches=str(patches), files=files)
     out.update(base=base, commits=commits, skipped=skipped,
@@ -142,6 +157,53 @@ def _rows(service: Service, tip: dict, from_seq: int | None) -> list[dict]:
     if not rows:
         raise ServiceError(errors.NOT_FOUND, f"no kept checkpoint in ({from_seq}, {tip['seq']}]")
     return rows
+
+
+def _secrets_check(service: Service, store: pygit2.Repository, tip: dict, rows: list[dict],
+                   squash: bool, base: str | None, user: pygit2.Repository | None,
+                   allow: bool) -> dict:
+    """The reply's ``secrets`` (the unreleased findings the export would write); refused with
+    ``secret-held`` unless ``allow``. Runs before anything is written."""
+    found = _carried_findings(service, store, tip, [rows[-1]] if squash else rows, base, user)
+    if found and not allow:
+        named = "; ".join(f"seq {f['seq']} {f['path']}:{f['line']} {f['kind']} "
+                          f"(commit {f['commit']})" for f in found[:MAX_FINDINGS_NAMED])
+        more = (f"; and {len(found) - MAX_FINDINGS_NAMED} more"
+                if len(found) > MAX_FINDINGS_NAMED else "")
+        raise ServiceError(errors.SECRET_HELD, (
+            f"not exported: {len(found)} unreleased secret finding(s) in what it would write: "
+            f"{named}{more}. Review them; then release each with `snapshotd push --release "
+            "COMMIT` or `--release-path PATH` (the release file replication reads), take the "
+            "file out with `snapshotd purge`, or export anyway with --allow-secrets"))
+    if found:
+        log.warning("exported %d unreleased secret finding(s) of %s/%s (--allow-secrets): %s",
+                    len(found), tip["run_id"], tip["node_id"],
+                    ", ".join(f"{f['path']}:{f['line']} {f['kind']}" for f in found))
+    return {"secrets": found, "allowed_secrets": bool(found)}
+
+
+def _carried_findings(service: Service, store: pygit2.Repository, tip: dict,
+                      chosen: list[dict], base: str | None, user: pygit2.Repository | None
+                      ) -> list[dict]:
+    """The attempt's unreleased findings whose file, byte for byte, is in a tree the export
+    writes and not in the base's tree. A finding made before the range counts too: an
+    unchanged file keeps its token in every later checkpoint, though only the checkpoint that
+    changed it was scanned and marked."""
+    findings = chain_findings(store, tip["commit"], service.home)
+    if not findings:
+        return []
+    trees = [store[r["commit"]].peel(pygit2.Commit).tree for r in chosen]
+    base_tree = user[base].peel(pygit2.Commit).tree if base and user is not None else None
+    carried = []
+    for f in findings:
+        blob = f.pop("blob")
+        # A mark naming no file of its tree (an unreadable trailer) cannot be matched: held.
+        if blob is not None and (not any(blob_at(t, f["path"]) == blob for t in trees)
+                                 or (base_tree is not None
+                                     and blob_at(base_tree, f["path"]) == blob)):
+            continue
+        carried.append(f)
+    return carried
 
 
 def _open(path: Path) -> pygit2.Repository | None:

@@ -6,7 +6,8 @@ Owns ``SNAPSHOTD_CRASH_AT``, ``SNAPSHOTD_DELAY_AT`` and ``SNAPSHOTD_FAULT_FILE``
   time (default the first) execution reaches ``crash_point(<point>)``. Points of a capture:
   ``after-blobs``, ``after-tree``, ``after-commit``, ``after-ref``, ``after-row``,
   ``before-reply``; of a restore: ``restore-mid``; of a purge: ``purge-after-commits``,
-  ``purge-after-journal``, ``purge-after-ledger``.
+  ``purge-after-journal``, ``purge-after-ledger``; of gc's prune: ``gc-after-journal``,
+  ``gc-after-ledger``.
 - ``SNAPSHOTD_DELAY_AT=<point>:<ms>`` (read once at start): ``delay(<point>)`` sleeps that long,
   widening a race window so a test can show it is closed. Points: ``dispatch`` (a watcher batch
   taken off the notifier's queue, not yet dispatched), ``before-row`` (a capture's commit
@@ -30,7 +31,7 @@ import time
 
 CRASH_POINTS = ("after-blobs", "after-tree", "after-commit", "after-ref", "after-row",
                 "before-reply", "restore-mid", "purge-after-commits", "purge-after-journal",
-                "purge-after-ledger")
+                "purge-after-ledger", "gc-after-journal", "gc-after-ledger")
 SEAMS = ("objects", "ledger", "gaps", "watch", "notifier-close")
 CRASH_EXIT_STATUS = 86
 

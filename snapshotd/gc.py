@@ -16,7 +16,10 @@ Promises:
   The chain design is kept because ``git log`` on an attempt ref then shows exactly the kept
   checkpoints, and a rewrite costs one small commit object per kept checkpoint.
 - Crash safety: the new commits are written, then a journal, then the ledger transaction, then
-  the ref; a journal left by a crash is completed at the next start.
+  the ref; a journal left by a crash is completed at the next start (and by any gc before it,
+  ahead of reclaiming), under the attempt's worktree lock like the prune itself. Only ended
+  attempts are pruned, so the watcher's start-up captures never land on a chain being
+  re-pointed (tests/test_gc_recovery_order.py).
 - ``git gc`` never removes an object reachable from an attempt ref (active or not) or a stat
   cache, whatever the prune grace: objects younger than the grace (default 1 hour) are never
   pruned, so a capture in flight keeps its objects; with a shorter grace, captures wait for
@@ -38,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from snapshotd import errors
+from snapshotd import errors, faults
 from snapshotd.config import Config, parse_duration, parse_size
 from snapshotd.errors import ServiceError
 from snapshotd.journal import read_journal, write_journal
@@ -186,6 +189,7 @@ def prune_attempt(service: Service, plan: AttemptPlan) -> None:
                    "reason": plan.reasons.get(next(iter(dropping))) if dropping else "policy",
                    "final_commit": new_final, "at": time.time()}
         _write_journal(service, journal)
+        faults.crash_point("gc-after-journal")
         _complete(service, journal)
         _journal_path(service).unlink(missing_ok=True)
 
@@ -272,7 +276,13 @@ def recover_journal(service: Service) -> bool:
     journal = read_journal(path, "gc", "the prune it recorded is not completed")
     if journal is None:
         return False
-    _complete(service, journal)
+    attempt = service.ledger.get_attempt(AttemptKey(**journal["key"]))
+    # Only ended attempts are pruned and nothing captures those, so the watcher's start-up
+    # captures cannot meet this chain; the worktree lock keeps that true should either change.
+    lock = (service.worktree_lock(Path(attempt.worktree)) if attempt is not None
+            else contextlib.nullcontext())
+    with lock:
+        _complete(service, journal)
     path.unlink(missing_ok=True)
     log.warning("completed an interrupted gc of %s", journal.get("ref"))
     return True
@@ -409,6 +419,8 @@ def _reason(policy: Policy) -> str:
 
 
 def _complete(service: Service, journal: dict) -> None:
+    """Ledger transaction, then the ref: idempotent, so a crash anywhere in it is finished by
+    running it again from the journal."""
     key = AttemptKey(**journal["key"])
     attempt = service.ledger.get_attempt(key)
     if attempt is None:
@@ -416,6 +428,7 @@ def _complete(service: Service, journal: dict) -> None:
     remap = {int(k): (v[0], v[1]) for k, v in journal["remap"].items()}
     service.ledger.apply_prune(attempt, [int(s) for s in journal["pruned"]], remap,
                                journal.get("reason") or "gc", journal.get("final_commit"))
+    faults.crash_point("gc-after-ledger")
     if journal.get("new_tip"):
         service.store.set_attempt_ref(key, journal["new_tip"])
 

@@ -200,7 +200,8 @@ class Operations:
                            repo_dir: str | None = None, from_seq: int | None = None,
                            to_seq: int | None = None, iteration: int | None = None,
                            attempt: int | None = None) -> dict:
-        """``snapshotd export --json``."""
+        """``snapshotd export --json``. Never with ``allow_secrets``: the agent being captured
+        does not decide that a secret leaves the host; a person releases it after review."""
         fields = {"run_id": run_id, "node_id": node_id, "branch": branch, "squash": squash,
                   "repo": _absolute_dir(repo_dir), "patches": _absolute_dir(patches_dir),
                   "from_seq": from_seq, "to_seq": to_seq, "iteration": iteration,

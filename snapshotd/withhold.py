@@ -1,8 +1,9 @@
 """Replication's hold on checkpoints that hold a secret, and their explicit release.
 
 Owns the release file (``<home>/secrets-released.json``: checkpoint commits and worktree paths a
-person released after review), ``release`` (adding to it) and ``Withholder``: for an attempt
-ref about to be pushed, the newest commit that may leave the host.
+person released after review), ``release`` (adding to it), ``Withholder``: for an attempt
+ref about to be pushed, the newest commit that may leave the host, and ``chain_findings``: the
+unreleased findings of an attempt's chain (export refuses what would carry one).
 
 Why by ref and not by commit: pushing a ref pushes its whole history, so once a checkpoint
 holds a token every later checkpoint of the attempt carries it too. The ref is pushed at the
@@ -11,7 +12,8 @@ parent of its oldest held checkpoint (not at all when that is the first), and th
 Promises: a commit whose ``Snapshotd-Secrets`` trailer names a finding that is neither released
 by commit nor by path is never in what ``Withholder.target`` returns, nor behind it; the walk
 down an attempt's chain is done once per new checkpoint (each ref's last answer is kept, and
-dropped when the release file changes).
+dropped when the release file changes); ``chain_findings`` omits exactly what the release file
+releases (by commit or by path), so export and replication agree on what is released.
 """
 
 from __future__ import annotations
@@ -41,6 +43,40 @@ def findings_of(commit: pygit2.Commit) -> list[dict]:
         # A trailer we cannot read still marks the commit: hold it rather than guess.
         return [{"path": "?", "line": 0, "kind": "unreadable-mark"}]
     return found if isinstance(found, list) else []
+
+
+def chain_findings(repo: pygit2.Repository, tip: str, home: Path) -> list[dict]:
+    """Every finding on the first-parent chain ending at ``tip`` that the release file does not
+    release, oldest first: ``{"path", "line", "kind", "seq", "commit", "blob"}`` (``blob``: the
+    file's blob id in that checkpoint, None when its tree has no such path)."""
+    data = _read(home / RELEASES_FILE)
+    commits, paths = set(data["commits"]), set(data["paths"])
+    found: list[dict] = []
+    commit: pygit2.Commit | None = repo[tip].peel(pygit2.Commit)
+    while commit is not None:
+        oid = str(commit.id)
+        if oid not in commits:
+            seq = parse_trailers(commit.message).get("Snapshotd-Seq")
+            for f in reversed(findings_of(commit)):
+                if f.get("path") in paths:
+                    continue
+                found.append({"path": f.get("path"), "line": f.get("line"), "kind": f.get("kind"),
+                              "seq": int(seq) if seq and seq.isdigit() else None, "commit": oid,
+                              "blob": blob_at(commit.tree, f.get("path"))})
+        commit = commit.parents[0] if commit.parents else None
+    found.reverse()
+    return found
+
+
+def blob_at(tree: pygit2.Tree, path: object) -> str | None:
+    """The id of the file at ``path`` in ``tree``, or None when there is none."""
+    if not isinstance(path, str) or not path:
+        return None
+    try:
+        entry = tree[path]
+    except (KeyError, ValueError):
+        return None
+    return str(entry.id) if entry.type_str == "blob" else None
 
 
 def release(home: Path, *, commits: tuple[str, ...] = (), paths: tuple[str, ...] = ()) -> dict:

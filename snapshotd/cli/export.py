@@ -2,7 +2,8 @@
 
 Owns the command line of export: the agent's checkpoints as commits on a new branch of the
 user's repository, or as a ``git am``-able series (``snapshotd.export``). Through the daemon
-when one answers, else directly on the home.
+when one answers, else directly on the home. An export that would write an unreleased secret is
+refused (``secret-held``) unless ``--allow-secrets``, which then says on stderr what went out.
 """
 
 from __future__ import annotations
@@ -31,16 +32,21 @@ def register(group: click.Group) -> None:
               help="The repository to write the branch into (default: the worktree's).")
 @click.option("--patches", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Write a `git am`-able series into this new or empty directory instead.")
+@click.option("--allow-secrets", is_flag=True,
+              help="Export although a file in it holds a secret finding nobody released "
+                   "(default: refuse; release after review with `snapshotd push --release`).")
 @attempt_options
 @op_options
 def export(run_id: str, node_id: str, from_seq: int | None, to_seq: int | None,
            branch: str | None, squash: bool, repo: Path | None, patches: Path | None,
-           iteration: int | None, attempt: int | None, home: Path | None,
+           allow_secrets: bool, iteration: int | None, attempt: int | None, home: Path | None,
            socket_: Path | None, as_json: bool) -> None:
     """Export an attempt's checkpoints as commits on a new branch (one per checkpoint, or one
     with --squash) whose first parent is the commit HEAD pointed at when the attempt began, or
     as patches. Only objects and the new branch are written: never HEAD, the index, the working
-    tree, the config or an existing branch."""
+    tree, the config or an existing branch. Refused, before anything is written, when a file
+    it would write holds a secret finding that was not released (see `snapshotd push
+    --release`), unless --allow-secrets."""
     from snapshotd.export import run_export
 
     if (branch is None) == (patches is None):
@@ -50,8 +56,14 @@ def export(run_id: str, node_id: str, from_seq: int | None, to_seq: int | None,
     fields = {"run_id": run_id, "node_id": node_id, "from_seq": from_seq, "to_seq": to_seq,
               "branch": branch, "squash": squash, "iteration": iteration, "attempt": attempt,
               "repo": str(repo.absolute()) if repo else None,
-              "patches": str(patches.absolute()) if patches else None}
+              "patches": str(patches.absolute()) if patches else None,
+              "allow_secrets": allow_secrets}
     result = call_or_fail(run_export, fields, home=home, socket=socket_)
+    if result.get("secrets"):
+        click.echo(f"exported {len(result['secrets'])} unreleased secret finding(s) "
+                   "(--allow-secrets): " + ", ".join(
+                       f"seq {f['seq']} {f['path']}:{f['line']} {f['kind']}"
+                       for f in result["secrets"]), err=True)
     if as_json:
         print_json(result)
         return
