@@ -171,3 +171,31 @@ def test_unreadable_files_and_directories_are_listed_and_never_dropped(nobody_en
     # The checkpoint row keeps its skipped list (``snapshotd snapshots`` shows it).
     [cp] = [cp for cp in listing["checkpoints"] if cp.get("tool_use_id") == "fast"]
     assert "a.txt" in {s["path"] for s in cp["skipped"] if s["reason"] == "unreadable"}
+
+
+def test_a_never_captured_unreadable_directory_is_listed_by_the_full_scan(
+        nobody_env: Env) -> None:
+    """libgit2's diff does not report a directory it cannot list that holds nothing captured:
+    the full scan still lists it (as the fast path's crawl does), and an ignored one not."""
+    env = nobody_env
+    wt = env.root / "wt"
+    wt.mkdir()
+    (wt / "a.txt").write_text("a\n")
+    (wt / ".gitignore").write_text("cache/\n")
+    for name in ("locked", "cache", "deep/locked"):
+        (wt / name).mkdir(parents=True)
+        (wt / name / "f.txt").write_text("never captured\n")
+    as_nobody(wt)
+    for name in ("locked", "cache", "deep/locked"):
+        os.chmod(wt / name, 0)
+    d = NobodyDaemon(env).start()
+    try:
+        r = d.call("snapshot", str(wt), run_id="unread", node_id="n")
+    finally:
+        d.stop()
+        for name in ("locked", "cache", "deep/locked"):
+            os.chmod(wt / name, 0o755)
+    assert "ok" in r, r
+    assert r["ok"]["scan"] == "full", r
+    assert unreadable(r["ok"]) == {"locked", "deep/locked"}, r["ok"]["skipped"]
+    assert set(tree_paths(env, r["ok"]["commit"])) == {".gitignore", "a.txt"}
