@@ -199,3 +199,40 @@ def test_a_never_captured_unreadable_directory_is_listed_by_the_full_scan(
     assert r["ok"]["scan"] == "full", r
     assert unreadable(r["ok"]) == {"locked", "deep/locked"}, r["ok"]["skipped"]
     assert set(tree_paths(env, r["ok"]["commit"])) == {".gitignore", "a.txt"}
+
+
+def test_a_directory_made_readable_again_is_watched_and_its_new_files_captured(
+        nobody_env: Env) -> None:
+    """A directory that could not be watched when the watch was set up (unreadable after a
+    restart) becomes readable: its chmod is the only event, and files made in it later must
+    still reach the next fast-path checkpoint (they were silently missing from it)."""
+    env = nobody_env
+    wt = env.root / "wt"
+    (wt / "d").mkdir(parents=True)
+    (wt / "d" / "a.txt").write_text("a\n")
+    (wt / "top.txt").write_text("top\n")
+    as_nobody(wt)
+    run = {"run_id": "reread", "node_id": "n"}
+    d = NobodyDaemon(env).start()
+    try:
+        assert "ok" in d.call("attempt_begin", "reread", "n", str(wt))
+        assert "ok" in d.call("snapshot", str(wt), **run)
+        os.chmod(wt / "d", 0)
+        d.stop()
+        d.start()  # the watch is set up again while d cannot be entered
+        first = d.call("snapshot", str(wt), **run, tool_use_id="locked")
+        assert "ok" in first, first
+        os.chmod(wt / "d", 0o755)
+        (wt / "d" / "new").mkdir()
+        (wt / "d" / "new" / "f.txt").write_text("made after the chmod\n")
+        (wt / "d" / "b.txt").write_text("b\n")
+        as_nobody(wt)
+        (wt / "top.txt").write_text("top changed\n")
+        last = d.call("snapshot", str(wt), **run, tool_use_id="readable")
+    finally:
+        d.stop()
+        os.chmod(wt / "d", 0o755)
+    assert "ok" in last, last
+    paths = tree_paths(env, last["ok"]["commit"])
+    assert {"d/a.txt", "d/b.txt", "d/new/f.txt", "top.txt"} <= set(paths), \
+        (last["ok"]["scan"], sorted(paths))
