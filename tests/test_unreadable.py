@@ -236,3 +236,34 @@ def test_a_directory_made_readable_again_is_watched_and_its_new_files_captured(
     paths = tree_paths(env, last["ok"]["commit"])
     assert {"d/a.txt", "d/b.txt", "d/new/f.txt", "top.txt"} <= set(paths), \
         (last["ok"]["scan"], sorted(paths))
+
+
+def test_a_deletion_hidden_by_an_unreadable_directory_is_seen_once_it_is_readable(
+        nobody_env: Env) -> None:
+    """A file deleted just before its directory became unreadable: the capture then keeps it
+    (it cannot tell), but once the directory is readable again the next capture must drop it,
+    though the deletion's own event was spent on the capture that could not see it."""
+    env = nobody_env
+    wt = env.root / "wt"
+    (wt / "d" / "x").mkdir(parents=True)
+    (wt / "d" / "x" / "gone.txt").write_text("deleted while hidden\n")
+    (wt / "top.txt").write_text("top\n")
+    as_nobody(wt)
+    run = {"run_id": "hidden", "node_id": "n"}
+    d = NobodyDaemon(env).start()
+    try:
+        assert "ok" in d.call("attempt_begin", "hidden", "n", str(wt))
+        assert "ok" in d.call("snapshot", str(wt), **run)
+        (wt / "d" / "x" / "gone.txt").unlink()
+        os.chmod(wt / "d", 0)
+        hidden = d.call("snapshot", str(wt), **run, tool_use_id="hidden")
+        os.chmod(wt / "d", 0o755)
+        (wt / "top.txt").write_text("top changed\n")
+        last = d.call("snapshot", str(wt), **run, tool_use_id="readable")
+    finally:
+        d.stop()
+        os.chmod(wt / "d", 0o755)
+    assert "ok" in hidden and "ok" in last, (hidden, last)
+    assert "d/x/gone.txt" in tree_paths(env, hidden["ok"]["commit"])  # kept: it cannot tell
+    paths = tree_paths(env, last["ok"]["commit"])
+    assert "d/x/gone.txt" not in paths, (last["ok"]["scan"], sorted(paths))
