@@ -169,13 +169,29 @@ class Chaos:
                                "--strict", "--no-progress"], capture_output=True,
                               env=self._git_env(), timeout=300)
         if fsck.returncode != 0:
-            self._violation(where, f"git fsck --strict: {fsck.stdout!r} {fsck.stderr!r}")
+            self._violation(where, f"git fsck --strict: {fsck.stdout!r} {fsck.stderr!r}; "
+                                   f"refs that do not reach all their objects: "
+                                   f"{self._broken_refs()}")
         integrity = self.call("integrity", db=str(self.home / "snapshotd.db"))
         if integrity.get("ok") != "ok":
             self._violation(where, f"ledger integrity: {integrity}")
         status = self.request("status")
         if "ok" not in status:
             self._violation(where, f"status did not answer: {status}")
+
+    def _broken_refs(self) -> list[str]:
+        store = [*GIT, "--git-dir", str(self.home / "store.git")]
+        refs = subprocess.run([*store, "for-each-ref", "--format=%(refname) %(objectname)"],
+                              env=self._git_env(), capture_output=True, text=True,
+                              timeout=60).stdout.split("\n")
+        broken = []
+        for line in filter(None, refs):
+            name, oid = line.split(" ", 1)
+            walk = subprocess.run([*store, "rev-list", "--objects", oid], env=self._git_env(),
+                                  capture_output=True, text=True, timeout=120)
+            if walk.returncode != 0:
+                broken.append(f"{name} -> {oid}: {walk.stderr.strip()[-300:]}")
+        return broken
 
     def close(self, keep: bool = False) -> None:
         """Stop the daemon and the worker; remove the world unless ``keep`` (to inspect it)."""
