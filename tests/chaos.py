@@ -211,10 +211,9 @@ class Chaos:
             self.worker.wait(timeout=30)
         for path in self.locked:
             _unlock(self.wt / path)
-        if keep:
-            return
-        shutil.rmtree(self.base, ignore_errors=True)
         shutil.rmtree(self.sockdir, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(self.base, ignore_errors=True)
 
     # -- steps ---------------------------------------------------------------------------------
 
