@@ -25,7 +25,9 @@ Promises (``InotifyNotifier``):
 - Watching fails loudly: a root that cannot be watched, or the watch limit (``ENOSPC``) reached
   at any time, raises ``OSError`` (from the constructor, or from the next ``read``). A
   subdirectory that vanished or cannot be read while being watched is skipped (a stat scan
-  cannot read it either). The fault seam ``watch`` (``SNAPSHOTD_FAULT_FILE``) fails an
+  cannot read it either). A directory whose attributes change (``IN_ATTRIB``: a chmod made it
+  readable again, or unreadable) is watched again if it was not and reported ``ADDED``, so
+  what it holds is crawled: changes made while it could not be read, or watched, are seen. The fault seam ``watch`` (``SNAPSHOTD_FAULT_FILE``) fails an
   ``inotify_add_watch`` the same way.
 - Names that are not UTF-8 come back with surrogate escapes (``os.fsdecode``).
 - Every notifier of the process draws its watches from one budget (``set_max_watches``, the
@@ -310,7 +312,14 @@ class InotifyNotifier:
                     out.append((DELETED, os.fsdecode(path)))
                     if mask & IN_MOVED_FROM:
                         self._unwatch_tree(path)  # its watches would name the old path
-                # A directory's own mode or times are not content: nothing to report.
+                elif mask & IN_ATTRIB and name != b".git":
+                    # Its mode may have changed: what a capture could not see in it while it
+                    # was unreadable (a deletion, say) has had its event already, and one that
+                    # could not be watched gets none of its own. Watch it if it is not, and
+                    # report it whole (a crawl).
+                    if path not in self._wds:
+                        self._watch_tree(path)
+                    out.append((ADDED, os.fsdecode(path)))
                 continue
             if mask & (IN_CREATE | IN_MOVED_TO):
                 out.append((ADDED, os.fsdecode(path)))

@@ -13,7 +13,9 @@ fast path) applies before it hashes a file, so the three agree:
 - a path libgit2 could not open because of its permissions is named (``unreadable_path``);
 - a path whose directory cannot be listed is named by that directory (``hidden_by``);
 - whether a file can in fact be read (``source_readable``), which tells a store failure from an
-  unreadable source when the error alone does not.
+  unreadable source when the error alone does not;
+- what a diff of the worktree never reports (``list_unseen``): a FIFO, socket or device that
+  is not in the cache, and a directory that cannot be listed and was never captured.
 
 Promises: nothing here reads more than one byte of a file, and nothing opens one so that it
 can block (FIFOs are opened non-blocking, never followed through a symlink).
@@ -24,7 +26,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from pathlib import Path
 
 # libgit2 names the file it could not open between single quotes in its message.
@@ -145,3 +147,52 @@ def hidden_by(root: Path, rel: str) -> str | None:
         if not os.access(full, os.R_OK | os.X_OK):
             return directory
     return None
+
+
+def list_unseen(root: Path, ignored: Callable[[str], bool], tracked: Container[str],
+                listed: Container[str], nested: NestedRepos) -> list[dict]:
+    """The ``skipped`` entries libgit2's diff leaves unreported: every FIFO, socket or device
+    not in the cache (``special``) and every directory this process cannot list that holds no
+    cached file (``unreadable``), outside ignored paths and nested repositories. ``tracked``
+    holds the cache's paths, ``listed`` the paths already listed.
+
+    One walk of the tree's directory entries: names and types only (``scandir``'s
+    ``d_type``), a stat only for a special file, an ignore check only for a directory or
+    a special file; never a file opened."""
+    found: list[dict] = []
+    stack = [""]
+    while stack:
+        current = stack.pop()
+        try:
+            entries = list(os.scandir(os.path.join(root, current) if current else root))
+        except PermissionError:
+            if current not in listed:
+                found.append({"path": current, "reason": "unreadable",
+                              "detail": "the directory cannot be listed"})
+            continue
+        except OSError:
+            continue  # gone since its parent was listed
+        if current and any(e.name == ".git" for e in entries) and nested.is_repo(current):
+            continue  # listed by the diff as a nested repository
+        for entry in entries:
+            if entry.name == ".git":
+                continue
+            child = f"{current}/{entry.name}" if current else entry.name
+            if entry.is_dir(follow_symlinks=False):
+                if child not in listed and not ignored(child + "/"):
+                    stack.append(child)
+            elif not entry.is_file(follow_symlinks=False) and not entry.is_symlink():
+                _special_child(entry, child, found, ignored, tracked, listed)
+    return found
+
+
+def _special_child(entry: os.DirEntry, child: str, found: list[dict],
+                   ignored: Callable[[str], bool], tracked: Container[str],
+                   listed: Container[str]) -> None:
+    try:
+        special = special_entry(child, entry.stat(follow_symlinks=False).st_mode)
+    except OSError:
+        return  # gone since the listing, or its directory cannot be searched
+    if special is not None and child not in listed and child not in tracked \
+            and not ignored(child):
+        found.append(special)

@@ -414,6 +414,7 @@ class WorktreeIndex:
             index = self._repo.index
             index.read(False)
             _drop_entries_without_objects(self._repo, index)
+            _check_tree_cache(index)
         except pygit2.GitError:
             # A corrupt cache is rebuilt, never trusted.
             (self.gitdir / "index").unlink(missing_ok=True)
@@ -557,6 +558,20 @@ def _drop_entries_without_objects(repo: pygit2.Repository, index: pygit2.Index) 
     missing = [e.path for e in index if e.mode != FileMode.COMMIT and e.id not in odb]
     for path in missing:
         index.remove(path)
+
+
+def _check_tree_cache(index: pygit2.Index) -> None:
+    """Raise ``GitError`` when the cache's tree cache names a tree the store no longer has.
+
+    A directory changed and changed back has its old tree id again; if gc removed that tree
+    while the cache on disk was stale (a killed daemon), every tree written from it would fail
+    ("invalid object"). Any other failure here is the store's to report at the capture."""
+    try:
+        index.write_tree()
+    except pygit2.GitError as exc:
+        if "invalid object" in str(exc):
+            log.warning("stat cache names a tree the store no longer has (%s): rebuilt", exc)
+            raise
 
 
 def _utf8(path: str) -> bool:

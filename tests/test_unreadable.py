@@ -171,3 +171,99 @@ def test_unreadable_files_and_directories_are_listed_and_never_dropped(nobody_en
     # The checkpoint row keeps its skipped list (``snapshotd snapshots`` shows it).
     [cp] = [cp for cp in listing["checkpoints"] if cp.get("tool_use_id") == "fast"]
     assert "a.txt" in {s["path"] for s in cp["skipped"] if s["reason"] == "unreadable"}
+
+
+def test_a_never_captured_unreadable_directory_is_listed_by_the_full_scan(
+        nobody_env: Env) -> None:
+    """libgit2's diff does not report a directory it cannot list that holds nothing captured:
+    the full scan still lists it (as the fast path's crawl does), and an ignored one not."""
+    env = nobody_env
+    wt = env.root / "wt"
+    wt.mkdir()
+    (wt / "a.txt").write_text("a\n")
+    (wt / ".gitignore").write_text("cache/\n")
+    for name in ("locked", "cache", "deep/locked"):
+        (wt / name).mkdir(parents=True)
+        (wt / name / "f.txt").write_text("never captured\n")
+    as_nobody(wt)
+    for name in ("locked", "cache", "deep/locked"):
+        os.chmod(wt / name, 0)
+    d = NobodyDaemon(env).start()
+    try:
+        r = d.call("snapshot", str(wt), run_id="unread", node_id="n")
+    finally:
+        d.stop()
+        for name in ("locked", "cache", "deep/locked"):
+            os.chmod(wt / name, 0o755)
+    assert "ok" in r, r
+    assert r["ok"]["scan"] == "full", r
+    assert unreadable(r["ok"]) == {"locked", "deep/locked"}, r["ok"]["skipped"]
+    assert set(tree_paths(env, r["ok"]["commit"])) == {".gitignore", "a.txt"}
+
+
+def test_a_directory_made_readable_again_is_watched_and_its_new_files_captured(
+        nobody_env: Env) -> None:
+    """A directory that could not be watched when the watch was set up (unreadable after a
+    restart) becomes readable: its chmod is the only event, and files made in it later must
+    still reach the next fast-path checkpoint (they were silently missing from it)."""
+    env = nobody_env
+    wt = env.root / "wt"
+    (wt / "d").mkdir(parents=True)
+    (wt / "d" / "a.txt").write_text("a\n")
+    (wt / "top.txt").write_text("top\n")
+    as_nobody(wt)
+    run = {"run_id": "reread", "node_id": "n"}
+    d = NobodyDaemon(env).start()
+    try:
+        assert "ok" in d.call("attempt_begin", "reread", "n", str(wt))
+        assert "ok" in d.call("snapshot", str(wt), **run)
+        os.chmod(wt / "d", 0)
+        d.stop()
+        d.start()  # the watch is set up again while d cannot be entered
+        first = d.call("snapshot", str(wt), **run, tool_use_id="locked")
+        assert "ok" in first, first
+        os.chmod(wt / "d", 0o755)
+        (wt / "d" / "new").mkdir()
+        (wt / "d" / "new" / "f.txt").write_text("made after the chmod\n")
+        (wt / "d" / "b.txt").write_text("b\n")
+        as_nobody(wt)
+        (wt / "top.txt").write_text("top changed\n")
+        last = d.call("snapshot", str(wt), **run, tool_use_id="readable")
+    finally:
+        d.stop()
+        os.chmod(wt / "d", 0o755)
+    assert "ok" in last, last
+    paths = tree_paths(env, last["ok"]["commit"])
+    assert {"d/a.txt", "d/b.txt", "d/new/f.txt", "top.txt"} <= set(paths), \
+        (last["ok"]["scan"], sorted(paths))
+
+
+def test_a_deletion_hidden_by_an_unreadable_directory_is_seen_once_it_is_readable(
+        nobody_env: Env) -> None:
+    """A file deleted just before its directory became unreadable: the capture then keeps it
+    (it cannot tell), but once the directory is readable again the next capture must drop it,
+    though the deletion's own event was spent on the capture that could not see it."""
+    env = nobody_env
+    wt = env.root / "wt"
+    (wt / "d" / "x").mkdir(parents=True)
+    (wt / "d" / "x" / "gone.txt").write_text("deleted while hidden\n")
+    (wt / "top.txt").write_text("top\n")
+    as_nobody(wt)
+    run = {"run_id": "hidden", "node_id": "n"}
+    d = NobodyDaemon(env).start()
+    try:
+        assert "ok" in d.call("attempt_begin", "hidden", "n", str(wt))
+        assert "ok" in d.call("snapshot", str(wt), **run)
+        (wt / "d" / "x" / "gone.txt").unlink()
+        os.chmod(wt / "d", 0)
+        hidden = d.call("snapshot", str(wt), **run, tool_use_id="hidden")
+        os.chmod(wt / "d", 0o755)
+        (wt / "top.txt").write_text("top changed\n")
+        last = d.call("snapshot", str(wt), **run, tool_use_id="readable")
+    finally:
+        d.stop()
+        os.chmod(wt / "d", 0o755)
+    assert "ok" in hidden and "ok" in last, (hidden, last)
+    assert "d/x/gone.txt" in tree_paths(env, hidden["ok"]["commit"])  # kept: it cannot tell
+    paths = tree_paths(env, last["ok"]["commit"])
+    assert "d/x/gone.txt" not in paths, (last["ok"]["scan"], sorted(paths))
