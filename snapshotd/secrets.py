@@ -26,6 +26,7 @@ import os
 import re
 import stat
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ SECRET_FILE_MODES = ("skip", "capture")
 PEEK_BYTES = 64 << 10
 SCAN_MAX_BYTES = 1 << 20
 MARK = "…[redacted:{kind}]"
+_FIRST_READ = 64 << 10
 
 # (kind, literals, pattern): the group ``keep`` is a token's well-known prefix, which says what
 # it is without saying what it holds. A rule runs only on text holding one of its literals,
@@ -151,8 +153,11 @@ def scan_file(path: Path) -> list[dict]:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
         try:
-            # Read what the file holds, not a SCAN_MAX_BYTES buffer: most files are small.
-            data = os.read(fd, min(os.fstat(fd).st_size, SCAN_MAX_BYTES))
+            # Most files are small: one read of a small buffer (no fstat to size it), a second
+            # only for a file that filled it.
+            data = os.read(fd, _FIRST_READ)
+            if len(data) == _FIRST_READ:
+                data += os.read(fd, SCAN_MAX_BYTES - _FIRST_READ)
         finally:
             os.close(fd)
     except OSError as exc:
@@ -170,6 +175,8 @@ def secret_file_kind(rel: str, full: Path) -> str | None:
     """Which kind of credential file the worktree-relative path ``rel`` (at ``full``) is by
     convention, or None. Names that always hold secrets decide alone; ``*.pem``, ``.npmrc``,
     ``.pypirc``, JSON and kubeconfig files are peeked at for a key or token."""
+    if _MAYBE_SECRET_FILE.search(rel) is None:
+        return None  # the common case, decided by one search
     name = rel.rsplit("/", 1)[-1]
     parent = rel.rsplit("/", 2)[-2] if "/" in rel else ""
     if name == ".env" or (name.startswith(".env.") and name not in _ENV_EXAMPLES):
@@ -196,6 +203,10 @@ def secret_file_kind(rel: str, full: Path) -> str | None:
     return None
 
 
+# Matches every path ``secret_file_kind`` can name (and more: the rules below decide).
+_MAYBE_SECRET_FILE = re.compile(
+    r"(?i)\.env|id_(?:rsa|ed25519|ecdsa|dsa)|kubeconfig|\.aws/|\.kube/"
+    r"|(?:\.key|\.p12|\.pfx|\.pem|\.json|netrc|\.npmrc|\.pypirc)$")
 _ENV_EXAMPLES = frozenset({".env.example", ".env.sample", ".env.template"})
 _PRIVATE_KEY = re.compile(rb"-----BEGIN [A-Z ]*PRIVATE KEY")
 _AWS_KEYS = re.compile(rb"aws_secret_access_key|aws_session_token")
@@ -271,6 +282,42 @@ def _entropy(value: str) -> float:
     counts = Counter(value)
     n = len(value)
     return -sum(c / n * math.log2(c / n) for c in counts.values())
+
+
+def secret_files_among(root: Path, paths: Iterable[str]) -> list[str]:
+    """Those of the worktree-relative ``paths`` (under ``root``) that ``secret_file_kind`` names.
+    A few substring searches over the joined, lowered names find the lines that could name a
+    credential file; only those are checked (and peeked at): 100,000 paths cost milliseconds,
+    not one Python call per path."""
+    paths = list(paths)
+    # A name holding a line break is checked alone: in the joined text it would read as two
+    # lines (it keeps its line, empty, so that line numbers still match ``paths``).
+    found = [rel for rel in paths if "\n" in rel and secret_file_kind(rel, root / rel)]
+    text = "\n".join("" if "\n" in rel else rel for rel in paths).lower() + "\n"
+    starts: set[int] = set()
+    for literal in _CANDIDATE_LITERALS:
+        at = text.find(literal)
+        while at >= 0:
+            starts.add(at)
+            at = text.find(literal, at + 1)
+    line, counted = 0, 0
+    checked = -1
+    for at in sorted(starts):
+        line += text.count("\n", counted, at)  # lowering never adds or drops a line break
+        counted = at
+        if line != checked:
+            checked = line
+            rel = paths[line]
+            if "\n" not in rel and secret_file_kind(rel, root / rel):
+                found.append(rel)
+    return found
+
+
+# Lowered substrings of the joined names (``\n`` ends a name) that every name
+# ``secret_file_kind`` can name holds (more match: it decides).
+_CANDIDATE_LITERALS = (".env", "id_rsa", "id_ed25519", "id_ecdsa", "id_dsa", ".key\n", ".p12\n",
+                       ".pfx\n", ".pem\n", ".json\n", "kubeconfig", "netrc\n", ".npmrc\n",
+                       ".pypirc\n", ".aws/", ".kube/")
 
 
 def secret_skip(rel: str, full: Path, mode: str) -> dict | None:

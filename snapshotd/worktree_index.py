@@ -45,8 +45,8 @@ from snapshotd import durable, faults
 from snapshotd.full_scan import Capture, full_scan, remove_entry
 from snapshotd.ignore_rules import exclude_sources, write_excludes
 from snapshotd.scan_rules import NestedRepos, hidden_by, special_entry
-from snapshotd.secrets import scan_changed_file, scan_paths, secret_file_kind, secret_skip
-from snapshotd.seeding import prime_with_git_add, seed_from_repository
+from snapshotd.secrets import scan_changed_file, scan_paths, secret_files_among, secret_skip
+from snapshotd.seeding import index_paths, prime_with_git_add, seed_from_repository
 from snapshotd.store_errors import STORE_WRITE_FAILED, StoreError, odb_retry
 from snapshotd.trees import TreeShapeChanged, remember_changes, rewrite_tree
 from snapshotd.user_repo import tracked_files
@@ -84,8 +84,9 @@ class WorktreeIndex:
         # The tree the index described at the last capture: the fast path rewrites only the
         # trees on changed paths from it (libgit2's index write re-reads every tree after).
         self._tree: str | None = None
-        # Files a cold start put into the cache without hashing them one by one (seeded from
-        # the user's index, or ``git add``): the next capture scans them for secrets.
+        # Files a cold start put into the cache without hashing them one by one (``git add``,
+        # or seeded from the user's index and not in their HEAD commit): the next capture
+        # scans them for secrets.
         self._unscanned: list[str] = []
 
     def capture(self) -> Capture:
@@ -398,37 +399,48 @@ class WorktreeIndex:
             (self.gitdir / "index").unlink(missing_ok=True)
             self._repo = pygit2.Repository(str(self.gitdir))
             index = self._repo.index
-        primed = len(index) == 0
-        if primed:
-            index = self._prime_cold(index)
-        self._drop_secret_entries(index)
-        if primed:
-            self._unscanned = [e.path for e in index]
+        if len(index) == 0:
+            index = self._prime_cold(index)  # sets ``_unscanned``
+        dropped = self._drop_secret_entries(index)
+        if dropped and self._unscanned:
+            self._unscanned = [p for p in self._unscanned if p not in dropped]
         self._index = index
         return index
 
-    def _drop_secret_entries(self, index: pygit2.Index) -> None:
+    def _drop_secret_entries(self, index: pygit2.Index) -> set[str]:
         """A cache seeded from the user's index or ``git add``, or written while
-        ``secret_files`` was ``capture``, may hold credential files: they leave the cache, and
-        the scan that follows lists them as skipped."""
+        ``secret_files`` was ``capture``, may hold credential files: they leave the cache (the
+        paths returned), and the scan that follows lists them as skipped."""
         if self.store.secret_files == "capture":
-            return
-        for path in [e.path for e in index if secret_file_kind(e.path, self.root / e.path)]:
+            return set()
+        dropped = set(secret_files_among(self.root, self._listed_paths(index)))
+        for path in dropped:
             remove_entry(index, path)
+        return dropped
+
+    def _listed_paths(self, index: pygit2.Index) -> list[str]:
+        """Every path of ``index``, read from its file (which holds all of them: seeded,
+        primed and loaded caches are read from it) by git, else from libgit2 one by one."""
+        paths = index_paths(self.gitdir)
+        return [e.path for e in index] if paths is None else paths
 
     def _prime_cold(self, index: pygit2.Index) -> pygit2.Index:
         """Start an empty cache: from the worktree's own git index when it has one (only files
         that differ from it are hashed), else with the git CLI (several times faster than
         libgit2 cold); if that fails too, ``capture()`` hashes every file through libgit2."""
-        if seed_from_repository(self.root, self.gitdir, self.store):
+        to_scan = seed_from_repository(self.root, self.gitdir, self.store)
+        if to_scan is not None:
             seeded = self._open_seeded()
             if seeded is not None:
+                self._unscanned = to_scan
                 return seeded
         if not prime_with_git_add(self.root, self.gitdir, self.store.path, self.store.fsync):
             return index
         self._repo = pygit2.Repository(str(self.gitdir))
         index = self._repo.index
-        self._add_tracked_ignored(index)
+        if self._add_tracked_ignored(index):
+            index.write()  # the file ``_listed_paths`` reads holds them too
+        self._unscanned = self._listed_paths(index)
         return index
 
     def _open_seeded(self) -> pygit2.Index | None:
@@ -443,17 +455,20 @@ class WorktreeIndex:
             return None
         return index
 
-    def _add_tracked_ignored(self, index: pygit2.Index) -> None:
+    def _add_tracked_ignored(self, index: pygit2.Index) -> int:
         """Files the user's repository tracks although they match an ignore rule are captured,
-        as ``git add -A`` in that repository would keep them."""
+        as ``git add -A`` in that repository would keep them. Returns how many were added."""
+        added = 0
         for path in tracked_files(self.root):
             if path in index:
                 continue
             if (self.root / path).is_symlink() or (self.root / path).is_file():
                 try:
                     self._add(index, path)
+                    added += 1
                 except (pygit2.GitError, OSError):
                     continue
+        return added
 
     def _ensure_gitdir(self) -> None:
         """The cache's git dir with the files that make it a worktree of the store, checked by
