@@ -472,11 +472,13 @@ class WorktreeIndex:
 
     def _ensure_gitdir(self) -> None:
         """The cache's git dir with the files that make it a worktree of the store, checked by
-        content once per daemon run (a power cut can leave them empty) and written durably."""
+        content once per daemon run (a power cut can leave them empty) and rewritten; fsynced
+        only with full durability (the check already repairs what a cut did)."""
         if self._gitdir_checked:
             return
         gitdir = self.gitdir
-        durable.make_dirs(gitdir)
+        sync = self.store.fsync
+        durable.make_dirs(gitdir, sync=sync)
         # libgit2 takes the workdir from the parent of the path in ``gitdir``.
         wanted = {"commondir": f"{self.store.path}\n", "gitdir": f"{self.root / '.git'}\n",
                   "HEAD": "ref: refs/heads/snapshotd-unborn\n"}
@@ -489,7 +491,7 @@ class WorktreeIndex:
                 if current is not None:
                     log.warning("stat cache %s: %s was damaged (%d bytes); rewritten",
                                 self.id, name, len(current))
-                durable.write_file(gitdir / name, text.encode())
+                durable.write_file(gitdir / name, text.encode(), sync=sync)
         self._gitdir_checked = True
 
     def _refresh_excludes(self, force: bool = False) -> None:
