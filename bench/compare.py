@@ -14,7 +14,10 @@ Rows, per side:
   first capture of the worktree (seeded from its index; after ``attempt_begin``, as
   ``python -m bench`` times it);
 - ``capture_0_ms``, ``capture_1_ms``, ``capture_100_ms``: median daemon-side capture
-  (``elapsed_ms``, the fast path) after 0, 1 and 100 changed files, over ``--rounds``.
+  (``elapsed_ms``, the fast path) after 0, 1 and 100 changed files, over ``--rounds``;
+- ``*_cpu_ms`` beside each: the CPU time the daemon (and the git commands it ran and waited
+  for) spent across that request, median. On a loaded machine the wall-clock figures mostly
+  measure the wait for a core; CPU time is what a change can regress.
 
 Usage: ``python -m bench.compare --side old:/tmp/old/.venv/bin/python:/tmp/old --side new
 [--side noscan --env noscan:SNAPSHOTD_SECRET_SCAN=0] [--files 10000] [--rounds 15]
@@ -33,6 +36,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import psutil
 
 from bench.common import DaemonProc, git_env, make_tree, median
 
@@ -80,11 +85,30 @@ def _first_capture(side: Side) -> float:
     try:
         with daemon.client() as c:
             c.attempt_begin("perf", "n", str(side.tree))
+            cpu = _cpu_ms(daemon)
             started = time.perf_counter()
             c.snapshot(str(side.tree), run_id="perf", node_id="n")
-            return round((time.perf_counter() - started) * 1000, 1)
+            elapsed = round((time.perf_counter() - started) * 1000, 1)
+            side.times.setdefault("first_capture_cpu_ms", []).append(_cpu_ms(daemon) - cpu)
+            return elapsed
     finally:
         daemon.stop()
+
+
+def _cpu_ms(daemon: DaemonProc) -> float:
+    """CPU time of the daemon so far: its threads' from the scheduler's nanosecond counters
+    (``/proc/PID/task/*/schedstat``; the clock-tick figures are 10 ms coarse), and the
+    children it waited for (the git commands of a first capture) in clock ticks."""
+    pid = daemon.proc.pid
+    ns = 0
+    for task in os.scandir(f"/proc/{pid}/task"):
+        try:
+            with open(f"{task.path}/schedstat") as f:
+                ns += int(f.read().split()[0])
+        except (OSError, ValueError):
+            continue  # a thread that ended meanwhile
+    t = psutil.Process(pid).cpu_times()
+    return round(ns / 1e6 + (t.children_user + t.children_system) * 1000, 3)
 
 
 def _steady(sides: list[Side], rounds: int) -> None:
@@ -103,10 +127,14 @@ def _steady(sides: list[Side], rounds: int) -> None:
                 for side in sides:
                     for t in targets[side.name][:changed]:
                         t.write_text(f"round {r} {changed}\n")
-                    with daemons[side.name].client() as c:
+                    daemon = daemons[side.name]
+                    cpu = _cpu_ms(daemon)
+                    with daemon.client() as c:
                         reply = c.snapshot(str(side.tree), run_id="perf", node_id="n")
                     side.times.setdefault(f"capture_{changed}_ms", []).append(
                         reply["elapsed_ms"])
+                    side.times.setdefault(f"capture_{changed}_cpu_ms", []).append(
+                        _cpu_ms(daemon) - cpu)
     finally:
         for daemon in daemons.values():
             daemon.stop()
