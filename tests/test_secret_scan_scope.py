@@ -16,6 +16,7 @@ import pytest
 from conftest import git, make_git_worktree
 from snapshotd.secrets import (
     SCAN_MAX_BYTES,
+    find_secrets,
     scan_file,
     secret_file_kind,
     secret_files_among,
@@ -140,3 +141,19 @@ def test_scan_reads_past_its_first_buffer_up_to_the_limit(tmp_path: Path) -> Non
     beyond = tmp_path / "beyond.txt"
     beyond.write_bytes(b"a" * SCAN_MAX_BYTES + f"\nk = '{TOKEN}'\n".encode())
     assert scan_file(beyond) == []  # past the documented limit
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Authorization: Bearer Bearer ab12cd34ef56gh78ij90", [("bearer", 29)]),
+    ("Bearer ab12cd34ef56gh78ij90 token Zq8Xw7Vu6Ts5Rp4q", [("bearer", 7), ("bearer", 34)]),
+    ("xBearer ab12cd34ef56gh78ij90", [("bearer", 8)]),
+    ("tokentoken = a1B2c3D4e5F6g7H8i9", []),
+    ("api_key = a1B2c3D4e5F6g7H8i9\nDB_PASSWORD: Zq8Xw7Vu", [("assignment", 10),
+                                                           ("assignment", 42)]),
+])
+def test_bearer_and_assignment_are_found_where_they_start(
+        tmp_path: Path, text: str, expected: list[tuple[str, int]]) -> None:
+    assert find_secrets(text) == expected
+    (tmp_path / "f.txt").write_text(text)
+    lines = [{"line": text.count("\n", 0, at) + 1, "kind": kind} for kind, at in expected]
+    assert scan_file(tmp_path / "f.txt") == lines
