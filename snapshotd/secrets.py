@@ -341,6 +341,15 @@ def secret_files_among(root: Path, paths: Iterable[str]) -> list[str]:
     return found
 
 
+def may_name_secret_files(names: bytes, end: bytes = b"\0") -> bool:
+    """Whether bytes holding paths (each ended by ``end``, among any other bytes: an index
+    file's entries end their names with a NUL) could name a file ``secret_file_kind`` names.
+    False only when no credential file's name is there, so the paths need no listing."""
+    lowered = names.lower()
+    return any(literal.encode().replace(b"\n", end) in lowered
+               for literal in _CANDIDATE_LITERALS)
+
+
 # Lowered substrings of the joined names (``\n`` ends a name) that every name
 # ``secret_file_kind`` can name holds (more match: it decides).
 _CANDIDATE_LITERALS = (".env", "id_rsa", "id_ed25519", "id_ecdsa", "id_dsa", ".key\n", ".p12\n",

@@ -34,7 +34,7 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -45,7 +45,13 @@ from snapshotd import durable, faults
 from snapshotd.full_scan import Capture, full_scan, remove_entry
 from snapshotd.ignore_rules import exclude_sources, write_excludes
 from snapshotd.scan_rules import NestedRepos, hidden_by, special_entry
-from snapshotd.secrets import scan_changed_file, scan_paths, secret_files_among, secret_skip
+from snapshotd.secrets import (
+    may_name_secret_files,
+    scan_changed_file,
+    scan_paths,
+    secret_files_among,
+    secret_skip,
+)
 from snapshotd.seeding import index_paths, prime_with_git_add, seed_from_repository
 from snapshotd.store_errors import STORE_WRITE_FAILED, StoreError, odb_retry
 from snapshotd.trees import TreeShapeChanged, remember_changes, rewrite_tree
@@ -413,15 +419,17 @@ class WorktreeIndex:
         paths returned), and the scan that follows lists them as skipped."""
         if self.store.secret_files == "capture":
             return set()
-        dropped = set(secret_files_among(self.root, self._listed_paths(index)))
+        dropped = set(secret_files_among(self.root, self._listed_paths(index, may_name_secret_files)))
         for path in dropped:
             remove_entry(index, path)
         return dropped
 
-    def _listed_paths(self, index: pygit2.Index) -> list[str]:
+    def _listed_paths(self, index: pygit2.Index,
+                      wanted: Callable[[bytes], bool] | None = None) -> list[str]:
         """Every path of ``index``, read from its file (which holds all of them: seeded,
-        primed and loaded caches are read from it) by git, else from libgit2 one by one."""
-        paths = index_paths(self.gitdir)
+        primed and loaded caches are read from it) by git, else from libgit2 one by one; none
+        when ``wanted`` says the file's bytes name nothing wanted (``seeding.index_paths``)."""
+        paths = index_paths(self.gitdir, wanted)
         return [e.path for e in index] if paths is None else paths
 
     def _prime_cold(self, index: pygit2.Index) -> pygit2.Index:

@@ -17,6 +17,7 @@ from conftest import git, make_git_worktree
 from snapshotd.secrets import (
     SCAN_MAX_BYTES,
     find_secrets,
+    may_name_secret_files,
     scan_file,
     secret_file_kind,
     secret_files_among,
@@ -157,3 +158,14 @@ def test_bearer_and_assignment_are_found_where_they_start(
     (tmp_path / "f.txt").write_text(text)
     lines = [{"line": text.count("\n", 0, at) + 1, "kind": kind} for kind, at in expected]
     assert scan_file(tmp_path / "f.txt") == lines
+
+
+def test_an_index_naming_no_credential_file_is_not_listed(tmp_path: Path) -> None:
+    wt = repo_with_history(tmp_path / "wt")
+    assert index_paths(wt / ".git", may_name_secret_files) == []
+    assert index_paths(wt / ".git", lambda data: True) == ["clean.py", "committed.py"]
+    (wt / "conf").mkdir()
+    (wt / "conf" / "sa.JSON").write_text("{}")
+    git(wt, "add", "-A")
+    assert "conf/sa.JSON" in index_paths(wt / ".git", may_name_secret_files)
+    assert index_paths(tmp_path / "none", may_name_secret_files) == []  # no index file
