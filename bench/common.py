@@ -75,9 +75,11 @@ class GitPeer:
 
 
 class DaemonProc:
-    """A snapshotd daemon in a private home and socket."""
+    """A snapshotd daemon in a private home and socket; ``python`` and ``cwd`` run another
+    install of it (``bench.compare``: an older commit's worktree and its virtualenv)."""
 
-    def __init__(self, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(self, extra_env: dict[str, str] | None = None, *,
+                 python: str = sys.executable, cwd: Path | None = None) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="sdb", dir="/tmp"))
         self.home = self.dir / "home"
         self.socket = self.dir / "s.sock"
@@ -85,8 +87,9 @@ class DaemonProc:
         self.env.update(SNAPSHOTD_HOME=str(self.home), SNAPSHOTD_SOCKET=str(self.socket),
                         SNAPSHOTD_AUTOSTART="0", XDG_CONFIG_HOME=str(self.dir / "config"))
         self.env.update(extra_env or {})
-        self.proc = subprocess.Popen([sys.executable, "-m", "snapshotd", "serve"], env=self.env,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen([python, "-m", "snapshotd", "serve"], env=self.env,
+                                     cwd=cwd, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:

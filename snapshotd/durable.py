@@ -10,7 +10,8 @@ Also ``boot_id``: only a reboot (a power cut, a kernel panic) can undo what was 
 fsync, so work that repairs such damage is needed once per boot.
 
 Promises: ``write_file`` replaces a file atomically (old or new content after a cut, never
-empty); ``make_dirs`` leaves every directory it created reachable after a cut; ``sync_tree``
+empty); ``make_dirs`` leaves every directory it created reachable after a cut (both unless
+told ``sync=False``); ``sync_tree``
 makes everything under a root durable, names and data.
 """
 
@@ -35,25 +36,29 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
-def write_file(path: Path, data: bytes, mode: int = 0o644) -> None:
+def write_file(path: Path, data: bytes, mode: int = 0o644, *, sync: bool = True) -> None:
     """Replace ``path`` with ``data`` durably: a temporary file fsynced, renamed over it, and
-    the directory fsynced. After a cut the file holds the old content or the new, never less."""
+    the directory fsynced. After a cut the file holds the old content or the new, never less.
+    ``sync=False`` keeps the atomic replace and skips both fsyncs, for a file its reader
+    checks and rewrites when a cut damaged it."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    fsync_path(path.parent)
+    if sync:
+        fsync_path(path.parent)
 
 
-def make_dirs(path: Path, mode: int = 0o755) -> None:
+def make_dirs(path: Path, mode: int = 0o755, *, sync: bool = True) -> None:
     """``mkdir -p`` whose result survives a cut: each directory created is fsynced, and so is
-    the parent it was created in."""
+    the parent it was created in (not with ``sync=False``, as ``write_file``)."""
     missing: list[Path] = []
     current = path
     while not current.is_dir():
@@ -67,8 +72,9 @@ def make_dirs(path: Path, mode: int = 0o755) -> None:
         except FileExistsError:
             if not directory.is_dir():
                 raise
-        fsync_path(directory)
-        fsync_path(directory.parent)
+        if sync:
+            fsync_path(directory)
+            fsync_path(directory.parent)
 
 
 def sync_tree(root: Path) -> None:

@@ -6,50 +6,61 @@ afterwards), and the blobs they name and the trees its cache-tree vouches for, c
 store as one pack through ``git pack-objects`` / ``git index-pack``. Anything else is primed by
 running ``git add -A`` into the cache's own git dir (several times faster than libgit2 cold).
 
+A seed also says which of its files the secret scan must read (``seed_from_repository``'s
+list): only those whose staged content the user's HEAD commit does not hold. A file of the
+user's own committed history is already in their repository, wherever they push it; reading
+every seeded file would cost the first capture a read of the whole tree (docs/secrets.md).
+
 Promises: objects are copied, never borrowed through alternates (the user's own gc could delete
 objects we depend on); the user's repository is only read; a seed that cannot be done safely
-(an index we do not understand, an object that cannot be copied) is refused, never half-done.
+(an index we do not understand, an object that cannot be copied) is refused, never half-done;
+when the HEAD commit cannot be read, every seeded file is to be scanned.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import struct
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pygit2
-from pygit2.enums import FileMode
+from pygit2.enums import DeltaStatus, FileMode
 
 from snapshotd.durable import GIT_FSYNC_ARGS, sync_dirs, sync_object_dirs
-from snapshotd.user_repo import strip_index, user_gitdir
+from snapshotd.user_repo import SeedIndex, strip_index, user_gitdir
 
 if TYPE_CHECKING:
     from snapshotd.store import Store
+
+log = logging.getLogger("snapshotd.seeding")
 
 # How many of a worktree's objects are looked up before concluding the store has none.
 SEED_SAMPLE = 256
 
 
-def seed_from_repository(root: Path, cache_gitdir: Path, store: Store) -> bool:
+def seed_from_repository(root: Path, cache_gitdir: Path, store: Store) -> list[str] | None:
     """First capture of git worktree ``root``: copy the objects its index names into the store
     and write that index's entries, with their stat data, as the cache's index file in
     ``cache_gitdir``. The trees of its cache-tree are copied too and the cache-tree kept, so
     the first tree write reuses every directory the user's index vouches for instead of
     writing ~one loose object per directory (seconds at 100,000 files); git's own
-    ``write-tree`` and ``commit`` trust the same cache. False when that cannot be done safely;
-    the caller then builds the cache cold."""
+    ``write-tree`` and ``commit`` trust the same cache. Returns the seeded paths the secret scan
+    must read (``uncommitted_paths``), or None when the seed cannot be done safely; the caller
+    then builds the cache cold."""
     gitdir = user_gitdir(root)
     if gitdir is None:
-        return False
+        return None
     try:
         seed = strip_index((gitdir / "index").read_bytes())
     except (OSError, ValueError, struct.error):
-        return False
+        return None
     if seed is None:
-        return False
+        return None
     # Distinct ids (identical files or directories name one object), as _copy_objects needs.
     wanted = list({oid for oid, mode in seed.objects if mode != int(FileMode.COMMIT)}
                   | set(seed.trees))
@@ -63,11 +74,78 @@ def seed_from_repository(root: Path, cache_gitdir: Path, store: Store) -> bool:
         trees = set(seed.trees)
         missing = [oid for oid in missing if oid not in trees]
         if missing and not _copy_objects(gitdir, store.path, missing, store.fsync):
-            return False
+            return None
     tmp = cache_gitdir / "index.seed"
     tmp.write_bytes(seed.index_file(with_cache_tree=with_trees))
     os.replace(tmp, cache_gitdir / "index")
-    return True
+    return uncommitted_paths(gitdir, seed, cache_gitdir)
+
+
+def uncommitted_paths(gitdir: Path, seed: SeedIndex, cache_gitdir: Path) -> list[str]:
+    """The paths of the user's index (``seed``, read from ``gitdir``) whose staged content its
+    HEAD commit does not hold: none when the index's cache-tree vouches for HEAD's very tree,
+    else libgit2's diff of HEAD's tree to the index. Every seeded path (listed from the cache's
+    index in ``cache_gitdir``) when HEAD is unborn or cannot be read."""
+    try:
+        repo = pygit2.Repository(str(gitdir))
+        if not repo.head_is_unborn:
+            tree = repo.head.peel(pygit2.Commit).tree
+            if _cache_tree_root(seed.cache_tree) == str(tree.id):
+                return []
+            return [d.new_file.path for d in repo.index.diff_to_tree(tree).deltas
+                    if d.status != DeltaStatus.DELETED]
+    except (pygit2.GitError, KeyError, ValueError, OSError) as exc:
+        log.warning("could not compare the index of %s with its HEAD commit (every seeded file "
+                    "is scanned for secrets): %s", gitdir, exc)
+    paths = index_paths(cache_gitdir)
+    if paths is None:
+        paths = [e.path for e in pygit2.Index(str(cache_gitdir / "index"))]
+    return paths
+
+
+def index_paths(gitdir: Path, wanted: Callable[[bytes], bool] | None = None) -> list[str] | None:
+    """Every path of the index file of git dir ``gitdir`` (a stat cache's), as ``git ls-files``
+    lists it: git's own loop over the entries costs a few milliseconds for 10,000, iterating a
+    ``pygit2.Index`` in Python ten times that. None (logged) when git fails. With ``wanted``,
+    the index file's bytes are asked first (in versions 2 and 3 every name is there whole,
+    ended by a NUL): when it says no, [] without running git."""
+    if wanted is not None:
+        try:
+            data = (gitdir / "index").read_bytes()
+        except FileNotFoundError:
+            return []
+        except OSError:
+            data = b""
+        if data[:4] == b"DIRC" and data[4:8] in (b"\0\0\0\2", b"\0\0\0\3") \
+                and not wanted(data):
+            return []
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_DIR=str(gitdir), GIT_CONFIG_NOSYSTEM="1", GIT_OPTIONAL_LOCKS="0")
+    try:
+        proc = subprocess.run(["git", "ls-files", "-z"], cwd=str(gitdir), env=env,
+                              capture_output=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("could not list the index of %s: %s", gitdir, exc)
+        return None
+    if proc.returncode != 0:
+        log.warning("could not list the index of %s: %s", gitdir,
+                    proc.stderr.decode(errors="replace").strip())
+        return None
+    # One decode of the whole listing, as os.fsdecode decodes each name (UTF-8, undecodable
+    # bytes kept as surrogates).
+    return proc.stdout.decode("utf-8", "surrogateescape").split("\0")[:-1]
+
+
+def _cache_tree_root(cache_tree: bytes | None) -> str | None:
+    """The tree id the cache-tree's root node vouches for, or None (no cache-tree, or a root
+    invalidated by a change below it)."""
+    if not cache_tree:
+        return None
+    nul = cache_tree.find(b"\0")
+    newline = cache_tree.find(b"\n", nul)
+    if nul != 0 or newline < 0 or int(cache_tree[nul + 1:newline].split(b" ")[0]) < 0:
+        return None
+    return cache_tree[newline + 1:newline + 21].hex()
 
 
 def prime_with_git_add(root: Path, cache_gitdir: Path, store: Path, fsync: bool) -> bool:

@@ -37,7 +37,7 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -45,12 +45,25 @@ import pygit2
 from pygit2.enums import FileMode
 
 from snapshotd import durable, faults
+from snapshotd.cache_checks import (
+    check_tree_cache,
+    drop_entries_without_objects,
+    entry_id,
+    rebind_index,
+    tree_has,
+)
 from snapshotd.full_scan import Capture, full_scan, remove_entry
 from snapshotd.ignore_rules import exclude_sources, write_excludes
 from snapshotd.nested_repos import Workspace, WorkspaceMatcher
 from snapshotd.scan_rules import NestedRepos, hidden_by, special_entry
-from snapshotd.secrets import scan_changed_file, scan_paths, secret_file_kind, secret_skip
-from snapshotd.seeding import prime_with_git_add, seed_from_repository
+from snapshotd.secrets import (
+    may_name_secret_files,
+    scan_changed_file,
+    scan_paths,
+    secret_files_among,
+    secret_skip,
+)
+from snapshotd.seeding import index_paths, prime_with_git_add, seed_from_repository
 from snapshotd.store_errors import STORE_WRITE_FAILED, StoreError, odb_retry
 from snapshotd.trees import TreeShapeChanged, remember_changes, rewrite_tree
 from snapshotd.user_repo import tracked_files
@@ -92,8 +105,9 @@ class WorktreeIndex:
         # The tree the index described at the last capture: the fast path rewrites only the
         # trees on changed paths from it (libgit2's index write re-reads every tree after).
         self._tree: str | None = None
-        # Files a cold start put into the cache without hashing them one by one (seeded from
-        # the user's index, or ``git add``): the next capture scans them for secrets.
+        # Files a cold start put into the cache without hashing them one by one (``git add``,
+        # or seeded from the user's index and not in their HEAD commit): the next capture
+        # scans them for secrets.
         self._unscanned: list[str] = []
 
     def capture(self) -> Capture:
@@ -151,7 +165,7 @@ class WorktreeIndex:
         index = self._index
         repo = self._repo
         nested = NestedRepos(self.root, lambda d: not self.workspace.known(d)
-                             and _tree_has(repo, self._tree, d))
+                             and tree_has(repo, self._tree, d))
         # A nested repository's own ``.gitignore`` is read by its cache's scan, below.
         if any((p == ".gitignore" or p.endswith("/.gitignore")) and nested.owner(p) is None
                for p in wanted):
@@ -371,7 +385,7 @@ class WorktreeIndex:
             remove_entry(index, path)
             result.skipped.append({"path": path, "reason": "too-large", "bytes": st.st_size})
             return
-        before = _entry_id(index, path)
+        before = entry_id(index, path)
         try:
             self._add(index, path)
         except (pygit2.GitError, OSError) as exc:
@@ -382,7 +396,7 @@ class WorktreeIndex:
         touched.append(path)
         if self.secret_scan:
             result.secrets.extend(scan_changed_file(path, full, st.st_mode))
-        after = _entry_id(index, path)
+        after = entry_id(index, path)
         if racy_recheck:
             if before is None:
                 result.added += 1
@@ -413,48 +427,62 @@ class WorktreeIndex:
             self._repo = pygit2.Repository(str(self.gitdir))
             index = self._repo.index
             index.read(False)
-            _drop_entries_without_objects(self._repo, index)
-            _check_tree_cache(index)
+            drop_entries_without_objects(self._repo, index)
+            check_tree_cache(index)
         except pygit2.GitError:
             # A corrupt cache is rebuilt, never trusted.
             (self.gitdir / "index").unlink(missing_ok=True)
             self._repo = pygit2.Repository(str(self.gitdir))
             index = self._repo.index
-        primed = len(index) == 0
-        if primed:
-            index = self._prime_cold(index)
+        if len(index) == 0:
+            index = self._prime_cold(index)  # sets ``_unscanned``
         # A submodule (or a nested repository ``git add`` took) is captured whole, by its own
         # cache: never as a gitlink.
-        for path in [e.path for e in index if e.mode == FileMode.COMMIT]:
+        gitlinks = {e.path for e in index if e.mode == FileMode.COMMIT}
+        for path in gitlinks:
             index.remove(path)
-        self._drop_secret_entries(index)
-        if primed:
-            self._unscanned = [e.path for e in index]
+        dropped = self._drop_secret_entries(index) | gitlinks
+        if dropped and self._unscanned:
+            self._unscanned = [p for p in self._unscanned if p not in dropped]
         self._index = index
         return index
 
-    def _drop_secret_entries(self, index: pygit2.Index) -> None:
+    def _drop_secret_entries(self, index: pygit2.Index) -> set[str]:
         """A cache seeded from the user's index or ``git add``, or written while
-        ``secret_files`` was ``capture``, may hold credential files: they leave the cache, and
-        the scan that follows lists them as skipped."""
+        ``secret_files`` was ``capture``, may hold credential files: they leave the cache (the
+        paths returned), and the scan that follows lists them as skipped."""
         if self.secret_files == "capture":
-            return
-        for path in [e.path for e in index if secret_file_kind(e.path, self.root / e.path)]:
+            return set()
+        dropped = set(secret_files_among(self.root, self._listed_paths(index, may_name_secret_files)))
+        for path in dropped:
             remove_entry(index, path)
+        return dropped
+
+    def _listed_paths(self, index: pygit2.Index,
+                      wanted: Callable[[bytes], bool] | None = None) -> list[str]:
+        """Every path of ``index``, read from its file (which holds all of them: seeded,
+        primed and loaded caches are read from it) by git, else from libgit2 one by one; none
+        when ``wanted`` says the file's bytes name nothing wanted (``seeding.index_paths``)."""
+        paths = index_paths(self.gitdir, wanted)
+        return [e.path for e in index] if paths is None else paths
 
     def _prime_cold(self, index: pygit2.Index) -> pygit2.Index:
         """Start an empty cache: from the worktree's own git index when it has one (only files
         that differ from it are hashed), else with the git CLI (several times faster than
         libgit2 cold); if that fails too, ``capture()`` hashes every file through libgit2."""
-        if seed_from_repository(self.root, self.gitdir, self.store):
+        to_scan = seed_from_repository(self.root, self.gitdir, self.store)
+        if to_scan is not None:
             seeded = self._open_seeded()
             if seeded is not None:
+                self._unscanned = to_scan
                 return seeded
         if not prime_with_git_add(self.root, self.gitdir, self.store.path, self.store.fsync):
             return index
         self._repo = pygit2.Repository(str(self.gitdir))
         index = self._repo.index
-        self._add_tracked_ignored(index)
+        if self._add_tracked_ignored(index):
+            index.write()  # the file ``_listed_paths`` reads holds them too
+        self._unscanned = self._listed_paths(index)
         return index
 
     def _open_seeded(self) -> pygit2.Index | None:
@@ -469,25 +497,30 @@ class WorktreeIndex:
             return None
         return index
 
-    def _add_tracked_ignored(self, index: pygit2.Index) -> None:
+    def _add_tracked_ignored(self, index: pygit2.Index) -> int:
         """Files the user's repository tracks although they match an ignore rule are captured,
-        as ``git add -A`` in that repository would keep them."""
+        as ``git add -A`` in that repository would keep them. Returns how many were added."""
+        added = 0
         for path in tracked_files(self.root):
             if path in index:
                 continue
             if (self.root / path).is_symlink() or (self.root / path).is_file():
                 try:
                     self._add(index, path)
+                    added += 1
                 except (pygit2.GitError, OSError):
                     continue
+        return added
 
     def _ensure_gitdir(self) -> None:
         """The cache's git dir with the files that make it a worktree of the store, checked by
-        content once per daemon run (a power cut can leave them empty) and written durably."""
+        content once per daemon run (a power cut can leave them empty) and rewritten; fsynced
+        only with full durability (the check already repairs what a cut did)."""
         if self._gitdir_checked:
             return
         gitdir = self.gitdir
-        durable.make_dirs(gitdir)
+        sync = self.store.fsync
+        durable.make_dirs(gitdir, sync=sync)
         # libgit2 takes the workdir from the parent of the path in ``gitdir``.
         wanted = {"commondir": f"{self.store.path}\n", "gitdir": f"{self.root / '.git'}\n",
                   "HEAD": "ref: refs/heads/snapshotd-unborn\n"}
@@ -500,7 +533,7 @@ class WorktreeIndex:
                 if current is not None:
                     log.warning("stat cache %s: %s was damaged (%d bytes); rewritten",
                                 self.id, name, len(current))
-                durable.write_file(gitdir / name, text.encode())
+                durable.write_file(gitdir / name, text.encode(), sync=sync)
         self._gitdir_checked = True
 
     def _refresh_excludes(self, force: bool = False) -> None:
@@ -515,7 +548,7 @@ class WorktreeIndex:
             index = self._index
             self._repo = pygit2.Repository(str(self.gitdir))
             if index is not None:
-                self._index = _rebind_index(self._repo, index)
+                self._index = rebind_index(self._repo, index)
 
 
 def _check_objects_fault() -> None:
@@ -525,15 +558,6 @@ def _check_objects_fault() -> None:
         raise StoreError(STORE_WRITE_FAILED, f"could not write objects: {exc}") from exc
 
 
-def _tree_has(repo: pygit2.Repository, tree: str | None, path: str) -> bool:
-    """Whether the last captured ``tree`` holds ``path``."""
-    if tree is None:
-        return False
-    try:
-        repo[tree].peel(pygit2.Tree)[path]
-        return True
-    except (KeyError, ValueError, pygit2.GitError):
-        return False
 
 
 def worktree_id(root: Path) -> str:
@@ -543,35 +567,10 @@ def worktree_id(root: Path) -> str:
     return f"{name}-{digest}"
 
 
-def _entry_id(index: pygit2.Index, path: str) -> str | None:
-    try:
-        entry = index[path]
-    except KeyError:
-        return None
-    return f"{entry.id}:{entry.mode}"
 
 
-def _drop_entries_without_objects(repo: pygit2.Repository, index: pygit2.Index) -> None:
-    """A cached entry whose blob the store lacks (a damaged or foreign cache) would produce a
-    tree with a hole: such entries are dropped so their files are hashed again."""
-    odb = repo.odb
-    missing = [e.path for e in index if e.mode != FileMode.COMMIT and e.id not in odb]
-    for path in missing:
-        index.remove(path)
 
 
-def _check_tree_cache(index: pygit2.Index) -> None:
-    """Raise ``GitError`` when the cache's tree cache names a tree the store no longer has.
-
-    A directory changed and changed back has its old tree id again; if gc removed that tree
-    while the cache on disk was stale (a killed daemon), every tree written from it would fail
-    ("invalid object"). Any other failure here is the store's to report at the capture."""
-    try:
-        index.write_tree()
-    except pygit2.GitError as exc:
-        if "invalid object" in str(exc):
-            log.warning("stat cache names a tree the store no longer has (%s): rebuilt", exc)
-            raise
 
 
 def _utf8(path: str) -> bool:
@@ -587,11 +586,3 @@ def _is_racy(path: Path, started_ns: int) -> bool:
         return path.lstat().st_mtime_ns >= started_ns - RACY_WINDOW_NS
     except OSError:
         return False
-
-
-def _rebind_index(repo: pygit2.Repository, old: pygit2.Index) -> pygit2.Index:
-    """Carry an in-memory index over to a reopened repository object."""
-    old.write()
-    index = repo.index
-    index.read(True)
-    return index
