@@ -31,6 +31,7 @@ def tree_has(repo: pygit2.Repository, tree: str | None, path: str) -> bool:
 
 
 def entry_id(index: pygit2.Index, path: str) -> str | None:
+    """``path``'s blob id and mode in ``index`` (None when it holds no such entry)."""
     try:
         entry = index[path]
     except KeyError:
