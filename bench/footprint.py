@@ -6,6 +6,8 @@ Rows, on a ``bench.tree`` tree of ``--files`` files (prepared or reused under ``
 any git worktree (``--tree``):
 - ``libgit2_index_mb``: the repository's index read by libgit2 (what the daemon's stat cache
   holds for the worktree, entry for entry);
+- ``object_cache_mb``: libgit2's object cache after every tree of HEAD was read once on one
+  repository handle (default cache settings), ``trees`` how many;
 - ``seed_parse_mb`` / ``seed_parse_retained_mb``: the first capture's parse of the user's index
   (``user_repo.strip_index``: an object id and mode per entry, in Python), while held and after
   it is dropped (what the allocator does not give back);
@@ -35,13 +37,17 @@ from snapshotd.user_repo import strip_index
 
 
 def run(wt: Path, watch_dirs: int) -> dict:
-    files = len(pygit2.Index(str(wt / ".git" / "index")))
     index_path = wt / ".git" / "index"
-    out: dict = {"bench": "footprint", "files": files, "anon_start_mb": _anon_mb()}
+    out: dict = {"bench": "footprint", "anon_start_mb": _anon_mb()}
     base = _anon_mb()
     index = pygit2.Index(str(index_path))
     out["index_entries"] = len(index)
     out["libgit2_index_mb"] = round(_anon_mb() - base, 1)
+    base = _anon_mb()
+    repo = pygit2.Repository(str(wt))
+    out["trees"] = _walk_trees(repo)
+    out["object_cache_mb"] = round(_anon_mb() - base, 1)
+    del repo
     base = _anon_mb()
     seed = strip_index(index_path.read_bytes())
     out["seed_parse_mb"] = round(_anon_mb() - base, 1)
@@ -65,6 +71,18 @@ def run(wt: Path, watch_dirs: int) -> dict:
     out["bytes_per_watch"] = round(grown * 2**20 / watches) if watches else None
     out["load_average"] = [round(x, 2) for x in os.getloadavg()]
     return out
+
+
+def _walk_trees(repo: pygit2.Repository) -> int:
+    """Read every tree of HEAD once, as a capture's tree reads do; the repository handle stays
+    open so libgit2's object cache keeps what it cached. Returns how many trees."""
+    count = 0
+    stack = [repo.head.peel(pygit2.Tree)]
+    while stack:
+        tree = stack.pop()
+        count += 1
+        stack.extend(repo[entry.id] for entry in tree if entry.type_str == "tree")
+    return count
 
 
 def _anon_mb() -> float:
