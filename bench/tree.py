@@ -37,7 +37,7 @@ def cached_tree(files: int, cache: Path) -> Path:
         return wt
     shutil.rmtree(home, ignore_errors=True)
     subprocess.run([*NICE, sys.executable, "-m", "bench.tree", "--files", str(files),
-                    "--cache", str(cache), "--prepare"], check=True)
+                    "--cache", str(cache), "--prepare"], check=True, stdout=subprocess.DEVNULL)
     return wt
 
 
