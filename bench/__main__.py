@@ -18,12 +18,17 @@ For each tree size (generated, committed and packed like a clone), in one proces
   ``restore_1_file_ms`` against the peer's ``add -A`` + ``read-tree -m -u``.
 
 A tree of N files has N/10 directories of 10 files (``--sizes 1000000``: 1,000,000 files in
-about 110,000 directories), committed and packed (``git gc``) like a clone.
+about 110,000 directories), committed as one pack like a clone (``git fast-import``; no loose
+objects) with a fresh index. ``--cache DIR`` keeps each tree under ``DIR/tree-<files>`` and
+reuses it on the next run (``bench.tree``; written niced, measured unniced); ``prepare_s`` is
+what preparing or resetting it took. ``daemon_rss_mb_at`` is the daemon's RSS when started,
+with the tree watched, and after the first capture.
 
 Restore and idle budgets have their own runners (``bench.restore``, ``bench.idle``); pass
 ``--all`` to run them too (short settings) and merge their JSON into this document.
 
-Usage: ``python -m bench [--sizes 1000,10000,100000] [--rounds 15] [--all] [--hook PATH]``.
+Usage: ``python -m bench [--sizes 1000,10000,100000] [--rounds 15] [--all] [--hook PATH]
+[--cache DIR]``.
 """
 
 from __future__ import annotations
@@ -40,7 +45,8 @@ from pathlib import Path
 
 import psutil
 
-from bench.common import DaemonProc, GitPeer, git_env, http_poster, make_tree, median
+from bench.common import DaemonProc, GitPeer, http_poster, make_tree, median, tree_file
+from bench.tree import cached_tree
 
 # What hooks/hooks.json runs: the environment's installed ``snapshot-hook`` script.
 HOOK = [str(Path(sys.executable).parent / "snapshot-hook")]
@@ -50,26 +56,34 @@ QUIET = {"SNAPSHOTD_SETTLE_MS": "600000", "SNAPSHOTD_MAX_WAIT_MS": "600000",
          "SNAPSHOTD_HTTP_HOOK": "1", "SNAPSHOTD_HTTP_HOOK_PORT": "0"}
 
 
-def run_size(files: int, rounds: int, hooks: list[str] | None = None) -> dict:
-    work = Path(tempfile.mkdtemp(prefix="sdperf", dir="/tmp"))
-    wt = make_tree(work / "wt", files)
-    subprocess.run(["git", "gc", "-q"], cwd=wt, check=True, env=git_env())
+def run_size(files: int, rounds: int, hooks: list[str] | None = None,
+             cache: Path | None = None) -> dict:
+    work = Path(tempfile.mkdtemp(prefix="sdperf", dir=str(cache) if cache else "/tmp"))
+    reused = cache is not None and (cache / f"tree-{files}" / "ready").exists()
+    started = time.perf_counter()
+    wt = cached_tree(files, cache) if cache else make_tree(work / "wt", files)
+    prepare_s = time.perf_counter() - started
     daemon = DaemonProc(QUIET)
     try:
         peer = GitPeer(wt, work / "peer.git")
+        rss = {"started": _rss_mb(daemon)}
         with daemon.client() as c:
             started = time.perf_counter()
             c.attempt_begin("perf", "n", str(wt))  # sets the watch up before it returns
             watch_ms = (time.perf_counter() - started) * 1000
+            rss["watched"] = _rss_mb(daemon)
             started = time.perf_counter()
             c.snapshot(str(wt), run_id="perf", node_id="n")
             first_ms = (time.perf_counter() - started) * 1000
+            rss["first_capture"] = _rss_mb(daemon)
         peer_first = peer.capture()
         # Let the first capture's own events drain and the watcher's verification scan (about
         # a second after it) finish: the rounds below measure the steady state.
         time.sleep(2.5)
-        targets = sorted(wt.rglob("f*.txt"))[:100]
+        # The first 100 files in path order: 10 in each of 10 directories.
+        targets = [tree_file(wt, i) for i in range(min(100, files))]
         out: dict = {"files": files, "directories": _directories(wt),
+                     "prepare_s": round(prepare_s, 1), "tree_reused": reused,
                      "first_capture_ms": round(first_ms, 1),
                      "peer_first_capture_ms": round(peer_first, 1),
                      "watch_setup_ms": round(watch_ms, 1)}
@@ -107,8 +121,8 @@ def run_size(files: int, rounds: int, hooks: list[str] | None = None) -> dict:
         out["hook_http_end_to_end_ms"] = _http_hook(daemon, wt, targets[0], rounds)
         out.update(_restore_1_file(daemon, peer, targets[2:2 + rounds]))
         out.update(_growth(daemon, wt, targets[1]))
-        proc = psutil.Process(daemon.proc.pid)
-        out["daemon_rss_mb_watched"] = round(proc.memory_info().rss / 2**20, 1)
+        out["daemon_rss_mb_watched"] = _rss_mb(daemon)
+        out["daemon_rss_mb_at"] = rss
         with daemon.client() as c:
             status = c.status()
         counters, watcher = status["counters"], status.get("watcher", {})
@@ -120,6 +134,10 @@ def run_size(files: int, rounds: int, hooks: list[str] | None = None) -> dict:
     finally:
         daemon.stop()
         subprocess.run(["rm", "-rf", str(work)])
+
+
+def _rss_mb(daemon: DaemonProc) -> float:
+    return round(psutil.Process(daemon.proc.pid).memory_info().rss / 2**20, 1)
 
 
 def _http_hook(daemon: DaemonProc, wt: Path, target: Path, rounds: int) -> float:
@@ -214,10 +232,13 @@ def main() -> None:
     parser.add_argument("--hook", action="append", default=[], metavar="PATH",
                         help="Also time this snapshot-hook (e.g. a non-editable install's), "
                         "interleaved with the environment's own; repeatable.")
+    parser.add_argument("--cache", type=Path, default=None, metavar="DIR",
+                        help="Keep each generated tree under DIR/tree-<files> and reuse it on "
+                        "the next run (bench.tree); without it a tree is written and removed.")
     args = parser.parse_args()
     doc: dict = {"bench": "performance", "machine": {"cpus": os.cpu_count()},
                  "load_average_before": [round(x, 2) for x in os.getloadavg()],
-                 "sizes": [run_size(int(n), args.rounds, args.hook)
+                 "sizes": [run_size(int(n), args.rounds, args.hook, args.cache)
                            for n in args.sizes.split(",")]}
     if args.all:
         for name, extra in (("restore", ["--files", "100000", "--rounds", "5"]),

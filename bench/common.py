@@ -19,20 +19,58 @@ from snapshotd_client import Client
 
 
 def make_tree(root: Path, files: int, *, git_init: bool = True, per_dir: int = 100) -> Path:
-    """``files`` small text files in directories of ``per_dir``, optionally a committed repo."""
+    """``files`` small text files in directories of ``per_dir`` (``tree_file``'s layout),
+    optionally a committed repository packed like a clone: the commit is written by
+    ``git fast-import`` (one pack, no loose objects, nothing for ``git gc`` to prune) from the
+    same bytes as the files, and the index is built by ``read-tree`` and a stat refresh."""
     root.mkdir(parents=True, exist_ok=True)
+    importer = _Importer(root) if git_init else None
     for i in range(files):
-        d = root / f"d{i // per_dir:04d}" / f"s{(i // 10) % 10}"
+        path = tree_file(root, i, per_dir)
         if i % 10 == 0:
-            d.mkdir(parents=True, exist_ok=True)
-        (d / f"f{i}.txt").write_text(f"file {i}\n" + "x" * (i % 200) + "\n")
-    if git_init:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        body = f"file {i}\n{'x' * (i % 200)}\n".encode()
+        path.write_bytes(body)
+        if importer is not None:
+            rel = path.relative_to(root).as_posix()
+            importer.write(b"M 100644 inline %s\ndata %d\n%s\n" % (rel.encode(), len(body), body))
+    if importer is not None:
+        importer.write(b"done\n")
+        importer.close()
         env = git_env()
-        subprocess.run(["git", "init", "-q"], cwd=root, check=True, env=env)
-        subprocess.run(["git", "add", "-A"], cwd=root, check=True, env=env)
-        subprocess.run(["git", "-c", "gc.auto=0", "commit", "-q", "-m", "init"], cwd=root,
-                       check=True, env=env)
+        subprocess.run(["git", "read-tree", "HEAD"], cwd=root, check=True, env=env)
+        # read-tree leaves no stat data: the refresh hashes each file once and records it, so
+        # the repository's index is as fresh as a clone's checkout leaves it.
+        subprocess.run(["git", "update-index", "-q", "--refresh"], cwd=root, check=True,
+                       env=env)
     return root
+
+
+def tree_file(root: Path, i: int, per_dir: int = 100) -> Path:
+    """File ``i`` of a ``make_tree`` tree: ``d{i // per_dir}/s{(i // 10) % 10}/f{i}.txt``."""
+    return root / f"d{i // per_dir:04d}" / f"s{(i // 10) % 10}" / f"f{i}.txt"
+
+
+class _Importer:
+    """A ``git fast-import`` process fed one commit on the repository's ``main``."""
+
+    def __init__(self, root: Path) -> None:
+        env = git_env()
+        subprocess.run(["git", "init", "-q", "--initial-branch=main"], cwd=root, check=True,
+                       env=env)
+        self.proc = subprocess.Popen(["git", "fast-import", "--quiet", "--done"], cwd=root,
+                                     env=env, stdin=subprocess.PIPE)
+        assert self.proc.stdin is not None
+        self.stdin = self.proc.stdin
+        self.write(b"commit refs/heads/main\ncommitter b <b@b> 0 +0000\ndata 4\ninit\n")
+
+    def write(self, data: bytes) -> None:
+        self.stdin.write(data)
+
+    def close(self) -> None:
+        self.stdin.close()
+        if self.proc.wait() != 0:
+            raise RuntimeError(f"git fast-import exited {self.proc.returncode}")
 
 
 def git_env(**extra: str) -> dict[str, str]:

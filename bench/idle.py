@@ -1,7 +1,8 @@
 """Tier 2 budgets (docs/performance.md): what watching costs while nothing happens, and how
 soon after the last write a settled checkpoint is committed.
 
-Sets up ``--worktrees`` git worktrees of ``--files`` files each (one generated tree, copied),
+Sets up ``--worktrees`` git worktrees of ``--files`` files each (one generated tree, copied;
+``--cache DIR`` keeps them for the next run, ``prepare_s`` is what writing or resetting took),
 begins an attempt on each (the daemon's default ``settle_ms``/``max_wait_ms`` unless given),
 flushes each once so every stat cache is warm, waits for the watcher to merge its notifiers,
 then measures:
@@ -32,26 +33,26 @@ from pathlib import Path
 
 import psutil
 
-from bench.common import DaemonProc, git_env, make_tree, median
+from bench.common import DaemonProc, make_tree, median
+from bench.tree import cached_copies
 
 
 def run(worktrees: int, files: int, seconds: float, rounds: int,
-        settle_ms: int | None) -> dict:
+        settle_ms: int | None, cache: Path | None = None) -> dict:
+    """The idle and settle figures; with ``cache`` the worktrees are kept there for the next
+    run (``bench.tree.cached_copies``), else written under a temporary directory and removed."""
     work = Path(tempfile.mkdtemp(prefix="sdidle", dir="/tmp"))
     started = time.monotonic()
-    template = make_tree(work / "wt0", files)
-    # The commit may have started a background `git gc --auto` that deletes loose objects while
-    # we copy: pack them now, in the foreground.
-    for _ in range(600):
-        if subprocess.run(["git", "gc", "-q"], cwd=template, env=git_env(),
-                          capture_output=True).returncode == 0:
-            break
-        time.sleep(0.1)  # "gc is already running": wait for the background one
-    roots = [template]
-    for i in range(1, worktrees):
-        dest = work / f"wt{i}"
-        subprocess.run(["cp", "-a", str(template), str(dest)], check=True)
-        roots.append(dest)
+    if cache is not None:
+        roots = cached_copies(worktrees, files, cache)
+    else:
+        # make_tree's commit is one pack (fast-import): no background gc to race the copies.
+        roots = [make_tree(work / "wt0", files)]
+        for i in range(1, worktrees):
+            dest = work / f"wt{i}"
+            subprocess.run(["cp", "-a", str(roots[0]), str(dest)], check=True)
+            roots.append(dest)
+    prepare_s = time.monotonic() - started
     extra = {"SNAPSHOTD_SETTLE_MS": str(settle_ms)} if settle_ms else {}
     daemon = DaemonProc(extra)
     try:
@@ -87,6 +88,7 @@ def run(worktrees: int, files: int, seconds: float, rounds: int,
         "bench": "idle",
         "worktrees": worktrees,
         "files_per_worktree": files,
+        "prepare_s": round(prepare_s, 1),
         "setup_s": round(setup_s, 1),
         "notifiers": notifiers,
         "idle": {
@@ -150,9 +152,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--settle-ms", type=int, default=None)
+    parser.add_argument("--cache", type=Path, default=None, metavar="DIR",
+                        help="Keep the worktrees under DIR and reuse them (bench.tree).")
     args = parser.parse_args()
     print(json.dumps(run(args.worktrees, args.files, args.seconds, args.rounds,
-                         args.settle_ms), indent=2))
+                         args.settle_ms, args.cache), indent=2))
 
 
 if __name__ == "__main__":

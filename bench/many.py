@@ -4,7 +4,8 @@ the settle latency of one write among them (write to committed checkpoint). The 
 ``bench.idle``'s; this runner only sets the scale of the budget (100 × 10,000: idle <= 1 % of a
 core, RSS <= 1 GB) and prints it beside the figures.
 
-Usage: ``python -m bench.many [--worktrees 100] [--files 10000] [--seconds 60] [--rounds 20]``.
+Usage: ``python -m bench.many [--worktrees 100] [--files 10000] [--seconds 60] [--rounds 20]
+[--cache DIR]``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from pathlib import Path
 
 from bench.idle import run
 
@@ -22,9 +24,11 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=10000)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--cache", type=Path, default=None, metavar="DIR",
+                        help="Keep the worktrees under DIR and reuse them (bench.tree).")
     args = parser.parse_args()
     load_before = round(os.getloadavg()[0], 2)
-    doc = run(args.worktrees, args.files, args.seconds, args.rounds, None)
+    doc = run(args.worktrees, args.files, args.seconds, args.rounds, None, args.cache)
     doc["bench"] = "many"
     doc["load_avg_1m_before"] = load_before
     doc["budgets"] = {"idle_cpu_pct_of_one_core": 1.0, "rss_mb": 1024,
