@@ -9,6 +9,7 @@ SIGKILL after a bound, reaping our own children); ``daemons_under(root)`` finds 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -275,3 +276,27 @@ def full_tree(root: Path, scratch_index: Path) -> str:
     env = {"GIT_INDEX_FILE": str(scratch_index)}
     git(root, "add", "-A", env=env)
     return git(root, "write-tree", env=env).strip()
+
+
+# A stand-in for ``snapshot-hook`` that appends each payload it is given to ``$RECORD_TO``.
+PLUGIN_RECORDER = """#!/bin/sh
+cat >> "$RECORD_TO"
+printf '\\n' >> "$RECORD_TO"
+"""
+
+
+def run_plugin(tmp_path: Path, plugin: Path, driver: str, *extra: str) -> list[dict]:
+    """Run a JavaScript agent plugin (OpenCode, Amp) under node with ``driver`` (an ES module
+    given the plugin's path and ``extra`` as arguments), the hook replaced by a recorder; the
+    payloads the plugin sent, in order."""
+    node = shutil.which("node")
+    assert node is not None, "run_plugin needs node"
+    recorder = tmp_path / "record.sh"
+    recorder.write_text(PLUGIN_RECORDER)
+    recorder.chmod(0o755)
+    (tmp_path / "driver.mjs").write_text(driver)
+    record = tmp_path / "recorded.ndjson"
+    env = dict(os.environ, SNAPSHOT_HOOK=str(recorder), RECORD_TO=str(record))
+    subprocess.run([node, str(tmp_path / "driver.mjs"), str(plugin), *extra], env=env,
+                   check=True, timeout=60, capture_output=True)
+    return [json.loads(line) for line in record.read_text().splitlines() if line.strip()]

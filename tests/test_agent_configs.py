@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, Daemon, Env, fixtures_dir, load_payloads, make_git_worktree
+from helpers import run_plugin
 from snapshotd_client.agents import normalize
 
 HOOK_BUDGET_S = 5.0  # snapshot-hook's own default budget
@@ -93,11 +94,6 @@ def test_cline_hook_script_checkpoints_and_answers(sd_env: Env, daemon: Daemon,
     assert cp["tool_use_id"] == "call_0_write" and cp["worktree"] == str(wt)
 
 
-RECORDER = """#!/bin/sh
-cat >> "$RECORD_TO"
-printf '\\n' >> "$RECORD_TO"
-"""
-
 OPENCODE_DRIVER = """
 const { Snapshotd } = await import(process.argv[2]);
 const hooks = await Snapshotd({ directory: "<harness>/proj", worktree: "<harness>/proj" });
@@ -130,21 +126,9 @@ await handlers["tool.result"]({ thread, toolUseID: "toolu_2_shell", tool: "Bash"
 """
 
 
-def _run_plugin(tmp_path: Path, plugin: Path, driver: str, *extra: str) -> list[dict]:
-    recorder = tmp_path / "record.sh"
-    recorder.write_text(RECORDER)
-    recorder.chmod(0o755)
-    (tmp_path / "driver.mjs").write_text(driver)
-    record = tmp_path / "recorded.ndjson"
-    env = dict(os.environ, SNAPSHOT_HOOK=str(recorder), RECORD_TO=str(record))
-    subprocess.run([NODE, str(tmp_path / "driver.mjs"), str(plugin), *extra], env=env,
-                   check=True, timeout=60, capture_output=True)
-    return [json.loads(line) for line in record.read_text().splitlines() if line.strip()]
-
-
 @needs_node
 def test_opencode_plugin_sends_what_the_parser_reads(tmp_path: Path) -> None:
-    sent = _run_plugin(tmp_path, CONTRIB / "opencode" / "snapshotd.js", OPENCODE_DRIVER)
+    sent = run_plugin(tmp_path, CONTRIB / "opencode" / "snapshotd.js", OPENCODE_DRIVER)
     assert sent == load_payloads("opencode/tool-execute-after.ndjson")
     assert [normalize(p)["tool_use_id"] for p in sent] == [
         "call_0_write", "call_1_shell", "call_2_shell"]
@@ -164,7 +148,7 @@ def test_amp_plugin_sends_what_the_parser_reads(tmp_path: Path) -> None:
     plugin.write_text(stripped)
     cwd = tmp_path / "proj"
     cwd.mkdir()
-    sent = _run_plugin(tmp_path, plugin, AMP_DRIVER, str(cwd))
+    sent = run_plugin(tmp_path, plugin, AMP_DRIVER, str(cwd))
     expected = load_payloads("amp/tool-result.ndjson")
     for payload in sent:  # the plugin's real cwd, as <harness>/proj in the fixture
         assert payload["cwd"] == str(cwd)

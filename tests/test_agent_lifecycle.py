@@ -14,7 +14,6 @@ owns the sessions it starts, abandoned when its process is killed."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -27,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, Daemon, Env, load_payloads, make_git_worktree
+from helpers import run_plugin
 from snapshotd_client.agents import LIFECYCLE, normalize
 from snapshotd_client.hook import SESSION_EVENTS
 from snapshotd_client.lifecycle import CONTEXT_SHAPES
@@ -250,11 +250,6 @@ def test_kiro_session_is_abandoned_when_its_agent_dies(world: tuple[Env, Daemon]
 
 # -- the plugins forward the lifecycle ------------------------------------------------------------
 
-RECORDER = """#!/bin/sh
-cat >> "$RECORD_TO"
-echo >> "$RECORD_TO"
-"""
-
 OPENCODE_DRIVER = """
 const { Snapshotd } = await import(process.argv[2]);
 const hooks = await Snapshotd({ directory: "<harness>/proj", worktree: "<harness>/proj" });
@@ -280,22 +275,9 @@ await handlers["agent.end"]({ thread }, { thread });
 """
 
 
-def _run_plugin(tmp_path: Path, plugin: Path, driver: str, *extra: str) -> list[dict]:
-    recorder = tmp_path / "record.sh"
-    recorder.write_text(RECORDER)
-    recorder.chmod(0o755)
-    (tmp_path / "driver.mjs").write_text(driver)
-    record = tmp_path / "recorded.ndjson"
-    env = dict(os.environ, SNAPSHOT_HOOK=str(recorder), RECORD_TO=str(record))
-    assert NODE is not None
-    subprocess.run([NODE, str(tmp_path / "driver.mjs"), str(plugin), *extra], env=env,
-                   check=True, timeout=60, capture_output=True)
-    return [json.loads(line) for line in record.read_text().splitlines() if line.strip()]
-
-
 @needs_node
 def test_opencode_plugin_forwards_the_session_lifecycle(tmp_path: Path) -> None:
-    sent = _run_plugin(tmp_path, REPO / "contrib" / "opencode" / "snapshotd.js", OPENCODE_DRIVER)
+    sent = run_plugin(tmp_path, REPO / "contrib" / "opencode" / "snapshotd.js", OPENCODE_DRIVER)
     assert sent == load_payloads("opencode/session-lifecycle.ndjson")
 
 
@@ -311,7 +293,7 @@ def test_amp_plugin_forwards_the_thread_lifecycle(tmp_path: Path) -> None:
     plugin.write_text(stripped)
     cwd = tmp_path / "proj"
     cwd.mkdir()
-    sent = _run_plugin(tmp_path, plugin, AMP_DRIVER, str(cwd))
+    sent = run_plugin(tmp_path, plugin, AMP_DRIVER, str(cwd))
     for payload in sent:  # the plugin's real cwd, as <harness>/proj in the fixture
         assert payload["cwd"] == str(cwd)
         payload["cwd"] = H
