@@ -44,9 +44,7 @@ def write_file(path: Path, data: bytes, mode: int = 0o644, *, sync: bool = True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        write_all(fd, data)
         if sync:
             os.fsync(fd)
     finally:
@@ -54,6 +52,13 @@ def write_file(path: Path, data: bytes, mode: int = 0o644, *, sync: bool = True)
     os.replace(tmp, path)
     if sync:
         fsync_path(path.parent)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte of ``data`` to ``fd`` (``os.write`` may take fewer than it is given)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def make_dirs(path: Path, mode: int = 0o755, *, sync: bool = True) -> None:

@@ -45,6 +45,7 @@ from pathlib import Path
 import pygit2
 
 from snapshotd import faults
+from snapshotd.durable import write_all
 from snapshotd.restore_plan import MODE_EXEC, MODE_LINK, Plan, Write
 
 log = logging.getLogger("snapshotd.restore")
@@ -428,9 +429,7 @@ def _write_entry(repo: pygit2.Repository, dir_fd: int, name: bytes, w: Write, *,
     try:
         if like is not None:
             _keep_permissions(fd, dir_fd, like, executable=w.mode == MODE_EXEC)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        write_all(fd, data)
         if fsync:
             os.fsync(fd)
     finally:
