@@ -5,7 +5,10 @@ Every test that takes ``sd_env`` (and so every daemon test) runs once per ledger
 by ``--ledgers`` (default ``sqlite,postgres``; env ``SNAPSHOTD_TEST_LEDGERS``): ``[sqlite]`` is
 the embedded default, ``[postgres]`` points the daemon and the CLI at a fresh database of a
 throwaway PostgreSQL cluster (``conftest_pg``) through ``SNAPSHOTD_LEDGER_URL``. Where
-PostgreSQL or psycopg is missing the ``[postgres]`` variants skip, saying why.
+PostgreSQL or psycopg is missing the ``[postgres]`` variants skip, saying why. The exceptions
+are named in ``ONE_LEDGER`` (modules or single tests whose checks do not depend on the ledger's
+backend): they run on the first backend of ``--ledgers`` only, unless ``--all-ledgers`` (env
+``SNAPSHOTD_TEST_ALL_LEDGERS=1``) asks for every backend everywhere.
 
 Daemons: take ``daemon`` (one, started, tier 2 kept quiet) or ``make_daemon(env, extra_env,
 args=..., start=...)`` for several, restarts and special environments. No test needs to stop a
@@ -40,6 +43,67 @@ from helpers import daemon_of_home, daemons_under, git, stop_daemons_under, stop
 LEDGER_BACKENDS = ("sqlite", "postgres")
 REPO = Path(__file__).resolve().parents[1]
 
+# Tests (a module, or ``module::function``) that run on one ledger backend, and why. A test runs
+# on each backend when what it checks goes through the ledger's SQL in a way the dialects could
+# answer differently: numbering, rows and their queries, transactions and races, attempts and
+# sessions, gaps the daemon records, retention, purge, repair, replication, listing and
+# history, status of the ledger, redaction of its URL. The tests below reach the ledger only
+# through the calls those tests (and test_ledger_backends.py's contract on both backends)
+# already cover; what they check is a tree, a file, a socket, a hook, a timer or a front end.
+ONE_LEDGER: dict[str, str] = {
+    "test_agent_configs": "the shipped agent configurations run the hook",
+    "test_agents": "hook payload parsing and attribution of each agent",
+    "test_blame": "blame against git blame over the store's commits",
+    "test_bracket": "which hook events take a capture",
+    "test_client_trust": "ownership of the socket and its directory",
+    "test_deep_tree": "what a deep tree's capture holds",
+    "test_diff": "patches against git diff over the store's commits",
+    "test_error_codes": "the daemon's error codes",
+    "test_export": "branches, squashes and patches against git",
+    "test_fastpath": "the fast path's tree against git add -A",
+    "test_home_perms": "file modes in the home",
+    "test_hostile_input": "framing, hostile paths and connection limits",
+    "test_http_hook": "the HTTP front end's guards",
+    "test_ledger_repair::test_damaged_ledger_is_diagnosed_and_rebuilt": "a damaged SQLite file",
+    "test_mcp": "the MCP transport (test_listing.py, test_history.py run on each backend)",
+    "test_more_agents": "hook payload parsing of each agent",
+    "test_nested_fastpath": "nested repositories in a capture",
+    "test_plain_excludes": "the default excludes of a plain directory",
+    "test_plugin": "the shipped plugin's configuration",
+    "test_restore_apply": "the restore's file-system writer",
+    "test_restore_hostile": "links, odd names and reply sizes in restore and diff",
+    "test_secret_files": "which files a capture skips",
+    "test_server_hooks": "how the server composes its wrappers",
+    "test_server_hostile": "bad requests and foreign users",
+    "test_service_unit": "socket activation, sd_notify and unit files",
+    "test_special_files": "special files in a capture",
+    "test_status_config::test_status_with_no_daemon_says_so_and_exits_3":
+        "the CLI without a daemon",
+    "test_status_config::test_status_after_the_daemon_was_killed_exits_3":
+        "the CLI without a daemon",
+    "test_status_config::test_default_log_level_prints_no_line_per_capture":
+        "the daemon's log",
+    "test_status_config::test_journald_priority_prefixes_under_systemd":
+        "the daemon's log",
+    "test_status_config::test_log_level_flag_silences_info":
+        "the daemon's log",
+    "test_status_config::test_config_precedence_flag_over_env_over_file_over_default":
+        "configuration precedence",
+    "test_status_config::test_bad_value_unknown_key_and_bad_env_are_errors_naming_the_key":
+        "configuration errors",
+    "test_status_config::test_sigterm_stops_a_serving_daemon_cleanly":
+        "the daemon's signal handling",
+    "test_status_config::test_status_shows_a_watched_worktree_that_went_missing_as_degraded":
+        "the watcher's status",
+    "test_store": "the store's refs",
+    "test_ui_browser": "the pages in a browser (test_ui.py runs on each backend)",
+    "test_unreadable": "unreadable files in a capture",
+    "test_watch_budget": "the watcher's inotify budget",
+    "test_watch_errors": "the watcher's own errors",
+    "test_watch_routing": "routing of inotify events to worktrees",
+    "test_watcher": "tier 2's settle windows and trees",
+}
+
 
 def fixtures_dir() -> Path:
     """The agents' hook payloads (tests/fixtures, part of the repository: no test skips for want
@@ -57,6 +121,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                                                          ",".join(LEDGER_BACKENDS)),
                      help="comma-separated ledger backends the daemon tests run against "
                           "(sqlite, postgres)")
+    parser.addoption("--all-ledgers", action="store_true",
+                     default=os.environ.get("SNAPSHOTD_TEST_ALL_LEDGERS", "") == "1",
+                     help="run the ONE_LEDGER tests on every backend of --ledgers too")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -70,7 +137,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "pg_url" in inspect.signature(metafunc.function).parameters:
         # A PostgreSQL test of its own (it names pg_url): its Env runs on that database only.
         chosen = [b for b in chosen if b == "postgres"]
+    elif one_ledger_reason(metafunc.module.__name__, metafunc.function.__name__) and \
+            not metafunc.config.getoption("--all-ledgers"):
+        chosen = chosen[:1]
     metafunc.parametrize("ledger_backend", chosen)
+
+
+def one_ledger_reason(module: str, function: str) -> str:
+    """Why the test runs on one ledger backend only, or "" when it runs on each."""
+    module = module.rpartition(".")[2]
+    return ONE_LEDGER.get(f"{module}::{function}") or ONE_LEDGER.get(module, "")
 
 
 class Env:
