@@ -31,12 +31,9 @@ import threading
 from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from snapshotd.config import Config
 from snapshotd.errors import ServiceError
-from snapshotd.server import Server
-from snapshotd.service import Service
 from snapshotd_client import protocol
 from snapshotd_client.hook import (
     BEFORE_TOOL_EVENTS,
@@ -44,6 +41,11 @@ from snapshotd_client.hook import (
     parse_json,
     snapshot_fields,
 )
+
+if TYPE_CHECKING:
+    from snapshotd.config import Config
+    from snapshotd.server import Server
+    from snapshotd.service import Service
 
 log = logging.getLogger("snapshotd.http_hook")
 
