@@ -30,13 +30,17 @@ from snapshotd_client.client import DaemonTimeout
 from snapshotd_client.gaps import read_gaps
 from snapshotd_client.hook import try_autostart
 
+# The hook must not wait out its 5 s budget when no daemon can answer: a bound well under the
+# budget, generous for a Python start-up on a loaded 2-core machine (not a speed figure).
+HOOK_QUICK_S = 3.0
+
 # -- snapshot-hook, as the agent runs it --------------------------------------------------------
 
 
 def test_hook_with_no_daemon_exits_0_silently_fast_and_records_a_gap(hook_env, short_dir):
     proc, elapsed = run_hook_timed(hook_env, hook_stdin("/srv/proj"))
     assert_silent_success(proc)
-    assert elapsed < 1.0
+    assert elapsed < HOOK_QUICK_S
     (gap,) = read_gaps(short_dir / "gaps.ndjson")
     assert gap["reason"] == "daemon-unavailable"
     assert gap["tool_use_id"] == "toolu_test_1"
@@ -55,7 +59,7 @@ def test_hook_with_a_stale_socket_file_reports_refused(hook_env, short_dir):
     finally:
         stale.close()
     assert_silent_success(proc)
-    assert elapsed < 1.0
+    assert elapsed < HOOK_QUICK_S
     (gap,) = read_gaps(short_dir / "gaps.ndjson")
     assert gap["reason"] == "daemon-unavailable"
     assert "Connection refused" in gap["detail"]
@@ -66,7 +70,7 @@ def test_hook_times_out_on_a_mute_daemon_within_its_budget(hook_env, short_dir):
     with FakeDaemon(short_dir / "d.sock", lambda req: "silent") as daemon:
         proc, elapsed = run_hook_timed(hook_env, hook_stdin("/srv/proj"))
     assert_silent_success(proc)
-    assert 0.45 <= elapsed < 1.5
+    assert 0.45 <= elapsed < 0.5 + HOOK_QUICK_S
     assert [r["op"] for r in daemon.requests] == ["snapshot"]
     (gap,) = read_gaps(short_dir / "gaps.ndjson")
     assert gap["reason"] == "timeout"
@@ -78,7 +82,7 @@ def test_hook_zero_setup_request_and_no_gap_on_success(hook_env, short_dir):
     with FakeDaemon(short_dir / "d.sock", ok()) as daemon:
         proc, elapsed = run_hook_timed(hook_env, hook_stdin("/srv/proj"))
     assert_silent_success(proc)
-    assert elapsed < 1.0
+    assert elapsed < HOOK_QUICK_S
     assert not (short_dir / "gaps.ndjson").exists()
     (req,) = daemon.requests
     assert isinstance(req.pop("id"), int)
@@ -135,7 +139,7 @@ def test_hook_records_a_protocol_error_for_a_garbled_reply(hook_env, short_dir):
 def test_hook_records_a_bad_payload(hook_env, short_dir, stdin):
     proc, elapsed = run_hook_timed(hook_env, stdin)
     assert_silent_success(proc)
-    assert elapsed < 1.0
+    assert elapsed < HOOK_QUICK_S
     (gap,) = read_gaps(short_dir / "gaps.ndjson")
     assert gap["reason"] == "bad-payload"
     assert gap["run_id"] is None and gap["tool_use_id"] is None

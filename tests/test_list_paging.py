@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from conftest import Daemon, Env, make_git_worktree
@@ -17,21 +16,18 @@ COUNT = 3500
 LABEL = "edit src/module/file.py: " + "x" * 90
 
 
-def _many_checkpoints(daemon: Daemon, wt: Path) -> float:
-    started = time.monotonic()
+def _many_checkpoints(daemon: Daemon, wt: Path) -> None:
     with daemon.client() as c:
         c.attempt_begin("long", "n", str(wt))
         for i in range(COUNT):
             (wt / "a.txt").write_text(f"{i}\n")
             c.snapshot(str(wt), run_id="long", node_id="n", label=f"{LABEL} {i}",
                        tool_use_id=f"toolu_{i:05d}")
-    return time.monotonic() - started
 
 
 def test_a_long_run_lists_whole_in_pages(sd_env: Env, daemon: Daemon, tmp_path: Path) -> None:
     wt = make_git_worktree(tmp_path / "wt")
-    elapsed = _many_checkpoints(daemon, wt)
-    assert elapsed < 120, elapsed
+    _many_checkpoints(daemon, wt)
     with open(sd_env.gaps, "a") as spool:  # gaps come after the checkpoints, paged the same
         for i in range(3):
             spool.write(json.dumps({"ts": "2026-01-01T00:00:00Z", "run_id": "long",

@@ -100,7 +100,7 @@ def test_changes_a_verification_finds_unannounced_are_watcher_drift(
         c.snapshot(str(wt), run_id="judge", node_id="n")
         with open(outside / "alias.txt", "w") as f:
             f.write("first unseen write\n")
-        wait_for(lambda: len(drifts()) == 1, timeout=20, every=POLL_S,
+        wait_for(lambda: len(drifts()) == 1, timeout=45, every=POLL_S,
                  what="the first watcher-drift gap")
         # The fast path is off now. A burst, and an unseen write before its verification.
         (wt / "c.txt").write_text("c\n")
@@ -109,7 +109,7 @@ def test_changes_a_verification_finds_unannounced_are_watcher_drift(
                  every=POLL_S, what="the burst's capture")
         with open(outside / "alias.txt", "w") as f:
             f.write("second unseen write\n")
-        wait_for(lambda: len(drifts()) == 2, timeout=20, every=POLL_S,
+        wait_for(lambda: len(drifts()) == 2, timeout=45, every=POLL_S,
                  what="the second watcher-drift gap")
     assert "captured as seq" in drifts()[1]["detail"]
     assert {g["reason"] for g in sd_env.read_gaps()} == {"watcher-drift"}
