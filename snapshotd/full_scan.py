@@ -176,7 +176,16 @@ def _list_unseen(wt: ScanTarget, index: pygit2.Index, result: Capture) -> None:
     matcher = pygit2.Repository(str(wt.gitdir))  # the capture's ignore rules, as the diff's
     nested = NestedRepos(wt.root, lambda d: any(e.path.startswith(d + "/") for e in index))
     listed = {s["path"] for s in result.skipped}
-    result.skipped.extend(list_unseen(wt.root, matcher.path_is_ignored, index, listed, nested))
+
+    def ignored(path: str) -> bool:
+        try:
+            return bool(matcher.path_is_ignored(path))
+        except UnicodeEncodeError:
+            # pygit2 gives libgit2 UTF-8 only: a name that is not UTF-8 cannot be matched, and
+            # counts as not ignored (at worst an ignored special file is listed as skipped).
+            return False
+
+    result.skipped.extend(list_unseen(wt.root, ignored, index, listed, nested))
 
 def _hold_unreadable(wt: ScanTarget, index: pygit2.Index) -> dict[str, pygit2.IndexEntry]:
     held = {}
