@@ -69,7 +69,7 @@ def test_both_gap_writers_hide_each_kind(kind: str, tmp_path: Path) -> None:
 
 
 def test_captured_files_are_scanned_for_each_kind_and_review_replies_stay_clean(
-        sd_env: Env, daemon: Daemon, tmp_path: Path) -> None:
+        sd_env: Env, daemon: Daemon, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from snapshotd.mcp_ops import Operations
 
     wt = tmp_path / "wt"
@@ -90,6 +90,8 @@ def test_captured_files_are_scanned_for_each_kind_and_review_replies_stay_clean(
 
     # Review replies about the second checkpoint (its change holds no token; its label held
     # every kind) show the label only redacted.
+    for key, value in sd_env.vars.items():  # the ops read the ledger's address as a user's
+        monkeypatch.setenv(key, value)        # MCP server would: from its environment
     ops = Operations(home=sd_env.home, socket=sd_env.socket)
     replies = [ops.show_checkpoint(run_id=RUN, node_id=NODE, seq=1),
                ops.log_checkpoints(run_id=RUN, node_id=NODE, path="a.txt", patch=True),
