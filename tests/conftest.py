@@ -52,6 +52,14 @@ REPO = Path(__file__).resolve().parents[1]
 # already cover; what they check is a tree, a file, a socket, a hook, a timer or a front end.
 ONE_LEDGER: dict[str, str] = {
     "test_agent_configs": "the shipped agent configurations run the hook",
+    "test_agent_lifecycle": "the agents' events mapped to session states (test_sessions.py "
+                           "runs the states on each backend)",
+    "test_export_secrets": "export's check for findings, over the store's commits",
+    "test_secret_scan_scope": "which files a first capture scans",
+    "test_secret_surfaces": "tokens redacted before anything is written or shown",
+    "test_secret_worktree": "per-worktree settings of the capture",
+    "test_stat_cache_gc": "the stat cache against the store's objects",
+    "test_workspaces": "what a whole workspace's capture, restore and diff hold",
     "test_agents": "hook payload parsing and attribution of each agent",
     "test_blame": "blame against git blame over the store's commits",
     "test_bracket": "which hook events take a capture",
