@@ -52,8 +52,6 @@ def remove(wt: Path, kind: str) -> None:
     (wt / ("link" if kind == "symlink" else "f.txt")).unlink()
 
 
-@pytest.mark.xfail(strict=True, reason="handles keep the pack git gc deleted: the write of a "
-                   "pruned object is skipped as a freshen")
 @pytest.mark.parametrize("kind", ["file", "symlink"])
 def test_pruned_content_captured_again_is_in_the_store(
         sd_env: Env, daemon: Daemon, tmp_path: Path, kind: str) -> None:
