@@ -24,6 +24,8 @@ Promises:
   cache, whatever the prune grace: objects younger than the grace (default 1 hour) are never
   pruned, so a capture in flight keeps its objects; with a shorter grace, captures wait for
   ``git gc`` to finish instead (``Store.gate``). One gc runs at a time.
+- After every ``git gc`` the daemon's libgit2 handles are reopened before their next write
+  (``Store.replaced_objects``): an object ``git gc`` pruned is written again when needed.
 - Pruned rows stay in the ledger, marked with when and why.
 """
 
@@ -265,7 +267,12 @@ def _git_gc(service: Service, safety_interval_s: float) -> None:
            "-c", "gc.autoDetach=false", "-c", "gc.reflogExpire=now",
            "-c", "gc.reflogExpireUnreachable=now", "gc", "--quiet",
            f"--prune={int(safety_interval_s)}.seconds.ago"]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    finally:
+        # Even a failed gc may have deleted packs: the daemon's handles still hold them, and
+        # libgit2 would skip writing an object only those hold (``Store.replaced_objects``).
+        service.store.replaced_objects()
     if proc.returncode != 0:
         raise ServiceError(errors.INTERNAL, f"git gc failed: {proc.stderr.strip()}")
 

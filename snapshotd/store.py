@@ -104,6 +104,9 @@ class Store:
         # One read handle per thread for reads that must not wait on (or hold up) the writes
         # of other worktrees' captures under ``lock``: objects are immutable once written.
         self._readers = threading.local()
+        # Bumped by ``replaced_objects`` after every ``git gc``: a handle opened before it must
+        # be reopened before it writes (``WorktreeIndex`` and ``thread_reader`` check it).
+        self.generation = 0
         if recover:
             # The daemon, holding the home lock: create or repair the store durably, then clear
             # what a crash left. Anyone else (a CLI reading beside a running daemon) must not
@@ -116,6 +119,19 @@ class Store:
                 ensure_store(home)
             self.recovery = Recovery()
         self.repo = pygit2.Repository(str(self.path))
+
+    def replaced_objects(self) -> None:
+        """Called after ``git gc`` repacked and pruned the store: reopen the store's handle and
+        bump ``generation`` so every other long-lived handle is reopened before its next use.
+
+        libgit2 keeps every pack it has opened in a handle's odb, deleted or not (a refresh
+        only adds new packs), and a write first "freshens" an object it finds: within two
+        seconds of that pack's last freshen it returns without touching the file. A handle
+        from before the gc therefore skips writing an object gc just pruned, and a checkpoint
+        naming it is acknowledged with the object missing (tests/test_gc_stale_odb.py)."""
+        with self.lock:
+            self.repo = pygit2.Repository(str(self.path))
+            self.generation += 1
 
     def reader(self) -> pygit2.Repository:
         """A new read-only handle on the store for one thread (libgit2 handles are not shared
@@ -339,7 +355,9 @@ class Store:
         """This thread's read handle on the store (made on first use, kept for the thread's
         life). For object reads only; writes go through ``Store`` methods under ``lock``."""
         repo = getattr(self._readers, "repo", None)
-        if repo is None:
+        if repo is None or self._readers.generation != self.generation:
+            # Reopened after a gc: an object gc pruned would still be found in a deleted pack.
+            self._readers.generation = self.generation
             repo = self._readers.repo = self.reader()
         return repo
 

@@ -94,6 +94,7 @@ class WorktreeIndex:
         self.max_file_bytes = store.max_file_bytes
         self.secret_files, self.secret_scan = store.secret_policy(root)
         self._repo: pygit2.Repository | None = None
+        self._generation = -1  # the store's when ``_repo`` was opened (``_reopen``)
         self._index: pygit2.Index | None = None
         self._exclude_sources: tuple = ()
         self._racy: set[str] = set()
@@ -154,6 +155,7 @@ class WorktreeIndex:
             return None
         self._check_root()
         _check_objects_fault()
+        self._reopen(after_gc=True)
         # Racy entries are not re-hashed here: a write after their hash raised an event, so it
         # is in ``paths``. They stay marked for the next full scan, which has only stats.
         wanted = {p.strip("/") for p in paths}
@@ -325,6 +327,7 @@ class WorktreeIndex:
         not loaded)."""
         if self._index is None or self._repo is None:
             return None
+        self._reopen(after_gc=True)
         try:
             return self.workspace.cached_tree(self._repo, str(odb_retry(self._index.write_tree)))
         except pygit2.GitError:
@@ -333,9 +336,7 @@ class WorktreeIndex:
 
     def drop_cache(self) -> None:
         """Forget the in-memory index so the next capture rebuilds it from disk or cold."""
-        self._index = None
-        self._repo = None
-        self._tree = None
+        self._index = self._repo = self._tree = None
         self.workspace.drop()
 
     def ignore_matcher(self) -> WorkspaceMatcher:
@@ -420,8 +421,10 @@ class WorktreeIndex:
 
     def _load_index(self) -> pygit2.Index:
         if self._index is not None:
+            self._reopen(after_gc=True)
             self._refresh_excludes()
             return self._index
+        self._generation = self.store.generation
         self._refresh_excludes(force=True)
         try:
             self._repo = pygit2.Repository(str(self.gitdir))
@@ -544,11 +547,17 @@ class WorktreeIndex:
         self._exclude_sources = sources
         write_excludes(self.gitdir, self.root, sources, self.store.excludes)
         if self._repo is not None and not force:
-            # libgit2 reads core.excludesFile once per repository object: reopen, keep the index.
-            index = self._index
-            self._repo = pygit2.Repository(str(self.gitdir))
-            if index is not None:
-                self._index = rebind_index(self._repo, index)
+            self._reopen()  # libgit2 reads core.excludesFile once per repository object
+
+    def _reopen(self, after_gc: bool = False) -> None:
+        """A new repository object, the in-memory index kept; with ``after_gc`` only if gc ran
+        since it was opened (its odb keeps deleted packs; what only they hold is not written)."""
+        if after_gc and self._generation == self.store.generation:
+            return
+        self._generation, index = self.store.generation, self._index
+        self._repo = pygit2.Repository(str(self.gitdir))
+        if index is not None:
+            self._index = rebind_index(self._repo, index)
 
 
 def _check_objects_fault() -> None:

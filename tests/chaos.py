@@ -197,8 +197,9 @@ class Chaos:
         broken = []
         for line in filter(None, refs):
             name, oid = line.split(" ", 1)
+            # Its stdout names every path, some not UTF-8 (only stderr is read).
             walk = subprocess.run([*store, "rev-list", "--objects", oid], env=self._git_env(),
-                                  capture_output=True, text=True, timeout=120)
+                                  capture_output=True, text=True, errors="replace", timeout=120)
             if walk.returncode != 0:
                 broken.append(f"{name} -> {oid}: {walk.stderr.strip()[-300:]}")
         return broken
