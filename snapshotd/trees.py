@@ -4,7 +4,9 @@ differ between two trees.
 Promises:
 - ``rewrite_tree`` rewrites only the trees on the changed paths (deepest first), so its cost
   follows the change, and learns the change counts on the way; ``remember_changes`` keeps them
-  so ``tree_changes`` answers without reading a tree.
+  so ``tree_changes`` answers without reading a tree. A wide directory on those paths costs a
+  copy of its raw bytes, not a libgit2 entry per name (a monorepo's root has thousands), and
+  its result is exactly the tree libgit2 writes from the index.
 - ``graft_trees`` puts whole trees (a nested repository's capture) at paths of a tree,
   rewriting only the trees on those paths.
 - ``tree_changes`` reads only subtrees whose ids differ; its counts are those of
@@ -28,11 +30,14 @@ _TREE_MODE = b"40000 "
 _KNOWN_CHANGES: dict[tuple[str, str], tuple[int, int, int]] = {}
 _KNOWN_LOCK = threading.Lock()
 _KNOWN_MAX = 256
-# The raw bytes of the newest trees ``rewrite_tree`` wrote of at least ``_WIDE_BYTES`` (a
-# directory of about a thousand entries): the next capture of that worktree rewrites the same
-# directories, and reading one back means inflating it whole. A few per watched worktree.
+# A directory of this many entries is rewritten as raw bytes: below it libgit2's tree builder
+# over its cached parsed tree is as cheap; above it, one builder entry per name dominates.
+_WIDE_ENTRIES = 512
+# The raw bytes of the newest trees ``rewrite_tree`` wrote of at least ``_WIDE_BYTES`` (about
+# ``_WIDE_ENTRIES`` entries): the next capture of that worktree rewrites the same directories,
+# and reading one back means parsing or inflating it whole. A few per watched worktree.
 _WIDE_TREES: dict[pygit2.Oid, bytes] = {}
-_WIDE_BYTES = 32 << 10
+_WIDE_BYTES = 16 << 10
 _WIDE_MAX = 16
 
 
@@ -211,15 +216,14 @@ def _subtree(repo: pygit2.Repository, root: pygit2.Tree, path: str) -> pygit2.Tr
 
 
 class _OldTrees:
-    """The directories of one base tree, found by reading raw tree objects (no libgit2 tree
-    parse of a wide directory), with libgit2's own lookup when a name is ambiguous in the raw
-    bytes."""
+    """The directories of one base tree. A wide one (``_WIDE_ENTRIES`` or more) is read as raw
+    bytes and searched there (and once written, never parsed into libgit2 entries again); a
+    narrow one is read by libgit2 (its object cache makes that the cheaper read)."""
 
     def __init__(self, repo: pygit2.Repository, base: str) -> None:
         self.repo = repo
-        self.base = pygit2.Oid(hex=base)
-        self._ids: dict[str, pygit2.Oid | None] = {"": self.base}
-        self._raw: dict[pygit2.Oid, bytes] = {}
+        self._ids: dict[str, pygit2.Oid | None] = {"": pygit2.Oid(hex=base)}
+        self._wide: dict[pygit2.Oid, bytes | None] = {}
 
     def oid(self, path: str) -> pygit2.Oid | None:
         """The id of directory ``path`` in the base tree; None when it is not there. Raises
@@ -230,28 +234,32 @@ class _OldTrees:
         above = self.oid(parent)
         found: pygit2.Oid | None = None
         if above is not None:
-            entry = _find_entry(self.raw(above), name.encode())
+            raw = self.wide(above)
+            entry = _find_entry(raw, name.encode()) if raw is not None else _AMBIGUOUS
             if entry is _AMBIGUOUS:
-                tree = _subtree(self.repo, self.repo[self.base].peel(pygit2.Tree), path)
-                found = tree.id if tree is not None else None
+                tree = self.repo[above].peel(pygit2.Tree)
+                if name in tree:
+                    child = tree[name]
+                    if child.filemode != pygit2.GIT_FILEMODE_TREE:
+                        raise TreeShapeChanged(path)
+                    found = child.id
             elif entry is not None:
-                _start, _end, mode, oid = entry
-                if mode != _TREE_MODE[:-1]:
+                if entry[2] != _TREE_MODE[:-1]:
                     raise TreeShapeChanged(path)
-                found = oid
+                found = entry[3]
         self._ids[path] = found
         return found
 
-    def raw(self, oid: pygit2.Oid) -> bytes:
-        """The raw entries of tree ``oid`` (the store's last written wide trees are at hand:
-        the next capture starts from them)."""
-        data = self._raw.get(oid)
-        if data is None:
-            with _KNOWN_LOCK:
-                data = _WIDE_TREES.get(oid)
-            if data is None:
-                data = bytes(self.repo.odb.read(oid)[1])
-            self._raw[oid] = data
+    def wide(self, oid: pygit2.Oid) -> bytes | None:
+        """The raw entries of tree ``oid`` when it is wide, else None (the store's newest
+        wide trees are at hand: the next capture starts from them)."""
+        if oid in self._wide:
+            return self._wide[oid]
+        with _KNOWN_LOCK:
+            data = _WIDE_TREES.get(oid)
+        if data is None and len(self.repo[oid].peel(pygit2.Tree)) >= _WIDE_ENTRIES:
+            data = bytes(self.repo.odb.read(oid)[1])
+        self._wide[oid] = data
         return data
 
 
@@ -286,8 +294,9 @@ def _rewrite_dir(repo: pygit2.Repository, old: _OldTrees, d: str,
     """Directory ``d`` of the base with ``changes`` applied, written (None: it is empty).
     Counts the changed files among ``files_here``."""
     base_id = old.oid(d)
-    if base_id is not None:
-        spliced = _splice(old.raw(base_id), d, changes, files_here)
+    raw = old.wide(base_id) if base_id is not None else None
+    if raw is not None:
+        spliced = _splice(raw, d, changes, files_here)
         if spliced is not None:
             data, found = spliced
             for i in range(3):

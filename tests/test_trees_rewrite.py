@@ -20,6 +20,9 @@ LINK = pygit2.GIT_FILEMODE_LINK
 # Names whose bytes occur inside other names' entries: " b\0" is in "a b\0", "100644 x\0" in
 # "y 100644 x\0"; a splice that trusted the first match would edit the wrong entry.
 TRICKY = ["b", "a b", "x", "y 100644 x", "40000 d", "d", "z\x01", "e.txt", "e.txt.bak"]
+# Entries enough to make a directory wide (rewritten as raw bytes rather than by libgit2's
+# tree builder).
+WIDE = 600
 
 
 def _repo(tmp_path: Path) -> pygit2.Repository:
@@ -63,6 +66,7 @@ def test_wide_directory_replace_and_remove(tmp_path: Path) -> None:
 def test_names_hidden_in_other_entries(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
     files = {name: (f"{name}\n".encode(), BLOB) for name in TRICKY}
+    files.update({f"pad{i}": (b"pad\n", BLOB) for i in range(WIDE)})
     files.update({f"{name}/in": (b"in\n", BLOB) for name in ("q b", "q")})
     index = _index(repo, files)
     base = str(index.write_tree(repo))
@@ -91,10 +95,11 @@ def test_builder_cases(tmp_path: Path) -> None:
         rewrite_tree(repo, index, base, {"w/f3", "w/f3/inner"})
 
 
-def test_random_changes_match_the_index(tmp_path: Path) -> None:
+@pytest.mark.parametrize("per_dir", [30, 1000])
+def test_random_changes_match_the_index(tmp_path: Path, per_dir: int) -> None:
     repo = _repo(tmp_path)
     rng = Random(21)
-    names = [f"d{i}/f{j}" for i in range(40) for j in range(30)] + TRICKY
+    names = [f"d{i}/f{j}" for i in range(2000 // per_dir) for j in range(per_dir)] + TRICKY
     index = _index(repo, {n: (b"0\n", BLOB) for n in names if rng.random() < 0.7})
     base = str(index.write_tree(repo))
     for step in range(60):
