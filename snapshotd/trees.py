@@ -39,6 +39,7 @@ _WIDE_ENTRIES = 512
 _WIDE_TREES: dict[pygit2.Oid, bytes] = {}
 _WIDE_BYTES = 16 << 10
 _WIDE_MAX = 16
+_WIDE_MAX_BYTES = 16 << 20
 
 
 class TreeShapeChanged(Exception):
@@ -200,21 +201,6 @@ def _graft(repo: pygit2.Repository, tree: pygit2.Tree | None,
     return builder.write() if len(builder) else None
 
 
-def _subtree(repo: pygit2.Repository, root: pygit2.Tree, path: str) -> pygit2.Tree | None:
-    if path == "":
-        return root
-    tree = root
-    for part in path.split("/"):
-        try:
-            entry = tree[part]
-        except KeyError:
-            return None
-        if entry.filemode != pygit2.GIT_FILEMODE_TREE:
-            raise TreeShapeChanged(path)
-        tree = repo[entry.id]
-    return tree
-
-
 class _OldTrees:
     """The directories of one base tree. A wide one (``_WIDE_ENTRIES`` or more) is read as raw
     bytes and searched there (and once written, never parsed into libgit2 entries again); a
@@ -332,7 +318,8 @@ def _write_raw_tree(repo: pygit2.Repository, data: bytes) -> pygit2.Oid:
         with _KNOWN_LOCK:
             _WIDE_TREES.pop(oid, None)
             _WIDE_TREES[oid] = data
-            while len(_WIDE_TREES) > _WIDE_MAX:
+            while len(_WIDE_TREES) > _WIDE_MAX \
+                    or sum(map(len, _WIDE_TREES.values())) > _WIDE_MAX_BYTES:
                 del _WIDE_TREES[next(iter(_WIDE_TREES))]
     return oid
 
