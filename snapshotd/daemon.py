@@ -38,7 +38,7 @@ OPTIONAL_PARTS = ("snapshotd.watcher", "snapshotd.restore", "snapshotd.engine",
 # walk of a million-file tree leaves over 100 MiB of trees behind that no capture reads again
 # (the fast path reads raw tree bytes, a full scan reads the worktree). Re-reading an evicted
 # tree costs an inflate; this bounds what the daemon holds for it.
-OBJECT_CACHE_BYTES = 32 << 20
+OBJECT_CACHE_BYTES = 16 << 20
 
 
 def prepare_home(home: Path) -> Path:
