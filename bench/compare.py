@@ -19,9 +19,13 @@ Rows, per side:
   for) spent across that request, median. On a loaded machine the wall-clock figures mostly
   measure the wait for a core; CPU time is what a change can regress.
 
+``--per-dir N`` puts N files in each top-level directory (default 100, ``bench``'s layout): the
+root of a tree has files/N entries, so ``--files 100000 --per-dir 10`` has the 10,000-entry root
+of the million-file tree, which every capture with a change rewrites.
+
 Usage: ``python -m bench.compare --side old:/tmp/old/.venv/bin/python:/tmp/old --side new
 [--side noscan --env noscan:SNAPSHOTD_SECRET_SCAN=0] [--files 10000] [--rounds 15]
-[--first-rounds 7]``; prints JSON.
+[--first-rounds 7] [--per-dir 100]``; prints JSON.
 """
 
 from __future__ import annotations
@@ -59,18 +63,19 @@ class Side:
         return DaemonProc({**QUIET, **self.env}, python=self.python, cwd=self.cwd)
 
 
-def run(sides: list[Side], files: int, rounds: int, first_rounds: int) -> dict:
+def run(sides: list[Side], files: int, rounds: int, first_rounds: int,
+        per_dir: int = 100) -> dict:
     work = Path(tempfile.mkdtemp(prefix="sdcmp", dir="/tmp"))
     try:
         for side in sides:
-            side.tree = make_tree(work / side.name, files)
+            side.tree = make_tree(work / side.name, files, per_dir=per_dir)
             subprocess.run(["git", "gc", "-q"], cwd=side.tree, check=True, env=git_env())
         load_before = [round(x, 2) for x in os.getloadavg()]
         for _ in range(first_rounds):
             for side in sides:
                 side.times.setdefault("first_capture_ms", []).append(_first_capture(side))
         _steady(sides, rounds)
-        return {"bench": "compare", "files": files, "rounds": rounds,
+        return {"bench": "compare", "files": files, "per_dir": per_dir, "rounds": rounds,
                 "first_rounds": first_rounds, "load_average_before": load_before,
                 "load_average_after": [round(x, 2) for x in os.getloadavg()],
                 "sides": {side.name: {"python": side.python, "env": side.env,
@@ -164,9 +169,13 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--first-rounds", type=int, default=7)
+    parser.add_argument("--per-dir", type=int, default=100,
+                        help="files per top-level directory (10 gives a root as wide as a "
+                        "million-file tree's at 100,000 files)")
     args = parser.parse_args()
     sides = parse_sides(args.side, args.env)
-    print(json.dumps(run(sides, args.files, args.rounds, args.first_rounds), indent=2))
+    print(json.dumps(run(sides, args.files, args.rounds, args.first_rounds, args.per_dir),
+                     indent=2))
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@ socket, then serve) and of shutdown (stop accepting, finish in-flight work, capt
 tier-2 windows, persist stat caches, release the lock).
 
 Promises: one daemon per home; a second one exits non-zero naming the pid that holds it.
+libgit2's cache of parsed objects is capped at ``OBJECT_CACHE_BYTES`` for the process (see
+docs/performance.md, "Scale").
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import os
 import socket
 import sys
 from pathlib import Path
+
+import pygit2
 
 from snapshotd.config import Config, RedactingFilter
 from snapshotd.home_perms import secure_home
@@ -29,6 +33,12 @@ OPTIONAL_PARTS = ("snapshotd.watcher", "snapshotd.restore", "snapshotd.engine",
                   "snapshotd.replication", "snapshotd.blame", "snapshotd.export",
                   "snapshotd.bracket", "snapshotd.sessions", "snapshotd.purge",
                   "snapshotd.http_hook")
+
+# libgit2 keeps every tree and commit it parses, up to 256 MiB per process by default: a full
+# walk of a million-file tree leaves over 100 MiB of trees behind that no capture reads again
+# (the fast path reads raw tree bytes, a full scan reads the worktree). Re-reading an evicted
+# tree costs an inflate; this bounds what the daemon holds for it.
+OBJECT_CACHE_BYTES = 16 << 20
 
 
 def prepare_home(home: Path) -> Path:
@@ -55,6 +65,7 @@ def run_daemon(home: Path, socket_path: Path, config: Config,
                listener: socket.socket | None = None) -> int:
     """Serve until stopped; returns the process exit status."""
     home = prepare_home(home)
+    cap_object_cache(OBJECT_CACHE_BYTES)
     lock = HomeLock(home)
     lock.acquire()
     secure_home(home)
@@ -87,6 +98,14 @@ def run_daemon(home: Path, socket_path: Path, config: Config,
         os._exit(0)
     log.info("stopped")
     return 0
+
+
+def cap_object_cache(limit: int) -> None:
+    """Cap libgit2's parsed-object cache (process-wide) at ``limit`` bytes, logged as libgit2
+    reads it back."""
+    pygit2.settings.cache_max_size(limit)
+    used, cap = pygit2.settings.cached_memory
+    log.info("libgit2 object cache capped at %d bytes (%d in use)", cap, used)
 
 
 def attach_optional_parts(service: Service, server: Server, config: Config,

@@ -4,7 +4,9 @@ differ between two trees.
 Promises:
 - ``rewrite_tree`` rewrites only the trees on the changed paths (deepest first), so its cost
   follows the change, and learns the change counts on the way; ``remember_changes`` keeps them
-  so ``tree_changes`` answers without reading a tree.
+  so ``tree_changes`` answers without reading a tree. A wide directory on those paths costs a
+  copy of its raw bytes, not a libgit2 entry per name (a monorepo's root has thousands), and
+  its result is exactly the tree libgit2 writes from the index.
 - ``graft_trees`` puts whole trees (a nested repository's capture) at paths of a tree,
   rewriting only the trees on those paths.
 - ``tree_changes`` reads only subtrees whose ids differ; its counts are those of
@@ -28,6 +30,16 @@ _TREE_MODE = b"40000 "
 _KNOWN_CHANGES: dict[tuple[str, str], tuple[int, int, int]] = {}
 _KNOWN_LOCK = threading.Lock()
 _KNOWN_MAX = 256
+# A directory of this many entries is rewritten as raw bytes: below it libgit2's tree builder
+# over its cached parsed tree is as cheap; above it, one builder entry per name dominates.
+_WIDE_ENTRIES = 512
+# The raw bytes of the newest trees ``rewrite_tree`` wrote of at least ``_WIDE_BYTES`` (about
+# ``_WIDE_ENTRIES`` entries): the next capture of that worktree rewrites the same directories,
+# and reading one back means parsing or inflating it whole. A few per watched worktree.
+_WIDE_TREES: dict[pygit2.Oid, bytes] = {}
+_WIDE_BYTES = 16 << 10
+_WIDE_MAX = 16
+_WIDE_MAX_BYTES = 16 << 20
 
 
 class TreeShapeChanged(Exception):
@@ -40,7 +52,13 @@ def rewrite_tree(repo: pygit2.Repository, index: pygit2.Index, base: str,
     only the trees on those paths are rewritten (deepest first), so the cost follows the
     change. Directories left empty disappear, as in git. Also returns the files added,
     modified and deleted from ``base`` (what ``tree_changes`` would count), known here for
-    free: every change is one of ``files`` and its old entry is in hand."""
+    free: every change is one of ``files`` and its old entry is in hand.
+
+    A directory whose entries are only replaced (same kind) or removed is rewritten as raw
+    bytes (``_splice``): one ``bytes.replace``-sized copy instead of one libgit2 tree-builder
+    entry per name, which is what a wide directory (a monorepo's root with thousands of
+    entries) costs on every capture. Anything else (an entry added, a file turned directory)
+    goes through libgit2's tree builder for that directory only."""
     if not files:
         return base, (0, 0, 0)
     counts = [0, 0, 0]
@@ -58,31 +76,10 @@ def rewrite_tree(repo: pygit2.Repository, index: pygit2.Index, base: str,
         while d:
             d = d.rpartition("/")[0]
             pending.add(d)
-    root = repo[base].peel(pygit2.Tree)
+    old = _OldTrees(repo, base)
     new_root: str | None = None
     for d in sorted(pending, key=lambda p: (p.count("/") if p else -1), reverse=True):
-        old = _subtree(repo, root, d)
-        builder = repo.TreeBuilder(old) if old is not None else repo.TreeBuilder()
-        files_here = leaves.get(d, ())
-        for name, value in changes.get(d, {}).items():
-            existing = builder.get(name)
-            if name in files_here and existing is not None \
-                    and existing.filemode == pygit2.GIT_FILEMODE_TREE:
-                # The index has a file (or nothing) where the base has a directory.
-                raise TreeShapeChanged(f"{d}/{name}")
-            if value is None:
-                if existing is not None:
-                    builder.remove(name)
-                    if name in files_here:
-                        counts[2] += 1
-                continue
-            if name in files_here:
-                if existing is None:
-                    counts[0] += 1
-                elif existing.id != value[0] or int(existing.filemode) != value[1]:
-                    counts[1] += 1
-            builder.insert(name, value[0], value[1])
-        oid = builder.write() if len(builder) else None
+        oid = _rewrite_dir(repo, old, d, changes.get(d, {}), leaves.get(d, set()), counts)
         if d == "":
             new_root = str(oid) if oid is not None else str(repo.TreeBuilder().write())
         else:
@@ -204,16 +201,159 @@ def _graft(repo: pygit2.Repository, tree: pygit2.Tree | None,
     return builder.write() if len(builder) else None
 
 
-def _subtree(repo: pygit2.Repository, root: pygit2.Tree, path: str) -> pygit2.Tree | None:
-    if path == "":
-        return root
-    tree = root
-    for part in path.split("/"):
-        try:
-            entry = tree[part]
-        except KeyError:
+class _OldTrees:
+    """The directories of one base tree. A wide one (``_WIDE_ENTRIES`` or more) is read as raw
+    bytes and searched there (and once written, never parsed into libgit2 entries again); a
+    narrow one is read by libgit2 (its object cache makes that the cheaper read)."""
+
+    def __init__(self, repo: pygit2.Repository, base: str) -> None:
+        self.repo = repo
+        self._ids: dict[str, pygit2.Oid | None] = {"": pygit2.Oid(hex=base)}
+        self._wide: dict[pygit2.Oid, bytes | None] = {}
+
+    def oid(self, path: str) -> pygit2.Oid | None:
+        """The id of directory ``path`` in the base tree; None when it is not there. Raises
+        ``TreeShapeChanged`` when a file stands on the way."""
+        if path in self._ids:
+            return self._ids[path]
+        parent, _, name = path.rpartition("/")
+        above = self.oid(parent)
+        found: pygit2.Oid | None = None
+        if above is not None:
+            raw = self.wide(above)
+            entry = _find_entry(raw, name.encode()) if raw is not None else _AMBIGUOUS
+            if entry is _AMBIGUOUS:
+                tree = self.repo[above].peel(pygit2.Tree)
+                if name in tree:
+                    child = tree[name]
+                    if child.filemode != pygit2.GIT_FILEMODE_TREE:
+                        raise TreeShapeChanged(path)
+                    found = child.id
+            elif entry is not None:
+                if entry[2] != _TREE_MODE[:-1]:
+                    raise TreeShapeChanged(path)
+                found = entry[3]
+        self._ids[path] = found
+        return found
+
+    def wide(self, oid: pygit2.Oid) -> bytes | None:
+        """The raw entries of tree ``oid`` when it is wide, else None (the store's newest
+        wide trees are at hand: the next capture starts from them)."""
+        if oid in self._wide:
+            return self._wide[oid]
+        with _KNOWN_LOCK:
+            data = _WIDE_TREES.get(oid)
+        if data is None and len(self.repo[oid].peel(pygit2.Tree)) >= _WIDE_ENTRIES:
+            data = bytes(self.repo.odb.read(oid)[1])
+        self._wide[oid] = data
+        return data
+
+
+# ``_find_entry``'s answer when a name's bytes occur more than once in a raw tree.
+_AMBIGUOUS = (-1, -1, b"", pygit2.Oid(raw=bytes(20)))
+# The modes git writes into a tree, longest first so a tree's "40000" is never read as the
+# tail of another.
+_MODES = (b"100644", b"100755", b"120000", b"160000", b"40000")
+
+
+def _find_entry(raw: bytes, name: bytes) -> tuple[int, int, bytes, pygit2.Oid] | None:
+    """(start, end, mode, id) of entry ``name`` in raw tree bytes, None when absent, or
+    ``_AMBIGUOUS``. A name's entry always holds `` <name>\\0`` and names hold no NUL, so when
+    those bytes occur exactly once they are that entry (found by C-speed searches, not by
+    walking every entry)."""
+    needle = b" " + name + b"\0"
+    at = raw.find(needle)
+    if at < 0:
+        return None
+    if raw.find(needle, at + 1) >= 0:
+        return _AMBIGUOUS
+    mode = next((m for m in _MODES if raw.endswith(m, 0, at)), None)
+    if mode is None:
+        return _AMBIGUOUS  # a mode this reader does not know: let libgit2 read the tree
+    end = at + len(needle) + 20
+    return at - len(mode), end, mode, pygit2.Oid(raw=raw[end - 20:end])
+
+
+def _rewrite_dir(repo: pygit2.Repository, old: _OldTrees, d: str,
+                 changes: dict[str, tuple[pygit2.Oid, int] | None], files_here: set[str],
+                 counts: list[int]) -> pygit2.Oid | None:
+    """Directory ``d`` of the base with ``changes`` applied, written (None: it is empty).
+    Counts the changed files among ``files_here``."""
+    base_id = old.oid(d)
+    raw = old.wide(base_id) if base_id is not None else None
+    if raw is not None:
+        spliced = _splice(raw, d, changes, files_here)
+        if spliced is not None:
+            data, found = spliced
+            for i in range(3):
+                counts[i] += found[i]
+            return _write_raw_tree(repo, data) if data else None
+    tree = repo[base_id].peel(pygit2.Tree) if base_id is not None else None
+    builder = repo.TreeBuilder(tree) if tree is not None else repo.TreeBuilder()
+    for name, value in changes.items():
+        existing = builder.get(name)
+        if name in files_here and existing is not None \
+                and existing.filemode == pygit2.GIT_FILEMODE_TREE:
+            # The index has a file (or nothing) where the base has a directory.
+            raise TreeShapeChanged(f"{d}/{name}")
+        if value is None:
+            if existing is not None:
+                builder.remove(name)
+                if name in files_here:
+                    counts[2] += 1
+            continue
+        if name in files_here:
+            if existing is None:
+                counts[0] += 1
+            elif existing.id != value[0] or int(existing.filemode) != value[1]:
+                counts[1] += 1
+        builder.insert(name, value[0], value[1])
+    return builder.write() if len(builder) else None
+
+
+def _write_raw_tree(repo: pygit2.Repository, data: bytes) -> pygit2.Oid:
+    """Write raw tree ``data``; a wide one is kept for the next capture's rewrite."""
+    oid = repo.odb.write(pygit2.GIT_OBJECT_TREE, data)
+    if len(data) >= _WIDE_BYTES:
+        with _KNOWN_LOCK:
+            _WIDE_TREES.pop(oid, None)
+            _WIDE_TREES[oid] = data
+            while len(_WIDE_TREES) > _WIDE_MAX \
+                    or sum(map(len, _WIDE_TREES.values())) > _WIDE_MAX_BYTES:
+                del _WIDE_TREES[next(iter(_WIDE_TREES))]
+    return oid
+
+
+def _splice(raw: bytes, d: str, changes: dict[str, tuple[pygit2.Oid, int] | None],
+            files_here: set[str]) -> tuple[bytes, tuple[int, int, int]] | None:
+    """Raw tree ``raw`` with ``changes`` applied in place, and the changed files counted; None
+    when that cannot be done without re-sorting (an entry added, or one changing between
+    tree and non-tree), or a name is ambiguous in the bytes."""
+    edits: list[tuple[int, int, bytes]] = []
+    added = modified = deleted = 0
+    for name, value in changes.items():
+        entry = _find_entry(raw, name.encode())
+        if entry is _AMBIGUOUS or (entry is None and value is not None):
             return None
-        if entry.filemode != pygit2.GIT_FILEMODE_TREE:
-            raise TreeShapeChanged(path)
-        tree = repo[entry.id]
-    return tree
+        if entry is None:
+            continue
+        start, end, mode, oid = entry
+        was_tree = mode == _TREE_MODE[:-1]
+        if name in files_here and was_tree:
+            raise TreeShapeChanged(f"{d}/{name}")  # a file (or nothing) where a directory was
+        if value is None:
+            edits.append((start, end, b""))
+            deleted += name in files_here
+            continue
+        new_mode = b"%o" % value[1]
+        if was_tree != (value[1] == pygit2.GIT_FILEMODE_TREE):
+            return None
+        if name in files_here and (oid != value[0] or mode != new_mode):
+            modified += 1
+        edits.append((start, end, b"%s %s\0%s" % (new_mode, name.encode(), value[0].raw)))
+    parts, at = [], 0
+    for start, end, data in sorted(edits):
+        parts += [raw[at:start], data]
+        at = end
+    parts.append(raw[at:])
+    return b"".join(parts), (added, modified, deleted)
