@@ -22,6 +22,7 @@ environment naming it); their fake daemon is in ``fake_daemon.py``. Helpers shar
 
 from __future__ import annotations
 
+import compileall
 import inspect
 import json
 import os
@@ -122,6 +123,17 @@ def fixtures_dir() -> Path:
 def load_payloads(relative: str) -> list[dict]:
     path = fixtures_dir() / relative
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Compile the package's modules once, before any worker starts. The suite starts the
+    daemon, the CLI and the hook as processes hundreds of times; where
+    ``PYTHONDONTWRITEBYTECODE`` is set (as on stock CI images) each of them would otherwise
+    compile every module again (about half a CLI start's CPU)."""
+    if hasattr(config, "workerinput"):
+        return  # an xdist worker: the controller compiled them
+    for package in ("snapshotd", "client"):
+        compileall.compile_dir(REPO / package, quiet=1)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
