@@ -49,6 +49,7 @@ from snapshotd.cache_checks import (
     check_tree_cache,
     drop_entries_without_objects,
     entry_id,
+    may_hold_gitlinks,
     rebind_index,
     tree_has,
 )
@@ -441,7 +442,8 @@ class WorktreeIndex:
             index = self._prime_cold(index)  # sets ``_unscanned``
         # A submodule (or a nested repository ``git add`` took) is captured whole, by its own
         # cache: never as a gitlink.
-        gitlinks = {e.path for e in index if e.mode == FileMode.COMMIT}
+        gitlinks = ({e.path for e in index if e.mode == FileMode.COMMIT}
+                    if may_hold_gitlinks(self.gitdir) else set())
         for path in gitlinks:
             index.remove(path)
         dropped = self._drop_secret_entries(index) | gitlinks
