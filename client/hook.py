@@ -81,9 +81,21 @@ def main() -> None:
         budget_ms, note = budget_setting(os.environ)
         deadline = start + budget_ms / 1000.0
         handle(_read_stdin(deadline), deadline=deadline, budget_ms=budget_ms, note=note)
-    except BaseException:  # noqa: B036 - the hook's contract is exit 0, even on ^C
-        pass
+    except BaseException as exc:  # noqa: B036 - the hook's contract is exit 0, even on ^C
+        last_resort(f"snapshot-hook failed outside its gap handling: {exc!r}")
     sys.exit(0)
+
+
+def last_resort(message: str) -> None:
+    """Leave ``message`` in the system log: the channel of a hook that could not write a gap
+    (stdout and stderr would reach the model). Never raises."""
+    try:
+        import syslog
+
+        syslog.openlog("snapshot-hook", syslog.LOG_PID, syslog.LOG_USER)
+        syslog.syslog(syslog.LOG_WARNING, message)
+    except Exception:  # noqa: BLE001 - nothing is left to report to
+        return
 
 
 def handle(data: bytes | None, *, deadline: float, budget_ms: int, note: str = "") -> str:
@@ -491,10 +503,11 @@ class _GapWriter:
                 worktree=_cut(attribution.get("worktree"), GAP_FIELD_MAX), tier=1,
                 source="hook", tool_use_id=_cut(tool_use_id, GAP_FIELD_MAX), reason=reason,
                 detail=_cut(detail, GAP_DETAIL_MAX)), deadline=self.deadline)
-        except Exception:  # noqa: BLE001 - the spool is unwritable (its path is a directory,
-            # the disk is full): the hook has no channel left (stdout/stderr would reach the
-            # model), and the agent must not be disturbed. docs/durability.md says so.
-            pass
+        except Exception as exc:  # noqa: BLE001 - the spool is unwritable (its path is a
+            # directory, the disk is full): stdout/stderr would reach the model, and the agent
+            # must not be disturbed; the system log gets the gap. docs/durability.md says so.
+            last_resort(f"gap not written ({exc!r}): {reason} for tool call {tool_use_id}: "
+                        f"{detail}")
 
 
 def _cut(value: Any, limit: int) -> Any:

@@ -250,8 +250,11 @@ def _child(command: list[str], cwd: Path, env_r: int, env_w: int, err_r: int,
             os.write(err_w, str(exc.errno or 0).encode())
         except OSError:
             pass
-    except BaseException:  # noqa: BLE001 - the child must never return into click
-        pass
+    except BaseException as exc:  # noqa: BLE001 - the child must never return into click
+        try:  # the child's stderr is the command's: say why it never started
+            os.write(2, f"snapshotd exec: the command was not started: {exc!r}\n".encode())
+        except OSError:
+            pass  # no stderr left; the exit code still says it
     os._exit(code)
 
 
