@@ -174,7 +174,19 @@ def _list_unseen(wt: ScanTarget, index: pygit2.Index, result: Capture) -> None:
     """List what libgit2's diff does not report at all (a new FIFO, socket or device, a
     never-captured directory that cannot be listed), as the fast path lists them."""
     matcher = pygit2.Repository(str(wt.gitdir))  # the capture's ignore rules, as the diff's
-    nested = NestedRepos(wt.root, lambda d: any(e.path.startswith(d + "/") for e in index))
+    holding: set[str] = set()
+
+    def tracked(directory: str) -> bool:
+        # Every directory the cache holds a file under, gathered once (a pass over the index
+        # through pygit2 per nested repository cost as much as the scan itself).
+        if not holding:
+            for entry in index:
+                parts = entry.path.split("/")[:-1]
+                holding.update("/".join(parts[:n]) for n in range(1, len(parts) + 1))
+            holding.add("")
+        return directory in holding
+
+    nested = NestedRepos(wt.root, tracked)
     listed = {s["path"] for s in result.skipped}
 
     def ignored(path: str) -> bool:
