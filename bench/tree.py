@@ -32,7 +32,8 @@ def cached_tree(files: int, cache: Path) -> Path:
     preparing it (reset to its commit, untracked files removed), else prepared now, niced."""
     home = cache / f"tree-{files}"
     wt, ready = home / "wt", home / "ready"
-    if ready.exists():
+    # A tree whose .git went (a cleanup cut short) cannot be reset: prepare it again.
+    if ready.exists() and (wt / ".git").is_dir():
         _reset(wt)
         return wt
     shutil.rmtree(home, ignore_errors=True)
