@@ -38,6 +38,7 @@ import pygit2
 from snapshotd import faults
 from snapshotd.durable import sync_dirs
 from snapshotd.keys import REF_PREFIX, AttemptKey
+from snapshotd.loose import StoredObjects, commit_bytes
 from snapshotd.recovery import Recovery, ensure_store, recover_home
 from snapshotd.scan_rules import source_readable
 from snapshotd.store_errors import (
@@ -93,6 +94,7 @@ class Store:
         self.max_file_bytes = max_file_bytes
         # Full durability: what the store writes outside libgit2's own fsyncs is fsynced too.
         self.fsync = fsync
+        self.stored_objects = StoredObjects(self.path / "objects", fsync)
         self.secret_files = secret_files
         self.secret_scan = secret_scan
         # A worktree's own overrides of the two (``Config.for_worktree``), read by its cache.
@@ -228,14 +230,14 @@ class Store:
         when = int(time.time())
         offset = -time.timezone // 60 if time.localtime().tm_isdst == 0 else -time.altzone // 60
         sig = pygit2.Signature(SIGNATURE_NAME, SIGNATURE_EMAIL, when, offset)
-        message = build_message(meta)
-        parents = [pygit2.Oid(hex=parent)] if parent else []
+        # Formatted here, not by ``create_commit``, which parses the whole root tree first.
+        raw = commit_bytes(tree, [parent] if parent else [], sig, sig, build_message(meta))
         with self.lock:
             faults.check("objects")
+            self._require_objects([tree] + ([parent] if parent else []))
             new_ref = self.repo.references.get(meta.key.ref) is None
             for attempt in range(1, ODB_TRIES + 1):
-                oid = odb_retry(self.repo.create_commit, None, sig, sig, message,
-                                pygit2.Oid(hex=tree), parents)
+                oid = odb_retry(self.repo.odb.write, pygit2.GIT_OBJECT_COMMIT, raw)
                 faults.crash_point("after-commit")
                 try:
                     self.repo.references.create(meta.key.ref, oid, force=True)
@@ -504,6 +506,12 @@ class Store:
                         "rebuilt on next use", gitdir.name, exc)
             (gitdir / "index").unlink(missing_ok=True)
             return None
+
+    def _require_objects(self, ids: list[str]) -> None:
+        """A commit is written only over a tree and parents the store holds."""
+        for oid in ids:
+            if not self.repo.odb.exists(pygit2.Oid(hex=oid)):
+                raise pygit2.GitError(f"object not found - no match for id ({oid})")
 
     def _make_names_durable(self, key: AttemptKey, new_ref: bool) -> None:
         """libgit2 fsyncs each object, its fan-out directory and the ref's own directory, but

@@ -21,6 +21,8 @@ import threading
 
 import pygit2
 
+from snapshotd.loose import StoredObjects
+
 # One entry of a raw (SHA-1) tree object: mode, space, name, NUL, 20-byte id.
 _TREE_ENTRY = re.compile(rb"[0-7]+ [^\0]*\0.{20}", re.S)
 _TREE_MODE = b"40000 "
@@ -47,7 +49,8 @@ class TreeShapeChanged(Exception):
 
 
 def rewrite_tree(repo: pygit2.Repository, index: pygit2.Index, base: str,
-                 files: set[str]) -> tuple[str, tuple[int, int, int]]:
+                 files: set[str], stored: StoredObjects | None = None
+                 ) -> tuple[str, tuple[int, int, int]]:
     """The tree of ``index`` given that it equals ``base`` except at the file paths ``files``:
     only the trees on those paths are rewritten (deepest first), so the cost follows the
     change. Directories left empty disappear, as in git. Also returns the files added,
@@ -58,7 +61,8 @@ def rewrite_tree(repo: pygit2.Repository, index: pygit2.Index, base: str,
     bytes (``_splice``): one ``bytes.replace``-sized copy instead of one libgit2 tree-builder
     entry per name, which is what a wide directory (a monorepo's root with thousands of
     entries) costs on every capture. Anything else (an entry added, a file turned directory)
-    goes through libgit2's tree builder for that directory only."""
+    goes through libgit2's tree builder for that directory only. A wide tree is written
+    stored by ``stored`` (``loose.StoredObjects``) when given, not deflated."""
     if not files:
         return base, (0, 0, 0)
     counts = [0, 0, 0]
@@ -79,7 +83,8 @@ def rewrite_tree(repo: pygit2.Repository, index: pygit2.Index, base: str,
     old = _OldTrees(repo, base)
     new_root: str | None = None
     for d in sorted(pending, key=lambda p: (p.count("/") if p else -1), reverse=True):
-        oid = _rewrite_dir(repo, old, d, changes.get(d, {}), leaves.get(d, set()), counts)
+        oid = _rewrite_dir(repo, old, d, changes.get(d, {}), leaves.get(d, set()), counts,
+                           stored)
         if d == "":
             new_root = str(oid) if oid is not None else str(repo.TreeBuilder().write())
         else:
@@ -276,7 +281,8 @@ def _find_entry(raw: bytes, name: bytes) -> tuple[int, int, bytes, pygit2.Oid] |
 
 def _rewrite_dir(repo: pygit2.Repository, old: _OldTrees, d: str,
                  changes: dict[str, tuple[pygit2.Oid, int] | None], files_here: set[str],
-                 counts: list[int]) -> pygit2.Oid | None:
+                 counts: list[int], stored: StoredObjects | None
+                 ) -> pygit2.Oid | None:
     """Directory ``d`` of the base with ``changes`` applied, written (None: it is empty).
     Counts the changed files among ``files_here``."""
     base_id = old.oid(d)
@@ -287,7 +293,7 @@ def _rewrite_dir(repo: pygit2.Repository, old: _OldTrees, d: str,
             data, found = spliced
             for i in range(3):
                 counts[i] += found[i]
-            return _write_raw_tree(repo, data) if data else None
+            return _write_raw_tree(repo, data, stored) if data else None
     tree = repo[base_id].peel(pygit2.Tree) if base_id is not None else None
     builder = repo.TreeBuilder(tree) if tree is not None else repo.TreeBuilder()
     for name, value in changes.items():
@@ -311,16 +317,22 @@ def _rewrite_dir(repo: pygit2.Repository, old: _OldTrees, d: str,
     return builder.write() if len(builder) else None
 
 
-def _write_raw_tree(repo: pygit2.Repository, data: bytes) -> pygit2.Oid:
-    """Write raw tree ``data``; a wide one is kept for the next capture's rewrite."""
-    oid = repo.odb.write(pygit2.GIT_OBJECT_TREE, data)
-    if len(data) >= _WIDE_BYTES:
-        with _KNOWN_LOCK:
-            _WIDE_TREES.pop(oid, None)
-            _WIDE_TREES[oid] = data
-            while len(_WIDE_TREES) > _WIDE_MAX \
-                    or sum(map(len, _WIDE_TREES.values())) > _WIDE_MAX_BYTES:
-                del _WIDE_TREES[next(iter(_WIDE_TREES))]
+def _write_raw_tree(repo: pygit2.Repository, data: bytes,
+                    stored: StoredObjects | None) -> pygit2.Oid:
+    """Write raw tree ``data``; a wide one is written stored and kept for the next capture's
+    rewrite."""
+    if len(data) < _WIDE_BYTES:
+        return repo.odb.write(pygit2.GIT_OBJECT_TREE, data)
+    if stored is not None:
+        oid = stored.write("tree", data)
+    else:
+        oid = repo.odb.write(pygit2.GIT_OBJECT_TREE, data)
+    with _KNOWN_LOCK:
+        _WIDE_TREES.pop(oid, None)
+        _WIDE_TREES[oid] = data
+        while len(_WIDE_TREES) > _WIDE_MAX \
+                or sum(map(len, _WIDE_TREES.values())) > _WIDE_MAX_BYTES:
+            del _WIDE_TREES[next(iter(_WIDE_TREES))]
     return oid
 
 

@@ -245,11 +245,12 @@ class WorktreeIndex:
         try:
             if not structural:
                 assert self._tree is not None
-                tree, counts = odb_retry(rewrite_tree, repo, index, self._tree, files)
+                tree, counts = odb_retry(rewrite_tree, repo, index, self._tree, files,
+                                         self.store.stored_objects)
                 remember_changes(self._tree, tree, counts)
                 return tree
             return str(odb_retry(index.write_tree))
-        except (pygit2.GitError, TreeShapeChanged):
+        except (pygit2.GitError, TreeShapeChanged, OSError):  # libgit2 says why, below
             try:
                 return str(odb_retry(index.write_tree))
             except pygit2.GitError as exc:

@@ -15,6 +15,7 @@ import random
 import shutil
 import sqlite3
 import subprocess
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -122,6 +123,24 @@ def test_a_seeded_pack_survives_a_cut(fuse: None, rigs: list[Rig], tmp_path: Pat
     rig.settle()
     a = rig.begin("r1", "git", git_tree(tmp_path / "git", files=20))
     capture_rounds(rig, [a], 1)
+    rig.power_cut()
+    assert_whole(rig, [a])
+
+
+# -- a wide root written stored (loose.write_stored) ------------------------------------------
+
+
+def test_a_wide_root_written_stored_survives_a_cut(fuse: None, rigs: list[Rig],
+                                                   tmp_path: Path) -> None:
+    rig = new_rig(rigs, tmp_path / "rig", home_exists=True)
+    rig.start()
+    rig.settle()
+    a = rig.begin("r1", "wide", plain_tree(tmp_path / "wide", files=700))
+    capture_rounds(rig, [a], 4)
+    objects = rig.root / "mnt" / "home" / "store.git" / "objects"
+    stored = [p for p in objects.glob("??/*")
+              if len(raw := p.read_bytes()) > len(zlib.decompress(raw))]
+    assert stored, "no capture wrote its wide root stored: this test would test nothing"
     rig.power_cut()
     assert_whole(rig, [a])
 
