@@ -5,8 +5,8 @@ socket, then serve) and of shutdown (stop accepting, finish in-flight work, capt
 tier-2 windows, persist stat caches, release the lock).
 
 Promises: one daemon per home; a second one exits non-zero naming the pid that holds it.
-libgit2's cache of parsed objects is capped at ``OBJECT_CACHE_BYTES`` for the process (see
-docs/performance.md, "Scale").
+libgit2's cache of parsed objects is capped at ``OBJECT_CACHE_BYTES`` for the process, and its
+pack mappings at ``PACK_MAPPED_BYTES`` (see docs/performance.md, "Scale").
 """
 
 from __future__ import annotations
@@ -39,6 +39,12 @@ OPTIONAL_PARTS = ("snapshotd.watcher", "snapshotd.restore", "snapshotd.engine",
 # (the fast path reads raw tree bytes, a full scan reads the worktree). Re-reading an evicted
 # tree costs an inflate; this bounds what the daemon holds for it.
 OBJECT_CACHE_BYTES = 16 << 20
+# libgit2 maps pack files in windows of 1 GiB, up to 8 GiB mapped, and unmaps none below that:
+# every page a first capture of a large tree touched (the user's pack and the store's copy)
+# stays in the daemon's resident set. Smaller windows under a cap are unmapped, least
+# recently used first, once the cap is reached; the pages stay in the kernel's cache.
+PACK_WINDOW_BYTES = 16 << 20
+PACK_MAPPED_BYTES = 48 << 20
 
 
 def prepare_home(home: Path) -> Path:
@@ -102,10 +108,14 @@ def run_daemon(home: Path, socket_path: Path, config: Config,
 
 def cap_object_cache(limit: int) -> None:
     """Cap libgit2's parsed-object cache (process-wide) at ``limit`` bytes, logged as libgit2
-    reads it back."""
+    reads it back, and its pack mappings (``PACK_WINDOW_BYTES``, ``PACK_MAPPED_BYTES``)."""
+    pygit2.settings.mwindow_size = PACK_WINDOW_BYTES
+    pygit2.settings.mwindow_mapped_limit = PACK_MAPPED_BYTES
     pygit2.settings.cache_max_size(limit)
     used, cap = pygit2.settings.cached_memory
-    log.info("libgit2 object cache capped at %d bytes (%d in use)", cap, used)
+    log.info("libgit2 object cache capped at %d bytes (%d in use); pack maps at %d bytes in "
+             "windows of %d", cap, used, pygit2.settings.mwindow_mapped_limit,
+             pygit2.settings.mwindow_size)
 
 
 def attach_optional_parts(service: Service, server: Server, config: Config,
