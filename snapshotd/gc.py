@@ -302,7 +302,7 @@ def store_bytes(service: Service) -> int:
             try:
                 total += os.lstat(os.path.join(dirpath, name)).st_size
             except OSError:
-                continue
+                continue  # removed since the listing (a pack `git gc` replaced): no bytes
     return total
 
 
