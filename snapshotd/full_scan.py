@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -56,6 +57,26 @@ DIFF_FLAGS = (
 )
 
 
+class Skipped(list):
+    """What a capture left out, one listing per path and reason: the fast path can meet one
+    path twice (reported by the watcher, and in the crawl of its new directory)."""
+
+    def __init__(self, items: Iterable[dict] = ()) -> None:
+        super().__init__()
+        self._keys: set[tuple[object, object]] = set()
+        self.extend(items)
+
+    def append(self, item: dict) -> None:
+        key = (item.get("path"), item.get("reason"))
+        if key not in self._keys:
+            self._keys.add(key)
+            super().append(item)
+
+    def extend(self, items: Iterable[dict]) -> None:
+        for item in items:
+            self.append(item)
+
+
 @dataclass
 class Capture:
     """The result of scanning a worktree into its index and writing the tree."""
@@ -64,7 +85,7 @@ class Capture:
     added: int = 0
     modified: int = 0
     deleted: int = 0
-    skipped: list[dict] = field(default_factory=list)
+    skipped: list[dict] = field(default_factory=Skipped)
     full_scan: bool = True
     paths: list[str] = field(default_factory=list)  # what a full scan found changed
     secrets: list[dict] = field(default_factory=list)  # tokens in the files hashed

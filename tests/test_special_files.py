@@ -18,6 +18,7 @@ import pytest
 from test_fastpath_store import full_tree
 
 from conftest import QUIET_WATCHER, Daemon, Env, make_git_worktree
+from helpers import wait_for
 from snapshotd.server import STOP_GRACE_S, STOP_HOOKS_S
 
 RUN = {"run_id": "special", "node_id": "n"}
@@ -95,11 +96,11 @@ def test_fifos_and_sockets_are_skipped_as_special(sd_env: Env, tmp_path: Path, s
             sock.close()
         d.stop()
     # Both paths list every special file outside ignored paths (libgit2's diff reports none of
-    # the new ones: the full scan lists them by a walk of directory entries), the scan once.
+    # the new ones: the full scan lists them by a walk of directory entries), each once (the
+    # fast path meets ``new/pipe`` as a reported path and in the crawl of ``new``).
     assert specials(r) == {"a.txt": "fifo", "new/pipe": "fifo", "new/sock": "socket"}, \
         r["skipped"]
-    if scan == "full":
-        assert len(r["skipped"]) == len({s["path"] for s in r["skipped"]}), r["skipped"]
+    assert len(r["skipped"]) == len({s["path"] for s in r["skipped"]}), r["skipped"]
     assert r["tree"] == full_tree(wt, tmp_path / "oracle-index")
 
 
@@ -177,3 +178,26 @@ def _try_snapshot(d: Daemon, wt: Path) -> None:
             c.snapshot(str(wt), **RUN)
     except Exception:  # noqa: BLE001 - the daemon stops under it
         pass
+
+
+def test_a_special_file_reported_with_its_new_directory_is_listed_once(sd_env: Env,
+                                                                       tmp_path: Path) -> None:
+    # The watcher reports both the new directory and the FIFO made in it once its watch was
+    # set: the fast path meets the FIFO in the crawl of ``new`` and as a path of its own.
+    wt = make_git_worktree(tmp_path / "wt")
+    d = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
+    try:
+        with d.client(timeout=30) as c:
+            c.attempt_begin("special", "n", str(wt))
+            c.snapshot(str(wt), **RUN)
+            watches = c.status()["watcher"]["watches"]
+            (wt / "new").mkdir()
+            wait_for(lambda: c.status()["watcher"]["watches"] > watches, what="the new watch")
+            os.mkfifo(wt / "new" / "pipe")
+            (wt / "new" / "reg.txt").write_text("regular\n")
+            r = snapshot_in_time(c, wt, **RUN)
+    finally:
+        d.stop()
+    assert r["scan"] == "fast", r
+    assert [s["path"] for s in r["skipped"]] == ["new/pipe"], r["skipped"]
+    assert r["tree"] == full_tree(wt, tmp_path / "oracle-index")
