@@ -289,3 +289,22 @@ def test_an_unreadable_gc_journal_is_dropped_with_a_warning(
         assert any("unreadable gc journal" in r.getMessage() for r in caplog.records)
     finally:
         service.close()
+
+
+def test_an_unmeasurable_reclaim_estimate_is_logged(sd_env: Env, tmp_path: Path) -> None:
+    # status's ``reclaimable_bytes`` asks ``git rev-list --disk-usage`` about the commits the
+    # automatic policy would prune; when git cannot answer (here: one of them is gone from the
+    # store) the figure is 0 and the log says why, rather than a silent 0.
+    d = Daemon(sd_env, extra_env={"SNAPSHOTD_GC_KEEP_LAST": "2"}).start()
+    try:
+        wt = make_git_worktree(tmp_path / "wt")
+        make_run(d, wt, "est", 5)
+        with d.client() as c:
+            doomed = c.list("est")["checkpoints"][0]["commit"]
+        loose = sd_env.home / "store.git" / "objects" / doomed[:2] / doomed[2:]
+        loose.unlink()
+        with d.client() as c:
+            assert c.status()["retention"]["reclaimable_bytes"] == 0
+        assert "could not measure the bytes a gc would reclaim" in d.log.read_text()
+    finally:
+        d.stop()
