@@ -15,7 +15,9 @@ Owns ``full_scan`` and ``Capture`` (what a capture found). The scan is libgit2's
   it cannot list, is found by one walk of directory entries after it (``list_unseen``) and
   listed (``special`` / ``unreadable``) as the fast path lists it. No cheaper source exists
   on a full scan (the watcher's events are the fast path's); measured at 10,000 files the
-  walk costs about what the diff does, paid by full scans only (docs/durability.md).
+  walk costs about what the diff does, paid by full scans only (docs/durability.md). Right
+  after a seed, the seeded directories (``seeding.dir_shape``) spare the look at each entry
+  wherever a directory holds exactly its seeded names.
 
 Promises: a scan never silently drops a file it could not see, never opens a special file, and
 fails (``StoreError``) rather than leave out a change the store could not take.
