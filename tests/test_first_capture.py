@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import git, make_git_worktree
+from snapshotd.secrets import may_name_secret_files
 from snapshotd.seeding import dir_shape
 from snapshotd.store import Store
 from snapshotd.user_repo import strip_index
@@ -156,3 +157,16 @@ def test_dir_shape_leaves_out_invalidated_directories(tmp_path: Path) -> None:
     assert shape == {"d0": (4, ("sub",)), "d0/sub": (1, ()), "ign": (1, ())}
     assert dir_shape(b"\0" + b"3 0\n" + b"x" * 20 + b"\0" + b"3 0\n" + b"x" * 20, 3) is None
     assert dir_shape(b"\0" + b"3 1\n" + b"x" * 20, 3) is None  # a subtree never given
+
+
+def test_the_credential_name_gate_finds_every_candidate_in_any_case(tmp_path: Path) -> None:
+    wt = make_repo(tmp_path / "wt")
+    index = (wt / ".git" / "index").read_bytes()
+    assert not may_name_secret_files(index)
+    names = [".env.local", "keys/id_ed25519", "a/b.KEY", "c.p12", "d.pfx", "e.Pem", "sa.json",
+             "x/kubeconfig-prod", ".netrc", "_netrc", ".npmrc", ".pypirc", ".aws/credentials",
+             ".kube/config", "ID_RSA", "id_ecdsa.pub", "id_dsa"]
+    for name in names:
+        assert may_name_secret_files(index + name.encode() + b"\0"), name
+        assert may_name_secret_files(index + name.upper().encode() + b"\0"), name
+    assert not may_name_secret_files(index + b"src/keyboard.c\0docs/json.md\0")
