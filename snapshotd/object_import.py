@@ -1,17 +1,19 @@
 """Bringing objects of a user's repository into the store, for a seed (``seeding``).
 
 Owns ``import_objects``: each pack of the user's repository of which at least half the objects
-are wanted is taken whole, hard-linked into the store's ``objects/pack`` (copied when the link
-cannot be made, e.g. across file systems) after its checksums are verified; whatever is still
-wanted (loose objects, objects of packs mostly holding others) is copied as one new pack by
-``git pack-objects`` / ``git index-pack``. A link costs no copy and no git process: for a fresh
-clone of 10,000 files the pack-objects copy was about half of the first capture's CPU.
+are wanted is copied whole into the store's ``objects/pack`` (its bytes, hashed on the way and
+checked against its checksums: no git process, nothing inflated or hashed per object); whatever
+is still wanted (loose objects, objects of packs mostly holding others) is copied as one new
+pack by ``git pack-objects`` / ``git index-pack``. For a fresh clone of 10,000 files that
+pack-objects copy was about half of the first capture's CPU; a byte copy of the clone's pack
+costs about a millisecond.
 
-Promises: the objects end up in the store's own files, never borrowed through alternates (the
-user's own gc could delete objects we depend on; a git pack is never changed in place, and
-our link keeps the inode when their gc removes their name); a pack becomes visible only whole
-(the pack before its index, each under a temporary name first); the store takes at most twice
-the objects it wants from a linked pack; True only when every wanted object arrived.
+Promises: the objects end up in files of the store's own, never borrowed through alternates
+(the user's own gc could delete objects we depend on) nor hard-linked (the store's start-up
+takes group and other bits off every file in the home: on a link, that would change the
+user's own pack); a pack becomes visible only whole (the pack before
+its index, each under a temporary name first); the store takes at most twice the objects it
+wants from a pack copied whole; True only when every wanted object arrived.
 """
 
 from __future__ import annotations
@@ -19,12 +21,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import shutil
 import struct
 import subprocess
 from pathlib import Path
 
-from snapshotd.durable import GIT_FSYNC_ARGS, fsync_path, sync_dirs
+from snapshotd.durable import GIT_FSYNC_ARGS, sync_dirs, write_all
 
 log = logging.getLogger("snapshotd.seeding")
 
@@ -34,31 +35,31 @@ _IDX_HEADER = 8 + 256 * 4  # magic, version, fan-out table (its last slot: the o
 
 def import_objects(user_gitdir: Path, store: Path, oids: list[str], fsync: bool) -> bool:
     """Bring ``oids`` (distinct ids) from the repository at ``user_gitdir`` into ``store``:
-    the packs most of whose objects are wanted, linked whole; the rest copied as one pack.
+    the packs most of whose objects are wanted, copied whole; the rest copied as one pack.
     True only when every one arrived."""
-    rest = link_packs(user_gitdir, store, oids, fsync)
+    rest = take_packs(user_gitdir, store, oids, fsync)
     return not rest or copy_objects(user_gitdir, store, rest, fsync)
 
 
-def link_packs(user_gitdir: Path, store: Path, oids: list[str], fsync: bool) -> list[str]:
-    """Link into ``store`` each pack of the user's repository at least half of whose objects
-    are among ``oids``; returns the ``oids`` no linked pack holds. A pack that fails its
-    checks, or cannot be linked or copied, is left out (its objects stay in the result)."""
+def take_packs(user_gitdir: Path, store: Path, oids: list[str], fsync: bool) -> list[str]:
+    """Copy into ``store`` each pack of the user's repository at least half of whose objects
+    are among ``oids``; returns the ``oids`` no pack copied holds. A pack that fails its
+    checks or cannot be copied is left out (its objects stay in the result)."""
     pack_dir = _objects_dir(user_gitdir) / "pack"
     wanted = set(oids)
     try:
         indexes = sorted(pack_dir.glob("pack-*.idx"))
     except OSError:
         return oids
-    linked = False
+    taken = False
     for idx in indexes:
         if not wanted:
             break
         held = _wanted_in(idx, wanted)
-        if held and _link_pack(idx, store / "objects" / "pack", fsync):
+        if held and _take_pack(idx, store / "objects" / "pack", fsync):
             wanted -= held
-            linked = True
-    if linked and fsync:
+            taken = True
+    if taken and fsync:
         sync_dirs([store / "objects" / "pack"])
     return [oid for oid in oids if oid in wanted]
 
@@ -81,67 +82,83 @@ def _wanted_in(idx: Path, wanted: set[str]) -> set[str]:
     return held if 2 * len(held) >= count else set()
 
 
-def _link_pack(idx: Path, pack_dir: Path, fsync: bool) -> bool:
-    """Put the pack of ``idx`` and then ``idx`` into ``pack_dir`` under their own names, each
-    linked (or copied) to a temporary name, checked and renamed. True when both are there."""
+def _take_pack(idx: Path, pack_dir: Path, fsync: bool) -> bool:
+    """Copy the pack of ``idx`` and then ``idx`` into ``pack_dir`` under their own names, each
+    written to a temporary name, checked and renamed. True when both are there."""
     pack = idx.with_suffix(".pack")
     final_pack, final_idx = pack_dir / pack.name, pack_dir / idx.name
     if final_idx.exists() and final_pack.exists():
         return True  # the same name is the same objects: a pack's name is its checksum
-    tmp_pack = pack_dir / f"tmp_link_{os.getpid()}_{pack.name}"
-    tmp_idx = pack_dir / f"tmp_link_{os.getpid()}_{idx.name}"
+    tmp_pack = pack_dir / f"tmp_seed_{os.getpid()}_{pack.name}"
+    tmp_idx = pack_dir / f"tmp_seed_{os.getpid()}_{idx.name}"
     try:
-        for src, tmp in ((pack, tmp_pack), (idx, tmp_idx)):
-            _place(src, tmp)
-            if fsync:
-                fsync_path(tmp)
-        if not _verified(tmp_pack, tmp_idx):
-            log.warning("not linking %s into the store: its checksums do not match", pack)
+        for tmp in (tmp_pack, tmp_idx):
+            tmp.unlink(missing_ok=True)  # a leftover of a run that died here
+        index = idx.read_bytes()
+        if not _index_whole(index) or not _copy_pack(pack, tmp_pack, index, fsync):
+            log.warning("not copying %s into the store whole: its checksums do not match "
+                        "(its objects go through git pack-objects)", pack)
             return False
+        _write_new(tmp_idx, index, fsync)
         os.replace(tmp_pack, final_pack)
         os.replace(tmp_idx, final_idx)
         return True
     except OSError as exc:
-        log.warning("could not link %s into the store (its objects are copied): %s", pack, exc)
+        log.warning("could not copy %s into the store whole (its objects go through git "
+                    "pack-objects): %s", pack, exc)
         return False
     finally:
         for tmp in (tmp_pack, tmp_idx):
             tmp.unlink(missing_ok=True)
 
 
-def _place(src: Path, dest: Path) -> None:
-    """``dest`` as a hard link to ``src``, or a copy of it where no link can be made."""
-    dest.unlink(missing_ok=True)  # a leftover of a run that died here
-    try:
-        os.link(src, dest)
-    except OSError:
-        shutil.copyfile(src, dest)
+def _index_whole(index: bytes) -> bool:
+    """Whether a pack index (version 2) is whole: its own SHA-1 checks out."""
+    return len(index) >= _IDX_HEADER + 40 and index[:8] == _IDX_V2 \
+        and hashlib.sha1(index[:-20]).digest() == index[-20:]
 
 
-def _verified(pack: Path, idx: Path) -> bool:
-    """Whether ``idx`` is whole (its own SHA-1), names the checksum ``pack`` ends with, and
-    ``pack`` is whole (the SHA-1 of everything before that checksum) with as many objects as
-    ``idx`` counts."""
-    data = idx.read_bytes()
-    if len(data) < _IDX_HEADER + 40 or hashlib.sha1(data[:-20]).digest() != data[-20:]:
-        return False
-    count = struct.unpack(">I", data[_IDX_HEADER - 4:_IDX_HEADER])[0]
+def _copy_pack(pack: Path, dest: Path, index: bytes, fsync: bool) -> bool:
+    """Copy ``pack`` to the new file ``dest``, hashing it on the way: True when it is whole (its
+    SHA-1 is the checksum it ends with, which ``index`` names too) and counts the objects
+    ``index`` counts."""
+    count = struct.unpack(">I", index[_IDX_HEADER - 4:_IDX_HEADER])[0]
     digest = hashlib.sha1()
-    with open(pack, "rb") as f:
-        head = f.read(12)
-        if head[:4] != b"PACK" or struct.unpack(">II", head[4:12]) not in ((2, count), (3, count)):
+    with open(pack, "rb") as src:
+        size = os.fstat(src.fileno()).st_size
+        head = src.read(12)
+        if len(head) < 12 or head[:4] != b"PACK" \
+                or struct.unpack(">II", head[4:12]) not in ((2, count), (3, count)):
             return False
-        size = os.fstat(f.fileno()).st_size
-        digest.update(head)
-        left = size - 12 - 20
-        while left > 0:
-            chunk = f.read(min(left, 1 << 20))
-            if not chunk:
-                return False
-            digest.update(chunk)
-            left -= len(chunk)
-        trailer = f.read(20)
-    return digest.digest() == trailer == data[-40:-20]
+        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+        try:
+            write_all(fd, head)
+            digest.update(head)
+            left = size - 12 - 20
+            while left > 0:
+                chunk = src.read(min(left, 1 << 20))
+                if not chunk:
+                    return False
+                digest.update(chunk)
+                write_all(fd, chunk)
+                left -= len(chunk)
+            trailer = src.read(20)
+            write_all(fd, trailer)
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+    return digest.digest() == trailer == index[-40:-20]
+
+
+def _write_new(path: Path, data: bytes, fsync: bool) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+    try:
+        write_all(fd, data)
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _objects_dir(gitdir: Path) -> Path:

@@ -1,4 +1,4 @@
-"""The first capture of a git worktree, seeded from its repository: the user's packs linked
+"""The first capture of a git worktree, seeded from its repository: the user's packs copied
 whole into the store (``object_import``), and the seeded directories sparing the full scan's
 look at every entry for unseen special files and unlistable directories (``dir_shape``)."""
 
@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import git, make_git_worktree
+from snapshotd.home_perms import secure_home
 from snapshotd.secrets import may_name_secret_files
 from snapshotd.seeding import dir_shape
 from snapshotd.store import Store
@@ -42,15 +43,25 @@ def skipped(capture) -> dict[str, str]:  # noqa: ANN001 - a store Capture
     return {s["path"]: s["reason"] for s in capture.skipped}
 
 
-def test_a_clone_s_pack_is_linked_whole_and_survives_the_user_s_gc(tmp_path: Path) -> None:
+def test_a_clone_s_pack_is_copied_whole_and_survives_the_user_s_gc(tmp_path: Path) -> None:
     wt = make_repo(tmp_path / "wt")
     (user_pack,) = (wt / ".git" / "objects" / "pack").glob("*.pack")
+    mode = user_pack.stat().st_mode
     home = tmp_path / "home"
     capture = Store(home).worktree(wt).capture()
     assert capture.tree == git(wt, "rev-parse", "HEAD^{tree}").strip()
     ours = home / "store.git" / "objects" / "pack" / user_pack.name
-    assert os.stat(ours).st_ino == os.stat(user_pack).st_ino  # a link, not a copy
-    # The user's gc drops their pack's name (a new commit, everything repacked and pruned).
+    assert ours.read_bytes() == user_pack.read_bytes()
+    assert os.stat(ours).st_ino != os.stat(user_pack).st_ino  # a file of the store's own
+    assert not list(ours.parent.glob("tmp_*"))
+    # The daemon's start-up takes group and other bits off the home's files: not the user's.
+    umask = os.umask(0o022)
+    try:
+        secure_home(home)
+    finally:
+        os.umask(umask)  # secure_home sets the daemon's: not this test process's
+    assert user_pack.stat().st_mode == mode
+    # The user's gc drops their pack (a new commit, everything repacked and pruned).
     (wt / "d0" / "f0.txt").write_text("changed\n")
     git(wt, "commit", "-q", "-am", "next")
     git(wt, "repack", "-a", "-d", "-q")
@@ -60,7 +71,7 @@ def test_a_clone_s_pack_is_linked_whole_and_survives_the_user_s_gc(tmp_path: Pat
     assert store_git(home, "show", f"{capture.tree}:d0/f0.txt") == "0 0\n"
 
 
-def test_a_pack_mostly_of_other_objects_is_copied_not_linked(tmp_path: Path) -> None:
+def test_a_pack_mostly_of_other_objects_is_not_copied_whole(tmp_path: Path) -> None:
     wt = make_repo(tmp_path / "wt")
     # History the worktree no longer holds: most of the pack's objects are not wanted.
     for round_ in range(3):
@@ -83,7 +94,7 @@ def test_a_pack_mostly_of_other_objects_is_copied_not_linked(tmp_path: Path) -> 
     store_git(home, "fsck", "--strict", "--no-dangling")
 
 
-def test_a_damaged_pack_is_not_linked(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_damaged_pack_is_not_copied_whole(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     wt = make_repo(tmp_path / "wt")
     (user_pack,) = (wt / ".git" / "objects" / "pack").glob("*.pack")
     data = bytearray(user_pack.read_bytes())
