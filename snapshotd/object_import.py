@@ -23,6 +23,7 @@ import logging
 import os
 import struct
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 from snapshotd.durable import GIT_FSYNC_ARGS, sync_dirs, write_all
@@ -55,31 +56,43 @@ def take_packs(user_gitdir: Path, store: Path, oids: list[str], fsync: bool) -> 
     for idx in indexes:
         if not wanted:
             break
-        held = _wanted_in(idx, wanted)
-        if held and _take_pack(idx, store / "objects" / "pack", fsync):
-            wanted -= held
+        names = _names(idx, 2 * len(wanted))
+        if names is None:
+            continue
+        held = sum(len(wanted.intersection(ids)) for ids in _ids(names))
+        if 2 * held >= len(names) // 20 and _take_pack(idx, store / "objects" / "pack", fsync):
+            for ids in _ids(names):
+                wanted.difference_update(ids)
             taken = True
     if taken and fsync:
         sync_dirs([store / "objects" / "pack"])
     return [oid for oid in oids if oid in wanted]
 
 
-def _wanted_in(idx: Path, wanted: set[str]) -> set[str]:
-    """The ids of ``wanted`` the pack of index ``idx`` (version 2) holds, when they are at
-    least half of its objects; else (or when it cannot be read) an empty set."""
+def _names(idx: Path, most: int) -> bytes | None:
+    """The raw object ids the pack index ``idx`` (version 2) lists, or None when it lists more
+    than ``most`` (mostly objects we do not want: not worth reading) or cannot be read."""
     try:
         with open(idx, "rb") as f:
             header = f.read(_IDX_HEADER)
             if len(header) != _IDX_HEADER or header[:8] != _IDX_V2:
-                return set()
+                return None
             count = struct.unpack(">I", header[-4:])[0]
-            if count == 0 or count > 2 * len(wanted):
-                return set()  # mostly objects we do not want: not worth reading its names
-            names = f.read(20 * count).hex()
+            if count == 0 or count > most:
+                return None
+            names = f.read(20 * count)
     except OSError:
-        return set()
-    held = wanted.intersection([names[i:i + 40] for i in range(0, len(names), 40)])
-    return held if 2 * len(held) >= count else set()
+        return None
+    return names if len(names) == 20 * count else None
+
+
+def _ids(names: bytes) -> Iterator[list[str]]:
+    """The ids of raw ``names`` as hex, 65,536 at a time (a million at once would hold a
+    hundred megabytes of strings beside the seed's own)."""
+    step = 20 << 16
+    for at in range(0, len(names), step):
+        text = names[at:at + step].hex()
+        yield [text[i:i + 40] for i in range(0, len(text), 40)]
 
 
 def _take_pack(idx: Path, pack_dir: Path, fsync: bool) -> bool:
