@@ -15,6 +15,8 @@ Rows, per side:
   ``python -m bench`` times it);
 - ``capture_0_ms``, ``capture_1_ms``, ``capture_100_ms``: median daemon-side capture
   (``elapsed_ms``, the fast path) after 0, 1 and 100 changed files, over ``--rounds``;
+- every round runs the sides in turn, each first in turn (in a fixed order the first side
+  came out ahead on the steady rows), after the trees are synced to disk;
 - ``*_cpu_ms`` beside each: the CPU time the daemon (and the git commands it ran and waited
   for) spent across that request, median. On a loaded machine the wall-clock figures mostly
   measure the wait for a core; CPU time is what a change can regress.
@@ -70,9 +72,12 @@ def run(sides: list[Side], files: int, rounds: int, first_rounds: int,
         for side in sides:
             side.tree = make_tree(work / side.name, files, per_dir=per_dir)
             subprocess.run(["git", "gc", "-q"], cwd=side.tree, check=True, env=git_env())
+        # The trees' files reach the disk before any timing: the write-back of the side made
+        # last would otherwise still run under the rounds.
+        os.sync()
         load_before = [round(x, 2) for x in os.getloadavg()]
-        for _ in range(first_rounds):
-            for side in sides:
+        for r in range(first_rounds):
+            for side in _rotated(sides, r):
                 side.times.setdefault("first_capture_ms", []).append(_first_capture(side))
         _steady(sides, rounds)
         return {"bench": "compare", "files": files, "per_dir": per_dir, "rounds": rounds,
@@ -129,7 +134,7 @@ def _steady(sides: list[Side], rounds: int) -> None:
         targets = {side.name: sorted(side.tree.rglob("f*.txt"))[:100] for side in sides}
         for changed in (0, 1, 100):
             for r in range(rounds):
-                for side in sides:
+                for side in _rotated(sides, r):
                     for t in targets[side.name][:changed]:
                         t.write_text(f"round {r} {changed}\n")
                     daemon = daemons[side.name]
@@ -143,6 +148,14 @@ def _steady(sides: list[Side], rounds: int) -> None:
     finally:
         for daemon in daemons.values():
             daemon.stop()
+
+
+def _rotated(sides: list[Side], r: int) -> list[Side]:
+    """The sides in round ``r``'s order: each goes first in turn. In a fixed order the side
+    listed first measured up to twice as fast on the steady rows as the same code listed
+    second (2026-12-01, load 5)."""
+    k = r % len(sides)
+    return sides[k:] + sides[:k]
 
 
 def parse_sides(specs: list[str], envs: list[str]) -> list[Side]:

@@ -15,7 +15,9 @@ Owns ``full_scan`` and ``Capture`` (what a capture found). The scan is libgit2's
   it cannot list, is found by one walk of directory entries after it (``list_unseen``) and
   listed (``special`` / ``unreadable``) as the fast path lists it. No cheaper source exists
   on a full scan (the watcher's events are the fast path's); measured at 10,000 files the
-  walk costs about what the diff does, paid by full scans only (docs/durability.md).
+  walk costs about what the diff does, paid by full scans only (docs/durability.md). Right
+  after a seed, the seeded directories (``seeding.dir_shape``) spare the look at each entry
+  wherever a directory holds exactly its seeded names.
 
 Promises: a scan never silently drops a file it could not see, never opens a special file, and
 fails (``StoreError``) rather than leave out a change the store could not take.
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -35,6 +37,7 @@ from pygit2.enums import DeltaStatus, DiffOption
 
 from snapshotd.deep_scan import git_add_scan
 from snapshotd.scan_rules import (
+    DirNames,
     NestedRepos,
     hidden_by,
     list_unseen,
@@ -103,11 +106,14 @@ class ScanTarget(Protocol):
                     *, new: bool = False, racy_recheck: bool = False) -> None: ...
 
 
-def full_scan(wt: ScanTarget, index: pygit2.Index, result: Capture, touched: list[str]) -> None:
+def full_scan(wt: ScanTarget, index: pygit2.Index, result: Capture, touched: list[str],
+              shape: Mapping[str, DirNames] | None = None) -> None:
     """The full stat scan: libgit2's diff of the index against the worktree, applied to the
     index. Files known unreadable are held out of the diff (libgit2 fails the whole scan on
     a tracked file it cannot open) and settled one by one after it; a tree nested deeper
-    than libgit2 walks is scanned by git instead."""
+    than libgit2 walks is scanned by git instead. ``shape``: the directories of the cache as
+    seeded just before this scan (``seeding.dir_shape``), which spares most of the walk for
+    unseen entries (``list_unseen``)."""
     held = _hold_unreadable(wt, index)
     try:
         deltas = _diff(wt, index, held)
@@ -126,7 +132,7 @@ def full_scan(wt: ScanTarget, index: pygit2.Index, result: Capture, touched: lis
         result.paths.append(path.rstrip("/"))
         _apply_delta(wt, index, delta, result, touched, hidden)
     _settle_held(wt, index, held, result, touched)
-    _list_unseen(wt, index, result)
+    _list_unseen(wt, index, result, shape, held)
     if held:
         # libgit2 wrote the cache to disk during the diff (UPDATE_INDEX) while the held files
         # were out of it: write it again with them, so a restart still carries their content.
@@ -191,9 +197,12 @@ def _deleted(wt: ScanTarget, index: pygit2.Index, path: str, result: Capture, hi
     if special is not None:
         result.skipped.append(special)
 
-def _list_unseen(wt: ScanTarget, index: pygit2.Index, result: Capture) -> None:
+def _list_unseen(wt: ScanTarget, index: pygit2.Index, result: Capture,
+                 shape: Mapping[str, DirNames] | None, held: Mapping[str, object]) -> None:
     """List what libgit2's diff does not report at all (a new FIFO, socket or device, a
-    never-captured directory that cannot be listed), as the fast path lists them."""
+    never-captured directory that cannot be listed), as the fast path lists them. With the
+    seeded ``shape``, only directories on the path of something the scan found (a change, a
+    held or a skipped path) are looked at entry by entry."""
     matcher = pygit2.Repository(str(wt.gitdir))  # the capture's ignore rules, as the diff's
     holding: set[str] = set()
 
@@ -218,7 +227,12 @@ def _list_unseen(wt: ScanTarget, index: pygit2.Index, result: Capture) -> None:
             # counts as not ignored (at worst an ignored special file is listed as skipped).
             return False
 
-    result.skipped.extend(list_unseen(wt.root, ignored, index, listed, nested))
+    changed: set[str] = set()
+    if shape is not None:
+        for path in (*result.paths, *held, *listed):
+            parts = path.split("/")
+            changed.update("/".join(parts[:n]) for n in range(len(parts) + 1))
+    result.skipped.extend(list_unseen(wt.root, ignored, index, listed, nested, shape, changed))
 
 def _hold_unreadable(wt: ScanTarget, index: pygit2.Index) -> dict[str, pygit2.IndexEntry]:
     held = {}

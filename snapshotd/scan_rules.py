@@ -26,11 +26,15 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Mapping
 from pathlib import Path
 
 # libgit2 names the file it could not open between single quotes in its message.
 _QUOTED = re.compile(r"'([^']+)'")
+
+# One directory of a seeded cache: how many names it holds directly (files, symlinks, gitlinks
+# and subdirectories), and its subdirectories' names.
+DirNames = tuple[int, tuple[str, ...]]
 
 
 def special_kind(mode: int) -> str | None:
@@ -150,7 +154,9 @@ def hidden_by(root: Path, rel: str) -> str | None:
 
 
 def list_unseen(root: Path, ignored: Callable[[str], bool], tracked: Container[str],
-                listed: Container[str], nested: NestedRepos) -> list[dict]:
+                listed: Container[str], nested: NestedRepos,
+                shape: Mapping[str, DirNames] | None = None,
+                changed: Container[str] = ()) -> list[dict]:
     """The ``skipped`` entries libgit2's diff leaves unreported: every FIFO, socket or device
     not in the cache (``special``) and every directory this process cannot list that holds no
     cached file (``unreadable``), outside ignored paths and nested repositories. ``tracked``
@@ -158,7 +164,12 @@ def list_unseen(root: Path, ignored: Callable[[str], bool], tracked: Container[s
 
     One walk of the tree's directory entries: names and types only (``scandir``'s
     ``d_type``), a stat only for a special file, an ignore check only for a directory or
-    a special file; never a file opened."""
+    a special file; never a file opened.
+
+    ``shape`` (the seeded cache's directories, ``seeding.dir_shape``) spares the look at each
+    entry of a directory the diff reported nothing in or below (not in ``changed``): there
+    every name the cache holds is on disk as it was seeded, so a listing of exactly that many
+    names holds nothing else, and only the directories below it are walked."""
     found: list[dict] = []
     stack = [""]
     while stack:
@@ -166,12 +177,17 @@ def list_unseen(root: Path, ignored: Callable[[str], bool], tracked: Container[s
         try:
             entries = list(os.scandir(os.path.join(root, current) if current else root))
         except PermissionError:
-            if current not in listed:
+            if current not in listed and not (current and ignored(current + "/")):
                 found.append({"path": current, "reason": "unreadable",
                               "detail": "the directory cannot be listed"})
             continue
         except OSError:
             continue  # gone since its parent was listed
+        known = shape.get(current) if shape is not None and current not in changed else None
+        if known is not None and len(entries) == known[0]:
+            stack.extend(child for child in (f"{current}/{name}" if current else name
+                                             for name in known[1]) if child not in listed)
+            continue
         if current and any(e.name == ".git" for e in entries) and nested.is_repo(current):
             continue  # listed by the diff as a nested repository
         for entry in entries:

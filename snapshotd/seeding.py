@@ -2,19 +2,21 @@
 
 Owns the first fill of an empty stat cache. A git worktree's cache is seeded from its
 repository's index: its entries with their stat data (so only files that differ are hashed
-afterwards), and the blobs they name and the trees its cache-tree vouches for, copied into the
-store as one pack through ``git pack-objects`` / ``git index-pack``. Anything else is primed by
-running ``git add -A`` into the cache's own git dir (several times faster than libgit2 cold).
+afterwards), and the blobs they name and the trees its cache-tree vouches for, brought into the
+store by ``object_import`` (the user's packs that mostly hold them copied whole, the rest
+copied as one pack). Anything else is primed by running ``git add -A`` into the cache's own
+git dir (several times faster than libgit2 cold).
 
 A seed also says which of its files the secret scan must read (``seed_from_repository``'s
 list): only those whose staged content the user's HEAD commit does not hold. A file of the
 user's own committed history is already in their repository, wherever they push it; reading
 every seeded file would cost the first capture a read of the whole tree (docs/secrets.md).
 
-Promises: objects are copied, never borrowed through alternates (the user's own gc could delete
-objects we depend on); the user's repository is only read; a seed that cannot be done safely
-(an index we do not understand, an object that cannot be copied) is refused, never half-done;
-when the HEAD commit cannot be read, every seeded file is to be scanned.
+Promises: objects are copied into the store's own files, never borrowed through alternates (the
+user's own gc could delete objects we depend on); the user's repository is only read; a seed
+that cannot be done safely (an index we do not understand, an object that cannot be copied) is
+refused, never half-done; when the HEAD commit cannot be read, every seeded file is to be
+scanned.
 """
 
 from __future__ import annotations
@@ -25,13 +27,16 @@ import random
 import struct
 import subprocess
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pygit2
 from pygit2.enums import DeltaStatus, FileMode
 
-from snapshotd.durable import GIT_FSYNC_ARGS, sync_dirs, sync_object_dirs
+from snapshotd.durable import GIT_FSYNC_ARGS, sync_object_dirs
+from snapshotd.object_import import import_objects
+from snapshotd.scan_rules import DirNames
 from snapshotd.user_repo import SeedIndex, strip_index, user_gitdir
 
 if TYPE_CHECKING:
@@ -43,15 +48,25 @@ log = logging.getLogger("snapshotd.seeding")
 SEED_SAMPLE = 256
 
 
-def seed_from_repository(root: Path, cache_gitdir: Path, store: Store) -> list[str] | None:
+@dataclass
+class Seeded:
+    """What a seed hands the capture that follows it."""
+
+    to_scan: list[str]  # the seeded paths the secret scan must read (``uncommitted_paths``)
+    # The seeded directories (``dir_shape``), for that capture's listing of unseen entries
+    # only: any later change to the cache makes it wrong.
+    shape: dict[str, DirNames] | None
+
+
+def seed_from_repository(root: Path, cache_gitdir: Path, store: Store) -> Seeded | None:
     """First capture of git worktree ``root``: copy the objects its index names into the store
     and write that index's entries, with their stat data, as the cache's index file in
     ``cache_gitdir``. The trees of its cache-tree are copied too and the cache-tree kept, so
     the first tree write reuses every directory the user's index vouches for instead of
     writing ~one loose object per directory (seconds at 100,000 files); git's own
     ``write-tree`` and ``commit`` trust the same cache. Returns the seeded paths the secret scan
-    must read (``uncommitted_paths``), or None when the seed cannot be done safely; the caller
-    then builds the cache cold."""
+    must read (``uncommitted_paths``) and the seeded directories (``dir_shape``), or None when
+    the seed cannot be done safely; the caller then builds the cache cold."""
     gitdir = user_gitdir(root)
     if gitdir is None:
         return None
@@ -61,24 +76,66 @@ def seed_from_repository(root: Path, cache_gitdir: Path, store: Store) -> list[s
         return None
     if seed is None:
         return None
-    # Distinct ids (identical files or directories name one object), as _copy_objects needs.
+    # Distinct ids (identical files or directories name one object), as import_objects needs.
     wanted = list({oid for oid, mode in seed.objects if mode != int(FileMode.COMMIT)}
                   | set(seed.trees))
     with_trees = seed.cache_tree is not None
     with store.lock:
         missing = _missing_objects(store.repo.odb, wanted)
-    if missing and not _copy_objects(gitdir, store.path, missing, store.fsync):
+    if missing and not import_objects(gitdir, store.path, missing, store.fsync):
         # A tree the cache-tree names may be gone from the user's repository (gc'd after
         # a reset): seed the blobs alone; the trees are then written from the entries.
         with_trees = False
         trees = set(seed.trees)
         missing = [oid for oid in missing if oid not in trees]
-        if missing and not _copy_objects(gitdir, store.path, missing, store.fsync):
+        if missing and not import_objects(gitdir, store.path, missing, store.fsync):
             return None
     tmp = cache_gitdir / "index.seed"
     tmp.write_bytes(seed.index_file(with_cache_tree=with_trees))
     os.replace(tmp, cache_gitdir / "index")
-    return uncommitted_paths(gitdir, seed, cache_gitdir)
+    shape = dir_shape(seed.cache_tree, len(seed.objects)) if seed.cache_tree else None
+    return Seeded(uncommitted_paths(gitdir, seed, cache_gitdir), shape)
+
+
+def dir_shape(cache_tree: bytes, entries: int) -> dict[str, DirNames] | None:
+    """For each directory a cache-tree (``SeedIndex.cache_tree``: a node is valid only if every
+    node below it is) vouches for, the number of names the index holds directly in it and its
+    subdirectories' names: a valid node's entry count is its entries, its subtrees' are theirs.
+    None when the tree does not parse or its root, valid, does not count ``entries``."""
+    shape: dict[str, DirNames] = {}
+    # Pre-order nodes; the stack holds the open ones: [path, entries, subtrees left, names,
+    # entries of the subtrees].
+    stack: list[list] = []
+    off = 0
+    try:
+        while off < len(cache_tree):
+            if not stack and off:
+                return None  # a second root
+            nul = cache_tree.index(b"\0", off)
+            newline = cache_tree.index(b"\n", nul)
+            count, subtrees = (int(n) for n in cache_tree[nul + 1:newline].split(b" "))
+            name = os.fsdecode(cache_tree[off:nul])
+            off = newline + 1 + (20 if count >= 0 else 0)
+            if stack:
+                parent = stack[-1]
+                parent[2] -= 1
+                parent[3].append(name)
+                parent[4] += count
+                path = f"{parent[0]}/{name}" if parent[0] else name
+            elif count not in (-1, entries):
+                return None  # a root that does not count the index's entries
+            else:
+                path = ""
+            stack.append([path, count, subtrees, [], 0])
+            while stack and stack[-1][2] == 0:
+                path, count, _left, names, below = stack.pop()
+                if count >= 0:
+                    if count - below < 0:
+                        return None
+                    shape[path] = (count - below + len(names), tuple(names))
+    except ValueError:
+        return None
+    return shape if not stack else None
 
 
 def uncommitted_paths(gitdir: Path, seed: SeedIndex, cache_gitdir: Path) -> list[str]:
@@ -179,45 +236,3 @@ def _missing_objects(odb: pygit2.Odb, oids: list[str]) -> list[str]:
     if not any(pygit2.Oid(hex=oid) in odb for oid in sample):
         return oids
     return [oid for oid in oids if pygit2.Oid(hex=oid) not in odb]
-
-
-def _copy_objects(user_gitdir: Path, store: Path, oids: list[str], fsync: bool) -> bool:
-    """Copy objects (distinct ids) from the user's repository into the store as one pack.
-    True only when every one arrived: ``pack-objects`` given ids packs exactly those (and fails
-    on one it cannot read), so a new pack whose index counts ``len(oids)`` objects holds them
-    all, which spares looking each of them up again."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env["GIT_CONFIG_NOSYSTEM"] = "1"
-    try:
-        # --window=0: deltas the user's packs hold are reused as they are, and no new delta
-        # search runs (for a clone of 1,000,000 files that search is most of the copy's CPU;
-        # what it would save in store size the user's repository did not bother to save).
-        packer = subprocess.Popen(["git", "--git-dir", str(user_gitdir), "pack-objects",
-                                   "--stdout", "-q", "--window=0"], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
-        # index-pack fsyncs the pack and its index; their names need objects/pack fsynced.
-        indexer = subprocess.Popen(["git", *GIT_FSYNC_ARGS, "--git-dir", str(store),
-                                    "index-pack", "--stdin"],
-                                   stdin=packer.stdout, stdout=subprocess.PIPE,
-                                   stderr=subprocess.DEVNULL, env=env)
-        assert packer.stdin is not None and packer.stdout is not None
-        packer.stdout.close()  # the indexer holds it now
-        try:
-            packer.stdin.write(("\n".join(oids) + "\n").encode())
-        finally:
-            packer.stdin.close()
-        out, _ = indexer.communicate(timeout=3600)
-        if packer.wait(timeout=3600) != 0 or indexer.returncode != 0:
-            return False
-        kind, _, name = out.decode(errors="replace").strip().partition("\t")
-        if kind not in ("pack", "keep") or len(name) != 40:
-            return False
-        with open(store / "objects" / "pack" / f"pack-{name}.idx", "rb") as idx:
-            header = idx.read(8 + 256 * 4)  # version 2: magic, version, fan-out table
-        if header[:8] != b"\377tOc\0\0\0\2" or len(header) != 8 + 256 * 4:
-            return False
-        if fsync:
-            sync_dirs([store / "objects" / "pack"])
-        return struct.unpack(">I", header[-4:])[0] == len(oids)
-    except (OSError, subprocess.TimeoutExpired):
-        return False

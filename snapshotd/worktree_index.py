@@ -56,7 +56,7 @@ from snapshotd.cache_checks import (
 from snapshotd.full_scan import Capture, full_scan, remove_entry
 from snapshotd.ignore_rules import exclude_sources, write_excludes
 from snapshotd.nested_repos import Workspace, WorkspaceMatcher
-from snapshotd.scan_rules import NestedRepos, hidden_by, special_entry
+from snapshotd.scan_rules import DirNames, NestedRepos, hidden_by, special_entry
 from snapshotd.secrets import (
     may_name_secret_files,
     scan_changed_file,
@@ -111,6 +111,7 @@ class WorktreeIndex:
         # or seeded from the user's index and not in their HEAD commit): the next capture
         # scans them for secrets.
         self._unscanned: list[str] = []
+        self._shape: dict[str, DirNames] | None = None  # the seeded directories, for one scan
 
     def capture(self) -> Capture:
         """Bring the index up to date with the worktree and write its tree (objects included)."""
@@ -127,7 +128,8 @@ class WorktreeIndex:
         try:
             for path in sorted(previous_racy):
                 self.update_path(index, path, result, touched, racy_recheck=True)
-            full_scan(self, index, result, touched)
+            shape, self._shape = self._shape, None
+            full_scan(self, index, result, touched, shape)
             self.workspace.capture_found(result)
         except StoreError:
             # The cache is partly updated: whatever was hashed may be racy; re-hash it next time.
@@ -476,11 +478,11 @@ class WorktreeIndex:
         """Start an empty cache: from the worktree's own git index when it has one (only files
         that differ from it are hashed), else with the git CLI (several times faster than
         libgit2 cold); if that fails too, ``capture()`` hashes every file through libgit2."""
-        to_scan = seed_from_repository(self.root, self.gitdir, self.store)
-        if to_scan is not None:
+        seed = seed_from_repository(self.root, self.gitdir, self.store)
+        if seed is not None:
             seeded = self._open_seeded()
             if seeded is not None:
-                self._unscanned = to_scan
+                self._unscanned, self._shape = seed.to_scan, seed.shape
                 return seeded
         if not prime_with_git_add(self.root, self.gitdir, self.store.path, self.store.fsync):
             return index
@@ -570,19 +572,11 @@ def _check_objects_fault() -> None:
         raise StoreError(STORE_WRITE_FAILED, f"could not write objects: {exc}") from exc
 
 
-
-
 def worktree_id(root: Path) -> str:
     """A stable id for a worktree path (its stat cache directory name)."""
     digest = hashlib.sha256(os.fsencode(str(root))).hexdigest()[:16]
     name = "".join(c if c.isalnum() or c in "-_." else "-" for c in root.name)[:40] or "root"
     return f"{name}-{digest}"
-
-
-
-
-
-
 
 
 def _utf8(path: str) -> bool:
