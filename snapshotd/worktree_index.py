@@ -497,8 +497,7 @@ class WorktreeIndex:
         """The index ``seed_from_repository`` wrote, or None (and gone) if libgit2 refuses it."""
         try:
             self._repo = pygit2.Repository(str(self.gitdir))
-            index = self._repo.index
-            index.read(True)
+            index = self._repo.index  # a new handle's index is read from the file here
         except pygit2.GitError:
             (self.gitdir / "index").unlink(missing_ok=True)
             self._repo = pygit2.Repository(str(self.gitdir))
