@@ -9,7 +9,7 @@ any git worktree (``--tree``):
 - ``object_cache_mb``: libgit2's object cache after every tree of HEAD was read once on one
   repository handle (default cache settings), ``trees`` how many;
 - ``seed_parse_mb`` / ``seed_parse_retained_mb``: the first capture's parse of the user's index
-  (``user_repo.strip_index``: an object id and mode per entry, in Python), while held and after
+  (``user_repo.strip_index``: an object id per entry, in Python), while held and after
   it is dropped (what the allocator does not give back);
 - ``path_list_mb``: one Python list of every entry's path (the first capture's list of files to
   scan for secrets);

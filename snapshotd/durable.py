@@ -42,16 +42,23 @@ def write_file(path: Path, data: bytes, mode: int = 0o644, *, sync: bool = True)
     ``sync=False`` keeps the atomic replace and skips both fsyncs, for a file its reader
     checks and rewrites when a cut damaged it."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    write_new(tmp, data, mode, sync=sync, replace=True)
+    os.replace(tmp, path)
+    if sync:
+        fsync_path(path.parent)
+
+
+def write_new(path: Path, data: bytes, mode: int, *, sync: bool, replace: bool = False) -> None:
+    """Create ``path`` holding ``data`` (it must not exist yet, unless ``replace``), the file
+    fsynced when ``sync`` (its name is the caller's to make durable)."""
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if replace else os.O_EXCL)
+    fd = os.open(path, flags, mode)
     try:
         write_all(fd, data)
         if sync:
             os.fsync(fd)
     finally:
         os.close(fd)
-    os.replace(tmp, path)
-    if sync:
-        fsync_path(path.parent)
 
 
 def write_all(fd: int, data: bytes) -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pygit2
 
-from snapshotd.durable import fsync_path
+from snapshotd.durable import fsync_path, write_new
 
 # What ``git gc`` / ``git prune`` treats as a stale temporary object once past its grace.
 _TMP_PREFIX = "tmp_obj_"
@@ -89,18 +89,11 @@ def _place(fan: Path, final: Path, body: bytes, fsync: bool) -> None:
     created = not fan.is_dir()
     fan.mkdir(exist_ok=True)
     tmp = fan / f"{_TMP_PREFIX}{os.getpid()}_{final.name[:8]}_{os.urandom(4).hex()}"
-    out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
     try:
-        view = memoryview(body)
-        while view:
-            view = view[os.write(out, view):]
-        if fsync:
-            os.fsync(out)
+        write_new(tmp, body, 0o444, sync=fsync)
     except BaseException:
-        os.close(out)
         tmp.unlink(missing_ok=True)
         raise
-    os.close(out)
     os.replace(tmp, final)
     if fsync:
         fsync_path(fan)

@@ -26,7 +26,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-from snapshotd.durable import GIT_FSYNC_ARGS, sync_dirs, write_all
+from snapshotd.durable import GIT_FSYNC_ARGS, sync_dirs, write_all, write_new
 
 log = logging.getLogger("snapshotd.seeding")
 
@@ -124,7 +124,7 @@ def _take_pack(idx: Path, pack_dir: Path, fsync: bool) -> bool:
             log.warning("not copying %s into the store whole: its checksums do not match "
                         "(its objects go through git pack-objects)", pack)
             return False
-        _write_new(tmp_idx, index, fsync)
+        write_new(tmp_idx, index, 0o444, sync=fsync)
         os.replace(tmp_pack, final_pack)
         os.replace(tmp_idx, final_idx)
         return True
@@ -174,16 +174,6 @@ def _copy_pack(pack: Path, dest: Path, index: bytes, fsync: bool) -> bool:
         finally:
             os.close(fd)
     return digest.digest() == trailer == index[-40:-20]
-
-
-def _write_new(path: Path, data: bytes, fsync: bool) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
-    try:
-        write_all(fd, data)
-        if fsync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _objects_dir(gitdir: Path) -> Path:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pygit2
-from pygit2.enums import DeltaStatus, FileMode
+from pygit2.enums import DeltaStatus
 
 from snapshotd.durable import GIT_FSYNC_ARGS, sync_object_dirs
 from snapshotd.object_import import import_objects
@@ -77,8 +77,10 @@ def seed_from_repository(root: Path, cache_gitdir: Path, store: Store) -> Seeded
     if seed is None:
         return None
     # Distinct ids (identical files or directories name one object), as import_objects needs.
-    wanted = list({oid for oid, mode in seed.objects if mode != int(FileMode.COMMIT)}
-                  | set(seed.trees))
+    distinct = set(seed.blobs)
+    distinct.update(seed.trees)
+    wanted = list(distinct)
+    del distinct
     with_trees = seed.cache_tree is not None
     with store.lock:
         missing = _missing_objects(store.repo.odb, wanted)
@@ -93,7 +95,7 @@ def seed_from_repository(root: Path, cache_gitdir: Path, store: Store) -> Seeded
     tmp = cache_gitdir / "index.seed"
     tmp.write_bytes(seed.index_file(with_cache_tree=with_trees))
     os.replace(tmp, cache_gitdir / "index")
-    shape = dir_shape(seed.cache_tree, len(seed.objects)) if seed.cache_tree else None
+    shape = dir_shape(seed.cache_tree, seed.count) if seed.cache_tree else None
     return Seeded(uncommitted_paths(gitdir, seed, cache_gitdir), shape)
 
 

@@ -18,13 +18,16 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 import pygit2
 from pygit2.enums import FileMode
+
+_U32 = struct.Struct(">I")
+_U16 = struct.Struct(">H")
+_GITLINK = 0o160000
 
 log = logging.getLogger("snapshotd.user_repo")
 
@@ -80,7 +83,8 @@ class SeedIndex:
     """What ``strip_index`` keeps of a user's git index."""
 
     entries: bytes  # header and entries, no extensions, no checksum
-    objects: list[tuple[str, int]]  # (object id, mode) of every entry
+    count: int  # how many entries
+    blobs: list[str]  # the object id of every entry but gitlinks (repeats included)
     cache_tree: bytes | None  # the TREE extension's data, every node valid only if all below are
     trees: list[str]  # the tree ids its valid nodes name
 
@@ -106,35 +110,32 @@ def strip_index(data: bytes) -> SeedIndex | None:
     end = len(data) - 20
     if hashlib.sha1(data[:end]).digest() != data[end:]:
         return None
-    objects: list[tuple[str, int]] = []
+    blobs: list[str] = []
+    keep = blobs.append
     patches: list[tuple[int, bytes]] = []  # (offset, bytes): flags to clear
-    unpack_from = struct.unpack_from
+    mode_at, flags_at = _U32.unpack_from, _U16.unpack_from
     off = 12
+    # One pass, a few operations an entry (a monorepo's index holds a million): the rare
+    # flags (a stage, assume-valid, an extended entry) and long names take the slow branch.
     for _ in range(count):
         if off + 62 > end:
             return None
-        mode = unpack_from(">I", data, off + 24)[0]
-        flags = unpack_from(">H", data, off + 60)[0]
-        if flags & 0x3000:  # a merge stage: the user is mid-conflict
-            return None
-        extended = version >= 3 and bool(flags & 0x4000)
-        head = 62 + (2 if extended else 0)
-        name_len = flags & 0xFFF
-        nul = off + head + name_len if name_len < 0xFFF else data.index(b"\0", off + head)
+        flags = flags_at(data, off + 60)[0]
+        if flags & 0xF000 or flags & 0xFFF == 0xFFF:
+            entry = _rare_entry(data, off, flags, version, end, patches)
+            if entry is None:
+                return None
+            nul = entry
+        else:
+            nul = off + 62 + flags
         length = (nul - off + 8) & ~7
         if off + length > end or data[nul] != 0:
             return None
-        if flags & 0x8000:  # assume-valid off: check stats
-            patches.append((off + 60, struct.pack(">H", flags & ~0x8000)))
-        if extended:
-            ext = unpack_from(">H", data, off + 62)[0]
-            if ext & 0x2000:  # intent-to-add: no blob behind it
-                return None
-            if ext & 0x4000:  # skip-worktree off
-                patches.append((off + 62, struct.pack(">H", ext & ~0x4000)))
-        if stat.S_ISDIR(mode):  # a sparse index's directory entry
+        mode = mode_at(data, off + 24)[0]
+        if mode & 0o170000 == 0o040000:  # a sparse index's directory entry
             return None
-        objects.append((data[off + 40:off + 60].hex(), mode))
+        if mode != _GITLINK:
+            keep(data[off + 40:off + 60].hex())
         off += length
     if off > end:
         return None
@@ -154,8 +155,32 @@ def strip_index(data: bytes) -> SeedIndex | None:
         if sig == b"TREE":
             cache_tree = valid_cache_tree(body)
     if cache_tree is None:
-        return SeedIndex(bytes(out), objects, None, [])
-    return SeedIndex(bytes(out), objects, cache_tree[0], cache_tree[1])
+        return SeedIndex(bytes(out), count, blobs, None, [])
+    return SeedIndex(bytes(out), count, blobs, cache_tree[0], cache_tree[1])
+
+
+def _rare_entry(data: bytes, off: int, flags: int, version: int, end: int,
+                patches: list[tuple[int, bytes]]) -> int | None:
+    """Where the name of the index entry at ``off`` ends (its NUL), for an entry with rare
+    ``flags`` or a long name; flags to clear go to ``patches``; None when the index is one we
+    do not handle (a merge stage, intent-to-add)."""
+    if flags & 0x3000:  # a merge stage: the user is mid-conflict
+        return None
+    extended = version >= 3 and bool(flags & 0x4000)
+    head = 62 + (2 if extended else 0)
+    if flags & 0x8000:  # assume-valid off: check stats
+        patches.append((off + 60, _U16.pack(flags & ~0x8000)))
+    if extended:
+        ext = _U16.unpack_from(data, off + 62)[0]
+        if ext & 0x2000:  # intent-to-add: no blob behind it
+            return None
+        if ext & 0x4000:  # skip-worktree off
+            patches.append((off + 62, _U16.pack(ext & ~0x4000)))
+    name_len = flags & 0xFFF
+    if name_len < 0xFFF:
+        return off + head + name_len
+    nul = data.find(b"\0", off + head, end)
+    return nul if nul >= 0 else None
 
 
 def valid_cache_tree(body: bytes) -> tuple[bytes, list[str]] | None:
