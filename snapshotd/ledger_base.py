@@ -129,6 +129,11 @@ class LedgerBackend:
     def read(self, sql: str, args: Any, *, one: bool) -> Any:
         raise NotImplementedError
 
+    def data_version(self) -> int:
+        """A number that changes when another connection commits to the database (what lets
+        ``snapshotd.ledger_cache`` trust its entries); backends without a cheap one never cache."""
+        raise NotImplementedError
+
     def translate(self, exc: BaseException) -> LedgerError | None:
         """``exc`` as a ``LedgerError`` when it is this backend's driver error, else None."""
         return None
