@@ -22,13 +22,15 @@ Promises:
 
 from __future__ import annotations
 
+import heapq
 import hmac
 import logging
 import os
 import secrets
 import stat
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -141,8 +143,10 @@ class HttpHook:
         self._in_flight = 0
         self._idle = threading.Condition()
         self._thread: threading.Thread | None = None
+        self.deadlines = Deadlines()
 
     def start(self) -> None:
+        self.deadlines.start()
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="http-hook",
                                         daemon=True)
         self._thread.start()
@@ -156,6 +160,7 @@ class HttpHook:
         """Let captures still running finish before the service closes."""
         with self._idle:
             self._idle.wait_for(lambda: self._in_flight == 0, timeout=_CLOSE_WAIT_S)
+        self.deadlines.stop()
         self.httpd.server_close()
 
     def begin(self) -> None:
@@ -232,6 +237,77 @@ class HttpHook:
                 self.gap(fields, env, protocol.INTERNAL, f"{type(exc).__name__}: {exc}")
 
 
+class Deadlines:
+    """One thread that runs each request's late reply at its deadline, for every request at
+    once: a timer thread per request cost a thread start (and the wait for it to run) on every
+    tool call, on a host whose cores the agents keep busy."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._cancelled: set[int] = set()
+        self._serial = 0
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="http-hook-deadlines",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+
+    def add(self, delay_s: float, callback: Callable[[], None]) -> int:
+        """Run ``callback`` in ``delay_s`` unless ``cancel`` is called first; its handle."""
+        with self._cond:
+            self._serial += 1
+            heapq.heappush(self._heap, (time.monotonic() + delay_s, self._serial, callback))
+            if self._heap[0][1] == self._serial:
+                self._cond.notify()  # the new deadline is the nearest: wake the thread for it
+            return self._serial
+
+    def cancel(self, handle: int) -> None:
+        with self._cond:
+            self._cancelled.add(handle)
+
+    def pending(self) -> int:
+        with self._cond:
+            return len(self._heap) - len(self._cancelled)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                due = self._next_due()
+            if due is None:
+                return
+            try:
+                due()
+            except Exception:  # noqa: BLE001 - one late reply failing must not stop the rest
+                log.exception("HTTP hook late reply failed")
+
+    def _next_due(self) -> Callable[[], None] | None:
+        """Wait (holding the condition) for the nearest deadline not cancelled; None once
+        stopped."""
+        while not self._stopped:
+            if not self._heap:
+                self._cond.wait()
+                continue
+            when, serial, callback = self._heap[0]
+            wait = when - time.monotonic()
+            if wait > 0 and serial not in self._cancelled:
+                self._cond.wait(wait)
+                continue
+            heapq.heappop(self._heap)
+            if serial in self._cancelled:
+                self._cancelled.discard(serial)
+                continue
+            return callback
+        return None
+
+
 class _Listener(ThreadingHTTPServer):
     daemon_threads = True
     # socketserver's default backlog (5) overflows when a burst of agents connect at once
@@ -285,15 +361,13 @@ class _RequestHandler(BaseHTTPRequestHandler):
                 hook.count("late")
                 self._reply(200, close=True)
 
-        timer = threading.Timer(hook.budget_s, reply_late)
-        timer.daemon = True
-        timer.start()
+        deadline = hook.deadlines.add(hook.budget_s, reply_late)
         hook.begin()
         try:
             hook.handle_payload(body, self.headers)
         finally:
             hook.end()
-            timer.cancel()
+            hook.deadlines.cancel(deadline)
         if replied.acquire(blocking=False):
             self._reply(200)
         else:
