@@ -26,6 +26,7 @@ import heapq
 import hmac
 import logging
 import os
+import queue
 import secrets
 import stat
 import threading
@@ -59,6 +60,8 @@ MAX_BODY = 16 << 20
 _REPLY_MARGIN_S = 0.05
 # How long shutdown waits for HTTP hook captures still running before closing the service.
 _CLOSE_WAIT_S = 60.0
+# Connection threads kept waiting for the next connection: one per agent of a busy host.
+_IDLE_WORKERS = 64
 # Headers a hook configuration fills from the agent's environment (Claude Code's
 # ``allowedEnvVars`` interpolation) and the variable ``snapshot-hook`` would have read instead.
 HEADER_ENV = {
@@ -133,6 +136,7 @@ class HttpHook:
         self.budget_s = max(0.1, config.hook_timeout_ms / 1000.0 - _REPLY_MARGIN_S)
         self.httpd = _Listener(("127.0.0.1", config.http_hook_port), _RequestHandler)
         self.httpd.hook = self
+        self.workers = self.httpd.workers = Workers(_IDLE_WORKERS)
         self.port = self.httpd.server_address[1]
         self.hosts = {f"127.0.0.1:{self.port}", f"localhost:{self.port}"}
         self.counts = {"accepted": 0, "refused_host": 0, "refused_token": 0,
@@ -161,6 +165,7 @@ class HttpHook:
         with self._idle:
             self._idle.wait_for(lambda: self._in_flight == 0, timeout=_CLOSE_WAIT_S)
         self.deadlines.stop()
+        self.workers.stop()
         self.httpd.server_close()
 
     def begin(self) -> None:
@@ -175,7 +180,8 @@ class HttpHook:
     def status(self) -> dict:
         with self._counts_lock:
             counts = dict(self.counts)
-        return {"enabled": True, "url": f"http://127.0.0.1:{self.port}{HOOK_PATH}", **counts}
+        return {"enabled": True, "url": f"http://127.0.0.1:{self.port}{HOOK_PATH}", **counts,
+                "threads_started": self.workers.started, "threads_idle": self.workers.idle()}
 
     def count(self, name: str) -> None:
         with self._counts_lock:
@@ -308,12 +314,64 @@ class Deadlines:
         return None
 
 
+class Workers:
+    """Threads that serve connections and stay for the next one: a connection is handed to an
+    idle worker, or to a new thread when none is idle (never queued behind a busy one), and at
+    most ``keep`` idle workers wait. A thread per connection cost a thread start per tool call
+    and, on the capture path, a new store handle (each thread opens its own) read cold."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self.started = 0
+        self._lock = threading.Lock()
+        self._idle = 0
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            if self._idle:
+                self._idle -= 1
+                self._jobs.put(job)
+                return
+            self.started += 1
+        threading.Thread(target=self._work, args=(job,), name="http-hook-worker",
+                         daemon=True).start()
+
+    def stop(self) -> None:
+        """Let the idle workers end (busy ones end after their connection)."""
+        with self._lock:
+            self.keep = 0
+            for _ in range(self._idle):
+                self._jobs.put(None)
+            self._idle = 0
+
+    def idle(self) -> int:
+        with self._lock:
+            return self._idle
+
+    def _work(self, job: Callable[[], None] | None) -> None:
+        while job is not None:
+            try:
+                job()
+            except Exception:  # noqa: BLE001 - socketserver handles a request's own errors
+                log.exception("HTTP hook connection failed")
+            with self._lock:
+                if self._idle >= self.keep:
+                    return
+                self._idle += 1
+            job = self._jobs.get()
+
+
 class _Listener(ThreadingHTTPServer):
     daemon_threads = True
     # socketserver's default backlog (5) overflows when a burst of agents connect at once
     # while the accept thread waits for the CPU; the kernel then drops or resets connections.
     request_queue_size = 256
     hook: HttpHook
+    workers: Workers
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        self.workers.submit(lambda: self.process_request_thread(request, client_address))
 
 
 class _RequestHandler(BaseHTTPRequestHandler):

@@ -1,6 +1,7 @@
-"""The HTTP hook's one deadline thread (``snapshotd.http_hook.Deadlines``): each request's late
-reply runs at its deadline unless the capture answered first, and several slow captures at once
-are each answered within the hook budget by a real daemon."""
+"""The HTTP hook's threads (``snapshotd.http_hook.Deadlines`` and ``Workers``): each request's
+late reply runs at its deadline unless the capture answered first, several slow captures at once
+are each answered within the hook budget by a real daemon, and connections one after another are
+served by the same worker thread."""
 
 from __future__ import annotations
 
@@ -65,3 +66,29 @@ def test_slow_captures_at_once_are_each_answered_within_the_budget(
     assert sd_env.read_gaps() == []
     with daemon.client() as c:
         assert c.status()["http_hook"]["late"] == 4
+
+
+def test_connections_reuse_idle_threads(sd_env: Env, make_daemon, tmp_path: Path) -> None:
+    daemon = make_daemon(sd_env, HTTP_ENV)
+    addr = _endpoint(daemon)
+    auth = _auth(sd_env, addr)
+    wt = make_git_worktree(tmp_path / "wt")
+    for i in range(6):
+        (wt / "a.txt").write_text(f"{i}\n")
+        body = json.dumps(claude_payload(wt, f"toolu_seq{i}")).encode()
+        assert _post(addr, body, auth)[0] == 200
+        # The worker goes back to waiting once its connection is closed.
+        wait_for(lambda: _http_status(daemon)["threads_idle"] >= 1, what="an idle worker")
+    assert len(_checkpoints_of(sd_env)) == 6
+    status = _http_status(daemon)
+    assert status["accepted"] == 6
+    assert status["threads_started"] == 1, status
+
+
+def _http_status(daemon) -> dict:
+    with daemon.client() as c:
+        return c.status()["http_hook"]
+
+
+def _checkpoints_of(env: Env) -> list[dict]:
+    return env.ledger_query("SELECT seq FROM checkpoints WHERE tool_use_id LIKE 'toolu_seq%'")
