@@ -1,6 +1,7 @@
 """The ledger's read cache (``snapshotd.ledger_cache``): answers from memory are never older than
 the last commit, made by this ledger or by another connection, and a stale answer can never
-attribute a capture to an attempt that is no longer active. Real SQLite files, a real daemon."""
+attribute a capture to an attempt that is no longer active. Real SQLite files, a real daemon; a
+shared PostgreSQL ledger is read from the database every time."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest_pg import pg_cluster, pg_url  # noqa: F401 - fixtures used by name
 
 from conftest import Daemon, Env, make_git_worktree
 from snapshotd.keys import AttemptKey
@@ -137,3 +139,27 @@ def test_a_stale_cache_never_attributes_a_capture(sd_env: Env, daemon: Daemon,
     assert [(r["run_id"], r["state"], r["n"]) for r in rows] == [
         ("run-a", "superseded", 2), ("run-b", "cancelled", 1)]
     assert ACTIVE not in {r["state"] for r in rows}
+
+
+def test_a_shared_postgres_ledger_answers_every_read_from_the_database(pg_url: str) -> None:  # noqa: F811
+    # Two daemons on two hosts share the ledger: what one ends, the other sees at once.
+    here, there = Ledger(url=pg_url), Ledger(url=pg_url)
+    try:
+        key = AttemptKey(f"run-{time.monotonic_ns()}", "node", 0, 1)
+        attempt = here.create_attempt(key, "/shared")
+        assert key in {a.key for a in here.active_attempts()}
+        assert here.last_attempt_number(key.run_id, "node", 0) == 1
+        there.set_attempt_state(key, "cancelled", ended=True)
+        there.create_attempt(AttemptKey(key.run_id, "node", 0, 2), "/shared")
+        there.record_checkpoint(attempt, _row(0, "/shared"))
+        assert key not in {a.key for a in here.active_attempts()}
+        found = here.get_attempt(key)
+        assert found is not None and found.state == "cancelled"
+        assert here.last_attempt_number(key.run_id, "node", 0) == 2
+        last = here.last_checkpoint(attempt.pk)
+        assert last is not None and last["seq"] == 0
+        assert here.counters()["cache_hits"] == 0
+        here.delete_run(key.run_id)
+    finally:
+        here.close()
+        there.close()
