@@ -23,8 +23,11 @@ ACTIVE = "active"
 ENDED_STATES = ("finished", "failed", "cancelled", "superseded", "abandoned")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Attempt:
+    """An attempt row as read. Frozen: the ledger hands the same object to every reader of
+    its read cache (``snapshotd.ledger_cache``)."""
+
     pk: int
     key: AttemptKey
     worktree: str
