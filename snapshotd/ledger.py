@@ -516,9 +516,10 @@ class Ledger:
 
     def _cached(self, table: str, key: Any, read: Callable[[], Any]) -> Any:
         """``read()``'s answer, from the read cache when it holds one that is still valid."""
+        called = time.monotonic_ns()
         with self._lock:
             with self._translated():
-                usable = self._cache.usable()
+                usable = self._cache.usable(called)
             if not usable:
                 return read()
             return self._cache.fetch(table, key, read)

@@ -14,12 +14,15 @@ Promises:
 - The ledger's own writes empty the cache inside the same hold of its lock as the write (a
   reader can never see an entry older than a committed write); the only write that updates an
   entry instead is ``record_checkpoint``, which knows the row it made the newest.
+- An answer is never older than the state at some moment after its read was called (what a
+  query would give): the ``data_version`` check it relies on ran after that moment.
 - Every method runs under the ledger's lock; the cache has no lock of its own.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -39,16 +42,25 @@ class ReadCache:
         self.enabled = enabled
         self._data_version = data_version
         self._seen_version: int | None = None
+        self._checked_ns = 0
+        self.shared_checks = 0
         self.hits = 0
         self.misses = 0
         self.external_changes = 0
         self.tables: dict[str, dict[Any, Any]] = {name: {} for name in TABLES}
 
-    def usable(self) -> bool:
-        """Whether entries may answer now: the cache is on, and it was emptied if another
-        connection committed since its entries were read."""
+    def usable(self, called_ns: int) -> bool:
+        """Whether entries may answer a read called at ``called_ns`` (``time.monotonic_ns``):
+        the cache is on, and it was emptied if another connection committed since its entries
+        were read, as checked after the call began. One check serves every read that began
+        before it: readers queued on the ledger's lock while it ran share it instead of each
+        running a statement, and giving up the interpreter lock, while holding the ledger's."""
         if not self.enabled:
             return False
+        if self._checked_ns > called_ns:
+            self.shared_checks += 1
+            return True
+        self._checked_ns = time.monotonic_ns()  # before the statement: it sees this moment on
         version = self._data_version()
         if version != self._seen_version:
             if self._seen_version is not None:
@@ -83,7 +95,8 @@ class ReadCache:
 
     def counters(self) -> dict[str, int]:
         return {"cache_hits": self.hits, "cache_misses": self.misses,
-                "cache_external_changes": self.external_changes}
+                "cache_external_changes": self.external_changes,
+                "cache_shared_checks": self.shared_checks}
 
 
 def recorded_checkpoint(attempt: Attempt, row: dict) -> dict:

@@ -15,6 +15,7 @@ from conftest_pg import pg_cluster, pg_url  # noqa: F401 - fixtures used by name
 from conftest import Daemon, Env, make_git_worktree
 from snapshotd.keys import AttemptKey
 from snapshotd.ledger import ACTIVE, Ledger, SeqConflict
+from snapshotd.ledger_cache import ReadCache
 from snapshotd_client.client import SnapshotdError
 
 
@@ -163,3 +164,24 @@ def test_a_shared_postgres_ledger_answers_every_read_from_the_database(pg_url: s
     finally:
         here.close()
         there.close()
+
+
+def test_one_version_check_serves_the_reads_that_began_before_it() -> None:
+    versions = [7]
+    asked: list[int] = []
+
+    def data_version() -> int:
+        asked.append(versions[0])
+        return versions[0]
+
+    cache = ReadCache(True, data_version)
+    queued = time.monotonic_ns()  # a read that began, then waited for the ledger's lock
+    time.sleep(0.001)
+    assert cache.usable(time.monotonic_ns())
+    cache.put("attempts", "k", "row")
+    assert cache.usable(queued) and len(asked) == 1  # the check ran after it began: shared
+    assert cache.counters()["cache_shared_checks"] == 1
+    versions[0] = 8  # another connection commits
+    assert cache.usable(time.monotonic_ns())  # a read begun now checks again, and sees it
+    assert len(asked) == 2 and cache.tables["attempts"] == {}
+    assert cache.counters()["cache_external_changes"] == 1
