@@ -56,10 +56,10 @@ from snapshotd.ledger_base import (  # noqa: F401  (the ledger's vocabulary, re-
     checkpoint_from_row,
     damaged_message,
 )
-from snapshotd.ledger_cache import ReadCache, recorded_checkpoint
+from snapshotd.ledger_cache import ReadCache
 from snapshotd.ledger_postgres import PostgresBackend
 from snapshotd.ledger_schema import SCHEMA_VERSION, migration_sql
-from snapshotd.ledger_sqlite import SqliteBackend, refuse_emptied
+from snapshotd.ledger_sqlite import SqliteBackend, refuse_emptied, sqlite_size
 
 if TYPE_CHECKING:
     from snapshotd.config import Config
@@ -188,7 +188,7 @@ class Ledger:
         """What the ledger occupies: the SQLite file with its WAL and shared-memory files, or
         the PostgreSQL database's ``pg_database_size``. None when it cannot be read now."""
         if self.path is not None:
-            return sum(_file_size(Path(f"{self.path}{suffix}")) for suffix in ("", "-wal", "-shm"))
+            return sqlite_size(self.path)
         try:
             row = self._one("SELECT pg_database_size(current_database()) AS bytes")
         except LedgerError as exc:
@@ -313,6 +313,13 @@ class Ledger:
         return dict(found) if found is not None else None
 
     def tool_call(self, attempt_pk: int, tool_use_id: str) -> dict | None:
+        """The checkpoint a tool call of the attempt maps to, or None (for a new one, nearly
+        every one, the cached set of the attempt's recorded tool calls answers)."""
+        if self._cache.enabled:
+            known: set[str] = self._cached("tool_calls", attempt_pk,
+                                           lambda: self._tool_use_ids_of(attempt_pk))
+            if tool_use_id not in known:
+                return None
         row = self._one(
             "SELECT t.seq, t.deduped, c.commit_id, c.tree FROM tool_calls t"
             " JOIN checkpoints c ON c.attempt_pk = t.attempt_pk AND c.seq = t.seq"
@@ -333,9 +340,10 @@ class Ledger:
         # Pipelined: BEGIN, the lock and the checks travel together, then the inserts and COMMIT
         # (two round trips to PostgreSQL instead of seven). The checks are a statement after
         # the lock, so under READ COMMITTED they see every competitor that committed before it.
-        # The attempt's cached newest checkpoint becomes this row once it is committed; any
-        # failure drops it (``_write``).
-        with self._write(pipeline=True, keeps_cache=True, recorded=(attempt, row)) as db:
+        # The attempt's cached newest checkpoint becomes this row once it is committed, and
+        # its tool call a known one; any failure drops both (``ReadCache.checkpoint_recorded``).
+        with self._write(pipeline=True, keeps_cache=True, on_end=lambda committed:
+                         self._cache.checkpoint_recorded(attempt, row, committed)) as db:
             faults.check("ledger")
             db.lock_attempt(attempt.pk)
             found = db.execute(
@@ -365,7 +373,8 @@ class Ledger:
 
     def record_tool_call(self, attempt: Attempt, tool_use_id: str, seq: int) -> None:
         """A deduplicated capture still maps its tool call to the seq that holds its state."""
-        with self._write(keeps_cache=True) as db:  # the tool_calls table: nothing cached
+        with self._write(keeps_cache=True, on_end=lambda committed: self._cache.
+                         tool_call_recorded(attempt.pk, tool_use_id, committed)) as db:
             db.execute("INSERT INTO tool_calls VALUES (?,?,?,1,?) ON CONFLICT DO NOTHING",
                        (attempt.pk, tool_use_id, seq, time.time()))
 
@@ -494,11 +503,10 @@ class Ledger:
 
     @contextmanager
     def _write(self, *, pipeline: bool = False, keeps_cache: bool,
-               recorded: tuple[Attempt, dict] | None = None) -> Iterator[Tx]:
+               on_end: Callable[[bool], None] | None = None) -> Iterator[Tx]:
         """A transaction, and the read cache brought level with it before the lock is
-        released: emptied unless ``keeps_cache`` (the statements touch nothing cached); with
-        ``recorded``, the attempt's newest checkpoint becomes that row on commit and is
-        dropped on failure."""
+        released: emptied unless ``keeps_cache`` (the statements touch nothing cached, or
+        only what ``on_end``, told whether the transaction committed, updates)."""
         with self._lock:
             committed = False
             try:
@@ -508,11 +516,12 @@ class Ledger:
             finally:
                 if not keeps_cache:
                     self._cache.clear()
-                elif recorded is not None and self._cache.enabled:
-                    attempt, row = recorded
-                    self._cache.put("last_checkpoints", attempt.pk,
-                                    recorded_checkpoint(attempt, row) if committed else None,
-                                    keep=committed)
+                elif on_end is not None and self._cache.enabled:
+                    on_end(committed)
+
+    def _tool_use_ids_of(self, attempt_pk: int) -> set[str]:
+        rows = self._all("SELECT tool_use_id FROM tool_calls WHERE attempt_pk=?", (attempt_pk,))
+        return {r["tool_use_id"] for r in rows}
 
     def _cached(self, table: str, key: Any, read: Callable[[], Any]) -> Any:
         """``read()``'s answer, from the read cache when it holds one that is still valid."""
@@ -574,13 +583,6 @@ def _run_filter(run_id: str, node_id: str | None, attempt: int | None) -> tuple[
         where += " AND attempt=?"
         args.append(attempt)
     return where, args
-
-
-def _file_size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0  # no -wal or -shm file right now: it occupies nothing
 
 
 def _scheme(url: str) -> str:

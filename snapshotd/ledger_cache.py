@@ -2,8 +2,9 @@
 
 Owns ``ReadCache``, what ``Ledger`` answers the capture path's reads from instead of a query
 (every tool call asks for the active attempts, its attempt by key, the node's newest attempt
-number and the attempt's newest checkpoint: four queries, each a turn on the ledger's one
-connection and lock, while sixteen agents' captures wait for that lock).
+number, whether its tool call was recorded before and the attempt's newest checkpoint: five
+queries, each a turn on the ledger's one connection and lock, while sixteen agents' captures
+wait for that lock).
 
 Promises:
 - Only an embedded (SQLite) ledger caches. Its file belongs to one daemon, but other processes
@@ -12,8 +13,9 @@ Promises:
   by another connection empties the cache. A PostgreSQL ledger may be shared by daemons on
   several hosts and has no such cheap check: it never caches (``enabled`` False).
 - The ledger's own writes empty the cache inside the same hold of its lock as the write (a
-  reader can never see an entry older than a committed write); the only write that updates an
-  entry instead is ``record_checkpoint``, which knows the row it made the newest.
+  reader can never see an entry older than a committed write); the only writes that update
+  entries instead are ``record_checkpoint``, which knows the row it made the newest, and it
+  and ``record_tool_call``, which add the tool call they recorded to its attempt's set.
 - An answer is never older than the state at some moment after its read was called (what a
   query would give): the ``data_version`` check it relies on ran after that moment.
 - Every method runs under the ledger's lock; the cache has no lock of its own.
@@ -28,15 +30,15 @@ from typing import Any
 
 from snapshotd.ledger_base import Attempt
 
-TABLES = ("attempts", "active", "last_numbers", "last_checkpoints")
+TABLES = ("attempts", "active", "last_numbers", "last_checkpoints", "tool_calls")
 # Entries kept before the cache starts again (a daemon running for months with many runs).
 MAX_ENTRIES = 4096
 
 
 class ReadCache:
     """Read answers by table (``attempts`` by key, ``active`` under None, ``last_numbers`` by
-    node, ``last_checkpoints`` by attempt pk), all valid for one ``data_version`` of the
-    ledger's connection."""
+    node, ``last_checkpoints`` and ``tool_calls``, the set of an attempt's recorded tool use
+    ids, by attempt pk), all valid for one ``data_version`` of the ledger's connection."""
 
     def __init__(self, enabled: bool, data_version: Callable[[], int]) -> None:
         self.enabled = enabled
@@ -88,6 +90,23 @@ class ReadCache:
         if sum(len(t) for t in self.tables.values()) >= MAX_ENTRIES:
             self.clear()  # a daemon running for months with many runs: start again
         self.tables[table][key] = value
+
+    def checkpoint_recorded(self, attempt: Attempt, row: dict, committed: bool) -> None:
+        """``record_checkpoint`` of ``row`` ended: committed, it is the attempt's newest
+        checkpoint and its tool call is known; else both entries go (read again next time)."""
+        self.put("last_checkpoints", attempt.pk,
+                 recorded_checkpoint(attempt, row) if committed else None, keep=committed)
+        if row.get("tool_use_id"):
+            self.tool_call_recorded(attempt.pk, row["tool_use_id"], committed)
+
+    def tool_call_recorded(self, attempt_pk: int, tool_use_id: str, committed: bool) -> None:
+        known = self.tables["tool_calls"].get(attempt_pk)
+        if known is None:
+            return
+        if committed:
+            known.add(tool_use_id)
+        else:
+            del self.tables["tool_calls"][attempt_pk]
 
     def clear(self) -> None:
         for entries in self.tables.values():

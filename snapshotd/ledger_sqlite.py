@@ -2,7 +2,8 @@
 
 Owns the SQLite connection, its pragmas (WAL; ``synchronous`` NORMAL, or FULL for ``durability =
 "full"``; foreign keys), its transactions, its ``data_version`` (which the ledger's read cache
-checks) and the refusal to open an emptied file (``refuse_emptied``).
+checks), its size on disk (``sqlite_size``) and the refusal to open an emptied file
+(``refuse_emptied``).
 
 Promises: ``BEGIN IMMEDIATE`` takes the database's write lock, which already serializes every
 writer (one daemon per home), so the per-row locks of the interface are no-ops here. A file that
@@ -119,3 +120,14 @@ def refuse_emptied(home: Path, path: Path) -> None:
     if has_refs:
         raise LedgerDamaged(damaged_message(str(path), "the file is empty but the store holds "
                                                        "checkpoints"))
+
+
+def sqlite_size(path: Path) -> int:
+    """What the SQLite ledger ``path`` occupies with its WAL and shared-memory files."""
+    total = 0
+    for suffix in ("", "-wal", "-shm"):
+        try:
+            total += Path(f"{path}{suffix}").stat().st_size
+        except OSError:
+            pass  # no -wal or -shm file right now: it occupies nothing
+    return total

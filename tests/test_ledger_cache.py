@@ -104,6 +104,31 @@ def test_a_refused_row_leaves_the_newest_checkpoint_as_it_was(tmp_path: Path) ->
     ledger.close()
 
 
+def test_tool_calls_are_known_from_memory_and_from_other_connections(tmp_path: Path) -> None:
+    path = tmp_path / "snapshotd.db"
+    ledger = Ledger(path)
+    attempt = ledger.create_attempt(AttemptKey("run", "n", 0, 1), "/w")
+    assert ledger.tool_call(attempt.pk, "toolu_0") is None
+    ledger.record_checkpoint(attempt, _row(0, "/w"))
+    found = ledger.tool_call(attempt.pk, "toolu_0")
+    assert found is not None and found["seq"] == 0 and found["commit"] == f"{0:040x}"
+    ledger.record_tool_call(attempt, "toolu_dedup", 0)  # an unchanged tree's tool call
+    again = ledger.tool_call(attempt.pk, "toolu_dedup")
+    assert again is not None and again["seq"] == 0
+    hits = ledger.counters()["cache_hits"]
+    assert ledger.tool_call(attempt.pk, "toolu_new") is None
+    assert ledger.counters()["cache_hits"] > hits  # a new tool call costs no query
+
+    other = sqlite3.connect(path)
+    other.execute("INSERT INTO tool_calls VALUES (?,?,?,0,?)",
+                  (attempt.pk, "toolu_elsewhere", 0, time.time()))
+    other.commit()
+    other.close()
+    elsewhere = ledger.tool_call(attempt.pk, "toolu_elsewhere")
+    assert elsewhere is not None and elsewhere["seq"] == 0
+    ledger.close()
+
+
 def test_a_stale_cache_never_attributes_a_capture(sd_env: Env, daemon: Daemon,
                                                   tmp_path: Path) -> None:
     if sd_env.ledger_url:
