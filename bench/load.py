@@ -5,7 +5,14 @@ Every hook is a real ``snapshot-hook`` process with a Claude Code-shaped payload
 Code's ``"type": "http"`` hooks do); each edits its worktree first. Reports hook wall-time
 p50/p99 as the agent sees it, the hooks' own CPU time (children's user+system, per hook),
 daemon-side capture p50/p99 (from ``status``), the daemon's CPU time, the load average, gaps and
-errors. Usage: ``python -m bench.load [--worktrees 8] [--hooks 100] [--burst 16] [--http]``.
+errors, and the daemon's ledger read-cache hits and (``--http``) the endpoint's thread starts.
+
+``--side NAME`` / ``--side NAME:PYTHON:CWD`` (as in ``bench.compare``: another install's
+virtualenv and checkout runs the daemon) with ``--rounds N`` runs every side once per round,
+interleaved so each sees the same machine load, and prints each side's runs and medians.
+
+Usage: ``python -m bench.load [--worktrees 8] [--hooks 100] [--burst 16] [--http]
+[--side old:/work/main/.venv/bin/python:/work/main --side new --rounds 3]``.
 """
 
 from __future__ import annotations
@@ -24,17 +31,17 @@ from pathlib import Path
 
 import psutil
 
-from bench.common import DaemonProc, http_poster, make_tree
+from bench.common import DaemonProc, http_poster, make_tree, median
 
 HOOK = [sys.executable, "-c", "from snapshotd_client.hook import main; main()"]
 
 
 def run(worktrees: int, hooks: int, burst: int, files: int, use_http: bool = False,
-        warm: bool = True) -> dict:
+        warm: bool = True, python: str = sys.executable, cwd: Path | None = None) -> dict:
     work = Path(tempfile.mkdtemp(prefix="sdload", dir="/tmp"))
     trees = [make_tree(work / f"wt{i}", files) for i in range(worktrees)]
     extra = {"SNAPSHOTD_HTTP_HOOK": "1", "SNAPSHOTD_HTTP_HOOK_PORT": "0"} if use_http else {}
-    daemon = DaemonProc(extra)
+    daemon = DaemonProc(extra, python=python, cwd=cwd)
     gaps_file = daemon.home / "gaps.ndjson"
     post = http_poster(daemon) if use_http else None
     try:
@@ -90,6 +97,9 @@ def run(worktrees: int, hooks: int, burst: int, files: int, use_http: bool = Fal
             # Nothing lost: every tool call has its checkpoint (two calls on one worktree in
             # one burst may share one) or a gap.
             "tool_calls": total, "tool_calls_recorded": _tool_calls(daemon.home),
+            # Absent from installs without them (an older side of ``--side``).
+            "ledger_cache_hits": status["ledger"].get("cache_hits"),
+            "http_threads_started": status.get("http_hook", {}).get("threads_started"),
         }
     finally:
         daemon.stop()
@@ -135,10 +145,46 @@ def main() -> None:
                         help="time each worktree's first capture too (no warm-up)")
     parser.add_argument("--http", action="store_true",
                         help="POST to the daemon's HTTP hook endpoint instead of a process")
+    parser.add_argument("--side", action="append", default=[],
+                        help="NAME (this install) or NAME:PYTHON:CWD; repeat to compare")
+    parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
-    print(json.dumps(run(args.worktrees, args.hooks, args.burst, args.files, args.http,
-                         not args.cold),
-                     indent=2))
+    if not args.side:
+        print(json.dumps(run(args.worktrees, args.hooks, args.burst, args.files, args.http,
+                             not args.cold), indent=2))
+        return
+    sides = [_side(spec) for spec in args.side]
+    runs: dict[str, list[dict]] = {name: [] for name, _, _ in sides}
+    for _ in range(args.rounds):
+        for name, python, cwd in sides:
+            runs[name].append(run(args.worktrees, args.hooks, args.burst, args.files,
+                                  args.http, not args.cold, python, cwd))
+    print(json.dumps({name: {"median": _medians(rows), "runs": [_brief(r) for r in rows]}
+                      for name, rows in runs.items()}, indent=2))
+
+
+def _side(spec: str) -> tuple[str, str, Path | None]:
+    name, _, rest = spec.partition(":")
+    if not rest:
+        return name, sys.executable, None
+    python, _, cwd = rest.partition(":")
+    return name, python, Path(cwd) if cwd else None
+
+
+def _brief(row: dict) -> dict:
+    capture = row["daemon_capture_ms"]
+    return {"capture_p50": capture["p50"], "capture_p99": capture["p99"],
+            **{k: row[k] for k in _FIGURES if k not in ("capture_p50", "capture_p99")}}
+
+
+_FIGURES = ("capture_p50", "capture_p99", "hook_ms_p50", "hook_ms_p99", "hook_cpu_ms_per_hook",
+            "daemon_cpu_ms_per_hook", "loadavg_1m", "failed_hooks", "gaps", "daemon_errors",
+            "tool_calls", "tool_calls_recorded")
+
+
+def _medians(rows: list[dict]) -> dict:
+    briefs = [_brief(r) for r in rows]
+    return {k: median([float(b[k]) for b in briefs]) for k in _FIGURES}
 
 
 if __name__ == "__main__":

@@ -22,13 +22,16 @@ Promises:
 
 from __future__ import annotations
 
+import heapq
 import hmac
 import logging
 import os
+import queue
 import secrets
 import stat
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -57,6 +60,8 @@ MAX_BODY = 16 << 20
 _REPLY_MARGIN_S = 0.05
 # How long shutdown waits for HTTP hook captures still running before closing the service.
 _CLOSE_WAIT_S = 60.0
+# Connection threads kept waiting for the next connection: one per agent of a busy host.
+_IDLE_WORKERS = 64
 # Headers a hook configuration fills from the agent's environment (Claude Code's
 # ``allowedEnvVars`` interpolation) and the variable ``snapshot-hook`` would have read instead.
 HEADER_ENV = {
@@ -131,6 +136,7 @@ class HttpHook:
         self.budget_s = max(0.1, config.hook_timeout_ms / 1000.0 - _REPLY_MARGIN_S)
         self.httpd = _Listener(("127.0.0.1", config.http_hook_port), _RequestHandler)
         self.httpd.hook = self
+        self.workers = self.httpd.workers = Workers(_IDLE_WORKERS)
         self.port = self.httpd.server_address[1]
         self.hosts = {f"127.0.0.1:{self.port}", f"localhost:{self.port}"}
         self.counts = {"accepted": 0, "refused_host": 0, "refused_token": 0,
@@ -141,8 +147,10 @@ class HttpHook:
         self._in_flight = 0
         self._idle = threading.Condition()
         self._thread: threading.Thread | None = None
+        self.deadlines = Deadlines()
 
     def start(self) -> None:
+        self.deadlines.start()
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="http-hook",
                                         daemon=True)
         self._thread.start()
@@ -156,6 +164,8 @@ class HttpHook:
         """Let captures still running finish before the service closes."""
         with self._idle:
             self._idle.wait_for(lambda: self._in_flight == 0, timeout=_CLOSE_WAIT_S)
+        self.deadlines.stop()
+        self.workers.stop()
         self.httpd.server_close()
 
     def begin(self) -> None:
@@ -170,7 +180,8 @@ class HttpHook:
     def status(self) -> dict:
         with self._counts_lock:
             counts = dict(self.counts)
-        return {"enabled": True, "url": f"http://127.0.0.1:{self.port}{HOOK_PATH}", **counts}
+        return {"enabled": True, "url": f"http://127.0.0.1:{self.port}{HOOK_PATH}", **counts,
+                "threads_started": self.workers.started, "threads_idle": self.workers.idle()}
 
     def count(self, name: str) -> None:
         with self._counts_lock:
@@ -232,12 +243,135 @@ class HttpHook:
                 self.gap(fields, env, protocol.INTERNAL, f"{type(exc).__name__}: {exc}")
 
 
+class Deadlines:
+    """One thread that runs each request's late reply at its deadline, for every request at
+    once: a timer thread per request cost a thread start (and the wait for it to run) on every
+    tool call, on a host whose cores the agents keep busy."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._cancelled: set[int] = set()
+        self._serial = 0
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="http-hook-deadlines",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+
+    def add(self, delay_s: float, callback: Callable[[], None]) -> int:
+        """Run ``callback`` in ``delay_s`` unless ``cancel`` is called first; its handle."""
+        with self._cond:
+            self._serial += 1
+            heapq.heappush(self._heap, (time.monotonic() + delay_s, self._serial, callback))
+            if self._heap[0][1] == self._serial:
+                self._cond.notify()  # the new deadline is the nearest: wake the thread for it
+            return self._serial
+
+    def cancel(self, handle: int) -> None:
+        with self._cond:
+            self._cancelled.add(handle)
+
+    def pending(self) -> int:
+        with self._cond:
+            return len(self._heap) - len(self._cancelled)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                due = self._next_due()
+            if due is None:
+                return
+            try:
+                due()
+            except Exception:  # noqa: BLE001 - one late reply failing must not stop the rest
+                log.exception("HTTP hook late reply failed")
+
+    def _next_due(self) -> Callable[[], None] | None:
+        """Wait (holding the condition) for the nearest deadline not cancelled; None once
+        stopped."""
+        while not self._stopped:
+            if not self._heap:
+                self._cond.wait()
+                continue
+            when, serial, callback = self._heap[0]
+            wait = when - time.monotonic()
+            if wait > 0 and serial not in self._cancelled:
+                self._cond.wait(wait)
+                continue
+            heapq.heappop(self._heap)
+            if serial in self._cancelled:
+                self._cancelled.discard(serial)
+                continue
+            return callback
+        return None
+
+
+class Workers:
+    """Threads that serve connections and stay for the next one: a connection is handed to an
+    idle worker, or to a new thread when none is idle (never queued behind a busy one), and at
+    most ``keep`` idle workers wait. A thread per connection cost a thread start per tool call
+    and, on the capture path, a new store handle (each thread opens its own) read cold."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self.started = 0
+        self._lock = threading.Lock()
+        self._idle = 0
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            if self._idle:
+                self._idle -= 1
+                self._jobs.put(job)
+                return
+            self.started += 1
+        threading.Thread(target=self._work, args=(job,), name="http-hook-worker",
+                         daemon=True).start()
+
+    def stop(self) -> None:
+        """Let the idle workers end (busy ones end after their connection)."""
+        with self._lock:
+            self.keep = 0
+            for _ in range(self._idle):
+                self._jobs.put(None)
+            self._idle = 0
+
+    def idle(self) -> int:
+        with self._lock:
+            return self._idle
+
+    def _work(self, job: Callable[[], None] | None) -> None:
+        while job is not None:
+            try:
+                job()
+            except Exception:  # noqa: BLE001 - socketserver handles a request's own errors
+                log.exception("HTTP hook connection failed")
+            with self._lock:
+                if self._idle >= self.keep:
+                    return
+                self._idle += 1
+            job = self._jobs.get()
+
+
 class _Listener(ThreadingHTTPServer):
     daemon_threads = True
     # socketserver's default backlog (5) overflows when a burst of agents connect at once
     # while the accept thread waits for the CPU; the kernel then drops or resets connections.
     request_queue_size = 256
     hook: HttpHook
+    workers: Workers
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        self.workers.submit(lambda: self.process_request_thread(request, client_address))
 
 
 class _RequestHandler(BaseHTTPRequestHandler):
@@ -285,15 +419,13 @@ class _RequestHandler(BaseHTTPRequestHandler):
                 hook.count("late")
                 self._reply(200, close=True)
 
-        timer = threading.Timer(hook.budget_s, reply_late)
-        timer.daemon = True
-        timer.start()
+        deadline = hook.deadlines.add(hook.budget_s, reply_late)
         hook.begin()
         try:
             hook.handle_payload(body, self.headers)
         finally:
             hook.end()
-            timer.cancel()
+            hook.deadlines.cancel(deadline)
         if replied.acquire(blocking=False):
             self._reply(200)
         else:

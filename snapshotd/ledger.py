@@ -24,6 +24,8 @@ Promises (both backends):
   needs to know the driver. What the ledger absorbs rather than raises (a size it could not read
   for ``status``, a lost PostgreSQL connection it reopened) is logged at warning and counted in
   ``counters()``.
+- Reads answered from memory (SQLite only: ``snapshotd.ledger_cache``) are never older than
+  the last commit, whether this ledger or another process made it.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,9 +56,10 @@ from snapshotd.ledger_base import (  # noqa: F401  (the ledger's vocabulary, re-
     checkpoint_from_row,
     damaged_message,
 )
+from snapshotd.ledger_cache import ReadCache
 from snapshotd.ledger_postgres import PostgresBackend
 from snapshotd.ledger_schema import SCHEMA_VERSION, migration_sql
-from snapshotd.ledger_sqlite import SqliteBackend
+from snapshotd.ledger_sqlite import SqliteBackend, refuse_emptied, sqlite_size
 
 if TYPE_CHECKING:
     from snapshotd.config import Config
@@ -84,7 +87,7 @@ def open_ledger(home: Path, config: Config | None = None) -> Ledger:
     """
     url = ledger_url(home, config)
     if _scheme(url) == "sqlite":
-        _refuse_emptied(home, _sqlite_path(url))
+        refuse_emptied(home, _sqlite_path(url))
     return Ledger(url=url)
 
 
@@ -148,6 +151,9 @@ class Ledger:
         self.dialect = self.backend.dialect
         self.location = self.backend.location
         self._size_errors = 0
+        # Attempt rows and newest checkpoints answered from memory (SQLite only: see
+        # ``snapshotd.ledger_cache`` for when it is emptied).
+        self._cache = ReadCache(self.dialect == "sqlite", self.backend.data_version)
         try:
             self._migrate()
         except BaseException:
@@ -162,9 +168,9 @@ class Ledger:
     def transaction(self, *, pipeline: bool = False) -> Iterator[Tx]:
         """One transaction. ``pipeline``: the statements may be sent without waiting for each
         other's results until one is fetched (PostgreSQL: fewer network round trips; only for
-        callers that read no ``rowcount``)."""
-        with self._lock, self._translated(), \
-                self.backend.transaction(pipeline=pipeline) as tx:
+        callers that read no ``rowcount``). It may write any table: the read cache is emptied
+        before the ledger's lock is released."""
+        with self._write(pipeline=pipeline, keeps_cache=False) as tx:
             yield tx
 
     def set_full_durability(self, full: bool) -> None:
@@ -175,13 +181,14 @@ class Ledger:
         """What the ledger absorbed instead of raising, for ``status``: ``size_errors`` (a size
         it could not read) and the backend's own figures (PostgreSQL: ``reconnects``)."""
         with self._lock:
-            return {"size_errors": self._size_errors, **self.backend.counters()}
+            return {"size_errors": self._size_errors, **self._cache.counters(),
+                    **self.backend.counters()}
 
     def size_bytes(self) -> int | None:
         """What the ledger occupies: the SQLite file with its WAL and shared-memory files, or
         the PostgreSQL database's ``pg_database_size``. None when it cannot be read now."""
         if self.path is not None:
-            return sum(_file_size(Path(f"{self.path}{suffix}")) for suffix in ("", "-wal", "-shm"))
+            return sqlite_size(self.path)
         try:
             row = self._one("SELECT pg_database_size(current_database()) AS bytes")
         except LedgerError as exc:
@@ -200,14 +207,14 @@ class Ledger:
     # -- worktrees -------------------------------------------------------------------------
 
     def ensure_worktree(self, wt_id: str, path: str) -> None:
-        with self.transaction() as db:
+        with self._write(keeps_cache=True) as db:  # the worktrees table: nothing cached
             db.execute("INSERT INTO worktrees (id, path, created_at) VALUES (?, ?, ?)"
                        " ON CONFLICT DO NOTHING", (wt_id, path, time.time()))
 
     def bump_epoch(self, path: str) -> int:
         # The UPDATE takes the row lock: concurrent bumps from several daemons serialize and
         # each reads back its own increment.
-        with self.transaction() as db:
+        with self._write(keeps_cache=True) as db:  # the worktrees table: nothing cached
             db.execute("UPDATE worktrees SET epoch = epoch + 1 WHERE path = ?", (path,))
             row = db.execute("SELECT epoch FROM worktrees WHERE path = ?", (path,)).fetchone()
             return int(row["epoch"]) if row else 0
@@ -215,10 +222,13 @@ class Ledger:
     # -- attempts --------------------------------------------------------------------------
 
     def get_attempt(self, key: AttemptKey) -> Attempt | None:
-        row = self._one(
-            "SELECT * FROM attempts WHERE run_id=? AND node_id=? AND iteration=? AND attempt=?",
-            (key.run_id, key.node_id, key.iteration, key.attempt))
-        return attempt_from_row(row) if row else None
+        def read() -> Attempt | None:
+            row = self._one(
+                "SELECT * FROM attempts WHERE run_id=? AND node_id=? AND iteration=? AND"
+                " attempt=?", (key.run_id, key.node_id, key.iteration, key.attempt))
+            return attempt_from_row(row) if row else None
+
+        return self._cached("attempts", key, read)
 
     def create_attempt(self, key: AttemptKey, worktree: str, *, state: str = ACTIVE,
                        epoch: int = 0, owner_pid: int | None = None, zero_setup: bool = False,
@@ -259,12 +269,15 @@ class Ledger:
             return cur.rowcount > 0
 
     def active_attempts(self, worktree: str | None = None) -> list[Attempt]:
-        sql = "SELECT * FROM attempts WHERE state = ?"
-        args: list = [ACTIVE]
-        if worktree is not None:
-            sql += " AND worktree = ?"
-            args.append(worktree)
-        return [attempt_from_row(r) for r in self._all(sql + " ORDER BY pk", args)]
+        """The active attempts (on ``worktree`` only, when given), oldest first."""
+        def read() -> list[Attempt]:
+            rows = self._all("SELECT * FROM attempts WHERE state = ? ORDER BY pk", [ACTIVE])
+            return [attempt_from_row(r) for r in rows]
+
+        active: list[Attempt] = self._cached("active", None, read)
+        if worktree is None:
+            return list(active)
+        return [a for a in active if a.worktree == worktree]
 
     def attempts(self, run_id: str | None = None) -> list[Attempt]:
         if run_id is None:
@@ -274,10 +287,12 @@ class Ledger:
         return [attempt_from_row(r) for r in rows]
 
     def last_attempt_number(self, run_id: str, node_id: str, iteration: int) -> int:
-        row = self._one(
-            "SELECT MAX(attempt) AS a FROM attempts WHERE run_id=? AND node_id=? AND iteration=?",
-            (run_id, node_id, iteration))
-        return int(row["a"]) if row and row["a"] is not None else 0
+        def read() -> int:
+            row = self._one("SELECT MAX(attempt) AS a FROM attempts WHERE run_id=? AND"
+                            " node_id=? AND iteration=?", (run_id, node_id, iteration))
+            return int(row["a"]) if row and row["a"] is not None else 0
+
+        return self._cached("last_numbers", (run_id, node_id, iteration), read)
 
     def run_ids(self) -> list[str]:
         rows = self._all(
@@ -287,12 +302,24 @@ class Ledger:
     # -- checkpoints -----------------------------------------------------------------------
 
     def last_checkpoint(self, attempt_pk: int) -> dict | None:
-        row = self._one(
-            "SELECT * FROM checkpoints WHERE attempt_pk=? AND pruned_at IS NULL"
-            " ORDER BY seq DESC LIMIT 1", (attempt_pk,))
-        return checkpoint_from_row(row) if row else None
+        """The attempt's newest checkpoint that was not pruned (a copy the caller may keep)."""
+        def read() -> dict | None:
+            row = self._one(
+                "SELECT * FROM checkpoints WHERE attempt_pk=? AND pruned_at IS NULL"
+                " ORDER BY seq DESC LIMIT 1", (attempt_pk,))
+            return checkpoint_from_row(row) if row else None
+
+        found = self._cached("last_checkpoints", attempt_pk, read)
+        return dict(found) if found is not None else None
 
     def tool_call(self, attempt_pk: int, tool_use_id: str) -> dict | None:
+        """The checkpoint a tool call of the attempt maps to, or None (for a new one, nearly
+        every one, the cached set of the attempt's recorded tool calls answers)."""
+        if self._cache.enabled:
+            known: set[str] = self._cached("tool_calls", attempt_pk,
+                                           lambda: self._tool_use_ids_of(attempt_pk))
+            if tool_use_id not in known:
+                return None
         row = self._one(
             "SELECT t.seq, t.deduped, c.commit_id, c.tree FROM tool_calls t"
             " JOIN checkpoints c ON c.attempt_pk = t.attempt_pk AND c.seq = t.seq"
@@ -309,10 +336,14 @@ class Ledger:
         the attempt's row lock, so racing daemons cannot both pass.
         """
         tool_use_id = row.get("tool_use_id")
+        row = {**row, "created_at": row.get("created_at", time.time())}
         # Pipelined: BEGIN, the lock and the checks travel together, then the inserts and COMMIT
         # (two round trips to PostgreSQL instead of seven). The checks are a statement after
         # the lock, so under READ COMMITTED they see every competitor that committed before it.
-        with self.transaction(pipeline=True) as db:
+        # The attempt's cached newest checkpoint becomes this row once it is committed, and
+        # its tool call a known one; any failure drops both (``ReadCache.checkpoint_recorded``).
+        with self._write(pipeline=True, keeps_cache=True, on_end=lambda committed:
+                         self._cache.checkpoint_recorded(attempt, row, committed)) as db:
             faults.check("ledger")
             db.lock_attempt(attempt.pk)
             found = db.execute(
@@ -334,7 +365,7 @@ class Ledger:
                  attempt.key.attempt, row["seq"], row["commit"], row["tree"], row.get("parent"),
                  row["source"], row["tier"], row.get("label"), tool_use_id,
                  row["worktree"], row.get("added", 0), row.get("modified", 0),
-                 row.get("deleted", 0), row.get("skipped"), row.get("created_at", time.time()),
+                 row.get("deleted", 0), row.get("skipped"), row["created_at"],
                  row.get("secrets")))
             if tool_use_id:
                 db.execute("INSERT INTO tool_calls VALUES (?,?,?,0,?) ON CONFLICT DO NOTHING",
@@ -342,7 +373,8 @@ class Ledger:
 
     def record_tool_call(self, attempt: Attempt, tool_use_id: str, seq: int) -> None:
         """A deduplicated capture still maps its tool call to the seq that holds its state."""
-        with self.transaction() as db:
+        with self._write(keeps_cache=True, on_end=lambda committed: self._cache.
+                         tool_call_recorded(attempt.pk, tool_use_id, committed)) as db:
             db.execute("INSERT INTO tool_calls VALUES (?,?,?,1,?) ON CONFLICT DO NOTHING",
                        (attempt.pk, tool_use_id, seq, time.time()))
 
@@ -469,6 +501,38 @@ class Ledger:
 
     # -- helpers ---------------------------------------------------------------------------
 
+    @contextmanager
+    def _write(self, *, pipeline: bool = False, keeps_cache: bool,
+               on_end: Callable[[bool], None] | None = None) -> Iterator[Tx]:
+        """A transaction, and the read cache brought level with it before the lock is
+        released: emptied unless ``keeps_cache`` (the statements touch nothing cached, or
+        only what ``on_end``, told whether the transaction committed, updates)."""
+        with self._lock:
+            committed = False
+            try:
+                with self._translated(), self.backend.transaction(pipeline=pipeline) as tx:
+                    yield tx
+                committed = True
+            finally:
+                if not keeps_cache:
+                    self._cache.clear()
+                elif on_end is not None and self._cache.enabled:
+                    on_end(committed)
+
+    def _tool_use_ids_of(self, attempt_pk: int) -> set[str]:
+        rows = self._all("SELECT tool_use_id FROM tool_calls WHERE attempt_pk=?", (attempt_pk,))
+        return {r["tool_use_id"] for r in rows}
+
+    def _cached(self, table: str, key: Any, read: Callable[[], Any]) -> Any:
+        """``read()``'s answer, from the read cache when it holds one that is still valid."""
+        called = time.monotonic_ns()
+        with self._lock:
+            with self._translated():
+                usable = self._cache.usable(called)
+            if not usable:
+                return read()
+            return self._cache.fetch(table, key, read)
+
     def _one(self, sql: str, args: Any = ()) -> Any:
         with self._lock, self._translated():
             return self.backend.read(sql, args, one=True)
@@ -509,25 +573,6 @@ class Ledger:
                 db.execute("UPDATE schema_version SET version=?", (SCHEMA_VERSION,))
 
 
-def _refuse_emptied(home: Path, path: Path) -> None:
-    """An empty ledger file beside a store that holds attempts was truncated: opening it would
-    start a fresh ledger and hide every run's attempt states. ``LedgerDamaged`` then."""
-    try:
-        if not path.is_file() or path.stat().st_size != 0:
-            return
-    except OSError:
-        return
-    store = home / "store.git"
-    runs = store / "refs" / "snapshotd" / "runs"
-    packed = store / "packed-refs"
-    has_refs = runs.is_dir() and any(p.is_file() for p in runs.rglob("*"))
-    if not has_refs and packed.is_file():
-        has_refs = "refs/snapshotd/runs/" in packed.read_text(errors="replace")
-    if has_refs:
-        raise LedgerDamaged(damaged_message(str(path), "the file is empty but the store holds "
-                                                       "checkpoints"))
-
-
 def _run_filter(run_id: str, node_id: str | None, attempt: int | None) -> tuple[str, list]:
     where = "run_id=?"
     args: list = [run_id]
@@ -538,13 +583,6 @@ def _run_filter(run_id: str, node_id: str | None, attempt: int | None) -> tuple[
         where += " AND attempt=?"
         args.append(attempt)
     return where, args
-
-
-def _file_size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0  # no -wal or -shm file right now: it occupies nothing
 
 
 def _scheme(url: str) -> str:

@@ -23,8 +23,11 @@ ACTIVE = "active"
 ENDED_STATES = ("finished", "failed", "cancelled", "superseded", "abandoned")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Attempt:
+    """An attempt row as read. Frozen: the ledger hands the same object to every reader of
+    its read cache (``snapshotd.ledger_cache``)."""
+
     pk: int
     key: AttemptKey
     worktree: str
@@ -127,6 +130,11 @@ class LedgerBackend:
         raise NotImplementedError
 
     def read(self, sql: str, args: Any, *, one: bool) -> Any:
+        raise NotImplementedError
+
+    def data_version(self) -> int:
+        """A number that changes when another connection commits to the database (what lets
+        ``snapshotd.ledger_cache`` trust its entries); backends without a cheap one never cache."""
         raise NotImplementedError
 
     def translate(self, exc: BaseException) -> LedgerError | None:

@@ -1,7 +1,9 @@
 """The embedded ledger backend: one SQLite file in WAL mode (``<home>/snapshotd.db``).
 
 Owns the SQLite connection, its pragmas (WAL; ``synchronous`` NORMAL, or FULL for ``durability =
-"full"``; foreign keys) and its transactions.
+"full"``; foreign keys), its transactions, its ``data_version`` (which the ledger's read cache
+checks), its size on disk (``sqlite_size``) and the refusal to open an emptied file
+(``refuse_emptied``).
 
 Promises: ``BEGIN IMMEDIATE`` takes the database's write lock, which already serializes every
 writer (one daemon per home), so the per-row locks of the interface are no-ops here. A file that
@@ -69,6 +71,11 @@ class SqliteBackend(LedgerBackend):
         cur = self._db.execute(sql, args)
         return cur.fetchone() if one else cur.fetchall()
 
+    def data_version(self) -> int:
+        # Changes whenever another connection (the CLI, ``snapshotd repair``, another process)
+        # commits to the file; never for this connection's own commits.
+        return int(self._db.execute("PRAGMA data_version").fetchone()[0])
+
     def translate(self, exc: BaseException) -> LedgerError | None:
         if isinstance(exc, sqlite3.Error) and _is_damage(exc):
             return LedgerDamaged(damaged_message(self.location, str(exc)))
@@ -94,3 +101,33 @@ class SqliteBackend(LedgerBackend):
 def _is_damage(exc: sqlite3.Error) -> bool:
     return isinstance(exc, sqlite3.DatabaseError) and any(
         mark in str(exc).lower() for mark in _DAMAGE_MARKS)
+
+
+def refuse_emptied(home: Path, path: Path) -> None:
+    """An empty ledger file beside a store that holds attempts was truncated: opening it would
+    start a fresh ledger and hide every run's attempt states. ``LedgerDamaged`` then."""
+    try:
+        if not path.is_file() or path.stat().st_size != 0:
+            return
+    except OSError:
+        return  # a file that cannot be read: opening it fails with its own error
+    store = home / "store.git"
+    runs = store / "refs" / "snapshotd" / "runs"
+    packed = store / "packed-refs"
+    has_refs = runs.is_dir() and any(p.is_file() for p in runs.rglob("*"))
+    if not has_refs and packed.is_file():
+        has_refs = "refs/snapshotd/runs/" in packed.read_text(errors="replace")
+    if has_refs:
+        raise LedgerDamaged(damaged_message(str(path), "the file is empty but the store holds "
+                                                       "checkpoints"))
+
+
+def sqlite_size(path: Path) -> int:
+    """What the SQLite ledger ``path`` occupies with its WAL and shared-memory files."""
+    total = 0
+    for suffix in ("", "-wal", "-shm"):
+        try:
+            total += Path(f"{path}{suffix}").stat().st_size
+        except OSError:
+            pass  # no -wal or -shm file right now: it occupies nothing
+    return total

@@ -310,7 +310,7 @@ class Server:
             self._connections.add(task)
             await self._serve_connection(reader, writer)
         except (asyncio.CancelledError, ConnectionError):
-            pass
+            pass  # the peer left, or the daemon stops: there is no one to answer
         finally:
             self._connections.discard(task)
             writer.close()
