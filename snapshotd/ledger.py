@@ -375,6 +375,7 @@ class Ledger:
         """A deduplicated capture still maps its tool call to the seq that holds its state."""
         with self._write(keeps_cache=True, on_end=lambda committed: self._cache.
                          tool_call_recorded(attempt.pk, tool_use_id, committed)) as db:
+            faults.check("ledger")
             db.execute("INSERT INTO tool_calls VALUES (?,?,?,1,?) ON CONFLICT DO NOTHING",
                        (attempt.pk, tool_use_id, seq, time.time()))
 
@@ -543,13 +544,16 @@ class Ledger:
 
     @contextmanager
     def _translated(self) -> Iterator[None]:
-        """Every driver error leaving the block becomes the backend's ``LedgerError``."""
+        """Every driver error leaving the block becomes the backend's ``LedgerError``, and so
+        does an ``OSError`` (the ledger's own files failing, or the ``ledger`` fault seam)."""
         try:
             yield
         except LedgerError:
             raise
         except Exception as exc:
             wrapped = self.backend.translate(exc)
+            if wrapped is None and isinstance(exc, OSError):
+                wrapped = LedgerError(f"ledger {self.location}: {type(exc).__name__}: {exc}")
             if wrapped is None:
                 raise
             raise wrapped from exc

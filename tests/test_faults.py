@@ -83,6 +83,26 @@ def test_write_fault_leaves_a_gap_and_the_next_capture_succeeds(
         assert gap["resolved"] is True
 
 
+def test_a_ledger_fault_on_a_deduplicated_tool_call_is_a_gap(
+        sd_env: Env, faulty_daemon: Daemon, fault_file: Path, tmp_path: Path) -> None:
+    # Nothing changed since the last checkpoint: the tool call only needs its row mapping it to
+    # that checkpoint's seq. When that row cannot be written the call is a gap, not a reply.
+    wt = make_git_worktree(tmp_path / "wt")
+    (wt / "a.txt").write_text("one\n")
+    with faulty_daemon.client() as c:
+        first = c.snapshot(str(wt), run_id="faulty", node_id="n", tool_use_id="toolu_first")
+        fault_file.write_text("ledger=ENOSPC\n")
+        with pytest.raises(SnapshotdError) as err:
+            c.snapshot(str(wt), run_id="faulty", node_id="n", tool_use_id="toolu_same")
+        assert err.value.code == "capture-failed", err.value
+        fault_file.unlink()
+        again = c.snapshot(str(wt), run_id="faulty", node_id="n", tool_use_id="toolu_same")
+        assert again["deduped"] and again["seq"] == first["seq"]
+    gaps = [g for g in sd_env.read_gaps() if g["tool_use_id"] == "toolu_same"]
+    assert [g["reason"] for g in gaps] == ["ledger-failed"]
+    assert integrity_ok(sd_env)
+
+
 def test_full_gap_spool_does_not_stop_the_daemon(sd_env: Env, faulty_daemon: Daemon,
                                                  fault_file: Path, tmp_path: Path) -> None:
     wt = make_git_worktree(tmp_path / "wt")
