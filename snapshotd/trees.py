@@ -32,6 +32,8 @@ _TREE_MODE = b"40000 "
 _KNOWN_CHANGES: dict[tuple[str, str], tuple[int, int, int]] = {}
 _KNOWN_LOCK = threading.Lock()
 _KNOWN_MAX = 256
+# How many files a tree holds, by tree id, for the trees full scans wrote (the newest few).
+_FILE_COUNTS: dict[str, int] = {}
 # A directory of this many entries is rewritten as raw bytes: below it libgit2's tree builder
 # over its cached parsed tree is as cheap; above it, one builder entry per name dominates.
 _WIDE_ENTRIES = 512
@@ -174,9 +176,29 @@ def _split_entry(entry: bytes) -> tuple[bytes, tuple[bytes, pygit2.Oid]]:
     return entry[space + 1:-21], (entry[:space + 1], pygit2.Oid(raw=entry[-20:]))
 
 
+def remember_file_count(tree: str, files: int) -> None:
+    """Keep how many non-tree entries ``tree`` holds (a full scan's tree holds its index's
+    entries): the first checkpoint of an attempt counts every file as added, and a diff of a
+    million-file tree against the empty tree costs over a second."""
+    with _KNOWN_LOCK:
+        _FILE_COUNTS.pop(tree, None)
+        _FILE_COUNTS[tree] = files
+        while len(_FILE_COUNTS) > _KNOWN_MAX:
+            del _FILE_COUNTS[next(iter(_FILE_COUNTS))]
+
+
+def known_file_count(tree: str) -> int | None:
+    """What ``remember_file_count`` keeps for ``tree``, if anything."""
+    with _KNOWN_LOCK:
+        return _FILE_COUNTS.get(tree)
+
+
 def _count_files(repo: pygit2.Repository, tree: pygit2.Oid) -> int:
-    """Non-tree entries (files, symlinks, submodule links) under ``tree``, all depths: one
-    diff against the empty tree, counted in C."""
+    """Non-tree entries (files, symlinks, submodule links) under ``tree``, all depths: as
+    remembered, else one diff against the empty tree, counted in C."""
+    known = known_file_count(str(tree))
+    if known is not None:
+        return known
     return len(repo[tree].peel(pygit2.Tree).diff_to_tree())
 
 

@@ -66,7 +66,7 @@ from snapshotd.secrets import (
 )
 from snapshotd.seeding import index_paths, prime_with_git_add, seed_from_repository
 from snapshotd.store_errors import STORE_WRITE_FAILED, StoreError, odb_retry
-from snapshotd.trees import TreeShapeChanged, remember_changes, rewrite_tree
+from snapshotd.trees import TreeShapeChanged, remember_changes, remember_file_count, rewrite_tree
 from snapshotd.user_repo import tracked_files
 
 if TYPE_CHECKING:
@@ -139,7 +139,10 @@ class WorktreeIndex:
         faults.crash_point("after-blobs")
         try:
             assert self._repo is not None
-            result.tree = self.workspace.graft(self._repo, str(odb_retry(index.write_tree)))
+            written = str(odb_retry(index.write_tree))
+            result.tree = self.workspace.graft(self._repo, written)
+            if result.tree == written:  # nothing grafted: the tree holds the index's entries
+                remember_file_count(written, len(index))
         except pygit2.GitError as exc:
             raise StoreError(STORE_WRITE_FAILED, f"could not write the tree: {exc}") from exc
         faults.crash_point("after-tree")

@@ -14,6 +14,7 @@ import pygit2
 
 from snapshotd.loose import commit_bytes, write_stored
 from snapshotd.store import Store
+from snapshotd.trees import known_file_count
 
 
 def _wide_tree(repo: pygit2.Repository, entries: int) -> bytes:
@@ -100,3 +101,18 @@ def test_fast_path_capture_of_a_wide_root_stays_clean(tmp_path: Path) -> None:
     assert second.tree == oracle
     subprocess.run(["git", "-C", str(store.path), "fsck", "--strict", "--no-dangling"],
                    check=True, capture_output=True)
+
+
+def test_a_full_scans_file_count_is_remembered_and_right(tmp_path: Path) -> None:
+    # The first checkpoint counts every file as added; a full scan's tree holds its index's
+    # entries, so that count is remembered rather than found by a diff of the whole tree.
+    wt = tmp_path / "wt"
+    for i in range(40):
+        (wt / f"d{i % 4}" / f"s{i % 3}").mkdir(parents=True, exist_ok=True)
+        (wt / f"d{i % 4}" / f"s{i % 3}" / f"f{i}.txt").write_text(f"{i}\n")
+    (wt / "link").symlink_to("d0")
+    store = Store(tmp_path / "home")
+    tree = store.worktree(wt).capture().tree
+    listed = _git(store.path, "ls-tree", "-r", tree).splitlines()
+    assert known_file_count(tree) == len(listed) == 41
+    assert store.tree_changes(None, tree) == (41, 0, 0)
