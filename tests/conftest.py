@@ -74,6 +74,9 @@ ONE_LEDGER: dict[str, str] = {
     "test_hostile_input": "framing, hostile paths and connection limits",
     "test_http_hook": "the HTTP front end's guards",
     "test_ledger_repair::test_damaged_ledger_is_diagnosed_and_rebuilt": "a damaged SQLite file",
+    "test_ledger_cache::test_a_stale_cache_never_attributes_a_capture":
+        "the read cache exists only on SQLite (test_ledger_cache's PostgreSQL test checks that a "
+        "shared ledger is never cached)",
     "test_mcp": "the MCP transport (test_listing.py, test_history.py run on each backend)",
     "test_more_agents": "hook payload parsing of each agent",
     "test_nested_fastpath": "nested repositories in a capture",

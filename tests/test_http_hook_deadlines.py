@@ -91,4 +91,5 @@ def _http_status(daemon) -> dict:
 
 
 def _checkpoints_of(env: Env) -> list[dict]:
-    return env.ledger_query("SELECT seq FROM checkpoints WHERE tool_use_id LIKE 'toolu_seq%'")
+    return env.ledger_query("SELECT seq FROM checkpoints WHERE tool_use_id LIKE ?",
+                            ("toolu_seq%",))
