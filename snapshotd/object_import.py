@@ -225,5 +225,8 @@ def copy_objects(user_gitdir: Path, store: Path, oids: list[str], fsync: bool) -
         if fsync:
             sync_dirs([store / "objects" / "pack"])
         return struct.unpack(">I", header[-4:])[0] == len(oids)
-    except (OSError, subprocess.TimeoutExpired):
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        # The seed is refused and the cache built cold instead: slower, nothing lost.
+        log.warning("could not copy %d objects from %s into the store: %s", len(oids),
+                    user_gitdir, exc)
         return False
