@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable
 
 import pygit2
 
@@ -44,6 +45,10 @@ _WIDE_TREES: dict[pygit2.Oid, bytes] = {}
 _WIDE_BYTES = 16 << 10
 _WIDE_MAX = 16
 _WIDE_MAX_BYTES = 16 << 20
+
+
+# One entry found in raw tree bytes: (start, end, mode, id).
+_Entry = tuple[int, int, bytes, pygit2.Oid]
 
 
 class TreeShapeChanged(Exception):
@@ -237,6 +242,7 @@ class _OldTrees:
         self.repo = repo
         self._ids: dict[str, pygit2.Oid | None] = {"": pygit2.Oid(hex=base)}
         self._wide: dict[pygit2.Oid, bytes | None] = {}
+        self._found: dict[tuple[pygit2.Oid, bytes], _Entry | None] = {}
 
     def oid(self, path: str) -> pygit2.Oid | None:
         """The id of directory ``path`` in the base tree; None when it is not there. Raises
@@ -248,7 +254,7 @@ class _OldTrees:
         found: pygit2.Oid | None = None
         if above is not None:
             raw = self.wide(above)
-            entry = _find_entry(raw, name.encode()) if raw is not None else _AMBIGUOUS
+            entry = self.find(above, name.encode()) if raw is not None else _AMBIGUOUS
             if entry is _AMBIGUOUS:
                 tree = self.repo[above].peel(pygit2.Tree)
                 if name in tree:
@@ -262,6 +268,15 @@ class _OldTrees:
                 found = entry[3]
         self._ids[path] = found
         return found
+
+    def find(self, oid: pygit2.Oid, name: bytes) -> _Entry | None:
+        """``_find_entry`` of ``name`` in wide tree ``oid``, each answer kept: a capture looks
+        each name up on the way down and again to splice it (a 320 KB root searched twice)."""
+        key = (oid, name)
+        if key not in self._found:
+            raw = self.wide(oid)
+            self._found[key] = _find_entry(raw, name) if raw is not None else _AMBIGUOUS
+        return self._found[key]
 
     def wide(self, oid: pygit2.Oid) -> bytes | None:
         """The raw entries of tree ``oid`` when it is wide, else None (the store's newest
@@ -283,7 +298,7 @@ _AMBIGUOUS = (-1, -1, b"", pygit2.Oid(raw=bytes(20)))
 _MODES = (b"100644", b"100755", b"120000", b"160000", b"40000")
 
 
-def _find_entry(raw: bytes, name: bytes) -> tuple[int, int, bytes, pygit2.Oid] | None:
+def _find_entry(raw: bytes, name: bytes) -> _Entry | None:
     """(start, end, mode, id) of entry ``name`` in raw tree bytes, None when absent, or
     ``_AMBIGUOUS``. A name's entry always holds `` <name>\\0`` and names hold no NUL, so when
     those bytes occur exactly once they are that entry (found by C-speed searches, not by
@@ -310,7 +325,7 @@ def _rewrite_dir(repo: pygit2.Repository, old: _OldTrees, d: str,
     base_id = old.oid(d)
     raw = old.wide(base_id) if base_id is not None else None
     if raw is not None:
-        spliced = _splice(raw, d, changes, files_here)
+        spliced = _splice(raw, d, changes, files_here, lambda name: old.find(base_id, name))
         if spliced is not None:
             data, found = spliced
             for i in range(3):
@@ -359,14 +374,16 @@ def _write_raw_tree(repo: pygit2.Repository, data: bytes,
 
 
 def _splice(raw: bytes, d: str, changes: dict[str, tuple[pygit2.Oid, int] | None],
-            files_here: set[str]) -> tuple[bytes, tuple[int, int, int]] | None:
+            files_here: set[str], find: Callable[[bytes], _Entry | None]
+            ) -> tuple[bytes, tuple[int, int, int]] | None:
     """Raw tree ``raw`` with ``changes`` applied in place, and the changed files counted; None
     when that cannot be done without re-sorting (an entry added, or one changing between
-    tree and non-tree), or a name is ambiguous in the bytes."""
+    tree and non-tree), or a name is ambiguous in the bytes. ``find`` is ``_find_entry`` over
+    ``raw`` (remembered: the same names were looked up on the way down)."""
     edits: list[tuple[int, int, bytes]] = []
     added = modified = deleted = 0
     for name, value in changes.items():
-        entry = _find_entry(raw, name.encode())
+        entry = find(name.encode())
         if entry is _AMBIGUOUS or (entry is None and value is not None):
             return None
         if entry is None:
