@@ -91,11 +91,12 @@ def last_resort(message: str) -> None:
     (stdout and stderr would reach the model). Never raises."""
     try:
         import syslog
-
-        syslog.openlog("snapshot-hook", syslog.LOG_PID, syslog.LOG_USER)
-        syslog.syslog(syslog.LOG_WARNING, message)
-    except Exception:  # noqa: BLE001 - nothing is left to report to
+    except ImportError:  # a platform without syslog (the daemon runs on none of them)
         return
+    # syslog(3) itself never fails; Python refuses a NUL or an unencodable character.
+    text = message.replace("\0", "\\0").encode("utf-8", "backslashreplace").decode("utf-8")
+    syslog.openlog("snapshot-hook", syslog.LOG_PID, syslog.LOG_USER)
+    syslog.syslog(syslog.LOG_WARNING, text)
 
 
 def handle(data: bytes | None, *, deadline: float, budget_ms: int, note: str = "") -> str:

@@ -16,6 +16,7 @@ Promises:
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections.abc import Callable
@@ -23,6 +24,8 @@ from collections.abc import Callable
 import pygit2
 
 from snapshotd.loose import StoredObjects
+
+log = logging.getLogger("snapshotd.store")
 
 # One entry of a raw (SHA-1) tree object: mode, space, name, NUL, 20-byte id.
 _TREE_ENTRY = re.compile(rb"[0-7]+ [^\0]*\0.{20}", re.S)
@@ -358,12 +361,18 @@ def _write_raw_tree(repo: pygit2.Repository, data: bytes,
                     stored: StoredObjects | None) -> pygit2.Oid:
     """Write raw tree ``data``; a wide one is written stored and kept for the next capture's
     rewrite."""
-    if len(data) < _WIDE_BYTES:
-        return repo.odb.write(pygit2.GIT_OBJECT_TREE, data)
-    if stored is not None:
-        oid = stored.write("tree", data)
-    else:
+    if len(data) < _WIDE_BYTES or stored is None:
         oid = repo.odb.write(pygit2.GIT_OBJECT_TREE, data)
+        if len(data) < _WIDE_BYTES:
+            return oid
+    else:
+        try:
+            oid = stored.write("tree", data)
+        except OSError as exc:
+            # libgit2 writes it instead, and says so itself when the disk refuses it too.
+            log.warning("could not write a %d-byte tree stored (%s); writing it deflated",
+                        len(data), exc)
+            oid = repo.odb.write(pygit2.GIT_OBJECT_TREE, data)
     with _KNOWN_LOCK:
         _WIDE_TREES.pop(oid, None)
         _WIDE_TREES[oid] = data

@@ -255,7 +255,7 @@ class WorktreeIndex:
                 remember_changes(self._tree, tree, counts)
                 return tree
             return str(odb_retry(index.write_tree))
-        except (pygit2.GitError, TreeShapeChanged, OSError):  # libgit2 says why, below
+        except (pygit2.GitError, TreeShapeChanged):
             try:
                 return str(odb_retry(index.write_tree))
             except pygit2.GitError as exc:

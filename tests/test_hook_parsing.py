@@ -200,3 +200,11 @@ def test_explicit_attribution_defaults_iteration_and_leaves_attempt_to_the_daemo
 def test_run_id_without_node_id_is_not_explicit():
     fields = snapshot_fields(_load("claude")[0], {"SNAPSHOTD_RUN_ID": "r"})
     assert "run_id" not in fields and fields["fallback"]["node_id"] == "session"
+
+
+def test_the_last_resort_report_takes_any_message() -> None:
+    # Python's syslog refuses a NUL and an unencodable character; the hook's last report
+    # (nothing is left to catch it) must take them, escaped, without raising.
+    from snapshotd_client.hook import last_resort
+
+    assert last_resort("snapshot-hook failed: b'\x00' and \udcff in a path") is None

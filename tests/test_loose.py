@@ -11,10 +11,11 @@ import zlib
 from pathlib import Path
 
 import pygit2
+import pytest
 
-from snapshotd.loose import commit_bytes, write_stored
+from snapshotd.loose import StoredObjects, commit_bytes, write_stored
 from snapshotd.store import Store
-from snapshotd.trees import known_file_count
+from snapshotd.trees import known_file_count, rewrite_tree
 
 
 def _wide_tree(repo: pygit2.Repository, entries: int) -> bytes:
@@ -116,3 +117,21 @@ def test_a_full_scans_file_count_is_remembered_and_right(tmp_path: Path) -> None
     listed = _git(store.path, "ls-tree", "-r", tree).splitlines()
     assert known_file_count(tree) == len(listed) == 41
     assert store.tree_changes(None, tree) == (41, 0, 0)
+
+
+def test_a_stored_write_that_fails_falls_back_to_libgit2_and_says_so(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    repo = pygit2.init_repository(str(tmp_path / "store.git"), bare=True)
+    blob = repo.create_blob(b"x\n")
+    index = pygit2.Index()
+    for i in range(700):
+        index.add(pygit2.IndexEntry(f"f{i:04d}", blob, pygit2.GIT_FILEMODE_BLOB))
+    base = str(index.write_tree(repo))
+    index.add(pygit2.IndexEntry("f0005", repo.create_blob(b"y\n"), pygit2.GIT_FILEMODE_BLOB))
+    # An object directory that does not exist: the stored write fails with an OSError.
+    broken = StoredObjects(tmp_path / "nowhere" / "objects", fsync=False)
+    with caplog.at_level("WARNING", logger="snapshotd.store"):
+        tree, counts = rewrite_tree(repo, index, base, {"f0005"}, broken)
+    assert tree == str(index.write_tree(repo)) and counts == (0, 1, 0)
+    assert "could not write a" in caplog.text and "writing it deflated" in caplog.text
+    assert repo.odb.exists(pygit2.Oid(hex=tree))
