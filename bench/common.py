@@ -114,10 +114,18 @@ class GitPeer:
 
 class DaemonProc:
     """A snapshotd daemon in a private home and socket; ``python`` and ``cwd`` run another
-    install of it (``bench.compare``: an older commit's worktree and its virtualenv)."""
+    install of it (``bench.compare``: an older commit's worktree and its virtualenv).
+
+    The daemon gets a session of its own (``own_session``), as the hook's autostart and the
+    systemd and launchd user services start it. That matters for CPU: with Linux's autogroup
+    scheduling (``kernel.sched_autogroup_enabled``) a session is one scheduling group, so hooks
+    started from the bench's session share one group's CPU against the daemon's instead of
+    each taking a share as large as the daemon's. ``own_session=False`` leaves it in the
+    bench's session: a daemon run by hand (``snapshotd serve``) in the agents' own terminal."""
 
     def __init__(self, extra_env: dict[str, str] | None = None, *,
-                 python: str = sys.executable, cwd: Path | None = None) -> None:
+                 python: str = sys.executable, cwd: Path | None = None,
+                 own_session: bool = True) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="sdb", dir="/tmp"))
         self.home = self.dir / "home"
         self.socket = self.dir / "s.sock"
@@ -127,7 +135,8 @@ class DaemonProc:
         self.env.update(extra_env or {})
         self.proc = subprocess.Popen([python, "-m", "snapshotd", "serve"], env=self.env,
                                      cwd=cwd, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
+                                     stderr=subprocess.DEVNULL,
+                                     start_new_session=own_session)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:

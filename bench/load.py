@@ -7,11 +7,20 @@ p50/p99 as the agent sees it, the hooks' own CPU time (children's user+system, p
 daemon-side capture p50/p99 (from ``status``), the daemon's CPU time, the load average, gaps and
 errors, and the daemon's ledger read-cache hits and (``--http``) the endpoint's thread starts.
 
+Sessions decide how the CPU is shared on Linux (autogroup scheduling: each session one group;
+``autogroup`` in the JSON says whether it is on). The daemon runs in a session of its own, as
+its autostart and user services start it (``--daemon-session bench``: in the bench's, as a
+``snapshotd serve`` typed into the agents' terminal). ``--agent-sessions one`` (the default)
+starts every hook from the bench's session, like agents run by one runner; ``each`` gives every
+hook a session of its own, like agents in separate terminals, so each competes with the daemon
+as an equal.
+
 ``--side NAME`` / ``--side NAME:PYTHON:CWD`` (as in ``bench.compare``: another install's
 virtualenv and checkout runs the daemon) with ``--rounds N`` runs every side once per round,
 interleaved so each sees the same machine load, and prints each side's runs and medians.
 
 Usage: ``python -m bench.load [--worktrees 8] [--hooks 100] [--burst 16] [--http]
+[--agent-sessions one|each] [--daemon-session own|bench]
 [--side old:/work/main/.venv/bin/python:/work/main --side new --rounds 3]``.
 """
 
@@ -39,11 +48,12 @@ HOOK_CODE = "from snapshotd_client.hook import main; main()"
 
 
 def run(worktrees: int, hooks: int, burst: int, files: int, use_http: bool = False,
-        warm: bool = True, python: str = sys.executable, cwd: Path | None = None) -> dict:
+        warm: bool = True, python: str = sys.executable, cwd: Path | None = None, *,
+        agent_sessions: str = "one", daemon_session: str = "own") -> dict:
     work = Path(tempfile.mkdtemp(prefix="sdload", dir="/tmp"))
     trees = [make_tree(work / f"wt{i}", files) for i in range(worktrees)]
     extra = {"SNAPSHOTD_HTTP_HOOK": "1", "SNAPSHOTD_HTTP_HOOK_PORT": "0"} if use_http else {}
-    daemon = DaemonProc(extra, python=python, cwd=cwd)
+    daemon = DaemonProc(extra, python=python, cwd=cwd, own_session=daemon_session == "own")
     gaps_file = daemon.home / "gaps.ndjson"
     post = http_poster(daemon) if use_http else None
     try:
@@ -60,7 +70,8 @@ def run(worktrees: int, hooks: int, burst: int, files: int, use_http: bool = Fal
                 code = post(body)
             else:
                 code = subprocess.run([python, "-c", HOOK_CODE], input=body, env=daemon.env,
-                                      cwd=cwd).returncode
+                                      cwd=cwd, start_new_session=agent_sessions == "each"
+                                      ).returncode
             return code, (time.perf_counter() - t0) * 1000
 
         if warm:
@@ -87,6 +98,8 @@ def run(worktrees: int, hooks: int, burst: int, files: int, use_http: bool = Fal
         return {
             "bench": "load", "transport": "http" if use_http else "process", "warm": warm,
             "worktrees": worktrees, "hooks_per_worktree": hooks, "burst": burst,
+            "agent_sessions": agent_sessions, "daemon_session": daemon_session,
+            "autogroup": _autogroup(),
             "files_per_worktree": files, "cpus": os.cpu_count(),
             "loadavg_1m": round(os.getloadavg()[0], 2), "wall_s": round(wall, 2),
             "hook_ms_p50": round(ordered[len(ordered) // 2], 1),
@@ -128,6 +141,14 @@ def _tool_calls(home: Path) -> int:
         db.close()
 
 
+def _autogroup() -> bool | None:
+    """Whether the kernel schedules by session (autogroup); None where it cannot say."""
+    try:
+        return Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
+    except OSError:
+        return None
+
+
 def _children_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -148,20 +169,25 @@ def main() -> None:
                         help="time each worktree's first capture too (no warm-up)")
     parser.add_argument("--http", action="store_true",
                         help="POST to the daemon's HTTP hook endpoint instead of a process")
+    parser.add_argument("--agent-sessions", choices=("one", "each"), default="one",
+                        help="hooks from the bench's session, or each from its own")
+    parser.add_argument("--daemon-session", choices=("own", "bench"), default="own",
+                        help="the daemon in a session of its own, or in the bench's")
     parser.add_argument("--side", action="append", default=[],
                         help="NAME (this install) or NAME:PYTHON:CWD; repeat to compare")
     parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
+    sessions = {"agent_sessions": args.agent_sessions, "daemon_session": args.daemon_session}
     if not args.side:
         print(json.dumps(run(args.worktrees, args.hooks, args.burst, args.files, args.http,
-                             not args.cold), indent=2))
+                             not args.cold, **sessions), indent=2))
         return
     sides = [_side(spec) for spec in args.side]
     runs: dict[str, list[dict]] = {name: [] for name, _, _ in sides}
     for _ in range(args.rounds):
         for name, python, cwd in sides:
             runs[name].append(run(args.worktrees, args.hooks, args.burst, args.files,
-                                  args.http, not args.cold, python, cwd))
+                                  args.http, not args.cold, python, cwd, **sessions))
     print(json.dumps({name: {"median": _medians(rows), "runs": [_brief(r) for r in rows]}
                       for name, rows in runs.items()}, indent=2))
 
