@@ -40,7 +40,7 @@ from pathlib import Path
 
 import psutil
 
-from bench.common import DaemonProc, http_poster, make_tree, median
+from bench.common import DaemonProc, file_create_ms, http_poster, make_tree, median
 
 # The hook as ``snapshot-hook`` runs it, under the side's own interpreter (its install's start-up
 # cost: an editable install's import finder alone adds ~15 ms of CPU to every hook).
@@ -77,6 +77,7 @@ def run(worktrees: int, hooks: int, burst: int, files: int, use_http: bool = Fal
         if warm:
             _warm(daemon, trees)
         total = worktrees * hooks
+        create_ms = file_create_ms(daemon.dir)
         latencies: list[float] = []
         codes: list[int] = []
         children_before = _children_cpu()
@@ -102,6 +103,8 @@ def run(worktrees: int, hooks: int, burst: int, files: int, use_http: bool = Fal
             "autogroup": _autogroup(),
             "files_per_worktree": files, "cpus": os.cpu_count(),
             "loadavg_1m": round(os.getloadavg()[0], 2), "wall_s": round(wall, 2),
+            # What creating one file cost where the store is, just before the timed hooks.
+            "file_create_ms": create_ms,
             "hook_ms_p50": round(ordered[len(ordered) // 2], 1),
             "hook_ms_p99": round(ordered[max(0, int(len(ordered) * 0.99) - 1)], 1),
             "hook_cpu_ms_per_hook": round(hook_cpu * 1000 / total, 1),
@@ -207,7 +210,7 @@ def _brief(row: dict) -> dict:
 
 
 _FIGURES = ("capture_p50", "capture_p99", "hook_ms_p50", "hook_ms_p99", "hook_cpu_ms_per_hook",
-            "daemon_cpu_ms_per_hook", "loadavg_1m", "failed_hooks", "gaps", "daemon_errors",
+            "daemon_cpu_ms_per_hook", "loadavg_1m", "file_create_ms", "failed_hooks", "gaps", "daemon_errors",
             "tool_calls", "tool_calls_recorded")
 
 

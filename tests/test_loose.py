@@ -13,7 +13,7 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from snapshotd.loose import StoredObjects, commit_bytes, write_stored
+from snapshotd.loose import StoredObjects, commit_bytes, stored_zlib, write_stored
 from snapshotd.store import Store
 from snapshotd.trees import known_file_count, rewrite_tree
 
@@ -135,3 +135,16 @@ def test_a_stored_write_that_fails_falls_back_to_libgit2_and_says_so(
     assert tree == str(index.write_tree(repo)) and counts == (0, 1, 0)
     assert "could not write a" in caplog.text and "writing it deflated" in caplog.text
     assert repo.odb.exists(pygit2.Oid(hex=tree))
+
+
+@pytest.mark.parametrize("size", [0, 1, 65535 - 12, 65535 - 11, 65535, 65536, 3 * 65535 + 7,
+                                  327_680])
+def test_stored_stream_inflates_to_header_and_data_at_every_block_boundary(size: int) -> None:
+    """``stored_zlib`` frames its blocks itself: what zlib inflates (checksum included) is the
+    header and the data, whatever the data's length against the 65,535-byte block."""
+    data = os.urandom(size)
+    header = b"tree %d\0" % size
+    body = stored_zlib(header, data)
+    assert zlib.decompress(body) == header + data
+    blocks = -(-(len(header) + size) // 65535)
+    assert len(body) == 2 + 5 * blocks + len(header) + size + 4  # stored: nothing compressed
