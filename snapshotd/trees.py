@@ -48,6 +48,11 @@ _WIDE_TREES: dict[pygit2.Oid, bytes] = {}
 _WIDE_BYTES = 16 << 10
 _WIDE_MAX = 16
 _WIDE_MAX_BYTES = 16 << 20
+# Where entries of those trees were found, by name: (start, end). A rewrite that replaces
+# entries without changing the tree's length (a subtree's or a file's new id) leaves every
+# entry where it was, so its tree inherits what its base had learnt and the next capture of
+# the same directories searches nothing (a search is two scans of a 320 KB root).
+_WIDE_SPANS: dict[pygit2.Oid, dict[bytes, tuple[int, int]]] = {}
 
 
 # One entry found in raw tree bytes: (start, end, mode, id).
@@ -246,6 +251,8 @@ class _OldTrees:
         self._ids: dict[str, pygit2.Oid | None] = {"": pygit2.Oid(hex=base)}
         self._wide: dict[pygit2.Oid, bytes | None] = {}
         self._found: dict[tuple[pygit2.Oid, bytes], _Entry | None] = {}
+        # Spans of wide trees' entries, known before this capture or learnt by it.
+        self.spans: dict[pygit2.Oid, dict[bytes, tuple[int, int]]] = {}
 
     def oid(self, path: str) -> pygit2.Oid | None:
         """The id of directory ``path`` in the base tree; None when it is not there. Raises
@@ -278,8 +285,25 @@ class _OldTrees:
         key = (oid, name)
         if key not in self._found:
             raw = self.wide(oid)
-            self._found[key] = _find_entry(raw, name) if raw is not None else _AMBIGUOUS
+            spans = self.spans_of(oid)
+            span = spans.get(name)
+            if raw is None:
+                entry: _Entry | None = _AMBIGUOUS
+            elif span is not None:
+                entry = _entry_at(raw, *span)
+            else:
+                entry = _find_entry(raw, name)
+                if entry is not None and entry is not _AMBIGUOUS:
+                    spans[name] = entry[0], entry[1]
+            self._found[key] = entry
         return self._found[key]
+
+    def spans_of(self, oid: pygit2.Oid) -> dict[bytes, tuple[int, int]]:
+        """The known entry spans of wide tree ``oid`` (this capture adds to its own copy)."""
+        if oid not in self.spans:
+            with _KNOWN_LOCK:
+                self.spans[oid] = dict(_WIDE_SPANS.get(oid, {}))
+        return self.spans[oid]
 
     def wide(self, oid: pygit2.Oid) -> bytes | None:
         """The raw entries of tree ``oid`` when it is wide, else None (the store's newest
@@ -299,6 +323,15 @@ _AMBIGUOUS = (-1, -1, b"", pygit2.Oid(raw=bytes(20)))
 # The modes git writes into a tree, longest first so a tree's "40000" is never read as the
 # tail of another.
 _MODES = (b"100644", b"100755", b"120000", b"160000", b"40000")
+
+
+def _entry_at(raw: bytes, start: int, end: int) -> _Entry:
+    """The entry known to span ``raw[start:end]`` (its mode and id read afresh: a rewrite may
+    have replaced them in place)."""
+    mode = raw[start:raw.index(b" ", start, end)]
+    if mode not in _MODES:
+        return _AMBIGUOUS  # a mode this reader does not know: let libgit2 read the tree
+    return start, end, mode, pygit2.Oid(raw=raw[end - 20:end])
 
 
 def _find_entry(raw: bytes, name: bytes) -> _Entry | None:
@@ -333,7 +366,12 @@ def _rewrite_dir(repo: pygit2.Repository, old: _OldTrees, d: str,
             data, found = spliced
             for i in range(3):
                 counts[i] += found[i]
-            return _write_raw_tree(repo, data, stored) if data else None
+            if not data:
+                return None
+            oid = _write_raw_tree(repo, data, stored)
+            if len(data) == len(raw):  # entries only replaced in place: the spans hold
+                _keep_spans(oid, old.spans_of(base_id))
+            return oid
     tree = repo[base_id].peel(pygit2.Tree) if base_id is not None else None
     builder = repo.TreeBuilder(tree) if tree is not None else repo.TreeBuilder()
     for name, value in changes.items():
@@ -357,6 +395,13 @@ def _rewrite_dir(repo: pygit2.Repository, old: _OldTrees, d: str,
     return builder.write() if len(builder) else None
 
 
+def _keep_spans(oid: pygit2.Oid, spans: dict[bytes, tuple[int, int]]) -> None:
+    """Remember ``spans`` for wide tree ``oid`` while its bytes are kept."""
+    with _KNOWN_LOCK:
+        if oid in _WIDE_TREES:
+            _WIDE_SPANS[oid] = dict(spans)
+
+
 def _write_raw_tree(repo: pygit2.Repository, data: bytes,
                     stored: StoredObjects | None) -> pygit2.Oid:
     """Write raw tree ``data``; a wide one is written stored and kept for the next capture's
@@ -378,6 +423,7 @@ def _write_raw_tree(repo: pygit2.Repository, data: bytes,
         _WIDE_TREES[oid] = data
         while len(_WIDE_TREES) > _WIDE_MAX \
                 or sum(map(len, _WIDE_TREES.values())) > _WIDE_MAX_BYTES:
+            _WIDE_SPANS.pop(next(iter(_WIDE_TREES)), None)
             del _WIDE_TREES[next(iter(_WIDE_TREES))]
     return oid
 

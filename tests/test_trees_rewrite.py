@@ -12,6 +12,7 @@ from random import Random
 import pygit2
 import pytest
 
+from snapshotd import trees
 from snapshotd.trees import TreeShapeChanged, compute_tree_changes, rewrite_tree
 
 BLOB = pygit2.GIT_FILEMODE_BLOB
@@ -111,3 +112,40 @@ def test_random_changes_match_the_index(tmp_path: Path, per_dir: int) -> None:
                 mode = rng.choice([BLOB, BLOB, BLOB, EXEC, LINK])
                 index.add(pygit2.IndexEntry(path, repo.create_blob(b"%d\n" % step), mode))
         base = _check(repo, index, base, changed)
+
+
+def test_entry_spans_carry_over_in_place_rewrites_only(tmp_path: Path, monkeypatch) -> None:
+    """A wide root rewritten in place (ids and modes replaced) keeps its entries where they
+    were, so the next capture of the same names finds them without searching the bytes; a
+    rewrite that removes an entry moves the rest, and nothing it learnt is trusted after it.
+    Every tree is still exactly the index's."""
+    repo = _repo(tmp_path)
+    files = {name: (f"{name}\n".encode(), BLOB) for name in TRICKY}
+    files.update({f"pad{i}": (b"pad\n", BLOB) for i in range(WIDE)})
+    files.update({f"dir{i}/f": (b"f\n", BLOB) for i in range(20)})
+    index = _index(repo, files)
+    base = str(index.write_tree(repo))
+    searches: list[bytes] = []
+    real_find = trees._find_entry
+
+    def counted(raw: bytes, name: bytes):
+        searches.append(name)
+        return real_find(raw, name)
+
+    monkeypatch.setattr(trees, "_find_entry", counted)
+    # Names whose bytes occur once in the root (an ambiguous one goes to libgit2's builder).
+    names = ("a b", "dir3/f", "e.txt")
+    for step, mode in enumerate([BLOB, EXEC, BLOB, LINK, BLOB]):
+        for name in names:
+            index.add(pygit2.IndexEntry(name, repo.create_blob(b"%d\n" % step),
+                                        BLOB if "/" in name else mode))
+        searches.clear()
+        base = _check(repo, index, base, set(names))
+        # The first rewrite searches each name once; the in-place ones after it, never.
+        assert sorted(searches) == ([] if step else [b"a b", b"dir3", b"e.txt"])
+    index.remove("pad7")  # the root shrinks: every entry after pad7 moves
+    base = _check(repo, index, base, {"pad7"})
+    index.add(pygit2.IndexEntry("e.txt", repo.create_blob(b"after the removal\n"), BLOB))
+    searches.clear()
+    _check(repo, index, base, {"e.txt"})
+    assert searches == [b"e.txt"]  # searched again: the old spans were not carried
