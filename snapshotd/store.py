@@ -38,7 +38,7 @@ import pygit2
 from snapshotd import faults
 from snapshotd.durable import sync_dirs
 from snapshotd.keys import REF_PREFIX, AttemptKey
-from snapshotd.loose import StoredObjects, commit_bytes
+from snapshotd.loose import StoredObjects, commit_bytes, write_ref
 from snapshotd.recovery import Recovery, ensure_store, recover_home
 from snapshotd.scan_rules import source_readable
 from snapshotd.store_errors import (
@@ -237,20 +237,18 @@ class Store:
             self._require_objects([tree] + ([parent] if parent else []))
             new_ref = self.repo.references.get(meta.key.ref) is None
             for attempt in range(1, ODB_TRIES + 1):
-                oid = odb_retry(self.repo.odb.write, pygit2.GIT_OBJECT_COMMIT, raw)
+                oid = self.stored_objects.write("commit", raw)
                 faults.crash_point("after-commit")
-                try:
-                    self.repo.references.create(meta.key.ref, oid, force=True)
+                write_ref(self.path, meta.key.ref, str(oid), self.fsync)
+                if self.repo.odb.exists(oid):
                     break
-                except pygit2.GitError as exc:
-                    # Seen under a concurrent `git gc` with a short prune grace, which deleted
-                    # the commit just written before its ref moved (gc now holds ``gate``
-                    # alone for that). Writing it again is safe (same bytes, same id); a
-                    # missing tree or parent still fails above.
-                    if "doesn't exist" not in str(exc) or attempt == ODB_TRIES:
-                        raise
-                    log.warning("commit %s vanished before its ref moved (%s); writing it "
-                                "again", oid, exc)
+                # Seen under a concurrent `git gc` with a short prune grace, which deleted the
+                # commit just written before its ref moved (gc now holds ``gate`` alone for
+                # that). Writing it again is safe (same bytes, same id); a missing tree or
+                # parent still fails above.
+                if attempt == ODB_TRIES:
+                    raise pygit2.GitError(f"commit {oid} vanished as its ref moved")
+                log.warning("commit %s vanished as its ref moved; writing it again", oid)
             faults.crash_point("after-ref")
             if self.fsync:
                 self._make_names_durable(meta.key, new_ref)

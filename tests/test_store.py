@@ -7,6 +7,7 @@ import logging
 import threading
 from pathlib import Path
 
+import pygit2
 import pytest
 
 from conftest import Daemon, Env, git
@@ -137,3 +138,24 @@ def _cache_refs(store: Store) -> dict[str, str]:
               "--format=%(refname) %(objectname)", CACHE_REF_PREFIX)
     refs = dict(line.split() for line in out.splitlines())
     return {name[len(CACHE_REF_PREFIX):]: target for name, target in refs.items()}
+
+
+def test_a_ref_locked_by_another_writer_fails_the_commit_and_moves_nothing(
+        tmp_path: Path) -> None:
+    """The attempt's ref held by another writer's ``<ref>.lock`` (a ``git`` command, a crashed
+    writer before recovery): the commit fails as ``commit-failed``, the ref stays where it was,
+    the lock is not taken from its owner; once it is gone the next commit moves the ref."""
+    store, wt, first = _store_with_one_checkpoint(tmp_path)
+    tree = store.repo[first].peel(pygit2.Commit).tree_id
+    lock = store.path / (KEY.ref + ".lock")
+    lock.write_text("held\n")
+    meta = CheckpointMeta(key=KEY, seq=1, tier=1, source="cli", worktree=str(wt))
+    with pytest.raises(StoreError) as caught:
+        store.commit(meta, str(tree), first)
+    assert caught.value.reason == "commit-failed"
+    assert str(store.repo.references[KEY.ref].target) == first
+    assert lock.read_text() == "held\n"
+    lock.unlink()
+    second = store.commit(meta, str(tree), first)
+    assert str(store.repo.references[KEY.ref].target) == second
+    assert git(store.path, "rev-parse", KEY.ref).strip() == second
