@@ -57,10 +57,16 @@ class StoredObjects:
     def write(self, kind: str, data: bytes) -> pygit2.Oid:
         return write_stored(self.objects, kind, data, self.fsync)
 
+    def write_deflated(self, kind: str, data: bytes) -> pygit2.Oid:
+        """A small object, deflated (level 1) as libgit2 would, written the same way."""
+        return write_stored(self.objects, kind, data, self.fsync, deflate=True)
 
-def write_stored(objects: Path, kind: str, data: bytes, fsync: bool) -> pygit2.Oid:
+
+def write_stored(objects: Path, kind: str, data: bytes, fsync: bool, *,
+                 deflate: bool = False) -> pygit2.Oid:
     """Write ``data`` as a loose object of ``kind`` ("tree", "blob", "commit") under the object
-    directory ``objects``, its zlib stream uncompressed; return its id."""
+    directory ``objects``, its zlib stream uncompressed (``deflate``: compressed at level 1,
+    for small objects); return its id."""
     header = b"%s %d\0" % (kind.encode(), len(data))
     digest = hashlib.sha1(header, usedforsecurity=False)
     digest.update(data)
@@ -69,7 +75,7 @@ def write_stored(objects: Path, kind: str, data: bytes, fsync: bool) -> pygit2.O
     final = fan / hexid[2:]
     if final.exists():
         return pygit2.Oid(hex=hexid)
-    body = stored_zlib(header, data)
+    body = zlib.compress(header + data, 1) if deflate else stored_zlib(header, data)
     for attempt in range(1, _TRIES + 1):
         try:
             _place(fan, final, body, fsync)

@@ -90,6 +90,9 @@ def test_drift_is_found_recorded_and_turns_the_fast_path_off(sd_env: Env, tmp_pa
                  what="the verification to record the drift")
         [gap] = [g for g in sd_env.read_gaps() if g["reason"] == "watcher-drift"]
         assert "a.txt" in gap["detail"] and gap["run_id"] == "drift"
+        # The gap is written as the drift is found, the checkpoint of it a moment later.
+        wait_for(lambda: len(c.list("drift")["checkpoints"]) >= 3,
+                 what="the verification's checkpoint of the drifted file")
         cps = c.list("drift")["checkpoints"]
         store = ["--git-dir", str(sd_env.home / "store.git")]
         assert git(wt, *store, "show", f"{cps[-1]['commit']}:a.txt") == \

@@ -6,6 +6,7 @@ entries, a file turned symlink or executable, a directory gone)."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from random import Random
 
@@ -13,6 +14,7 @@ import pygit2
 import pytest
 
 from snapshotd import trees
+from snapshotd.loose import StoredObjects
 from snapshotd.trees import TreeShapeChanged, compute_tree_changes, rewrite_tree
 
 BLOB = pygit2.GIT_FILEMODE_BLOB
@@ -24,6 +26,7 @@ TRICKY = ["b", "a b", "x", "y 100644 x", "40000 d", "d", "z\x01", "e.txt", "e.tx
 # Entries enough to make a directory wide (rewritten as raw bytes rather than by libgit2's
 # tree builder).
 WIDE = 600
+SIG = pygit2.Signature("t", "t@localhost", 1764590000, 0)
 
 
 def _repo(tmp_path: Path) -> pygit2.Repository:
@@ -38,7 +41,9 @@ def _index(repo: pygit2.Repository, files: dict[str, tuple[bytes, int]]) -> pygi
 
 
 def _check(repo: pygit2.Repository, index: pygit2.Index, base: str, changed: set[str]) -> str:
-    tree, counts = rewrite_tree(repo, index, base, changed)
+    # Written as the daemon writes them: narrow trees deflated and wide ones stored by ``loose``.
+    stored = StoredObjects(Path(repo.path) / "objects", fsync=False)
+    tree, counts = rewrite_tree(repo, index, base, changed, stored)
     assert tree == str(index.write_tree(repo)), f"rewrite of {sorted(changed)} diverged"
     assert counts == compute_tree_changes(repo, base, tree)
     return tree
@@ -112,6 +117,11 @@ def test_random_changes_match_the_index(tmp_path: Path, per_dir: int) -> None:
                 mode = rng.choice([BLOB, BLOB, BLOB, EXEC, LINK])
                 index.add(pygit2.IndexEntry(path, repo.create_blob(b"%d\n" % step), mode))
         base = _check(repo, index, base, changed)
+    # Every tree written on the way (deflated or stored by ``loose``) is one git accepts.
+    repo.references.create("refs/heads/last", repo.create_commit(
+        None, SIG, SIG, "last\n", pygit2.Oid(hex=base), []))
+    subprocess.run(["git", "--git-dir", repo.path, "fsck", "--strict", "--no-dangling"],
+                   check=True, capture_output=True)
 
 
 def test_entry_spans_carry_over_in_place_rewrites_only(tmp_path: Path, monkeypatch) -> None:
