@@ -38,8 +38,8 @@ _KNOWN_LOCK = threading.Lock()
 _KNOWN_MAX = 256
 # How many files a tree holds, by tree id, for the trees full scans wrote (the newest few).
 _FILE_COUNTS: dict[str, int] = {}
-# A directory of this many entries is rewritten as raw bytes: below it libgit2's tree builder
-# over its cached parsed tree is as cheap; above it, one builder entry per name dominates.
+# A directory of this many entries is searched and spliced as raw bytes, never parsed whole;
+# a narrower one is parsed into its entries (cheap at that size) when it must be rebuilt.
 _WIDE_ENTRIES = 512
 # The raw bytes of the newest trees ``rewrite_tree`` wrote of at least ``_WIDE_BYTES`` (about
 # ``_WIDE_ENTRIES`` entries): the next capture of that worktree rewrites the same directories,
@@ -75,9 +75,11 @@ def rewrite_tree(repo: pygit2.Repository, index: pygit2.Index, base: str,
     A directory whose entries are only replaced (same kind) or removed is rewritten as raw
     bytes (``_splice``): one ``bytes.replace``-sized copy instead of one libgit2 tree-builder
     entry per name, which is what a wide directory (a monorepo's root with thousands of
-    entries) costs on every capture. Anything else (an entry added, a file turned directory)
-    goes through libgit2's tree builder for that directory only. A wide tree is written
-    stored by ``stored`` (``loose.StoredObjects``) when given, not deflated."""
+    entries) costs on every capture. Anything else (an entry added, a file turned directory),
+    and every narrow directory, is parsed into its entries, changed and written again in git's
+    order (``_rewrite_dir``). With ``stored`` (``loose.StoredObjects``) the trees are written by
+    it, outside libgit2 and its hold on the interpreter lock: a wide one stored, not deflated,
+    a narrow one deflated."""
     if not files:
         return base, (0, 0, 0)
     counts = [0, 0, 0]
