@@ -1,6 +1,5 @@
-"""Loose objects and refs the capture hot path writes without libgit2's extra work: a wide
-tree stored uncompressed inside its zlib stream, a commit formatted from its tree's id, and the
-attempt's ref moved to it.
+"""Loose objects the capture hot path writes without libgit2's extra work: a wide tree stored
+uncompressed inside its zlib stream, and a commit formatted from its tree's id.
 
 Why not libgit2 for these two: its loose backend deflates every object (level 6 through a
 repository's own object database; pygit2's ``OdbBackendLoose`` at level 0 writes no zlib stream
@@ -20,13 +19,6 @@ Promises:
   directory are fsynced before it returns, as libgit2 does in full durability.
 - ``commit_bytes`` are the bytes libgit2's ``git_commit_create`` writes for the same tree,
   parents, signatures and message (no encoding header, message as given).
-- ``write_ref`` moves a loose ref the way git and libgit2 do, and so alongside them: the
-  ``<ref>.lock`` file created exclusively (a lock held by another writer fails this one with
-  ``FileExistsError``), the id written, the lock renamed over the ref, which is whole before or
-  after and never torn. A packed ref of the same name is shadowed, as by ``git update-ref``.
-  Why not libgit2's ``references.create``: it re-reads the configuration and the target object
-  before it writes, and holds the interpreter lock throughout, file creation included
-  (0.2-0.4 ms of a capture on the daemon's one interpreter).
 """
 
 from __future__ import annotations
@@ -39,7 +31,7 @@ from pathlib import Path
 
 import pygit2
 
-from snapshotd.durable import fsync_path, write_all, write_new
+from snapshotd.durable import fsync_path, write_new
 
 # What ``git gc`` / ``git prune`` treats as a stale temporary object once past its grace.
 _TMP_PREFIX = "tmp_obj_"
@@ -57,16 +49,10 @@ class StoredObjects:
     def write(self, kind: str, data: bytes) -> pygit2.Oid:
         return write_stored(self.objects, kind, data, self.fsync)
 
-    def write_deflated(self, kind: str, data: bytes) -> pygit2.Oid:
-        """A small object, deflated (level 1) as libgit2 would, written the same way."""
-        return write_stored(self.objects, kind, data, self.fsync, deflate=True)
 
-
-def write_stored(objects: Path, kind: str, data: bytes, fsync: bool, *,
-                 deflate: bool = False) -> pygit2.Oid:
+def write_stored(objects: Path, kind: str, data: bytes, fsync: bool) -> pygit2.Oid:
     """Write ``data`` as a loose object of ``kind`` ("tree", "blob", "commit") under the object
-    directory ``objects``, its zlib stream uncompressed (``deflate``: compressed at level 1,
-    for small objects); return its id."""
+    directory ``objects``, its zlib stream uncompressed; return its id."""
     header = b"%s %d\0" % (kind.encode(), len(data))
     digest = hashlib.sha1(header, usedforsecurity=False)
     digest.update(data)
@@ -75,7 +61,7 @@ def write_stored(objects: Path, kind: str, data: bytes, fsync: bool, *,
     final = fan / hexid[2:]
     if final.exists():
         return pygit2.Oid(hex=hexid)
-    body = zlib.compress(header + data, 1) if deflate else stored_zlib(header, data)
+    body = stored_zlib(header, data)
     for attempt in range(1, _TRIES + 1):
         try:
             _place(fan, final, body, fsync)
@@ -84,30 +70,6 @@ def write_stored(objects: Path, kind: str, data: bytes, fsync: bool, *,
             if attempt == _TRIES:
                 raise
     return pygit2.Oid(hex=hexid)
-
-
-def write_ref(git_dir: Path, name: str, target: str, fsync: bool) -> None:
-    """Point loose ref ``name`` (``refs/...``) of the repository ``git_dir`` at ``target`` (a
-    hex id). With ``fsync`` the ref and its directory are fsynced; the directories above it,
-    when this created them, are the caller's to make durable. A lock left by a crash stays
-    until the daemon's next start removes it (``recovery``); until then this ref cannot move."""
-    path = git_dir / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lock = path.with_name(path.name + ".lock")
-    fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # another's lock: raises
-    try:
-        try:
-            write_all(fd, f"{target}\n".encode())
-            if fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(lock, path)
-    except BaseException:
-        lock.unlink(missing_ok=True)  # ours: a lock left behind would hold the ref until restart
-        raise
-    if fsync:
-        fsync_path(path.parent)
 
 
 def stored_zlib(header: bytes, data: bytes) -> bytes:

@@ -38,7 +38,7 @@ import pygit2
 from snapshotd import faults
 from snapshotd.durable import sync_dirs
 from snapshotd.keys import REF_PREFIX, AttemptKey
-from snapshotd.loose import StoredObjects, commit_bytes, write_ref
+from snapshotd.loose import StoredObjects, commit_bytes
 from snapshotd.recovery import Recovery, ensure_store, recover_home
 from snapshotd.scan_rules import source_readable
 from snapshotd.store_errors import (
@@ -237,18 +237,20 @@ class Store:
             self._require_objects([tree] + ([parent] if parent else []))
             new_ref = self.repo.references.get(meta.key.ref) is None
             for attempt in range(1, ODB_TRIES + 1):
-                oid = self.stored_objects.write("commit", raw)
+                oid = odb_retry(self.repo.odb.write, pygit2.GIT_OBJECT_COMMIT, raw)
                 faults.crash_point("after-commit")
-                write_ref(self.path, meta.key.ref, str(oid), self.fsync)
-                if self.repo.odb.exists(oid):
+                try:
+                    self.repo.references.create(meta.key.ref, oid, force=True)
                     break
-                # Seen under a concurrent `git gc` with a short prune grace, which deleted the
-                # commit just written before its ref moved (gc now holds ``gate`` alone for
-                # that). Writing it again is safe (same bytes, same id); a missing tree or
-                # parent still fails above.
-                if attempt == ODB_TRIES:
-                    raise pygit2.GitError(f"commit {oid} vanished as its ref moved")
-                log.warning("commit %s vanished as its ref moved; writing it again", oid)
+                except pygit2.GitError as exc:
+                    # Seen under a concurrent `git gc` with a short prune grace, which deleted
+                    # the commit just written before its ref moved (gc now holds ``gate``
+                    # alone for that). Writing it again is safe (same bytes, same id); a
+                    # missing tree or parent still fails above.
+                    if "doesn't exist" not in str(exc) or attempt == ODB_TRIES:
+                        raise
+                    log.warning("commit %s vanished before its ref moved (%s); writing it "
+                                "again", oid, exc)
             faults.crash_point("after-ref")
             if self.fsync:
                 self._make_names_durable(meta.key, new_ref)

@@ -38,8 +38,8 @@ _KNOWN_LOCK = threading.Lock()
 _KNOWN_MAX = 256
 # How many files a tree holds, by tree id, for the trees full scans wrote (the newest few).
 _FILE_COUNTS: dict[str, int] = {}
-# A directory of this many entries is searched and spliced as raw bytes, never parsed whole;
-# a narrower one is parsed into its entries (cheap at that size) when it must be rebuilt.
+# A directory of this many entries is rewritten as raw bytes: below it libgit2's tree builder
+# over its cached parsed tree is as cheap; above it, one builder entry per name dominates.
 _WIDE_ENTRIES = 512
 # The raw bytes of the newest trees ``rewrite_tree`` wrote of at least ``_WIDE_BYTES`` (about
 # ``_WIDE_ENTRIES`` entries): the next capture of that worktree rewrites the same directories,
@@ -75,11 +75,9 @@ def rewrite_tree(repo: pygit2.Repository, index: pygit2.Index, base: str,
     A directory whose entries are only replaced (same kind) or removed is rewritten as raw
     bytes (``_splice``): one ``bytes.replace``-sized copy instead of one libgit2 tree-builder
     entry per name, which is what a wide directory (a monorepo's root with thousands of
-    entries) costs on every capture. Anything else (an entry added, a file turned directory),
-    and every narrow directory, is parsed into its entries, changed and written again in git's
-    order (``_rewrite_dir``). With ``stored`` (``loose.StoredObjects``) the trees are written by
-    it, outside libgit2 and its hold on the interpreter lock: a wide one stored, not deflated,
-    a narrow one deflated."""
+    entries) costs on every capture. Anything else (an entry added, a file turned directory)
+    goes through libgit2's tree builder for that directory only. A wide tree is written
+    stored by ``stored`` (``loose.StoredObjects``) when given, not deflated."""
     if not files:
         return base, (0, 0, 0)
     counts = [0, 0, 0]
@@ -374,44 +372,27 @@ def _rewrite_dir(repo: pygit2.Repository, old: _OldTrees, d: str,
             if len(data) == len(raw):  # entries only replaced in place: the spans hold
                 _keep_spans(oid, old.spans_of(base_id))
             return oid
-    if raw is None and base_id is not None:
-        raw = repo.odb.read(base_id)[1]
-    entries = _entries(raw) if raw is not None else {}
+    tree = repo[base_id].peel(pygit2.Tree) if base_id is not None else None
+    builder = repo.TreeBuilder(tree) if tree is not None else repo.TreeBuilder()
     for name, value in changes.items():
-        key = name.encode()
-        existing = entries.get(key)
-        if name in files_here and existing is not None and existing[0] == _TREE_MODE[:-1]:
+        existing = builder.get(name)
+        if name in files_here and existing is not None \
+                and existing.filemode == pygit2.GIT_FILEMODE_TREE:
             # The index has a file (or nothing) where the base has a directory.
             raise TreeShapeChanged(f"{d}/{name}")
         if value is None:
             if existing is not None:
-                del entries[key]
+                builder.remove(name)
                 if name in files_here:
                     counts[2] += 1
             continue
-        mode = b"%o" % value[1]
         if name in files_here:
             if existing is None:
                 counts[0] += 1
-            elif existing[1] != value[0].raw or existing[0] != mode:
+            elif existing.id != value[0] or int(existing.filemode) != value[1]:
                 counts[1] += 1
-        entries[key] = (mode, value[0].raw)
-    if not entries:
-        return None
-    # Git's order: by name, a directory's name compared as if it ended in "/".
-    ordered = sorted(entries.items(),
-                     key=lambda item: item[0] + b"/" if item[1][0] == b"40000" else item[0])
-    data = b"".join(b"%s %s\0%s" % (mode, name, oid) for name, (mode, oid) in ordered)
-    return _write_raw_tree(repo, data, stored)
-
-
-def _entries(raw: bytes) -> dict[bytes, tuple[bytes, bytes]]:
-    """The entries of raw tree bytes: name -> (mode, 20-byte id)."""
-    entries = {}
-    for entry in _TREE_ENTRY.findall(raw):
-        space = entry.index(b" ")
-        entries[entry[space + 1:-21]] = (entry[:space], entry[-20:])
-    return entries
+        builder.insert(name, value[0], value[1])
+    return builder.write() if len(builder) else None
 
 
 def _keep_spans(oid: pygit2.Oid, spans: dict[bytes, tuple[int, int]]) -> None:
@@ -423,21 +404,20 @@ def _keep_spans(oid: pygit2.Oid, spans: dict[bytes, tuple[int, int]]) -> None:
 
 def _write_raw_tree(repo: pygit2.Repository, data: bytes,
                     stored: StoredObjects | None) -> pygit2.Oid:
-    """Write raw tree ``data`` through ``stored`` when given (a wide one stored, a narrow one
-    deflated), else through libgit2; a wide one is kept for the next capture's rewrite."""
-    wide = len(data) >= _WIDE_BYTES
-    if stored is None:
+    """Write raw tree ``data``; a wide one is written stored and kept for the next capture's
+    rewrite."""
+    if len(data) < _WIDE_BYTES or stored is None:
         oid = repo.odb.write(pygit2.GIT_OBJECT_TREE, data)
+        if len(data) < _WIDE_BYTES:
+            return oid
     else:
         try:
-            oid = stored.write("tree", data) if wide else stored.write_deflated("tree", data)
+            oid = stored.write("tree", data)
         except OSError as exc:
             # libgit2 writes it instead, and says so itself when the disk refuses it too.
-            log.warning("could not write a %d-byte tree %s (%s); writing it deflated",
-                        len(data), "stored" if wide else "itself", exc)
+            log.warning("could not write a %d-byte tree stored (%s); writing it deflated",
+                        len(data), exc)
             oid = repo.odb.write(pygit2.GIT_OBJECT_TREE, data)
-    if not wide:
-        return oid
     with _KNOWN_LOCK:
         _WIDE_TREES.pop(oid, None)
         _WIDE_TREES[oid] = data

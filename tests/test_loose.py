@@ -13,7 +13,7 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from snapshotd.loose import StoredObjects, commit_bytes, stored_zlib, write_ref, write_stored
+from snapshotd.loose import StoredObjects, commit_bytes, stored_zlib, write_stored
 from snapshotd.store import Store
 from snapshotd.trees import known_file_count, rewrite_tree
 
@@ -149,46 +149,3 @@ def test_stored_stream_inflates_to_header_and_data_at_every_block_boundary(size:
     blocks = -(-(len(header) + size) // 65535)
     assert len(body) == 2 + 5 * blocks + len(header) + size + 4  # stored: nothing compressed
 
-
-def test_write_ref_moves_a_ref_git_and_libgit2_read(tmp_path: Path) -> None:
-    """``write_ref`` makes a new ref, moves it, shadows a packed one, and leaves no lock."""
-    store = tmp_path / "store.git"
-    repo = pygit2.init_repository(str(store), bare=True)
-    sig = pygit2.Signature("t", "t@localhost", 1764590000, 0)
-    tree = repo.TreeBuilder().write()
-    first = repo.create_commit(None, sig, sig, "one\n", tree, [])
-    second = repo.create_commit(None, sig, sig, "two\n", tree, [first])
-    name = "refs/snapshotd/runs/r/n/0/1"
-    write_ref(store, name, str(first), fsync=True)
-    assert repo.references[name].target == first
-    assert _git(store, "rev-parse", name).strip() == str(first)
-    _git(store, "pack-refs", "--all")
-    assert not (store / name).exists()
-    write_ref(store, name, str(second), fsync=False)  # the packed ref is shadowed
-    assert repo.references[name].target == second
-    assert _git(store, "rev-parse", name).strip() == str(second)
-    assert not list(store.rglob("*.lock"))
-    subprocess.run(["git", "-C", str(store), "fsck", "--strict"], check=True,
-                   capture_output=True)
-
-
-def test_write_ref_fails_on_a_held_lock_and_cleans_up_only_its_own(tmp_path: Path) -> None:
-    """Another writer's lock fails the move and stays; a failure after this writer took the
-    lock (a directory where the ref should be) leaves no lock of its own behind."""
-    store = tmp_path / "store.git"
-    repo = pygit2.init_repository(str(store), bare=True)
-    sig = pygit2.Signature("t", "t@localhost", 1764590000, 0)
-    commit = repo.create_commit(None, sig, sig, "one\n", repo.TreeBuilder().write(), [])
-    name = "refs/snapshotd/runs/r/n/0/1"
-    lock = store / (name + ".lock")
-    lock.parent.mkdir(parents=True)
-    lock.write_text("held by someone else\n")
-    with pytest.raises(FileExistsError):
-        write_ref(store, name, str(commit), fsync=False)
-    assert lock.read_text() == "held by someone else\n"
-    assert repo.references.get(name) is None
-    lock.unlink()
-    (store / name / "below").mkdir(parents=True)  # a directory where the ref's file goes
-    with pytest.raises(OSError):
-        write_ref(store, name, str(commit), fsync=False)
-    assert not lock.exists()
