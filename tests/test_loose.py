@@ -148,4 +148,3 @@ def test_stored_stream_inflates_to_header_and_data_at_every_block_boundary(size:
     assert zlib.decompress(body) == header + data
     blocks = -(-(len(header) + size) // 65535)
     assert len(body) == 2 + 5 * blocks + len(header) + size + 4  # stored: nothing compressed
-
