@@ -15,7 +15,10 @@ For each tree size (generated, committed and packed like a clone), in one proces
   the size of the objects that change needs (compressed blob, trees on its path, commit);
 - ``watch_setup_ms`` (``attempt_begin``, which sets the watch up before it returns; ``watches``
   is how many inotify watches it holds), ``daemon_rss_mb_watched`` (after every row above),
-  ``restore_1_file_ms`` against the peer's ``add -A`` + ``read-tree -m -u``.
+  ``restore_1_file_ms`` against the peer's ``add -A`` + ``read-tree -m -u``;
+- ``file_create_ms``: what creating one file cost where the store is, just before the steady
+  rows (on some disks it swings 30x after thousands of files were written, and every capture
+  with a change creates several: compare runs only at similar values).
 
 A tree of N files has N/10 directories of 10 files (``--sizes 1000000``: 1,000,000 files in
 about 110,000 directories), committed as one pack like a clone (``git fast-import``; no loose
@@ -45,7 +48,15 @@ from pathlib import Path
 
 import psutil
 
-from bench.common import DaemonProc, GitPeer, http_poster, make_tree, median, tree_file
+from bench.common import (
+    DaemonProc,
+    GitPeer,
+    file_create_ms,
+    http_poster,
+    make_tree,
+    median,
+    tree_file,
+)
 from bench.tree import cached_tree
 
 # What hooks/hooks.json runs: the environment's installed ``snapshot-hook`` script.
@@ -86,7 +97,10 @@ def run_size(files: int, rounds: int, hooks: list[str] | None = None,
                      "prepare_s": round(prepare_s, 1), "tree_reused": reused,
                      "first_capture_ms": round(first_ms, 1),
                      "peer_first_capture_ms": round(peer_first, 1),
-                     "watch_setup_ms": round(watch_ms, 1)}
+                     "watch_setup_ms": round(watch_ms, 1),
+                     # What creating a file cost where the store is, before the steady rows
+                     # (every capture with a change creates several: bench.common).
+                     "file_create_ms": file_create_ms(daemon.dir)}
         for changed in (0, 1, 100):
             ours, theirs = [], []
             for r in range(rounds):
