@@ -74,8 +74,7 @@ def run(worktrees: int, hooks: int, burst: int, files: int, use_http: bool = Fal
                                       ).returncode
             return code, (time.perf_counter() - t0) * 1000
 
-        if warm:
-            _warm(daemon, trees)
+        notifiers = _warm(daemon, trees) if warm else None
         total = worktrees * hooks
         create_ms = file_create_ms(daemon.dir)
         latencies: list[float] = []
@@ -100,6 +99,8 @@ def run(worktrees: int, hooks: int, burst: int, files: int, use_http: bool = Fal
             "bench": "load", "transport": "http" if use_http else "process", "warm": warm,
             "worktrees": worktrees, "hooks_per_worktree": hooks, "burst": burst,
             "agent_sessions": agent_sessions, "daemon_session": daemon_session,
+            # Watcher notifiers when the timed hooks began (1: the warm-up's merge was done).
+            "notifiers_at_start": notifiers,
             "autogroup": _autogroup(),
             "files_per_worktree": files, "cpus": os.cpu_count(),
             "loadavg_1m": round(os.getloadavg()[0], 2), "wall_s": round(wall, 2),
@@ -125,15 +126,28 @@ def run(worktrees: int, hooks: int, burst: int, files: int, use_http: bool = Fal
         subprocess.run(["rm", "-rf", str(work)])
 
 
-def _warm(daemon: DaemonProc, trees: list[Path]) -> None:
+def _warm(daemon: DaemonProc, trees: list[Path]) -> int:
     """Each worktree's first capture (seeding its stat cache: the ``first_capture`` budget of
     ``python -m bench``), taken for the session the hooks attribute to, as tier 2 so the timed
-    tier-1 latencies are the steady state."""
+    tier-1 latencies are the steady state; then the watcher's merge of the new worktrees'
+    notifiers into one (three seconds after the last was watched, it watches every directory
+    of them again: part of watch set-up, once per fleet), waited for up to ``MERGE_WAIT_S``.
+    Returns the notifiers left."""
     with daemon.client() as c:
         for i, wt in enumerate(trees):
             c.request("snapshot", cwd=str(wt), tier=2, source="watch", fallback={
                 "run_id": f"claude-load-{i}", "node_id": "session", "iteration": 0,
                 "attempt": 1, "worktree": str(wt)})
+        deadline = time.monotonic() + MERGE_WAIT_S
+        while True:
+            notifiers = int(c.status()["watcher"]["notifiers"])
+            if notifiers <= 1 or time.monotonic() > deadline:
+                return notifiers
+            time.sleep(0.2)
+
+
+# How long the warm-up waits for the watcher to merge the new worktrees' notifiers (s).
+MERGE_WAIT_S = 15.0
 
 
 def _tool_calls(home: Path) -> int:
