@@ -54,11 +54,12 @@ def is_write_failure(exc: BaseException) -> bool:
 
 def odb_retry(call: Callable[..., T], *args: object) -> T:
     """``call(*args)``, tried again (up to ``ODB_TRIES`` times) while it fails only because a
-    concurrent ``git gc`` removed the object directory it was renaming a new object into."""
+    concurrent ``git gc`` removed the object directory it was renaming a new object into.
+    pygit2 raises that as ``OSError`` (libgit2's OS-class errors) or ``GitError``."""
     for attempt in range(1, ODB_TRIES + 1):
         try:
             return call(*args)
-        except pygit2.GitError as exc:
+        except (pygit2.GitError, OSError) as exc:
             text = str(exc)
             vanished = "No such file or directory" in text and "/objects/" in text
             if not vanished or attempt == ODB_TRIES:
