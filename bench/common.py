@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import http.client
 import os
 import shutil
@@ -137,6 +138,9 @@ class DaemonProc:
                                      cwd=cwd, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL,
                                      start_new_session=own_session)
+        # In a session of its own it no longer gets the terminal's Ctrl-C: a bench that ends on
+        # an exception or an interrupt stops it on the way out.
+        atexit.register(self.stop)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
@@ -151,6 +155,7 @@ class DaemonProc:
         return Client(self.socket, timeout=600)
 
     def stop(self) -> None:
+        atexit.unregister(self.stop)
         self.proc.send_signal(signal.SIGTERM)
         try:
             self.proc.wait(60)

@@ -325,7 +325,7 @@ def reclaimable_bytes(service: Service, policy: Policy) -> int:
         if proc.returncode == 0:
             return int(proc.stdout.strip() or 0)
     except ValueError:
-        pass
+        pass  # not a number: reported just below, like a failed run
     # An estimate only (a dry run's figure): reported as unknown-zero, never as a failed gc.
     log.warning("could not measure the bytes a gc would reclaim (git rev-list exit %d): %s",
                 proc.returncode, (proc.stderr or proc.stdout).strip()[:300])

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from snapshotd.durable import GIT_FSYNC_ARGS, sync_dirs, write_all, write_new
+from snapshotd.user_repo import common_dir
 
 log = logging.getLogger("snapshotd.seeding")
 
@@ -48,12 +49,11 @@ def take_packs(user_gitdir: Path, store: Path, oids: list[str], fsync: bool) -> 
     """Copy into ``store`` each pack of the user's repository at least half of whose objects
     are among ``oids``; returns the ``oids`` no pack copied holds. A pack that fails its
     checks or cannot be copied is left out (its objects stay in the result)."""
-    pack_dir = _objects_dir(user_gitdir) / "pack"
     wanted = set(oids)
     try:
-        indexes = sorted(pack_dir.glob("pack-*.idx"))
+        indexes = sorted((common_dir(user_gitdir) / "objects" / "pack").glob("pack-*.idx"))
     except OSError:
-        return oids
+        return oids  # no pack to take: they all go through git pack-objects
     taken = False
     for idx in indexes:
         if not wanted:
@@ -174,17 +174,6 @@ def _copy_pack(pack: Path, dest: Path, index: bytes, fsync: bool) -> bool:
         finally:
             os.close(fd)
     return digest.digest() == trailer == index[-40:-20]
-
-
-def _objects_dir(gitdir: Path) -> Path:
-    """The object directory of the repository at ``gitdir`` (its common dir's, for a linked
-    worktree)."""
-    try:
-        text = (gitdir / "commondir").read_text().strip()
-    except OSError:
-        return gitdir / "objects"
-    common = Path(text)
-    return (common if common.is_absolute() else gitdir / common) / "objects"
 
 
 def copy_objects(user_gitdir: Path, store: Path, oids: list[str], fsync: bool) -> bool:

@@ -406,10 +406,9 @@ def _write_raw_tree(repo: pygit2.Repository, data: bytes,
                     stored: StoredObjects | None) -> pygit2.Oid:
     """Write raw tree ``data``; a wide one is written stored and kept for the next capture's
     rewrite."""
-    if len(data) < _WIDE_BYTES or stored is None:
+    wide = len(data) >= _WIDE_BYTES
+    if not wide or stored is None:
         oid = repo.odb.write(pygit2.GIT_OBJECT_TREE, data)
-        if len(data) < _WIDE_BYTES:
-            return oid
     else:
         try:
             oid = stored.write("tree", data)
@@ -418,13 +417,16 @@ def _write_raw_tree(repo: pygit2.Repository, data: bytes,
             log.warning("could not write a %d-byte tree stored (%s); writing it deflated",
                         len(data), exc)
             oid = repo.odb.write(pygit2.GIT_OBJECT_TREE, data)
+    if not wide:
+        return oid
     with _KNOWN_LOCK:
         _WIDE_TREES.pop(oid, None)
         _WIDE_TREES[oid] = data
         while len(_WIDE_TREES) > _WIDE_MAX \
                 or sum(map(len, _WIDE_TREES.values())) > _WIDE_MAX_BYTES:
-            _WIDE_SPANS.pop(next(iter(_WIDE_TREES)), None)
-            del _WIDE_TREES[next(iter(_WIDE_TREES))]
+            oldest = next(iter(_WIDE_TREES))
+            del _WIDE_TREES[oldest]
+            _WIDE_SPANS.pop(oldest, None)
     return oid
 
 

@@ -55,13 +55,9 @@ def repo_info_exclude(root: Path) -> str | None:
     if gitdir is None:
         return None
     try:
-        common = gitdir / "commondir"
-        if common.is_file():
-            c = Path(common.read_text().strip())
-            gitdir = c if c.is_absolute() else (gitdir / c)
+        return str(common_dir(gitdir) / "info" / "exclude")
     except OSError:
         return None
-    return str(gitdir / "info" / "exclude")
 
 
 def tracked_files(root: Path) -> list[str]:
@@ -256,9 +252,15 @@ def user_head(root: Path) -> str | None:
 
 def objects_dir(repo: pygit2.Repository) -> Path:
     """The object directory of ``repo`` (its common dir's, for a linked worktree)."""
-    gitdir = Path(repo.path)
+    return common_dir(Path(repo.path)).resolve() / "objects"
+
+
+def common_dir(gitdir: Path) -> Path:
+    """The git dir holding the objects, refs and ``info`` of the repository whose git dir is
+    ``gitdir``: the one its ``commondir`` file names (a linked worktree's), else itself.
+    Raises ``OSError`` when that file is there but cannot be read."""
     common = gitdir / "commondir"
-    if common.is_file():
-        text = common.read_text().strip()
-        gitdir = (gitdir / text).resolve() if not Path(text).is_absolute() else Path(text)
-    return gitdir / "objects"
+    if not common.is_file():
+        return gitdir
+    named = Path(common.read_text().strip())
+    return named if named.is_absolute() else gitdir / named
