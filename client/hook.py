@@ -71,12 +71,18 @@ _GAP_RESERVE_S = 0.05
 _LOCK_FRESH_S = 30.0
 # Before-tool events (Claude Code and Codex, Gemini): a bracketing capture, see _before_tool.
 BEFORE_TOOL_EVENTS = ("PreToolUse", "BeforeTool")
+# The environment variables the hook reads to attribute a payload; snapshot-hook-native sends
+# them with the payload (client/native/snapshot_hook.c lists the same names).
+RELAYED_ENV = ("SNAPSHOTD_RUN_ID", "SNAPSHOTD_NODE_ID", "SNAPSHOTD_ITERATION",
+               "SNAPSHOTD_ATTEMPT", "CLAUDE_PROJECT_DIR", "GEMINI_PROJECT_DIR")
 
 
 def main() -> None:
     """Entry point of the ``snapshot-hook`` console script."""
     try:
-        start = time.monotonic()
+        start = started_at(os.environ, time.monotonic())
+        # Not for the daemon this hook may start, nor anything else it runs.
+        os.environ.pop("SNAPSHOTD_HOOK_STARTED_NS", None)
         _silence_output()
         budget_ms, note = budget_setting(os.environ)
         deadline = start + budget_ms / 1000.0
@@ -103,7 +109,6 @@ def handle(data: bytes | None, *, deadline: float, budget_ms: int, note: str = "
     """Process one payload (``None``: stdin did not close in time). Returns the outcome: ``"ok"``
     or the reason of the failure (also the gap's reason when one was written). ``note`` (a
     setting that was out of range) is added to the detail of any gap written."""
-    from .agents import normalize
     from .protocol import BAD_PAYLOAD, INTERNAL
 
     env = os.environ
@@ -123,10 +128,10 @@ def handle(data: bytes | None, *, deadline: float, budget_ms: int, note: str = "
 
     fields: dict[str, Any] = {}
     try:
-        payload = normalize(payload) or payload  # Copilot, Qwen, Cline, Cursor, ...: agents.py
-        if payload.get("hook_event_name") in BEFORE_TOOL_EVENTS:
+        payload, kind = route(payload)
+        if kind == "before_tool":
             return _before_tool(payload, env, deadline=deadline, budget_ms=budget_ms)
-        if payload.get("hook_event_name") in SESSION_EVENTS:
+        if kind == "session":
             return _session(payload, gaps, deadline=deadline, budget_ms=budget_ms)
         fields = snapshot_fields(payload, env)
         return _capture(fields, gaps, deadline=deadline, budget_ms=budget_ms)
@@ -134,6 +139,33 @@ def handle(data: bytes | None, *, deadline: float, budget_ms: int, note: str = "
         gaps.write(_gap_attribution(payload, env, fields), tool_use_id=fields.get("tool_use_id"),
                    reason=INTERNAL, detail=f"snapshot-hook failed: {type(exc).__name__}: {exc}")
         return INTERNAL
+
+
+def route(payload: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The payload in Claude Code's shape (the other agents' normalized by
+    ``snapshotd_client.agents``) and what the hook does for it: ``"before_tool"`` (a bracketing
+    capture), ``"session"`` (a lifecycle event) or ``"snapshot"`` (the after-tool capture)."""
+    from .agents import normalize
+
+    payload = normalize(payload) or payload  # Copilot, Qwen, Cline, Cursor, ...: agents.py
+    event = payload.get("hook_event_name")
+    if event in BEFORE_TOOL_EVENTS:
+        return payload, "before_tool"
+    if event in SESSION_EVENTS:
+        return payload, "session"
+    return payload, "snapshot"
+
+
+def started_at(env: Mapping[str, str], now: float) -> float:
+    """When this hook began, in ``time.monotonic()`` seconds: ``now``, or the start that
+    ``snapshot-hook-native`` passes in ``SNAPSHOTD_HOOK_STARTED_NS`` when it hands a payload over,
+    so both share one budget. A value that is not a time of the last ``MAX_TIMEOUT_MS`` (set by
+    something else, or inherited from long ago) is ignored."""
+    raw = env.get("SNAPSHOTD_HOOK_STARTED_NS", "")
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 20:
+        return now
+    started = int(raw) / 1e9
+    return started if now - MAX_TIMEOUT_MS / 1000.0 <= started <= now else now
 
 
 def budget_setting(env: Mapping[str, str]) -> tuple[int, str]:

@@ -36,7 +36,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from snapshotd.errors import ServiceError
+from snapshotd.hook_relay import HookRunner
 from snapshotd_client import protocol
 from snapshotd_client.hook import (
     BEFORE_TOOL_EVENTS,
@@ -132,6 +132,7 @@ class HttpHook:
     def __init__(self, service: Service, server: Server, config: Config, token: str) -> None:
         self.service = service
         self.server = server
+        self.runner = HookRunner(service, server, on_gap=lambda: self.count("gaps"))
         self.token = token
         self.budget_s = max(0.1, config.hook_timeout_ms / 1000.0 - _REPLY_MARGIN_S)
         self.httpd = _Listener(("127.0.0.1", config.http_hook_port), _RequestHandler)
@@ -215,32 +216,13 @@ class HttpHook:
             return
         if payload.get("hook_event_name") in BEFORE_TOOL_EVENTS:
             # No gap: the after-tool capture of this call writes one if it cannot capture.
-            self._run("before_tool", before_tool_fields(payload, env), env, gap=False)
+            self.runner.run("before_tool", before_tool_fields(payload, env), env, gap=False)
             return
-        self._run("snapshot", snapshot_fields(payload, env), env, gap=True)
+        self.runner.run("snapshot", snapshot_fields(payload, env), env, gap=True)
 
     def gap(self, fields: dict, env: dict[str, str], reason: str, detail: str) -> None:
         """The gap ``snapshot-hook`` would have written for this request."""
-        self.count("gaps")
-        self.service.gaps.record(reason=reason, detail=detail, tier=1, source="hook",
-                                 tool_use_id=fields.get("tool_use_id"),
-                                 **_attribution(fields, env))
-
-    # -- helpers ---------------------------------------------------------------------------
-
-    def _run(self, op: str, fields: dict, env: dict[str, str], *, gap: bool) -> None:
-        handler = self.server.handler(op)
-        if handler is None:  # before_tool without the bracket part: nothing to do
-            return
-        try:
-            handler({k: v for k, v in fields.items() if v is not None})
-        except ServiceError as exc:
-            if gap and not protocol.daemon_records_gap(exc.code):
-                self.gap(fields, env, exc.code, exc.message)
-        except Exception as exc:  # noqa: BLE001 - a failed capture is a gap, never a crash
-            log.exception("HTTP hook capture failed")
-            if gap:
-                self.gap(fields, env, protocol.INTERNAL, f"{type(exc).__name__}: {exc}")
+        self.runner.gap(fields, env, reason, detail)
 
 
 class Deadlines:
@@ -451,13 +433,3 @@ class _RequestHandler(BaseHTTPRequestHandler):
 def _absolute(cwd: object) -> bool:
     return isinstance(cwd, str) and os.path.isabs(cwd) and "\0" not in cwd
 
-
-def _attribution(fields: dict, env: dict[str, str]) -> dict[str, Any]:
-    fallback = fields.get("fallback")
-    if isinstance(fallback, dict):
-        return {k: fallback.get(k) for k in ("run_id", "node_id", "iteration", "attempt",
-                                               "worktree")}
-    keys = ("run_id", "node_id", "iteration", "attempt")
-    out: dict[str, Any] = {k: fields.get(k) for k in keys}
-    out["worktree"] = fields.get("cwd") or env.get("CLAUDE_PROJECT_DIR")
-    return out

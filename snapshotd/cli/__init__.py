@@ -25,6 +25,7 @@ from snapshotd.cli import (
     install,
     log,
     mcp,
+    native_hook,
     purge,
     push,
     repair,
@@ -45,6 +46,6 @@ def main() -> None:
 
 
 for _module in (attempt, blame, config, diff, exec, export, fetch, find, flush, gc, handoff,
-                http_hook, install, log, mcp, purge, push, repair, restore, runs, serve, show,
+                http_hook, install, log, mcp, native_hook, purge, push, repair, restore, runs, serve, show,
                 snapshots, status, ui):
     _module.register(main)
