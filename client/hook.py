@@ -40,6 +40,7 @@ payload is parsed by ``json``'s C scanner without ``json`` itself (which imports
 from __future__ import annotations
 
 import os
+import stat  # already loaded by os itself: free on the hook's path
 import sys
 import time
 
@@ -575,9 +576,20 @@ def _accepts(socket_path: str, give_up: float) -> bool:
 
 def _read_stdin(deadline: float) -> bytes | None:
     # Bounded by the deadline: an agent that never closes stdin must not hang its own turn.
+    # A regular file ends, though: read it whole, deadline or not (snapshot-hook-native hands
+    # its payload over in one, maybe with the deadline already passed: a timeout to record).
     import select
 
     chunks: list[bytes] = []
+    try:
+        regular = stat.S_ISREG(os.fstat(0).st_mode)
+    except OSError:
+        regular = False
+    while regular:
+        chunk = os.read(0, 1 << 20)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:

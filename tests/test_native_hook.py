@@ -54,7 +54,8 @@ def native(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     fallback = where / "snapshot-hook"
     fallback.write_text(
         f"#!{sys.executable}\n"
-        "import os\n"
+        "import os, time\n"
+        "time.sleep(float(os.environ.get('TEST_SLOW_START_S', '0')))\n"
         f"with open({str(marker)!r}, 'a') as f:\n"
         "    f.write(os.environ.get('SNAPSHOTD_HOOK_STARTED_NS', '-') + '\\n')\n"
         "from snapshotd_client.hook import main\n"
@@ -201,8 +202,10 @@ def test_no_daemon_hands_over_and_the_python_hook_records_the_gap(native, hook_e
 
 
 @needs_cc
+@pytest.mark.parametrize("slow_start", [0.0, 0.2], ids=["python-starts-fast",
+                                                        "python-starts-slow"])
 def test_a_stopped_daemon_gets_the_timeout_gap_within_the_budget(
-        native, sd_env: Env, make_daemon, tmp_path: Path) -> None:
+        native, sd_env: Env, make_daemon, tmp_path: Path, slow_start: float) -> None:
     daemon = make_daemon(sd_env, QUIET_WATCHER)
     worktree = make_git_worktree(tmp_path / "wt")
     (worktree / "a.txt").write_text("a\n")
@@ -210,7 +213,10 @@ def test_a_stopped_daemon_gets_the_timeout_gap_within_the_budget(
     os.kill(daemon.proc.pid, signal.SIGSTOP)
     try:
         started = time.monotonic()
-        proc = run_native(native, sd_env.environ(SNAPSHOTD_HOOK_TIMEOUT_MS="800"),
+        # A slow start (a loaded machine) takes the Python hook past the whole budget: the
+        # payload it was handed is still read whole, and the gap still says timeout.
+        proc = run_native(native, sd_env.environ(SNAPSHOTD_HOOK_TIMEOUT_MS="800",
+                                                 TEST_SLOW_START_S=str(slow_start)),
                           claude_payload(worktree, "toolu_stopped", session_id="s-stopped"), cwd=worktree)
         elapsed = time.monotonic() - started
     finally:
@@ -219,7 +225,7 @@ def test_a_stopped_daemon_gets_the_timeout_gap_within_the_budget(
     assert handovers(native) == before + 1
     # The budget is shared: the Python hook found the deadline passed and wrote the gap at
     # once (a generous bound for a loaded machine: one budget, not two).
-    assert 0.7 < elapsed < 1.6
+    assert 0.7 < elapsed < 1.6 + slow_start
     (gap,) = [g for g in sd_env.read_gaps() if g["tool_use_id"] == "toolu_stopped"]
     assert gap["reason"] == "timeout" and "800 ms" in gap["detail"]
 
@@ -296,6 +302,34 @@ def test_a_session_start_is_handed_over_and_its_context_reaches_the_agent(
     assert "snapshotd" in doc["hookSpecificOutput"]["additionalContext"]
     with daemon.client() as c:
         assert c.status()["native_hook"]["fallbacks"] == fallbacks + 1
+
+
+@needs_cc
+def test_stdin_that_never_closes_is_one_gap_within_the_budget(native, hook_env,
+                                                               short_dir: Path) -> None:
+    before = handovers(native)
+    proc = subprocess.Popen([str(native[0])], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**hook_env,
+                                                         "SNAPSHOTD_HOOK_TIMEOUT_MS": "300"})
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    started = time.monotonic()
+    try:
+        proc.stdin.write(b'{"session_id": "s", ')  # and then nothing, and never closed
+        proc.stdin.flush()
+        proc.wait(timeout=10)
+        elapsed = time.monotonic() - started
+        out, err = proc.stdout.read(), proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.wait()
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            stream.close()
+    assert (proc.returncode, out, err) == (0, b"", b"")
+    assert elapsed < 1.5
+    assert handovers(native) == before + 1
+    gaps = [json.loads(line) for line in (short_dir / "gaps.ndjson").read_text().splitlines()]
+    assert [g["reason"] for g in gaps] == ["bad-payload"]
+    assert "not closed within 300 ms" in gaps[0]["detail"]
 
 
 @needs_cc

@@ -91,7 +91,8 @@ int main(void)
 
     struct buf payload = {0}, frame = {0};
     if (!read_stdin(&payload, deadline))
-        hand_over(&payload, started); /* not closed in time: the Python hook says so */
+        hand_over(NULL, started); /* not closed in time: the Python hook, past the deadline
+                                     it shares, records that at once */
     int fallback = 1;
     if (payload.len <= MAX_FRAME - FRAME_SPARE && socket_trusted(path)
             && build_frame(&frame, &payload)
@@ -216,8 +217,8 @@ static int wait_fd(int fd, short events, int64_t deadline)
     }
 }
 
-/* All of stdin until it closes; 0 when it did not close by the deadline (or cannot be read
- * and held: the Python hook then reads what is left). */
+/* All of stdin until it closes; 0 when it did not close by the deadline, or could not be
+ * held (the Python hook then reads on from where this stopped, its deadline passed). */
 static int read_stdin(struct buf *in, int64_t deadline)
 {
     for (;;) {
@@ -325,6 +326,10 @@ static int connect_to(const char *path, int64_t deadline)
         if (fd < 0)
             return -1;
         (void)fcntl(fd, F_SETFD, FD_CLOEXEC); /* never the Python hook's */
+#ifdef SO_NOSIGPIPE
+        int on = 1; /* macOS: a daemon gone mid-send is an error, not a SIGPIPE */
+        (void)setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &on, sizeof on);
+#endif
         if (connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0)
             return fd;
         int err = errno;
