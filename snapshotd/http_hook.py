@@ -4,7 +4,7 @@ Owns the optional loopback listener (``http_hook = true``; ``http_hook_port``, d
 ``0`` picks a free port), the per-user token file ``<home>/http-hook.token`` (``ensure_token``,
 ``read_token``), the checks every request passes before its body is read, and the mapping of
 ``X-Snapshotd-*`` headers onto the environment ``snapshot-hook`` would have read. The payload is
-parsed and attributed by the very functions ``snapshot-hook`` uses (``parse_json``,
+parsed and attributed by the very functions ``snapshot-hook`` uses (``parse_json``, ``route``,
 ``snapshot_fields``, ``before_tool_fields``), so both transports make the same request.
 
 Promises:
@@ -38,12 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from snapshotd.hook_relay import HookRunner
 from snapshotd_client import protocol
-from snapshotd_client.hook import (
-    BEFORE_TOOL_EVENTS,
-    before_tool_fields,
-    parse_json,
-    snapshot_fields,
-)
+from snapshotd_client.hook import before_tool_fields, parse_json, route, snapshot_fields
 
 if TYPE_CHECKING:
     from snapshotd.config import Config
@@ -208,13 +203,19 @@ class HttpHook:
             payload = parse_json(body)
         except Exception:  # noqa: BLE001 - ValueError, RecursionError: not a payload
             payload = None
+        kind = ""
+        if isinstance(payload, dict):
+            # Qwen Code POSTs its own shape: read as snapshot-hook reads it (one session, one
+            # run, whichever transport). A session event here is captured as a tool call: the
+            # settings `snapshotd http-hook` prints send only after-tool events.
+            payload, kind = route(payload)
         if not isinstance(payload, dict) or not _absolute(payload.get("cwd")):
             self.count("bad_request")
             self.gap({}, env, protocol.BAD_PAYLOAD,
                      f"the HTTP hook's body is not a hook payload with an absolute cwd "
                      f"({len(body)} bytes)")
             return
-        if payload.get("hook_event_name") in BEFORE_TOOL_EVENTS:
+        if kind == "before_tool":
             # No gap: the after-tool capture of this call writes one if it cannot capture.
             self.runner.run("before_tool", before_tool_fields(payload, env), env, gap=False)
             return

@@ -207,3 +207,20 @@ def test_the_cli_prints_the_settings_with_the_token(tmp_path: Path) -> None:
     only = subprocess.run([sys.executable, "-m", "snapshotd", "http-hook", "--token"],
                           env=env.environ(), capture_output=True, text=True, timeout=60)
     assert only.stdout.strip() == token
+
+
+def test_a_qwen_code_payload_lands_in_the_run_its_command_hook_would_name(
+        sd_env: Env, make_daemon, tmp_path: Path) -> None:
+    """Qwen Code's ``http`` hooks POST its own payload: the session is ``qwen-<id>`` on both
+    transports (the endpoint once parsed it as Claude Code's, splitting one session in two)."""
+    daemon = make_daemon(sd_env, HTTP_ENV)
+    addr = _endpoint(daemon)
+    worktree = make_git_worktree(tmp_path / "wt")
+    (worktree / "hello.txt").write_text("hello\n")
+    payload = dict(load_payloads("qwen/post-tool-use.ndjson")[0], cwd=str(worktree),
+                   tool_use_id="toolu_qwen_http")
+    status, _, _ = _post(addr, json.dumps(payload).encode(), _auth(sd_env, addr))
+    assert status == 200
+    rows = sd_env.ledger_query("SELECT run_id FROM checkpoints WHERE tool_use_id = ?",
+                               ("toolu_qwen_http",))
+    assert [r["run_id"] for r in rows] == [f"qwen-{payload['session_id']}"]
