@@ -447,3 +447,45 @@ def test_the_cli_builds_it_beside_the_hook_or_where_told(tmp_path: Path) -> None
                            "--fallback", str(tmp_path / "missing")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "not an executable snapshot-hook" in proc.stderr
+
+
+GOOD = {"fallback": False, "outcome": "ok"}
+ODD_VALUES = {"n": None, "f": 1.5, "big": 2**63, "neg": -2**40, "bin": b"\x00" * 300,
+              "nested": [[{"k": [1, 2, {"d": b"x"}]}]], "s": "é" * 40}
+
+
+@needs_cc
+@pytest.mark.parametrize("reply, fast", [
+    ({"id": 1, "ok": True, "result": GOOD}, True),
+    ({**ODD_VALUES, "id": 1, "ok": True, "result": {**ODD_VALUES, **GOOD}}, True),
+    ({"id": 2, "ok": True, "result": GOOD}, False),
+    ({"id": 1, "ok": True, "result": {"outcome": "ok"}}, False),
+    ({"id": 1, "ok": True, "result": [GOOD]}, False),
+    ({"id": 1, "ok": True, "result": {"fallback": 0}}, False),
+    ({"id": 1, "ok": True, "result": {"fallback": True}}, False),
+    ({"id": 1, "ok": False, "error": {"code": "unknown-op", "message": "no hook op"}}, False),
+    ("close", False),
+], ids=["plain", "odd-values", "other-id", "no-fallback", "result-list", "fallback-int",
+        "fallback-asked", "unknown-op", "hung-up"])
+def test_any_reply_but_done_is_a_hand_over(native, hook_env, short_dir: Path, reply,
+                                           fast: bool) -> None:
+    """What the daemon answers the hook op, read by the program's own small msgpack reader:
+    only a done reply ends the hook there; anything else (an older daemon's unknown-op, a
+    reply it cannot read) goes to the Python hook, which then asks as it always did."""
+    from fake_daemon import FakeDaemon
+
+    def respond(request: dict) -> dict | str:
+        if request.get("op") == "hook":
+            return reply
+        return {"id": request["id"], "ok": True, "result": {"seq": 1}}
+
+    before = handovers(native)
+    with FakeDaemon(short_dir / "d.sock", respond) as fake:
+        proc = run_native(native, hook_env, claude_payload(short_dir, "toolu_reply"))
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, b"", b"")
+    assert [r["op"] for r in fake.requests] == (["hook"] if fast else ["hook", "snapshot"])
+    assert handovers(native) == before + (0 if fast else 1)
+    hook_request = fake.requests[0]
+    assert hook_request["payload"] == json.dumps(claude_payload(short_dir,
+                                                                "toolu_reply")).encode()
+    assert not (short_dir / "gaps.ndjson").exists()

@@ -75,7 +75,7 @@ static int socket_trusted(const char *path);
 static int read_stdin(struct buf *in, int64_t deadline);
 static int build_frame(struct buf *frame, const struct buf *payload);
 static int exchange(const char *path, const struct buf *frame, int64_t deadline, int *fallback);
-static void hand_over(const struct buf *payload, int64_t started);
+static _Noreturn void hand_over(const struct buf *payload, int64_t started);
 static int put(struct buf *b, const void *data, size_t n);
 
 int main(void)
@@ -563,7 +563,7 @@ static int exchange(const char *path, const struct buf *frame, int64_t deadline,
 
 /* exec the Python hook, with `payload` (when this hook read stdin) as its stdin and this
  * hook's start; never returns. */
-static void hand_over(const struct buf *payload, int64_t started)
+static _Noreturn void hand_over(const struct buf *payload, int64_t started)
 {
     if (payload != NULL) {
         int fd = -1;
