@@ -489,3 +489,17 @@ def test_any_reply_but_done_is_a_hand_over(native, hook_env, short_dir: Path, re
     assert hook_request["payload"] == json.dumps(claude_payload(short_dir,
                                                                 "toolu_reply")).encode()
     assert not (short_dir / "gaps.ndjson").exists()
+
+
+@needs_cc
+def test_a_python_hook_gone_since_the_build_still_exits_0_silently(tmp_path: Path,
+                                                                    hook_env) -> None:
+    """The one outcome left to the system log: the program it hands over to was removed."""
+    fallback = tmp_path / "hook"
+    fallback.write_text("#!/bin/sh\n")
+    fallback.chmod(0o755)
+    program = build(tmp_path / "native", fallback=fallback)
+    fallback.unlink()
+    proc = subprocess.run([str(program)], input=b"{}", env=hook_env, capture_output=True,
+                          timeout=30)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, b"", b"")
