@@ -64,15 +64,20 @@ def native(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return build(where / "snapshot-hook-native", fallback=fallback), marker
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Env, Daemon]]:
-    """One daemon for the module (SQLite ledger): each test works in worktrees of its own."""
-    env = Env(tmp_path_factory.mktemp("nativeworld"))
+def _serving(tmp_path_factory: pytest.TempPathFactory,
+             name: str) -> Iterator[tuple[Env, Daemon]]:
+    env = Env(tmp_path_factory.mktemp(name))
     daemon = Daemon(env, dict(QUIET_WATCHER))
     daemon.start()
     yield env, daemon
     daemon.stop()
     shutil.rmtree(env.sockdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Env, Daemon]]:
+    """One daemon for the module (SQLite ledger): each test works in worktrees of its own."""
+    yield from _serving(tmp_path_factory, "nativeworld")
 
 
 def run_native(native: tuple[Path, Path], env: dict[str, str], payload: dict | bytes,
@@ -132,12 +137,7 @@ def agent_payload(agent: str, worktree: Path, session: str) -> dict:
 @pytest.fixture(scope="module")
 def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Env, Daemon]]:
     """A second daemon, so the same payload in the same worktree can go through both hooks."""
-    env = Env(tmp_path_factory.mktemp("nativetwin"))
-    daemon = Daemon(env, dict(QUIET_WATCHER))
-    daemon.start()
-    yield env, daemon
-    daemon.stop()
-    shutil.rmtree(env.sockdir, ignore_errors=True)
+    yield from _serving(tmp_path_factory, "nativetwin")
 
 
 @needs_cc
