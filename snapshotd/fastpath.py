@@ -87,7 +87,16 @@ class FastPath:
         if mode == "fast":
             with cond:
                 changes.fast_captures += 1
+                changes.last_fast = time.monotonic()
         return changed
+
+    def scanned(self, root: Path, seconds: float) -> None:
+        """A full stat scan of ``root`` took ``seconds``: what its next verification will hold
+        the worktree's lock for (the settler waits for a quiet worktree when that is long)."""
+        with self.state.cond:
+            entry = self.state.entries.get(str(root))
+            if entry is not None:
+                entry.checks.verify_took = seconds
 
     def failed(self, root: Path) -> None:
         """The capture that took the changes failed: they are owed, so the next capture scans."""

@@ -80,6 +80,9 @@ class ChangeSource(Protocol):
     def drift(self, root: Path, missed: list[str]) -> None:
         """A full scan found changes no event reported."""
 
+    def scanned(self, root: Path, seconds: float) -> None:
+        """A full stat scan of the worktree took ``seconds`` (what a verification costs)."""
+
 
 # Findings kept on one checkpoint (its commit trailer and ledger row stay small); more are
 # possible in one capture, and any one of them withholds it.
@@ -322,7 +325,10 @@ class Service:
             capture = index.capture_changed(reported) \
                 if reported is not None and not verify else None
             if capture is None:
+                scan_started = time.monotonic()
                 capture = index.capture()
+                if source is not None:
+                    source.scanned(root, time.monotonic() - scan_started)
                 if reported is not None and verify and source is not None:
                     missed = set(capture.paths) - reported
                     if missed:

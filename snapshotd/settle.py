@@ -16,6 +16,11 @@ Promises:
   (``watcher-drift``); a watched, quiet worktree is verified every ``verify_interval_s`` if it
   saw events, every ``QUIET_VERIFY_FACTOR`` intervals if not; a lingering one only after events,
   and without recording anything.
+- A verification holds the worktree's lock for a full stat scan, and a tool call's capture of
+  that worktree waits for it (seconds at a million files). So once a worktree's verification
+  took ``LONG_VERIFY_S`` or more, the next one waits until the worktree has been quiet (no event,
+  no capture through the changed paths) for ``VERIFY_QUIET_FACTOR`` times that long; never,
+  though, past ``QUIET_VERIFY_FACTOR`` intervals since the last one.
 - Each crash marker of a still-active attempt becomes a ``settle-window-missed`` gap and an
   immediate capture; other markers are dropped.
 """
@@ -45,6 +50,10 @@ log = logging.getLogger("snapshotd.watcher")
 VERIFY_DELAY_S = 1.0
 # How long to wait for late events before calling a verification's find drift (s).
 JUDGE_DELAY_S = 0.4
+# A verification scan that took this long (s) or more makes the next wait for a quiet worktree:
+# quiet for VERIFY_QUIET_FACTOR times as long as that scan took.
+LONG_VERIFY_S = 0.5
+VERIFY_QUIET_FACTOR = 2.0
 # A worktree whose attempt ended keeps its entry this long, so a superseding attempt on the same
 # directory takes the watch over without a rebuild (s).
 IDLE_GRACE_S = 5.0
@@ -268,12 +277,26 @@ class Settler:
                 checks.verify_at = now
                 checks.verify_since = now
         if kind is None and checks.verify_at is not None and window.first is None:
-            if now >= checks.verify_at:
+            quiet = self._quiet_at(entry, now)
+            if now >= checks.verify_at and now >= quiet:
                 kind = "verify"
                 checks.verify_at = None
             else:
-                plan.later(checks.verify_at)
+                plan.later(max(checks.verify_at, quiet))
         return kind
+
+    def _quiet_at(self, entry: Entry, now: float) -> float:
+        """When a verification of ``entry`` may start without making a tool call wait: now for
+        one whose last verification was short; for a long one, once the worktree has been
+        quiet for ``VERIFY_QUIET_FACTOR`` times that long, or once ``QUIET_VERIFY_FACTOR``
+        intervals have passed without one. Under the lock."""
+        checks = entry.checks
+        if checks.verify_took < LONG_VERIFY_S:
+            return now
+        if now - checks.last_verify >= QUIET_VERIFY_FACTOR * self.state.config.verify_interval_s:
+            return now
+        active = max(checks.last_event, entry.changes.last_fast)
+        return active + VERIFY_QUIET_FACTOR * checks.verify_took
 
     def _due_lingering(self, entry: Entry, plan: _Plan) -> None:
         """A lingering worktree: ends after ``linger_s`` without events; its root is stat'ed
@@ -292,6 +315,10 @@ class Settler:
             plan.actions.append(lambda e=entry: self.host.check_root(e.root))
         plan.later(entry.checks.next_health)
         if entry.window.capturing or not entry.changes.baseline or entry.state != "watching":
+            return
+        quiet = self._quiet_at(entry, now)
+        if now < quiet:  # the clock below stays due: it fires once the worktree is quiet
+            plan.later(quiet)
             return
         if self._verify_due(entry, plan, when_quiet=False):
             entry.window.capturing = True  # no capture may start on it meanwhile

@@ -85,6 +85,7 @@ class Checks:
     next_verify: float = 0.0  # periodic drift verification
     verified_mark: float = 0.0  # ``last_event`` when the last periodic verification started
     last_verify: float = 0.0
+    verify_took: float = 0.0  # how long its last full stat scan took (s): what one costs
 
 
 @dataclass
@@ -100,6 +101,7 @@ class Changes:
     baseline_at: float = 0.0  # when the current baseline was (re)established
     fast_off_until: float = 0.0  # after drift, captures scan fully until then
     fast_captures: int = 0
+    last_fast: float = 0.0  # when a capture last took the changed paths (a tool call's, mostly)
     drifts: int = 0
     drift_at: float = 0.0  # a verification's drift is already on record: no second gap
     # The watchfiles notifier follows symlinks to directories when it walks the tree, and then
