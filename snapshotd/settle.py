@@ -281,6 +281,7 @@ class Settler:
             if now >= checks.verify_at and now >= quiet:
                 kind = "verify"
                 checks.verify_at = None
+                checks.last_verify = now  # a burst's verification counts as one too
             else:
                 plan.later(max(checks.verify_at, quiet))
         return kind
