@@ -73,6 +73,8 @@ ONE_LEDGER: dict[str, str] = {
     "test_home_perms": "file modes in the home",
     "test_hostile_input": "framing, hostile paths and connection limits",
     "test_http_hook": "the HTTP front end's guards",
+    "test_native_hook": "the native hook's transport and hand-overs",
+    "test_verify_quiet": "when the watcher's verification scans run",
     "test_ledger_repair::test_damaged_ledger_is_diagnosed_and_rebuilt": "a damaged SQLite file",
     "test_ledger_cache::test_a_stale_cache_never_attributes_a_capture":
         "the read cache exists only on SQLite (test_ledger_cache's PostgreSQL test checks that a "
