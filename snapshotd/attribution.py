@@ -62,7 +62,9 @@ class Attribution:
             raise ServiceError(
                 errors.BAD_REQUEST, f"no attempt is registered for {req.cwd}: name run_id and "
                 "node_id, or run `snapshotd attempt begin` for this worktree")
-        return self.session_attempt(req)
+        attempt = self.session_attempt(req)
+        self._outside_gap(req, attempt)
+        return attempt
 
     def session_attempt(self, req: SnapshotRequest, *, owner_pid: int | None = None,
                         renew: bool = False) -> Attempt:
@@ -176,6 +178,24 @@ class Attribution:
         if req is not None:
             self.record_gap(req, None, code, gap_detail)
         raise ServiceError(code, message)
+
+    def _outside_gap(self, req: SnapshotRequest, attempt: Attempt) -> None:
+        """A session's tool call whose project is outside its attempt's worktree (resumed in
+        another project while the attempt runs, or an agent that names only its cwd and moved
+        to another repository): the attempt's worktree is captured, and a gap says that
+        project's changes are not (``outside-worktree``)."""
+        assert req.fallback is not None
+        if req.fallback["worktree"] == attempt.worktree:  # the usual case: no path resolved
+            return
+        project = resolve(Path(req.fallback["worktree"]))
+        root = Path(attempt.worktree)
+        if project == root or root in project.parents:
+            return
+        self.record_gap(req, attempt, "outside-worktree",
+                        f"this tool call ran in {project}, outside {root}, the worktree of its "
+                        f"session's attempt {attempt.key}: {root} is captured, {project}'s "
+                        f"changes are not; run the agent there in a session of its own, or "
+                        f"`snapshotd attempt begin` for it")
 
     def _refuse_zero_setup(self, root: Path, req: SnapshotRequest) -> None:
         reason = None

@@ -100,6 +100,31 @@ def test_two_sessions_one_after_the_other_keep_their_own_runs(sd_env: Env, daemo
     assert sd_env.read_gaps() == []
 
 
+def test_a_sessions_tool_call_in_another_project_is_a_gap_not_silence(
+        sd_env: Env, daemon: Daemon, tmp_path: Path) -> None:
+    """One session whose project changes under it (resumed in another project while its attempt
+    still runs, or an agent that reports only its cwd and moved to another repository): the
+    capture is of the session's attempt's worktree, as before, and the other project's changes
+    are not in it. That was silent (the hook said ok, no gap); it is a gap now that names both
+    directories and the tool call."""
+    first = make_git_worktree(tmp_path / "first")
+    other = make_git_worktree(tmp_path / "other")
+    tool_call(sd_env, first, "moved", "toolu_m0", "a.txt")
+    tool_call(sd_env, other, "moved", "toolu_m1", "b.txt")
+    gaps = [g for g in sd_env.read_gaps() if g["reason"] == "outside-worktree"]
+    assert [(g["tool_use_id"], g["run_id"]) for g in gaps] == [("toolu_m1", "claude-moved")]
+    assert str(other) in gaps[0]["detail"] and str(first) in gaps[0]["detail"]
+    # Work in a subdirectory of the project is the project's: no gap.
+    sub = first / "pkg"
+    sub.mkdir()
+    (sub / "c.txt").write_text("c\n")
+    proc = run_hook(sd_env, claude_payload(sub, "toolu_m2", file_path="c.txt",
+                                           session_id="moved"))
+    assert (proc.returncode, proc.stderr) == (0, b"")
+    assert [g["tool_use_id"] for g in sd_env.read_gaps()] == ["toolu_m1"]
+    assert tool_ids(sd_env, "claude-moved")[-1] == "toolu_m2"
+
+
 def test_two_sessions_interleaved_keep_their_own_runs(sd_env: Env, daemon: Daemon,
                                                       tmp_path: Path) -> None:
     wt = make_git_worktree(tmp_path / "proj")
