@@ -85,13 +85,21 @@ class HookRunner:
             return protocol.INTERNAL
         return "ok"
 
+    def run_routed(self, payload: dict, kind: str, env: dict[str, str]) -> str:
+        """Run what ``hook.route`` said ``payload`` asks for: the bracketing ``before_tool``
+        (no gap: the after-tool capture of the same call writes one if it cannot capture),
+        else the after-tool ``snapshot``, with its gap when it fails."""
+        if kind == "before_tool":
+            return self.run("before_tool", before_tool_fields(payload, env), env, gap=False)
+        return self.run("snapshot", snapshot_fields(payload, env), env, gap=True)
+
     def gap(self, fields: dict, env: dict[str, str], reason: str, detail: str) -> None:
         """The gap ``snapshot-hook`` would have written for this payload."""
         if self.on_gap is not None:
             self.on_gap()
         self.service.gaps.record(reason=reason, detail=detail, tier=1, source="hook",
                                  tool_use_id=fields.get("tool_use_id"),
-                                 **attribution(fields, env))
+                                 **_gap_attribution(fields, env))
 
 
 class HookRelay:
@@ -112,18 +120,12 @@ class HookRelay:
         kind = ""
         if isinstance(payload, dict):
             payload, kind = route(payload)
-            if not _absolute(payload.get("cwd")) and cwd is not None:
+            if not absolute_path(payload.get("cwd")) and cwd is not None:
                 payload["cwd"] = cwd  # where snapshot-hook would have fallen back to its own
-        if kind not in ("before_tool", "snapshot") or not _absolute(payload.get("cwd")):
+        if kind not in ("before_tool", "snapshot") or not absolute_path(payload.get("cwd")):
             self._count("fallbacks")
             return {"fallback": True}
-        if kind == "before_tool":
-            # No gap: the after-tool capture of this call writes one if it cannot capture.
-            outcome = self.runner.run("before_tool", before_tool_fields(payload, env), env,
-                                      gap=False)
-        else:
-            outcome = self.runner.run("snapshot", snapshot_fields(payload, env), env, gap=True)
-        return {"fallback": False, "outcome": outcome}
+        return {"fallback": False, "outcome": self.runner.run_routed(payload, kind, env)}
 
     def status(self) -> dict:
         with self._lock:
@@ -134,7 +136,7 @@ class HookRelay:
             self.counts[name] += 1
 
 
-def attribution(fields: dict, env: dict[str, str]) -> dict[str, Any]:
+def _gap_attribution(fields: dict, env: dict[str, str]) -> dict[str, Any]:
     """The attempt a relayed hook's capture was meant for, as ``snapshot-hook`` names it in a
     gap: the zero-setup fallback's, else the explicit ids and the captured directory."""
     fallback = fields.get("fallback")
@@ -163,8 +165,9 @@ def _request(fields: dict) -> tuple[bytes, dict[str, str], str | None]:
         raise ServiceError(protocol.BAD_REQUEST, "hook's cwd is bytes")
     env = {k: os.fsdecode(v) for k, v in raw_env.items() if k in RELAYED_ENV}
     cwd = os.fsdecode(raw_cwd) if raw_cwd else None
-    return payload, env, cwd if _absolute(cwd) else None
+    return payload, env, cwd if absolute_path(cwd) else None
 
 
-def _absolute(path: object) -> bool:
+def absolute_path(path: object) -> bool:
+    """Whether a payload's ``cwd`` (or the hook's) is a usable absolute path."""
     return isinstance(path, str) and os.path.isabs(path) and "\0" not in path

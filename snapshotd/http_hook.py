@@ -36,9 +36,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from snapshotd.hook_relay import HookRunner
+from snapshotd.hook_relay import HookRunner, absolute_path
 from snapshotd_client import protocol
-from snapshotd_client.hook import before_tool_fields, parse_json, route, snapshot_fields
+from snapshotd_client.hook import parse_json, route
 
 if TYPE_CHECKING:
     from snapshotd.config import Config
@@ -209,17 +209,13 @@ class HttpHook:
             # run, whichever transport). A session event here is captured as a tool call: the
             # settings `snapshotd http-hook` prints send only after-tool events.
             payload, kind = route(payload)
-        if not isinstance(payload, dict) or not _absolute(payload.get("cwd")):
+        if not isinstance(payload, dict) or not absolute_path(payload.get("cwd")):
             self.count("bad_request")
             self.gap({}, env, protocol.BAD_PAYLOAD,
                      f"the HTTP hook's body is not a hook payload with an absolute cwd "
                      f"({len(body)} bytes)")
             return
-        if kind == "before_tool":
-            # No gap: the after-tool capture of this call writes one if it cannot capture.
-            self.runner.run("before_tool", before_tool_fields(payload, env), env, gap=False)
-            return
-        self.runner.run("snapshot", snapshot_fields(payload, env), env, gap=True)
+        self.runner.run_routed(payload, kind, env)
 
     def gap(self, fields: dict, env: dict[str, str], reason: str, detail: str) -> None:
         """The gap ``snapshot-hook`` would have written for this request."""
@@ -429,8 +425,3 @@ class _RequestHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
         log.debug("%s " + format, self.address_string(), *args)
-
-
-def _absolute(cwd: object) -> bool:
-    return isinstance(cwd, str) and os.path.isabs(cwd) and "\0" not in cwd
-
