@@ -13,8 +13,10 @@ Promises:
   baseline, and not unless a cookie round trip through every notifier that may still hold one
   of its events came back in time. When it does not vouch, the caller scans fully, and the set
   restarts from that scan.
-- Drift (a full scan found changes no event reported) is one gap, ``watcher-drift``, and turns
-  the fast path off for that worktree for ``FAST_OFF_S``.
+- Drift (a verification's full scan found changes no event reported) is one gap,
+  ``watcher-drift``, and turns the fast path off for that worktree for ``FAST_OFF_S``. A file
+  written while the scan ran is not drift (its event came after the verification took the set),
+  nor is a file under a directory an event reported whole.
 - ``take`` costs two short holds of the watcher's lock and the cookie round trip(s); nothing in
   it grows with the number of watched worktrees.
 """
@@ -105,8 +107,26 @@ class FastPath:
             if entry is not None:
                 entry.changes.baseline = False
 
-    def drift(self, root: Path, missed: list[str]) -> None:
-        """A full scan found changes no event reported: record it, and scan for a while."""
+    def drift(self, root: Path, found: set[str], reported: set[str]) -> None:
+        """A verification took ``reported`` (the changed paths since the last capture), then
+        its full scan found ``found`` changed besides: record drift for what no event names.
+        Not drift: a file under a directory reported whole (a new directory's files are found
+        by the crawl of it, not by events of their own), nor a path written while the scan ran
+        (found by the scan, its event in the set since the take: a cookie round trip first, so
+        every such event has arrived). When the watch cannot say what came meanwhile (overflow,
+        no cookie back), nothing is recorded: it stops vouching, and captures scan fully."""
+        missed = uncovered(found, reported)
+        if not missed:
+            return
+        late = self._reported_since_take(root)
+        if late is None:
+            log.info("verification of %s: %d change(s) found beyond the events taken, and the "
+                     "watch cannot say what came during the scan: not judged as drift",
+                     root, len(missed))
+            return
+        missed = sorted(uncovered(missed, late))
+        if not missed:
+            return
         with self.state.cond:
             entry = self.state.entries.get(str(root))
         if entry is None:
@@ -143,6 +163,26 @@ class FastPath:
         last = max(entry.checks.last_verify, entry.changes.baseline_at)
         return now - last >= every * QUIET_VERIFY_FACTOR
 
+    def _reported_since_take(self, root: Path) -> set[str] | None:
+        """The paths reported changed in ``root`` since its changes were last taken, once a
+        cookie round trip proves every earlier event has arrived (left in place: the next
+        capture still takes them). None when the watch cannot vouch for that set."""
+        cond = self.state.cond
+        with cond:
+            entry = self.state.entries.get(str(root))
+            if entry is None or entry.group is None or entry.group.retired:
+                return None
+            group = entry.group
+            draining = list(entry.changes.draining)
+        if not (all(g.sync(COOKIE_TIMEOUT_S) or g.handed_over for g in draining)
+                and group.sync(COOKIE_TIMEOUT_S)):
+            return None
+        with cond:
+            changes = entry.changes
+            if changes.overflow or not changes.baseline:
+                return None
+            return set(changes.dirty)
+
     def _vouches(self, entry: Entry, now: float) -> bool:
         """Whether the watch may vouch for ``entry``'s changed paths (cookie aside)."""
         group = entry.group
@@ -165,6 +205,21 @@ def reset_dirty(entry: Entry) -> None:
                         and not entry.group.retired)
     if changes.baseline:
         changes.baseline_at = time.monotonic()
+
+
+def uncovered(paths: set[str], reported: set[str]) -> set[str]:
+    """The paths of ``paths`` that neither ``reported`` nor a directory in it holding them
+    names."""
+    if not reported:
+        return set(paths)
+    left = set()
+    for path in paths - reported:
+        parent = path.rpartition("/")[0]
+        while parent and parent not in reported:
+            parent = parent.rpartition("/")[0]
+        if not parent:
+            left.add(path)
+    return left
 
 
 def type_changed(root: str, changed: set[str], removed: set[str]) -> bool:

@@ -1,6 +1,7 @@
 """Test-only seams for crashes and write faults; inert unless their environment is set.
 
-Owns ``SNAPSHOTD_CRASH_AT``, ``SNAPSHOTD_DELAY_AT`` and ``SNAPSHOTD_FAULT_FILE``.
+Owns ``SNAPSHOTD_CRASH_AT``, ``SNAPSHOTD_DELAY_AT`` (with ``SNAPSHOTD_DELAY_MARK``) and
+``SNAPSHOTD_FAULT_FILE``.
 
 - ``SNAPSHOTD_CRASH_AT=<point>[:<n>]`` (read once at start): the process ``os._exit``s the ``n``-th
   time (default the first) execution reaches ``crash_point(<point>)``. Points of a capture:
@@ -11,7 +12,10 @@ Owns ``SNAPSHOTD_CRASH_AT``, ``SNAPSHOTD_DELAY_AT`` and ``SNAPSHOTD_FAULT_FILE``
 - ``SNAPSHOTD_DELAY_AT=<point>:<ms>`` (read once at start): ``delay(<point>)`` sleeps that long,
   widening a race window so a test can show it is closed. Points: ``dispatch`` (a watcher batch
   taken off the notifier's queue, not yet dispatched), ``before-row`` (a capture's commit
-  written, its ledger row not yet).
+  written, its ledger row not yet), ``full-scan`` (a full stat scan about to begin).
+- ``SNAPSHOTD_DELAY_MARK=<path>``: each time a delay begins, ``<path>`` is created (holding the
+  point's name), so a test can act while the daemon is inside that window rather than guess
+  when it opens.
 - ``SNAPSHOTD_FAULT_FILE=<path>``: while that file exists, each line ``<seam>=<ERRNO>`` (seams
   ``objects``, ``ledger``, ``gaps``, ``watch`` (each ``inotify_add_watch``), ``notifier-close``
   (closing a ``watchfiles`` notifier, whose native close error cannot be provoked for real);
@@ -53,6 +57,7 @@ def _parse_delay(value: str | None) -> tuple[str | None, float]:
 
 _CRASH_POINT, _CRASH_AFTER = _parse_crash(os.environ.get("SNAPSHOTD_CRASH_AT"))
 _DELAY_POINT, _DELAY_MS = _parse_delay(os.environ.get("SNAPSHOTD_DELAY_AT"))
+_DELAY_MARK = os.environ.get("SNAPSHOTD_DELAY_MARK") or None
 _FAULT_FILE = os.environ.get("SNAPSHOTD_FAULT_FILE") or None
 _hits = 0
 _lock = threading.Lock()
@@ -72,6 +77,9 @@ def crash_point(name: str) -> None:
 def delay(name: str) -> None:
     """Sleep here if this is the armed delay point."""
     if _DELAY_POINT is not None and name == _DELAY_POINT:
+        if _DELAY_MARK is not None:
+            with open(_DELAY_MARK, "w") as f:
+                f.write(name)
         time.sleep(_DELAY_MS)
 
 

@@ -77,8 +77,9 @@ class ChangeSource(Protocol):
     def failed(self, root: Path) -> None:
         """The capture that took the paths failed: stop vouching until a full scan."""
 
-    def drift(self, root: Path, missed: list[str]) -> None:
-        """A full scan found changes no event reported."""
+    def drift(self, root: Path, found: set[str], reported: set[str]) -> None:
+        """A verification's full scan found ``found`` changed beyond the ``reported`` paths
+        it took first: drift, unless an event names them after all."""
 
     def scanned(self, root: Path, seconds: float) -> None:
         """A full stat scan of the worktree took ``seconds`` (what a verification costs)."""
@@ -330,9 +331,7 @@ class Service:
                 if source is not None:
                     source.scanned(root, time.monotonic() - scan_started)
                 if reported is not None and verify and source is not None:
-                    missed = set(capture.paths) - reported
-                    if missed:
-                        source.drift(root, sorted(missed))
+                    source.drift(root, set(capture.paths) - reported, reported)
         except StoreError:
             if source is not None:
                 source.failed(root)

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from conftest import Env, MakeDaemon, make_git_worktree
-from helpers import wait_for
+from helpers import git, wait_for
 
 SLOW_SCAN = {"SNAPSHOTD_SETTLE_MS": "100", "SNAPSHOTD_MAX_WAIT_MS": "300",
              "SNAPSHOTD_VERIFY_INTERVAL_S": "1", "SNAPSHOTD_DELAY_AT": "full-scan:1500"}
@@ -58,3 +58,42 @@ def test_a_slow_verification_waits_for_a_quiet_worktree_and_still_finds_drift(
     assert max(waits) < 1.0, waits  # a scan's 1.5 s was never among them
     wait_for(lambda: [g for g in sd_env.read_gaps() if g["reason"] == "watcher-drift"],
              timeout=30, what="the drift the deferred verification found")
+
+
+def test_a_write_during_a_verification_scan_is_not_drift(
+        sd_env: Env, tmp_path: Path, make_daemon: MakeDaemon) -> None:
+    """A verification takes the watcher's changed paths, then scans: a file the agent writes
+    while the scan runs is found by the scan and is not among the paths taken, yet its event
+    came. That is not drift (at a million files, drift turns the fast path off for five
+    minutes: every tool call a nine-second scan). The mark file says when a scan is inside
+    its slowed window, so the writes land in it, not before or after."""
+    wt = make_git_worktree(tmp_path / "wt")
+    mark = tmp_path / "scan-began"
+    daemon = make_daemon(sd_env, {**SLOW_SCAN, "SNAPSHOTD_DELAY_MARK": str(mark)})
+
+    def verifications(c) -> int:
+        return int(c.status()["watcher"]["verifications"])
+
+    with daemon.client() as c:
+        c.attempt_begin("busy", "n", str(wt))
+        c.snapshot(str(wt), run_id="busy", node_id="n")  # the baseline: a full scan
+        mark.unlink()
+        before = verifications(c)
+        (wt / "a.txt").write_text("a tool call's write\n")
+        c.snapshot(str(wt), run_id="busy", node_id="n", source="hook")  # through the events
+        # The verification those events call for starts once the worktree is quiet.
+        wait_for(mark.exists, timeout=30, what="a verification scan to begin")
+        (wt / "during.txt").write_text("written while the scan runs\n")
+        (wt / "newdir").mkdir()
+        (wt / "newdir" / "inside.txt").write_text("a new directory's file\n")
+        wait_for(lambda: verifications(c) > before, timeout=30, what="the verification")
+        # A tool call after it: everything written is in its checkpoint, through the events.
+        r = c.snapshot(str(wt), run_id="busy", node_id="n", source="hook")
+        status = c.status()
+    assert [g["detail"] for g in sd_env.read_gaps() if g["reason"] == "watcher-drift"] == []
+    [row] = [w for w in status["watched"] if w["path"] == str(wt)]
+    assert row["drifts"] == 0 and row["fast_path"] == "on"
+    assert r["scan"] == "fast"
+    tree = git(wt, "--git-dir", str(sd_env.home / "store.git"), "ls-tree", "-r", "--name-only",
+               r["commit"])
+    assert {"a.txt", "during.txt", "newdir/inside.txt"} <= set(tree.split())
