@@ -54,8 +54,8 @@ class FastPath:
         """The paths changed in ``root`` since its last capture, after a cookie round trip
         proves every earlier event has been seen. None (and a full scan) when the watch cannot
         vouch: not watching, no full scan yet under this watch, too many changes, recent drift,
-        or the cookie did not come back in time. Called under the worktree lock, so captures
-        never interleave here."""
+        or the cookie did not come back in time (``mode``: ``fast``, ``narrow`` or ``verify``, as
+        ``ChangeSource.take``). Called under the worktree lock, so captures never interleave."""
         cond = self.state.cond
         with cond:
             entry = self.state.entries.get(str(root))
@@ -84,7 +84,7 @@ class FastPath:
                 return None
             changed, changes.dirty = changes.dirty, set()
             removed, changes.removed = changes.removed, set()
-        if mode == "fast" and type_changed(entry.root, changed, removed):
+        if mode != "verify" and type_changed(entry.root, changed, removed):
             return None  # the full scan that follows sees everything; the baseline stays
         if mode == "fast":
             with cond:

@@ -46,6 +46,7 @@ from snapshotd.ledger import (
 )
 from snapshotd.ledger_base import json_text, percentiles
 from snapshotd.listing import list_op, list_run
+from snapshotd.prescan import Prescan
 from snapshotd.reconcile import lost_gap_writer, reconcile, reconcile_attempt
 from snapshotd.seqmarks import SeqMarks
 from snapshotd.snapshot_request import SOURCES, SnapshotRequest, gap_fields
@@ -72,7 +73,8 @@ class ChangeSource(Protocol):
     def take(self, root: Path, mode: str) -> set[str] | None:
         """The worktree-relative paths changed since the last capture, once every earlier
         change has been observed; None when it cannot vouch (then a full scan runs). ``mode``
-        is ``fast`` or ``verify`` (a full scan follows; the set is used to detect drift)."""
+        is ``fast``, ``narrow`` (a verification's per-path update) or ``verify`` (the set
+        detects drift)."""
 
     def failed(self, root: Path) -> None:
         """The capture that took the paths failed: stop vouching until a full scan."""
@@ -85,8 +87,7 @@ class ChangeSource(Protocol):
         """A full stat scan of the worktree took ``seconds`` (what a verification costs)."""
 
 
-# Findings kept on one checkpoint (its commit trailer and ledger row stay small); more are
-# possible in one capture, and any one of them withholds it.
+# Findings kept on one checkpoint (its trailer and row stay small); any one withholds it.
 MAX_SECRET_FINDINGS = 100
 
 class Service:
@@ -118,8 +119,8 @@ class Service:
         # Called with the attempt when it starts or stops being active (watcher, engine).
         self.on_attempt_active: list[Callable[[Attempt], None]] = []
         self.on_attempt_inactive: list[Callable[[Attempt], None]] = []
-        # Called with the attempt and its new row once a checkpoint is recorded (replication);
-        # runs on the capture path, so a listener only notes the work and returns.
+        # Called with the attempt and its new row once a checkpoint is recorded (replication),
+        # on the capture path: a listener only notes the work and returns.
         self.on_checkpoint: list[Callable[[Attempt, dict], None]] = []
         # Which attempt each worktree's tier-2 captures go to (the last one announced active).
         self._tier2_owner: dict[str, AttemptKey] = {}
@@ -262,15 +263,15 @@ class Service:
 
     def capture_attempt(self, attempt: Attempt, *, tier: int, source: str,
                         label: str | None = None, require_active: bool = False,
-                        full: bool = False) -> dict:
+                        full: bool = False, prescan: Prescan | None = None) -> dict:
         """A capture the daemon takes by itself (tier 2, restore safety) for a known attempt.
         With ``require_active`` an attempt that ended or was fenced meanwhile is refused
         (``fenced``, no gap: nothing was owed to it), checked under the worktree lock.
-        ``full`` forces a stat scan of the whole tree (a verification of the watcher)."""
+        ``full`` verifies the watcher: a stat scan of the whole tree, or ``prescan``'s."""
         req = SnapshotRequest(cwd=Path(attempt.worktree), tier=tier, source=source, label=label,
                               run_id=attempt.key.run_id, node_id=attempt.key.node_id,
                               iteration=attempt.key.iteration, attempt=attempt.key.attempt,
-                              full=full)
+                              full=full, prescan=prescan)
         started = time.perf_counter()
         with self.worktree_lock(Path(attempt.worktree)):
             current = self.ledger.get_attempt(attempt.key)
@@ -311,20 +312,23 @@ class Service:
         """Insert the rows of the commits on ``tip``'s chain that the ledger lacks."""
         return reconcile_attempt(self.store, self.ledger, key, tip)
 
-    def read_worktree(self, root: Path, *, verify: bool = False) -> Capture:
+    def read_worktree(self, root: Path, *, verify: bool = False,
+                      prescan: Prescan | None = None) -> Capture:
         """Bring ``root``'s stat cache up to date and write its tree, recording nothing (the
         caller holds the worktree lock): through the change source's changed paths when it
-        vouches, else a full stat scan. ``verify`` forces the scan and reports to the source
-        what it found that no event announced (drift). On failure the source is told the
-        paths it handed over are owed (the next capture scans), any error but a ``StoreError``
-        also drops the cache, and the error propagates."""
+        vouches, else a full stat scan. ``verify`` looks for changes no event announced (drift,
+        reported to the source): with the paths ``prescan`` found off the lock, else by the
+        scan. On failure the source is told the paths it handed over are owed (the next
+        capture scans), any error but a ``StoreError`` also drops the cache, and it propagates."""
         index = self.store.worktree(root)
         source = self.change_source
         try:
-            reported = source.take(root, "verify" if verify else "fast") \
-                if source is not None else None
+            reported = source.take(root, "fast" if not verify else "narrow" if prescan
+                                   else "verify") if source is not None else None
             capture = index.capture_changed(reported) \
                 if reported is not None and not verify else None
+            if verify and prescan is not None and reported is not None and source is not None:
+                capture = prescan.verify(index, source, root, reported)
             if capture is None:
                 scan_started = time.monotonic()
                 capture = index.capture()
@@ -422,10 +426,11 @@ class Service:
         (a ref the store cannot read fails the capture like the worktree would)."""
         root = Path(attempt.worktree)
         try:
-            return self.read_worktree(root, verify=req.full), self._capture_head(attempt)
+            return (self.read_worktree(root, verify=req.full, prescan=req.prescan),
+                    self._capture_head(attempt))
         except StoreError as exc:
             # The worktree's own trouble keeps its code; any other store failure is
-            # capture-failed (the gap still names the store's reason).
+            # capture-failed (the gap names the store's reason).
             self.record_gap(req, attempt, exc.reason, exc.message)
             raise ServiceError(
                 errors.WORKTREE_MISSING if exc.reason == errors.WORKTREE_MISSING
@@ -561,12 +566,9 @@ class Service:
         raise ServiceError(errors.CAPTURE_FAILED, f"the ledger cannot be used: {exc}") from exc
 
     def _next_seq(self, head: pygit2.Commit | None, last: dict | None) -> int:
-        candidates = [-1]
-        if last is not None:
-            candidates.append(int(last["seq"]))
-        if head is not None:
-            candidates.append(int(parse_trailers(head.message).get("Snapshotd-Seq", "-1")))
-        return max(candidates) + 1
+        from_row = int(last["seq"]) if last is not None else -1
+        trailers = parse_trailers(head.message) if head is not None else {}
+        return max(from_row, int(trailers.get("Snapshotd-Seq", "-1"))) + 1
 
     def _changes(self, head: pygit2.Commit | None, tree: str) -> tuple[int, int, int]:
         """Files added, modified and deleted against the previous checkpoint: walks only the

@@ -41,6 +41,7 @@ from snapshotd.errors import ServiceError
 from snapshotd.fastpath import QUIET_VERIFY_FACTOR, FastPath
 from snapshotd.ledger import ACTIVE, Attempt
 from snapshotd.notifiergroup import STEP_MS
+from snapshotd.prescan import Prescan
 from snapshotd.watchgroups import Groups
 from snapshotd.watchstate import Entry, Host, WatchState, identity
 
@@ -358,9 +359,13 @@ class Settler:
                 return None, None, "missing"
             if entry.identity is not None and now_identity != entry.identity:
                 return None, None, "replaced"
+            # A verification scans off the worktree's lock first (``prescan``).
+            prescan = Prescan.run(self.state.service, Path(entry.root)) \
+                if kind == "verify" else None
             result = self.state.service.capture_attempt(attempt, tier=2, source="watch",
                                                         require_active=True,
-                                                        full=kind in ("verify", "scan"))
+                                                        full=kind in ("verify", "scan"),
+                                                        prescan=prescan)
             return result, None, None
         except ServiceError as exc:
             return None, exc, None
@@ -421,12 +426,13 @@ class Settler:
         root = Path(entry.root)
         state = self.state
         try:
+            prescan = Prescan.run(state.service, root)
             with state.service.worktree_lock(root):
                 with state.cond:
                     if not entry.linger.lingering or state.entries.get(entry.root) is not entry:
                         return
                 try:
-                    state.service.read_worktree(root, verify=True)
+                    state.service.read_worktree(root, verify=True, prescan=prescan)
                 except Exception as exc:  # noqa: BLE001 - the watch just stops vouching
                     log.warning("verification of lingering %s failed: %s", root, exc)
                     if identity(entry.root) != entry.identity:

@@ -17,11 +17,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from snapshotd import errors
 from snapshotd.errors import ServiceError, id_field, int_field
 from snapshotd.ledger import Attempt
 from snapshotd.secrets import redact_secrets
+
+if TYPE_CHECKING:
+    from snapshotd.prescan import Prescan
 
 SOURCES = ("hook", "wrap", "watch", "restore", "cli", "outside")
 MAX_TEXT_BYTES = 1000
@@ -40,6 +44,7 @@ class SnapshotRequest:
     tool_use_id: str | None = None
     fallback: dict | None = None
     full: bool = False  # internal: force a full stat scan (never set from the wire)
+    prescan: Prescan | None = None  # internal: a verification's off-lock scan
 
     def __post_init__(self) -> None:
         # A hook's label is the start of a shell command: ``export OPENAI_API_KEY=sk-…`` is as

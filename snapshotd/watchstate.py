@@ -26,14 +26,16 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from snapshotd.config import Config
 from snapshotd.ledger import Attempt
 from snapshotd.notifier import WatchLimitError
 from snapshotd.notifiergroup import NotifierGroup
-from snapshotd.service import Service
 from snapshotd.store import worktree_id
+
+if TYPE_CHECKING:
+    from snapshotd.service import Service  # the watcher's; service imports the fast path
 
 log = logging.getLogger("snapshotd.watcher")
 

@@ -74,8 +74,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("snapshotd.store")
 
-# Files whose mtime is this close to a capture may change again within the same filesystem
-# clock tick without a visible stat change; they are re-hashed at the next capture.
+# Files with an mtime this close to a capture may change again in the same clock tick with no
+# visible stat change: they are re-hashed at the next capture.
 RACY_WINDOW_NS = 50_000_000
 
 class WorktreeIndex:
@@ -99,17 +99,15 @@ class WorktreeIndex:
         self._index: pygit2.Index | None = None
         self._exclude_sources: tuple = ()
         self._racy: set[str] = set()
-        # Cached files that could not be read: held out of the next full scan's diff (read and
-        # written by ``full_scan`` too).
+        # Cached files that could not be read: held out of the next full scan's diff.
         self.unreadable: set[str] = set()
         self._gitdir_checked = False
         self._dirty = False
         # The tree the index described at the last capture: the fast path rewrites only the
         # trees on changed paths from it (libgit2's index write re-reads every tree after).
         self._tree: str | None = None
-        # Files a cold start put into the cache without hashing them one by one (``git add``,
-        # or seeded from the user's index and not in their HEAD commit): the next capture
-        # scans them for secrets.
+        # Files a cold start cached without hashing them one by one (``git add``, or seeded
+        # from the user's index, not in their HEAD): the next capture scans them for secrets.
         self._unscanned: list[str] = []
         self._shape: dict[str, DirNames] | None = None  # the seeded directories, for one scan
 
@@ -163,8 +161,8 @@ class WorktreeIndex:
         self._check_root()
         _check_objects_fault()
         self._reopen(after_gc=True)
-        # Racy entries are not re-hashed here: a write after their hash raised an event, so it
-        # is in ``paths``. They stay marked for the next full scan, which has only stats.
+        # Racy entries are not re-hashed here (a write after their hash raised an event, so it
+        # is in ``paths``): they stay marked for the next full scan, which has only stats.
         wanted = {p.strip("/") for p in paths}
         wanted.discard("")
         if not all(p.isascii() or _utf8(p) for p in wanted):
@@ -319,8 +317,9 @@ class WorktreeIndex:
                              f"{os.path.realpath(self.root)} through a symlink; begin a new "
                              "attempt for the directory you mean")
 
-    def persist(self) -> None:
-        """Write the stat cache to disk (a cache, not a record: losing it costs one full hash)."""
+    def persist(self) -> bool:
+        """Write the stat cache to disk (a cache, not a record: losing it costs one full hash);
+        whether the file now holds it (False when none is loaded)."""
         self.workspace.persist()
         if self._index is not None and self._dirty:
             try:
@@ -329,6 +328,11 @@ class WorktreeIndex:
             except (pygit2.GitError, OSError) as exc:
                 # Only a cache: the next start hashes this worktree again, nothing is lost.
                 log.warning("could not write the stat cache of %s: %s", self.root, exc)
+        return self._index is not None and not self._dirty
+
+    def entry_ids(self, paths: Iterable[str]) -> dict[str, str | None]:
+        """Each of ``paths``' cached blob id and mode (None: not in the cache)."""
+        return {p: entry_id(self._index, p) if self._index is not None else None for p in paths}
 
     def cached_tree(self) -> str | None:
         """The tree the in-memory stat cache describes, nested caches' trees grafted (None when
@@ -447,8 +451,7 @@ class WorktreeIndex:
             index = self._repo.index
         if len(index) == 0:
             index = self._prime_cold(index)  # sets ``_unscanned``
-        # A submodule (or a nested repository ``git add`` took) is captured whole, by its own
-        # cache: never as a gitlink.
+        # A submodule (or a nested repository ``git add`` took): whole, by its own cache.
         gitlinks = ({e.path for e in index if e.mode == FileMode.COMMIT}
                     if may_hold_gitlinks(self.gitdir) else set())
         for path in gitlinks:

@@ -1,13 +1,15 @@
-"""A long verification scan never lands among an agent's tool calls (snapshotd.settle).
+"""A long verification scan never lands among an agent's tool calls (snapshotd.settle), and
+when one runs, a tool call does not wait for it (snapshotd.prescan: the scan is off the lock).
 
-A verification holds the worktree's lock for a full stat scan: at a million files about nine
-seconds, measured, and a tool call's capture of that worktree waited all of it (past the hook's
-five-second budget). Such a scan cannot be made here in a test's time, so the full scan is
-slowed with the ``full-scan`` delay seam (``SNAPSHOTD_DELAY_AT``) to 1.5 s, and the periodic
-verification set to every second: once one verification has taken that long, the next waits
-until the worktree has been quiet twice as long. While an agent works (a tool call every 0.3 s)
-no capture waits behind a scan; once it stops, the verification runs, and still finds what no
-event announced (a write through a hard link from outside the worktree: ``watcher-drift``)."""
+A verification used to hold the worktree's lock for a full stat scan: at a million files about
+nine seconds, measured, and a tool call's capture of that worktree waited all of it (past the
+hook's five-second budget). Such a scan cannot be made here in a test's time, so scans are
+slowed with the ``full-scan`` delay seam (``SNAPSHOTD_DELAY_AT``: the full scan and the
+verification's off-lock scan) to 1.5 s, and the periodic verification set to every second: once
+one scan has taken that long, the next verification waits until the worktree has been quiet
+twice as long. While an agent works (a tool call every 0.3 s) no verification runs; once it
+stops, the verification runs, and still finds what no event announced (a write through a hard
+link from outside the worktree: ``watcher-drift``); a tool call during it is not held up."""
 
 from __future__ import annotations
 
@@ -60,13 +62,15 @@ def test_a_slow_verification_waits_for_a_quiet_worktree_and_still_finds_drift(
              timeout=30, what="the drift the deferred verification found")
 
 
-def test_a_write_during_a_verification_scan_is_not_drift(
+def test_a_tool_call_during_a_verification_scan_neither_waits_nor_is_drift(
         sd_env: Env, tmp_path: Path, make_daemon: MakeDaemon) -> None:
-    """A verification takes the watcher's changed paths, then scans: a file the agent writes
-    while the scan runs is found by the scan and is not among the paths taken, yet its event
-    came. That is not drift (at a million files, drift turns the fast path off for five
-    minutes: every tool call a nine-second scan). The mark file says when a scan is inside
-    its slowed window, so the writes land in it, not before or after."""
+    """A verification's stat scan runs off the worktree's lock (``snapshotd.prescan``): a tool
+    call that comes while it runs is captured at once, not after the scan (it waited all of it:
+    nine seconds at a million files). And what the agent wrote meanwhile is not drift, though
+    the scan finds it and the watcher's paths were taken before or beside it (drift turns the
+    fast path off for five minutes: at a million files, every tool call a nine-second scan).
+    The mark file says when the slowed scan has begun, so the writes and the tool call land in
+    it, not before or after."""
     wt = make_git_worktree(tmp_path / "wt")
     mark = tmp_path / "scan-began"
     daemon = make_daemon(sd_env, {**SLOW_SCAN, "SNAPSHOTD_DELAY_MARK": str(mark)})
@@ -86,14 +90,20 @@ def test_a_write_during_a_verification_scan_is_not_drift(
         (wt / "during.txt").write_text("written while the scan runs\n")
         (wt / "newdir").mkdir()
         (wt / "newdir" / "inside.txt").write_text("a new directory's file\n")
+        started = time.monotonic()
+        during_call = c.snapshot(str(wt), run_id="busy", node_id="n", source="hook")
+        waited = time.monotonic() - started
+        still_scanning = verifications(c) == before
         wait_for(lambda: verifications(c) > before, timeout=30, what="the verification")
-        # A tool call after it: everything written is in its checkpoint, through the events.
+        (wt / "after.txt").write_text("after\n")
         r = c.snapshot(str(wt), run_id="busy", node_id="n", source="hook")
         status = c.status()
+    assert still_scanning and waited < 1.0, waited  # the scan takes 1.5 s
+    assert during_call["scan"] == "fast" and during_call["changes"]["added"] == 2
     assert [g["detail"] for g in sd_env.read_gaps() if g["reason"] == "watcher-drift"] == []
     [row] = [w for w in status["watched"] if w["path"] == str(wt)]
     assert row["drifts"] == 0 and row["fast_path"] == "on"
     assert r["scan"] == "fast"
     tree = git(wt, "--git-dir", str(sd_env.home / "store.git"), "ls-tree", "-r", "--name-only",
                r["commit"])
-    assert {"a.txt", "during.txt", "newdir/inside.txt"} <= set(tree.split())
+    assert {"a.txt", "during.txt", "newdir/inside.txt", "after.txt"} <= set(tree.split())
