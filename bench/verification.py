@@ -12,12 +12,15 @@ inside the scan, not by luck of timing.
 
 Prints JSON: ``during`` (the resumed tool calls whose reply came before the verification had
 finished: count, p50, max ms), ``after`` (the rest), ``verification_s`` (from the scan's start
-to its count in ``status``, measured to the polling), ``drifts`` and the gaps (there should be
+to its count in ``status``, measured to the polling), the daemon's RSS before the pause, its peak
+from then on (sampled every 20 ms) and after, ``drifts`` and the gaps (there should be
 none), and beside them the peer's scan: ``git status`` with a private index on the same tree in
 the same run (what a shadow-git checkpointer pays for the same look at every file, holding
 its own index lock).
 
-Usage: ``python -m bench.verification [--files 1000000] [--cache /tmp/bench-1m]``.
+Usage: ``python -m bench.verification [--files 1000000] [--cache /tmp/bench-1m] [--python
+OTHER/bin/python --pause S]`` (``--pause``: for an install older than the mark, resume after
+``S`` seconds of quiet instead).
 """
 
 from __future__ import annotations
@@ -26,21 +29,27 @@ import argparse
 import json
 import shutil
 import subprocess
+import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+
+import psutil
 
 from bench.common import DaemonProc, file_create_ms, git_env, median, tree_file
 from bench.tree import cached_tree
 from snapshotd_client.paths import gaps_path
 
 
-def run(files: int, cache: Path, interval: float, work: int, resume: int) -> dict:
+def run(files: int, cache: Path, interval: float, work: int, resume: int,
+        python: str = sys.executable, pause: float | None = None) -> dict:
     wt = cached_tree(files, cache)
     scratch = Path(tempfile.mkdtemp(prefix="sdverify", dir="/tmp"))
     mark = scratch / "scan-began"
     daemon = DaemonProc({"SNAPSHOTD_VERIFY_INTERVAL_S": str(interval),
-                         "SNAPSHOTD_DELAY_AT": "full-scan:0", "SNAPSHOTD_DELAY_MARK": str(mark)})
+                         "SNAPSHOTD_DELAY_AT": "full-scan:0", "SNAPSHOTD_DELAY_MARK": str(mark)},
+                        python=python, cwd=scratch)
     out: dict = {"files": files, "interval_s": interval}
     try:
         with daemon.client() as c:
@@ -63,8 +72,14 @@ def run(files: int, cache: Path, interval: float, work: int, resume: int) -> dic
             out["working_ms"] = {"n": len(at_work), "p50": median(at_work),
                                  "max": round(max(at_work), 1)}
             before = c.status()["watcher"]["verifications"]
+            proc = psutil.Process(daemon.proc.pid)
+            out["rss_mb_before"] = round(proc.memory_info().rss / 2**20)
+            sampler = _RssSampler(proc)
             mark.unlink(missing_ok=True)
             paused = time.monotonic()
+            if pause is not None:  # a daemon without the mark (an older install)
+                time.sleep(pause)
+                mark.touch()
             while not mark.exists() and time.monotonic() - paused < 600:
                 time.sleep(0.02)
             if not mark.exists():
@@ -87,6 +102,8 @@ def run(files: int, cache: Path, interval: float, work: int, resume: int) -> dic
                 time.sleep(0.05)
             out["verification_s"] = round((finished_at or time.monotonic()) - scan_began, 1)
             out["during"] = _summary(during)
+            out["rss_mb_peak"] = sampler.stop()
+            out["rss_mb_after"] = round(proc.memory_info().rss / 2**20)
             out["after"] = _summary(after)
             status = c.status()
             [row] = [w for w in status["watched"] if w["path"] == str(wt)]
@@ -102,6 +119,26 @@ def run(files: int, cache: Path, interval: float, work: int, resume: int) -> dic
         daemon.stop()
         shutil.rmtree(scratch, ignore_errors=True)
     return out
+
+
+class _RssSampler:
+    """The daemon's peak RSS (MB), sampled every 20 ms from start to ``stop``."""
+
+    def __init__(self, proc: psutil.Process) -> None:
+        self.proc = proc
+        self.peak = 0
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.done.wait(0.02):
+            self.peak = max(self.peak, self.proc.memory_info().rss)
+
+    def stop(self) -> int:
+        self.done.set()
+        self.thread.join()
+        return round(self.peak / 2**20)
 
 
 def _summary(values: list[float]) -> dict:
@@ -130,9 +167,14 @@ def main() -> None:
                         help="the daemon's verify_interval_s")
     parser.add_argument("--work", type=int, default=20)
     parser.add_argument("--resume", type=int, default=40)
+    parser.add_argument("--python", default=sys.executable,
+                        help="the interpreter whose snapshotd serves (another install's)")
+    parser.add_argument("--pause", type=float, default=None,
+                        help="resume after this many seconds of quiet instead of when a scan "
+                             "begins (for a daemon that does not write the mark)")
     args = parser.parse_args()
-    print(json.dumps(run(args.files, args.cache, args.interval, args.work, args.resume),
-                     indent=2))
+    print(json.dumps(run(args.files, args.cache, args.interval, args.work, args.resume,
+                         args.python, args.pause), indent=2))
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ never-captured directory that cannot be listed, that came with no event (the ful
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import logging
 import time
 from dataclasses import dataclass, field
@@ -48,6 +50,19 @@ if TYPE_CHECKING:
     from snapshotd.worktree_index import WorktreeIndex
 
 log = logging.getLogger("snapshotd.store")
+
+
+def _glibc() -> ctypes.CDLL | None:
+    """The C library when it is glibc (it has ``malloc_trim``), else None."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim.argtypes = [ctypes.c_size_t]
+        return libc
+    except (OSError, AttributeError):
+        return None
+
+
+_LIBC = _glibc()
 
 # The full scan's diff, minus the write of the stat cache it refreshes.
 _DETECT_FLAGS = int(DIFF_FLAGS) & ~int(DiffOption.UPDATE_INDEX)
@@ -89,6 +104,7 @@ class Prescan:
         except (pygit2.GitError, OSError, ValueError) as exc:
             result.why_not = f"the scan failed: {type(exc).__name__}: {exc}"
         result.scan_s = time.monotonic() - scan_started
+        _release_freed_memory()
         return result
 
     def verify(self, index: WorktreeIndex, source: ChangeSource, root: Path,
@@ -120,6 +136,15 @@ class Prescan:
         log.debug("verification of %s: %d path(s) found off the lock in %.2fs, %d changed "
                   "without an event", root, len(self.found), self.scan_s, len(changed))
         return capture
+
+
+def _release_freed_memory() -> None:
+    """Hand the scan's memory back to the system: the second copy of a million-entry cache and
+    the diff's listing of the worktree (about 230 MB) are freed by now, but glibc's allocator
+    keeps freed memory mapped (the daemon stayed 210 MB larger after each verification, at 530
+    MB against a 600 MB budget). Elsewhere than glibc there is nothing to call."""
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
 
 
 class _CannotStandIn(Exception):
