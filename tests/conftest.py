@@ -84,6 +84,7 @@ ONE_LEDGER: dict[str, str] = {
     "test_nested_fastpath": "nested repositories in a capture",
     "test_plain_excludes": "the default excludes of a plain directory",
     "test_plugin": "the shipped plugin's configuration",
+    "test_prescan": "a verification's scan of the stat cache",
     "test_restore_apply": "the restore's file-system writer",
     "test_restore_hostile": "links, odd names and reply sizes in restore and diff",
     "test_secret_files": "which files a capture skips",
