@@ -12,7 +12,8 @@ Owns ``SNAPSHOTD_CRASH_AT``, ``SNAPSHOTD_DELAY_AT`` (with ``SNAPSHOTD_DELAY_MARK
 - ``SNAPSHOTD_DELAY_AT=<point>:<ms>`` (read once at start): ``delay(<point>)`` sleeps that long,
   widening a race window so a test can show it is closed. Points: ``dispatch`` (a watcher batch
   taken off the notifier's queue, not yet dispatched), ``before-row`` (a capture's commit
-  written, its ledger row not yet), ``full-scan`` (a full stat scan about to begin).
+  written, its ledger row not yet), ``full-scan`` (a stat scan of a whole worktree about to
+  begin, under its lock or a verification's off it).
 - ``SNAPSHOTD_DELAY_MARK=<path>``: each time a delay begins, ``<path>`` is created (holding the
   point's name), so a test can act while the daemon is inside that window rather than guess
   when it opens.

@@ -387,6 +387,7 @@ class Settler:
             checks.verify_since = claim.started
         if kind == "verify":
             counters["verifications"] += 1
+            counters["verify_full_scans"] += result.get("scan") == "full"
             if not result.get("deduped"):
                 checks.judge_at = now + JUDGE_DELAY_S
                 checks.judge_since = checks.verify_since
@@ -432,7 +433,7 @@ class Settler:
                     if not entry.linger.lingering or state.entries.get(entry.root) is not entry:
                         return
                 try:
-                    state.service.read_worktree(root, verify=True, prescan=prescan)
+                    capture = state.service.read_worktree(root, verify=True, prescan=prescan)
                 except Exception as exc:  # noqa: BLE001 - the watch just stops vouching
                     log.warning("verification of lingering %s failed: %s", root, exc)
                     if identity(entry.root) != entry.identity:
@@ -440,6 +441,7 @@ class Settler:
                     return
             with state.cond:
                 state.counters["verifications"] += 1
+                state.counters["verify_full_scans"] += capture.full_scan
         finally:
             with state.cond:
                 entry.window.capturing = False

@@ -103,7 +103,33 @@ def test_a_tool_call_during_a_verification_scan_neither_waits_nor_is_drift(
     assert [g["detail"] for g in sd_env.read_gaps() if g["reason"] == "watcher-drift"] == []
     [row] = [w for w in status["watched"] if w["path"] == str(wt)]
     assert row["drifts"] == 0 and row["fast_path"] == "on"
+    assert status["watcher"]["verify_full_scans"] == 0  # the off-lock scan stood in
     assert r["scan"] == "fast"
     tree = git(wt, "--git-dir", str(sd_env.home / "store.git"), "ls-tree", "-r", "--name-only",
                r["commit"])
     assert {"a.txt", "during.txt", "newdir/inside.txt", "after.txt"} <= set(tree.split())
+
+
+def test_a_verification_the_off_lock_scan_cannot_stand_in_for_scans_fully_and_says_so(
+        sd_env: Env, tmp_path: Path, make_daemon: MakeDaemon) -> None:
+    """A worktree holding a nested repository (captured by a cache of its own) is verified by
+    the full scan under the lock, as before: counted in ``verify_full_scans``, drift found."""
+    wt = make_git_worktree(tmp_path / "wt")
+    (wt / "top.txt").write_text("top\n")
+    make_git_worktree(wt / "inner")
+    (wt / "inner" / "lib.txt").write_text("lib\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.link(wt / "top.txt", outside / "alias.txt")
+    daemon = make_daemon(sd_env, {"SNAPSHOTD_SETTLE_MS": "100", "SNAPSHOTD_MAX_WAIT_MS": "300",
+                                  "SNAPSHOTD_VERIFY_INTERVAL_S": "1"})
+    with daemon.client() as c:
+        c.attempt_begin("nested", "n", str(wt))
+        c.snapshot(str(wt), run_id="nested", node_id="n")
+        (wt / "b.txt").write_text("an event\n")
+        with open(outside / "alias.txt", "w") as f:
+            f.write("no event\n")
+        wait_for(lambda: [g for g in sd_env.read_gaps() if g["reason"] == "watcher-drift"],
+                 timeout=30, what="the full verification to find the drift")
+        counters = c.status()["watcher"]
+    assert counters["verify_full_scans"] >= 1
