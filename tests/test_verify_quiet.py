@@ -16,9 +16,10 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from random import Random
 
 from conftest import Env, MakeDaemon, make_git_worktree
-from helpers import git, wait_for
+from helpers import Workload, full_tree, git, wait_for
 
 SLOW_SCAN = {"SNAPSHOTD_SETTLE_MS": "100", "SNAPSHOTD_MAX_WAIT_MS": "300",
              "SNAPSHOTD_VERIFY_INTERVAL_S": "1", "SNAPSHOTD_DELAY_AT": "full-scan:1500"}
@@ -133,3 +134,32 @@ def test_a_verification_the_off_lock_scan_cannot_stand_in_for_scans_fully_and_sa
                  timeout=30, what="the full verification to find the drift")
         counters = c.status()["watcher"]
     assert counters["verify_full_scans"] >= 1
+
+
+def test_random_work_among_verifications_stays_exact_and_is_never_drift(
+        sd_env: Env, tmp_path: Path, make_daemon: MakeDaemon) -> None:
+    """Verifications every second, off the lock, among an agent's random work (creates, edits,
+    deletions, renames, modes, links, new and removed directory trees, ignored files, bursts)
+    and its tool calls: every tool call's checkpoint is ``git add -A``'s tree, and no
+    verification calls anything drift (every change came with its events)."""
+    wt = make_git_worktree(tmp_path / "wt")
+    (wt / ".gitignore").write_text("ignored_dir/\n")
+    (wt / "src").mkdir()
+    for i in range(40):
+        (wt / "src" / f"s{i}.txt").write_text(f"{i}\n")
+    daemon = make_daemon(sd_env, {"SNAPSHOTD_SETTLE_MS": "100", "SNAPSHOTD_MAX_WAIT_MS": "300",
+                                  "SNAPSHOTD_VERIFY_INTERVAL_S": "1"})
+    rng = Random(21)
+    work = Workload(wt, rng)
+    with daemon.client() as c:
+        c.attempt_begin("random", "n", str(wt))
+        c.snapshot(str(wt), run_id="random", node_id="n")
+        for step in range(40):
+            for _ in range(rng.randrange(1, 4)):
+                work.step()
+            r = c.snapshot(str(wt), run_id="random", node_id="n", source="hook")
+            assert r["tree"] == full_tree(wt, tmp_path / "oracle-index"), f"step {step}"
+            time.sleep(rng.choice([0.02, 0.1, 0.4, 1.1]))
+        counters = c.status()["watcher"]
+    assert counters["verifications"] >= 3, counters
+    assert [g["detail"] for g in sd_env.read_gaps() if g["reason"] == "watcher-drift"] == []
