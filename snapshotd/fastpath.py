@@ -27,9 +27,14 @@ import logging
 import os
 import stat
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from snapshotd.watchstate import Entry, WatchState
+
+if TYPE_CHECKING:
+    from snapshotd.notifiergroup import NotifierGroup
 
 log = logging.getLogger("snapshotd.watcher")
 
@@ -67,10 +72,7 @@ class FastPath:
                 return None
             draining = list(entry.changes.draining)
         assert group is not None
-        # An old notifier the merge has drained meanwhile needs no cookie of ours: it then
-        # retires (its sync fails), and what came after the new watch began is in ``group``.
-        if not (all(g.sync(COOKIE_TIMEOUT_S) or g.handed_over for g in draining)
-                and group.sync(COOKIE_TIMEOUT_S)):
+        if not _round_trip(group, draining):
             with cond:
                 reset_dirty(entry)
             return None
@@ -93,8 +95,8 @@ class FastPath:
         return changed
 
     def scanned(self, root: Path, seconds: float) -> None:
-        """A full stat scan of ``root`` took ``seconds``: what its next verification will hold
-        the worktree's lock for (the settler waits for a quiet worktree when that is long)."""
+        """A stat scan of the whole of ``root`` took ``seconds``: what its next verification
+        will cost (the settler waits for a quiet worktree when that is long)."""
         with self.state.cond:
             entry = self.state.entries.get(str(root))
             if entry is not None:
@@ -174,8 +176,7 @@ class FastPath:
                 return None
             group = entry.group
             draining = list(entry.changes.draining)
-        if not (all(g.sync(COOKIE_TIMEOUT_S) or g.handed_over for g in draining)
-                and group.sync(COOKIE_TIMEOUT_S)):
+        if not _round_trip(group, draining):
             return None
         with cond:
             changes = entry.changes
@@ -207,19 +208,29 @@ def reset_dirty(entry: Entry) -> None:
         changes.baseline_at = time.monotonic()
 
 
+def _round_trip(group: NotifierGroup, draining: list[NotifierGroup]) -> bool:
+    """A cookie round trip through ``group`` and the notifiers a merge is ``draining`` into
+    it: True once every event queued before it has been dispatched. An old notifier the merge
+    has drained meanwhile needs no cookie of ours: it then retires (its sync fails), and what
+    came after the new watch began is in ``group``."""
+    return (all(g.sync(COOKIE_TIMEOUT_S) or g.handed_over for g in draining)
+            and group.sync(COOKIE_TIMEOUT_S))
+
+
+def directories_of(path: str) -> Iterator[str]:
+    """The directories holding worktree-relative ``path``, innermost first (``a/b/c``:
+    ``a/b``, ``a``)."""
+    parent = path.rpartition("/")[0]
+    while parent:
+        yield parent
+        parent = parent.rpartition("/")[0]
+
+
 def uncovered(paths: set[str], reported: set[str]) -> set[str]:
     """The paths of ``paths`` that neither ``reported`` nor a directory in it holding them
     names."""
-    if not reported:
-        return set(paths)
-    left = set()
-    for path in paths - reported:
-        parent = path.rpartition("/")[0]
-        while parent and parent not in reported:
-            parent = parent.rpartition("/")[0]
-        if not parent:
-            left.add(path)
-    return left
+    return {p for p in paths - reported
+            if not any(d in reported for d in directories_of(p))}
 
 
 def type_changed(root: str, changed: set[str], removed: set[str]) -> bool:
@@ -236,7 +247,7 @@ def type_changed(root: str, changed: set[str], removed: set[str]) -> bool:
         if stat.S_ISDIR(st.st_mode):
             return True  # deleted, then a directory: perhaps a file before
         if parents is None:
-            parents = {p[:i] for p in changed for i, c in enumerate(p) if c == "/"}
+            parents = {d for p in changed for d in directories_of(p)}
         if rel in parents:
             return True  # a file or link now, and paths below it changed: a directory before
     return False

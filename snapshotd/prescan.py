@@ -33,7 +33,7 @@ import ctypes
 import ctypes.util
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -41,7 +41,7 @@ import pygit2
 from pygit2.enums import DeltaStatus, DiffOption
 
 from snapshotd import faults
-from snapshotd.fastpath import DIRTY_LIMIT
+from snapshotd.fastpath import DIRTY_LIMIT, directories_of
 from snapshotd.full_scan import DIFF_FLAGS, Capture
 from snapshotd.scan_rules import unreadable_path
 
@@ -77,7 +77,6 @@ class Prescan:
     held_s: float = 0.0  # how long step 1 held the worktree's lock
     scan_s: float = 0.0
     why_not: str = ""  # why ``found`` is None
-    unreadable: set[str] = field(default_factory=set)
 
     @classmethod
     def run(cls, service: Service, root: Path) -> Prescan:
@@ -91,14 +90,14 @@ class Prescan:
                 result.why_not = "nested repositories"
             elif not index.persist():
                 result.why_not = "no stat cache loaded, or it could not be written"
-            gitdir, result.unreadable = index.gitdir, set(index.unreadable)
+            gitdir, unreadable = index.gitdir, set(index.unreadable)
         result.held_s = time.monotonic() - started
         if result.why_not:
             return result
         scan_started = time.monotonic()
         faults.delay("full-scan")  # tests: a scan as slow as a million files'
         try:
-            result.found = _changed_paths(gitdir, root, result.unreadable)
+            result.found = _changed_paths(gitdir, root, unreadable)
         except _CannotStandIn as exc:
             result.why_not = str(exc)
         except (pygit2.GitError, OSError, ValueError) as exc:
@@ -184,9 +183,7 @@ def _changed_paths(gitdir: Path, root: Path, unreadable: set[str]) -> set[str]:
     # A file where a directory was, or the reverse, shows as a deletion and an addition under
     # one name: the per-path update cannot express that.
     for path in found:
-        parent = path.rpartition("/")[0]
-        while parent:
-            if parent in found:
-                raise _CannotStandIn(f"{parent} changed between file and directory")
-            parent = parent.rpartition("/")[0]
+        for directory in directories_of(path):
+            if directory in found:
+                raise _CannotStandIn(f"{directory} changed between file and directory")
     return found

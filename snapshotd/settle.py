@@ -16,11 +16,12 @@ Promises:
   (``watcher-drift``); a watched, quiet worktree is verified every ``verify_interval_s`` if it
   saw events, every ``QUIET_VERIFY_FACTOR`` intervals if not; a lingering one only after events,
   and without recording anything.
-- A verification holds the worktree's lock for a full stat scan, and a tool call's capture of
-  that worktree waits for it (seconds at a million files). So once a worktree's verification
-  took ``LONG_VERIFY_S`` or more, the next one waits until the worktree has been quiet (no event,
-  no capture through the changed paths) for ``VERIFY_QUIET_FACTOR`` times that long; never,
-  though, past ``QUIET_VERIFY_FACTOR`` intervals since the last one.
+- A verification scans the whole tree, off the worktree's lock when it can (``prescan``: a tool
+  call's capture does not wait for it), else under it. Either way the scan takes a core for its
+  length (seconds at a million files), so once a worktree's scan took ``LONG_VERIFY_S`` or more,
+  the next verification waits until the worktree has been quiet (no event, no capture through
+  the changed paths) for ``VERIFY_QUIET_FACTOR`` times that long; never, though, past
+  ``QUIET_VERIFY_FACTOR`` intervals since the last one.
 - Each crash marker of a still-active attempt becomes a ``settle-window-missed`` gap and an
   immediate capture; other markers are dropped.
 """
@@ -288,8 +289,8 @@ class Settler:
         return kind
 
     def _quiet_at(self, entry: Entry, now: float) -> float:
-        """When a verification of ``entry`` may start without making a tool call wait: now for
-        one whose last verification was short; for a long one, once the worktree has been
+        """When a verification of ``entry`` may start without taking a core from the agent's
+        work: now for one whose last verification was short; for a long one, once the worktree has been
         quiet for ``VERIFY_QUIET_FACTOR`` times that long, or once ``QUIET_VERIFY_FACTOR``
         intervals have passed without one. Under the lock."""
         checks = entry.checks

@@ -87,7 +87,7 @@ class Checks:
     next_verify: float = 0.0  # periodic drift verification
     verified_mark: float = 0.0  # ``last_event`` when the last periodic verification started
     last_verify: float = 0.0
-    verify_took: float = 0.0  # how long its last full stat scan took (s): what one costs
+    verify_took: float = 0.0  # how long its last scan of the whole tree took (s): what one costs
 
 
 @dataclass

@@ -123,7 +123,7 @@ class WorktreeIndex:
         started_ns = time.time_ns()
         touched: list[str] = []
         previous_racy, self._racy = self._racy, set()
-        faults.delay("full-scan")  # tests: a scan as slow as a million files' (none else)
+        faults.delay("full-scan")  # tests: a scan as slow as a million files'
         try:
             for path in sorted(previous_racy):
                 self.update_path(index, path, result, touched, racy_recheck=True)
