@@ -72,6 +72,9 @@ ONE_LEDGER: dict[str, str] = {
     "test_fastpath": "the fast path's tree against git add -A",
     "test_home_perms": "file modes in the home",
     "test_hostile_input": "framing, hostile paths and connection limits",
+    "test_history::test_show_of_every_checkpoint_is_gits_diff":
+        "the store's diffs of each checkpoint (the same file's log and find tests read the "
+        "checkpoints from each backend)",
     "test_http_hook": "the HTTP front end's guards",
     "test_native_hook": "the native hook's transport and hand-overs",
     "test_verify_quiet": "when the watcher's verification scans run",

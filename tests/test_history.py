@@ -144,7 +144,8 @@ def seqs_of(commits: list[str], listed: str) -> list[int]:
     return [commits.index(c) for c in listed.split()]
 
 
-def test_show_log_and_find_agree_with_git(sd_env: Env, daemon: Daemon, tmp_path: Path) -> None:
+def test_show_of_every_checkpoint_is_gits_diff(sd_env: Env, daemon: Daemon,
+                                               tmp_path: Path) -> None:
     src = tmp_path / "src"
     commits = build_source(src)
     wt = make_git_worktree(tmp_path / "wt")
@@ -165,6 +166,13 @@ def test_show_log_and_find_agree_with_git(sd_env: Env, daemon: Daemon, tmp_path:
     assert "+def parse(text):" in patch and "diff --git a/lib/parser.py" in patch
     stat = sd(sd_env, "show", RUN, "--node", NODE, "--seq", "3", "--stat").stdout
     assert "notes.txt | 1 -" in stat
+
+
+def test_log_and_find_agree_with_git(sd_env: Env, daemon: Daemon, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    commits = build_source(src)
+    wt = make_git_worktree(tmp_path / "wt")
+    replay(daemon, src, commits, wt)
 
     # log -S finds exactly where `def parse` came and went, newest first, as git log -S does.
     found = sd_json(sd_env, "log", RUN, "-S", "def parse")
