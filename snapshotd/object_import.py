@@ -37,15 +37,15 @@ _IDX_HEADER = 8 + 256 * 4  # magic, version, fan-out table (its last slot: the o
 _SAMPLE = 1024
 
 
-def import_objects(user_gitdir: Path, store: Path, oids: list[str], fsync: bool) -> bool:
-    """Bring ``oids`` (distinct ids) from the repository at ``user_gitdir`` into ``store``:
+def import_objects(user_gitdir: Path, store: Path, oids: list[bytes], fsync: bool) -> bool:
+    """Bring ``oids`` (distinct raw ids) from the repository at ``user_gitdir`` into ``store``:
     the packs most of whose objects are wanted, copied whole; the rest copied as one pack.
     True only when every one arrived."""
     rest = take_packs(user_gitdir, store, oids, fsync)
     return not rest or copy_objects(user_gitdir, store, rest, fsync)
 
 
-def take_packs(user_gitdir: Path, store: Path, oids: list[str], fsync: bool) -> list[str]:
+def take_packs(user_gitdir: Path, store: Path, oids: list[bytes], fsync: bool) -> list[bytes]:
     """Copy into ``store`` each pack of the user's repository at least half of whose objects
     are among ``oids``; returns the ``oids`` no pack copied holds. A pack that fails its
     checks or cannot be copied is left out (its objects stay in the result)."""
@@ -88,23 +88,23 @@ def _names(idx: Path, most: int) -> bytes | None:
     return names if len(names) == 20 * count else None
 
 
-def _share_wanted(names: bytes, wanted: set[str]) -> float:
+def _share_wanted(names: bytes, wanted: set[bytes]) -> float:
     """The share of the objects of raw ``names`` that are ``wanted``, from an even sample of
-    ``_SAMPLE`` of them (all when fewer): a million ids turned to text and looked up cost about
-    a second, and this decides only whether copying the pack whole is worth it."""
+    ``_SAMPLE`` of them (all when fewer): a million ids looked up cost a large part of a
+    second, and this decides only whether copying the pack whole is worth it."""
     count = len(names) // 20
     step = max(1, count // _SAMPLE)
     picks = range(0, count, step)
-    return sum(names[20 * i:20 * i + 20].hex() in wanted for i in picks) / len(picks)
+    return sum(names[20 * i:20 * i + 20] in wanted for i in picks) / len(picks)
 
 
-def _ids(names: bytes) -> Iterator[list[str]]:
-    """The ids of raw ``names`` as hex, 65,536 at a time (a million at once would hold a
-    hundred megabytes of strings beside the seed's own)."""
+def _ids(names: bytes) -> Iterator[list[bytes]]:
+    """The raw ids of ``names``, 65,536 at a time (a million at once would hold some fifty
+    megabytes of objects beside the seed's own)."""
     step = 20 << 16
     for at in range(0, len(names), step):
-        text = names[at:at + step].hex()
-        yield [text[i:i + 40] for i in range(0, len(text), 40)]
+        chunk = names[at:at + step]
+        yield [chunk[i:i + 20] for i in range(0, len(chunk), 20)]
 
 
 def _take_pack(idx: Path, pack_dir: Path, fsync: bool) -> bool:
@@ -176,8 +176,8 @@ def _copy_pack(pack: Path, dest: Path, index: bytes, fsync: bool) -> bool:
     return digest.digest() == trailer == index[-40:-20]
 
 
-def copy_objects(user_gitdir: Path, store: Path, oids: list[str], fsync: bool) -> bool:
-    """Copy objects (distinct ids) from the user's repository into the store as one pack.
+def copy_objects(user_gitdir: Path, store: Path, oids: list[bytes], fsync: bool) -> bool:
+    """Copy objects (distinct raw ids) from the user's repository into the store as one pack.
     True only when every one arrived: ``pack-objects`` given ids packs exactly those (and fails
     on one it cannot read), so a new pack whose index counts ``len(oids)`` objects holds them
     all, which spares looking each of them up again."""
@@ -198,7 +198,7 @@ def copy_objects(user_gitdir: Path, store: Path, oids: list[str], fsync: bool) -
         assert packer.stdin is not None and packer.stdout is not None
         packer.stdout.close()  # the indexer holds it now
         try:
-            packer.stdin.write(("\n".join(oids) + "\n").encode())
+            packer.stdin.write(("\n".join(oid.hex() for oid in oids) + "\n").encode())
         finally:
             packer.stdin.close()
         out, _ = indexer.communicate(timeout=3600)

@@ -174,8 +174,15 @@ def list_unseen(root: Path, ignored: Callable[[str], bool], tracked: Container[s
     stack = [""]
     while stack:
         current = stack.pop()
+        path = os.path.join(root, current) if current else root
+        known = shape.get(current) if shape is not None and current not in changed else None
         try:
-            entries = list(os.scandir(os.path.join(root, current) if current else root))
+            # A seeded directory is counted by its names alone (no DirEntry made for each).
+            if known is not None and len(os.listdir(path)) == known[0]:
+                stack.extend(child for child in (f"{current}/{name}" if current else name
+                                                 for name in known[1]) if child not in listed)
+                continue
+            entries = list(os.scandir(path))
         except PermissionError:
             if current not in listed and not (current and ignored(current + "/")):
                 found.append({"path": current, "reason": "unreadable",
@@ -183,11 +190,6 @@ def list_unseen(root: Path, ignored: Callable[[str], bool], tracked: Container[s
             continue
         except OSError:
             continue  # gone since its parent was listed
-        known = shape.get(current) if shape is not None and current not in changed else None
-        if known is not None and len(entries) == known[0]:
-            stack.extend(child for child in (f"{current}/{name}" if current else name
-                                             for name in known[1]) if child not in listed)
-            continue
         if current and any(e.name == ".git" for e in entries) and nested.is_repo(current):
             continue  # listed by the diff as a nested repository
         for entry in entries:

@@ -37,7 +37,7 @@ from pygit2.enums import DeltaStatus
 from snapshotd.durable import GIT_FSYNC_ARGS, sync_object_dirs
 from snapshotd.object_import import import_objects
 from snapshotd.scan_rules import DirNames
-from snapshotd.user_repo import SeedIndex, strip_index, user_gitdir
+from snapshotd.user_repo import CacheNode, SeedIndex, strip_index, user_gitdir
 
 if TYPE_CHECKING:
     from snapshotd.store import Store
@@ -95,48 +95,40 @@ def seed_from_repository(root: Path, cache_gitdir: Path, store: Store) -> Seeded
     tmp = cache_gitdir / "index.seed"
     tmp.write_bytes(seed.index_file(with_cache_tree=with_trees))
     os.replace(tmp, cache_gitdir / "index")
-    shape = dir_shape(seed.cache_tree, seed.count) if seed.cache_tree else None
+    shape = dir_shape(seed.nodes, seed.count) if seed.nodes else None
     return Seeded(uncommitted_paths(gitdir, seed, cache_gitdir), shape)
 
 
-def dir_shape(cache_tree: bytes, entries: int) -> dict[str, DirNames] | None:
-    """For each directory a cache-tree (``SeedIndex.cache_tree``: a node is valid only if every
-    node below it is) vouches for, the number of names the index holds directly in it and its
-    subdirectories' names: a valid node's entry count is its entries, its subtrees' are theirs.
-    None when the tree does not parse or its root, valid, does not count ``entries``."""
+def dir_shape(nodes: list[CacheNode], entries: int) -> dict[str, DirNames] | None:
+    """For each directory a cache-tree (``SeedIndex.nodes``, pre-order: a node is valid only if
+    every node below it is) vouches for, the number of names the index holds directly in it and
+    its subdirectories' names: a valid node's entry count is its entries, its subtrees' are
+    theirs. None when the nodes are not one tree, or its root, valid, does not count
+    ``entries``."""
     shape: dict[str, DirNames] = {}
-    # Pre-order nodes; the stack holds the open ones: [path, entries, subtrees left, names,
-    # entries of the subtrees].
+    # The open nodes: [path, entries, subtrees left, names, entries of the subtrees].
     stack: list[list] = []
-    off = 0
-    try:
-        while off < len(cache_tree):
-            if not stack and off:
-                return None  # a second root
-            nul = cache_tree.index(b"\0", off)
-            newline = cache_tree.index(b"\n", nul)
-            count, subtrees = (int(n) for n in cache_tree[nul + 1:newline].split(b" "))
-            name = os.fsdecode(cache_tree[off:nul])
-            off = newline + 1 + (20 if count >= 0 else 0)
-            if stack:
-                parent = stack[-1]
-                parent[2] -= 1
-                parent[3].append(name)
-                parent[4] += count
-                path = f"{parent[0]}/{name}" if parent[0] else name
-            elif count not in (-1, entries):
-                return None  # a root that does not count the index's entries
-            else:
-                path = ""
-            stack.append([path, count, subtrees, [], 0])
-            while stack and stack[-1][2] == 0:
-                path, count, _left, names, below = stack.pop()
-                if count >= 0:
-                    if count - below < 0:
-                        return None
-                    shape[path] = (count - below + len(names), tuple(names))
-    except ValueError:
-        return None
+    for at, (raw_name, count, subtrees, _oid) in enumerate(nodes):
+        if stack:
+            parent = stack[-1]
+            parent[2] -= 1
+            name = os.fsdecode(raw_name)
+            parent[3].append(name)
+            parent[4] += count
+            path = f"{parent[0]}/{name}" if parent[0] else name
+        elif at:
+            return None  # a second root
+        elif count not in (-1, entries):
+            return None  # a root that does not count the index's entries
+        else:
+            path = ""
+        stack.append([path, count, subtrees, [], 0])
+        while stack and stack[-1][2] == 0:
+            path, count, _left, names, below = stack.pop()
+            if count >= 0:
+                if count - below < 0:
+                    return None
+                shape[path] = (count - below + len(names), tuple(names))
     return shape if not stack else None
 
 
@@ -228,13 +220,13 @@ def prime_with_git_add(root: Path, cache_gitdir: Path, store: Path, fsync: bool)
     return True
 
 
-def _missing_objects(odb: pygit2.Odb, oids: list[str]) -> list[str]:
+def _missing_objects(odb: pygit2.Odb, oids: list[bytes]) -> list[bytes]:
     """Which of ``oids`` the store lacks. A lookup that misses costs libgit2 a rescan of the
     pack directory (tens of microseconds; seconds for 100,000 objects), so a store that holds
     none of a random sample of them (a repository seen for the first time) is taken to hold
     none at all. Wrong only towards copying: at worst an object the store already has is
     stored twice (a 1 % overlap goes unseen 8 % of the time), never one is left out."""
     sample = random.sample(oids, min(len(oids), SEED_SAMPLE))
-    if not any(pygit2.Oid(hex=oid) in odb for oid in sample):
+    if not any(pygit2.Oid(raw=oid) in odb for oid in sample):
         return oids
-    return [oid for oid in oids if pygit2.Oid(hex=oid) not in odb]
+    return [oid for oid in oids if pygit2.Oid(raw=oid) not in odb]

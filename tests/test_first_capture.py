@@ -151,11 +151,11 @@ def test_dir_shape_of_a_real_index(tmp_path: Path) -> None:
     wt = make_repo(tmp_path / "wt", dirs=2, per_dir=3)
     seed = strip_index((wt / ".git" / "index").read_bytes())
     assert seed is not None and seed.cache_tree is not None
-    shape = dir_shape(seed.cache_tree, seed.count)
+    shape = dir_shape(seed.nodes, seed.count)
     assert shape == {"": (4, ("d0", "d1", "ign")), "d0": (4, ("sub",)), "d0/sub": (1, ()),
                      "d1": (4, ("sub",)), "d1/sub": (1, ()), "ign": (1, ())}
     # A root that does not count the index's entries is not trusted at all.
-    assert dir_shape(seed.cache_tree, seed.count + 1) is None
+    assert dir_shape(seed.nodes, seed.count + 1) is None
 
 
 def test_dir_shape_leaves_out_invalidated_directories(tmp_path: Path) -> None:
@@ -164,10 +164,11 @@ def test_dir_shape_leaves_out_invalidated_directories(tmp_path: Path) -> None:
     git(wt, "add", "d1/sub/s.txt")  # git invalidates d1/sub, d1 and the root
     seed = strip_index((wt / ".git" / "index").read_bytes())
     assert seed is not None and seed.cache_tree is not None
-    shape = dir_shape(seed.cache_tree, seed.count)
+    shape = dir_shape(seed.nodes, seed.count)
     assert shape == {"d0": (4, ("sub",)), "d0/sub": (1, ()), "ign": (1, ())}
-    assert dir_shape(b"\0" + b"3 0\n" + b"x" * 20 + b"\0" + b"3 0\n" + b"x" * 20, 3) is None
-    assert dir_shape(b"\0" + b"3 1\n" + b"x" * 20, 3) is None  # a subtree never given
+    root = [b"", 3, 0, b"x" * 20]
+    assert dir_shape([root, list(root)], 3) is None  # a second root
+    assert dir_shape([[b"", 3, 1, b"x" * 20]], 3) is None  # a subtree never given
 
 
 def test_the_credential_name_gate_finds_every_candidate_in_any_case(tmp_path: Path) -> None:

@@ -58,7 +58,8 @@ def test_blobs_flags_and_long_names(tmp_path: Path) -> None:
     assert any(len(path.encode()) > 0xFFF for path in listed)
     assert seed.count == len(listed)
     assert {p for p, (mode, _) in listed.items() if mode == "160000"} == {"sub"}
-    assert sorted(seed.blobs) == sorted(oid for mode, oid in listed.values() if mode != "160000")
+    assert sorted(oid.hex() for oid in seed.blobs) == sorted(
+        oid for mode, oid in listed.values() if mode != "160000")
     copy = _copy(seed, tmp_path)
     assert sorted(e.path for e in copy) == sorted(listed)
     flags = {e.path: e for e in copy}
