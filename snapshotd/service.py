@@ -1,8 +1,9 @@
 """The capture service: turns capture requests into numbered checkpoints, or gaps.
 
 Owns the per-worktree serialization of captures, deduplication, idempotency by tool call, fencing
-of superseded and ended attempts, the capture path itself (read the worktree, commit, record the
-row), ``attempt_begin``/``attempt_end``, and the service's own ``status`` figures. It delegates
+of superseded and ended attempts, the capture path itself (read the worktree, then hand the
+capture to ``snapshotd.recording``, which commits it and records its row),
+``attempt_begin``/``attempt_end``, and the service's own ``status`` figures. It delegates
 attribution (which attempt a request belongs to: ``snapshotd.attribution``), the ``list`` op
 (``snapshotd.listing``) and start-up reconciliation of the ledger with the store's refs
 (``snapshotd.reconcile``).
@@ -38,25 +39,22 @@ from snapshotd.keys import AttemptKey
 from snapshotd.ledger import (
     ACTIVE,
     Attempt,
-    DuplicateToolCall,
     Ledger,
     LedgerError,
-    SeqConflict,
     open_ledger,
 )
-from snapshotd.ledger_base import json_text, percentiles
+from snapshotd.ledger_base import percentiles
 from snapshotd.listing import list_op, list_run
 from snapshotd.prescan import Prescan
 from snapshotd.reconcile import lost_gap_writer, reconcile, reconcile_attempt
+from snapshotd.recording import Recorder
 from snapshotd.seqmarks import SeqMarks
 from snapshotd.snapshot_request import SOURCES, SnapshotRequest, gap_fields
 from snapshotd.store import (
-    CheckpointMeta,
     Store,
     StoreError,
     parse_trailers,
 )
-from snapshotd.user_repo import user_head
 from snapshotd.worktree_index import Capture
 from snapshotd_client.paths import gaps_path
 
@@ -65,7 +63,6 @@ __all__ = ["SOURCES", "ChangeSource", "Service", "ServiceError", "SnapshotReques
 
 log = logging.getLogger("snapshotd.service")
 
-_LATENCY_SAMPLES = 2000
 
 class ChangeSource(Protocol):
     """Knows which paths of a worktree changed since its last capture (the watcher)."""
@@ -86,9 +83,6 @@ class ChangeSource(Protocol):
     def scanned(self, root: Path, seconds: float) -> None:
         """A full stat scan of the worktree took ``seconds`` (what a verification costs)."""
 
-
-# Findings kept on one checkpoint (its trailer and row stay small); any one withholds it.
-MAX_SECRET_FINDINGS = 100
 
 class Service:
     """Everything the daemon does to the store and the ledger, callable from any thread."""
@@ -115,13 +109,15 @@ class Service:
                                          "fast_captures": 0, "full_scans": 0}
         # What changed since the last capture, when a watcher can vouch for it (fastpath).
         self.change_source: ChangeSource | None = None
-        self.latencies: dict[int, list[float]] = {1: [], 2: []}
         # Called with the attempt when it starts or stops being active (watcher, engine).
         self.on_attempt_active: list[Callable[[Attempt], None]] = []
         self.on_attempt_inactive: list[Callable[[Attempt], None]] = []
         # Called with the attempt and its new row once a checkpoint is recorded (replication),
         # on the capture path: a listener only notes the work and returns.
         self.on_checkpoint: list[Callable[[Attempt, dict], None]] = []
+        self.recorder = Recorder(self.store, self.ledger, self.seqmarks, self.record_gap,
+                                 self.counters, self.on_checkpoint)
+        self.latencies = self.recorder.latencies  # capture latencies per tier, for status
         # Which attempt each worktree's tier-2 captures go to (the last one announced active).
         self._tier2_owner: dict[str, AttemptKey] = {}
         self._routing_lock = threading.RLock()
@@ -355,8 +351,8 @@ class Service:
             previous = self.ledger.tool_call(attempt.pk, req.tool_use_id)
             if previous is not None:
                 self.counters["repeats"] += 1
-                return self._reply(attempt, previous, deduped=True, repeated=True,
-                                   started=started)
+                return self.recorder.reply(attempt, previous, deduped=True, repeated=True,
+                                          started=started)
         # Shared with other captures, exclusive of gc's prune: from the first object written
         # to the ref moved, nothing this capture wrote is named by a ref yet.
         with self.store.gate.shared():
@@ -369,11 +365,11 @@ class Service:
                     if req.tool_use_id:
                         self.ledger.record_tool_call(attempt, req.tool_use_id, seq)
                     self.counters["dedups"] += 1
-                    return self._reply(attempt, {"seq": seq, "commit": str(head.id),
-                                                 "tree": capture.tree}, deduped=True,
-                                       started=started, skipped=capture.skipped, tier=req.tier,
-                                       scan="full" if capture.full_scan else "fast")
-            return self._record(attempt, req, capture, head, last, started)
+                    return self.recorder.reply(
+                        attempt, {"seq": seq, "commit": str(head.id), "tree": capture.tree},
+                        deduped=True, started=started, skipped=capture.skipped, tier=req.tier,
+                        scan="full" if capture.full_scan else "fast")
+            return self.recorder.record(attempt, req, capture, head, last, started)
 
     def record_gap(self, req: SnapshotRequest, attempt: Attempt | None, reason: str,
                    detail: str) -> None:
@@ -456,99 +452,6 @@ class Service:
                                f"the ledger cannot be written: {exc}") from exc
         return self.ledger.last_checkpoint(attempt.pk)
 
-    def _record(self, attempt: Attempt, req: SnapshotRequest, capture: Capture,
-                head: pygit2.Commit | None, last: dict | None, started: float) -> dict:
-        """Commit ``capture`` as the attempt's next checkpoint and record its row."""
-        root = str(attempt.worktree)
-        try:
-            seq = max(self._next_seq(head, last), self.seqmarks.floor(attempt.key))
-            self.seqmarks.reserve(attempt.key, seq)
-        except OSError as exc:
-            self.record_gap(req, attempt, "commit-failed", f"seq reservation: {exc}")
-            raise ServiceError(errors.CAPTURE_FAILED,
-                               f"could not reserve a seq for {attempt.key}: {exc}") from exc
-        added, modified, deleted = self._changes(head, capture.tree)
-        found = capture.secrets[:MAX_SECRET_FINDINGS] or None
-        meta = CheckpointMeta(key=attempt.key, seq=seq, tier=req.tier, source=req.source,
-                              worktree=root, label=req.label, tool_use_id=req.tool_use_id,
-                              base=user_head(Path(root)) if head is None else None,
-                              secrets=found)
-        parent = str(head.id) if head else None
-        commit = None
-        try:
-            commit = self.store.commit(meta, capture.tree, parent)
-            row = {"seq": seq, "commit": commit, "tree": capture.tree, "parent": parent,
-                   "source": req.source, "tier": req.tier, "label": req.label,
-                   "tool_use_id": req.tool_use_id, "worktree": root, "added": added,
-                   "modified": modified, "deleted": deleted, "created_at": time.time(),
-                   "skipped": json_text(capture.skipped) if capture.skipped else None,
-                   "secrets": json_text(found) if found else None}
-            faults.delay("before-row")
-            self.ledger.record_checkpoint(attempt, row)
-            faults.crash_point("after-row")
-        except DuplicateToolCall as exc:
-            # Another daemon sharing the ledger recorded this tool call first: its checkpoint
-            # is the answer, and ours never happened (a row-less ref would be "repaired" later).
-            assert commit is not None
-            self.store.rewind(attempt.key, commit, parent)
-            winner = self.ledger.tool_call(attempt.pk, exc.tool_use_id)
-            self.counters["repeats"] += 1
-            return self._reply(attempt, winner or {"seq": exc.seq, "commit": None,
-                                                   "tree": None},
-                               deduped=True, repeated=True, started=started)
-        except SeqConflict as exc:
-            assert commit is not None
-            self.store.rewind(attempt.key, commit, parent)
-            self.record_gap(req, attempt, "commit-failed", f"another daemon recorded into "
-                            f"{attempt.key} at the same time: {exc}")
-            raise ServiceError(errors.CAPTURE_FAILED,
-                               f"could not record the checkpoint: {exc}") from exc
-        except StoreError as exc:  # the commit or ref: store-write-failed or commit-failed
-            self.record_gap(req, attempt, exc.reason, exc.message)
-            raise ServiceError(errors.CAPTURE_FAILED,
-                               f"could not record the checkpoint: {exc}") from exc
-        except Exception as exc:  # noqa: BLE001 - the ledger row
-            self.record_gap(req, attempt, "ledger-failed", f"{type(exc).__name__}: {exc}")
-            raise ServiceError(errors.CAPTURE_FAILED,
-                               f"could not record the checkpoint: {exc}") from exc
-        self.counters[f"captures_tier{req.tier}"] += 1
-        self._announce_checkpoint(attempt, row)
-        reply = self._reply(attempt, {"seq": seq, "commit": commit, "tree": capture.tree},
-                            deduped=False, started=started, skipped=capture.skipped,
-                            changes={"added": added, "modified": modified, "deleted": deleted},
-                            tier=req.tier, scan="full" if capture.full_scan else "fast")
-        if found:
-            reply["secrets"] = found  # kept here, withheld from replication (``withhold``)
-        return reply
-
-    def _announce_checkpoint(self, attempt: Attempt, row: dict) -> None:
-        for listener in self.on_checkpoint:
-            try:
-                listener(attempt, row)
-            except Exception:  # noqa: BLE001 - a listener never fails an acknowledged capture
-                log.exception("checkpoint listener failed for %s", attempt.worktree)
-
-    def _reply(self, attempt: Attempt, cp: dict, *, deduped: bool, started: float,
-               repeated: bool = False, skipped: list | None = None,
-               changes: dict | None = None, tier: int | None = None,
-               scan: str | None = None) -> dict:
-        elapsed = (time.perf_counter() - started) * 1000
-        if tier is not None:
-            samples = self.latencies[tier]
-            samples.append(elapsed)
-            if len(samples) > _LATENCY_SAMPLES:
-                del samples[:_LATENCY_SAMPLES // 2]
-        out = attempt.key.as_dict()
-        out.update(seq=cp["seq"], commit=cp["commit"], tree=cp["tree"], deduped=deduped,
-                   elapsed_ms=round(elapsed, 3), worktree=attempt.worktree,
-                   skipped=skipped or [],
-                   changes=changes or {"added": 0, "modified": 0, "deleted": 0})
-        if repeated:
-            out["repeated"] = True
-        if scan is not None:
-            out["scan"] = scan  # "fast" (the watcher's changed paths) or "full" (a stat scan)
-        return out
-
     def _fenced(self, req: SnapshotRequest, attempt: Attempt, current: Attempt | None) -> None:
         state = current.state if current else "missing"
         detail = f"attempt {attempt.key} is {state}; its captures are refused"
@@ -564,16 +467,6 @@ class Service:
             return
         self.record_gap(req, attempt, "ledger-failed", f"{type(exc).__name__}: {exc}")
         raise ServiceError(errors.CAPTURE_FAILED, f"the ledger cannot be used: {exc}") from exc
-
-    def _next_seq(self, head: pygit2.Commit | None, last: dict | None) -> int:
-        from_row = int(last["seq"]) if last is not None else -1
-        trailers = parse_trailers(head.message) if head is not None else {}
-        return max(from_row, int(trailers.get("Snapshotd-Seq", "-1"))) + 1
-
-    def _changes(self, head: pygit2.Commit | None, tree: str) -> tuple[int, int, int]:
-        """Files added, modified and deleted against the previous checkpoint: walks only the
-        subtrees whose ids differ, so the cost follows the change."""
-        return self.store.tree_changes(str(head.tree_id) if head else None, tree)
 
     def _capture_head(self, attempt: Attempt) -> pygit2.Commit | None:
         """The attempt's newest commit, the capture's parent. A ref broken for certain (it
