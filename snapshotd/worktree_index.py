@@ -4,7 +4,8 @@ Owns ``WorktreeIndex``: the git index of a worktree kept in memory, its git dir 
 ``<home>/worktrees/<id>/`` (which shares the store's objects and refs through a ``commondir``
 file, as ``git worktree`` does, so libgit2 honours ignore rules for that worktree with its own
 ``core.excludesFile``), the full capture (``capture``: a stat scan of the whole tree, see
-``full_scan``) and the fast path (``capture_changed``: only the paths a watcher reported).
+``full_scan``) and the fast path (``capture_changed``: only the paths a watcher reported). An
+empty cache is started by ``cold_start`` (seeded from the user's index, or ``git add -A``).
 
 Promises:
 - A capture is the worktree's tree as ``git add -A`` would stage it: ``.gitignore`` files
@@ -37,7 +38,7 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -53,6 +54,7 @@ from snapshotd.cache_checks import (
     rebind_index,
     tree_has,
 )
+from snapshotd.cold_start import listed_paths, prime_cold
 from snapshotd.full_scan import Capture, full_scan, remove_entry
 from snapshotd.ignore_rules import exclude_sources, write_excludes
 from snapshotd.nested_repos import Workspace, WorkspaceMatcher
@@ -64,10 +66,8 @@ from snapshotd.secrets import (
     secret_files_among,
     secret_skip,
 )
-from snapshotd.seeding import index_paths, prime_with_git_add, seed_from_repository
 from snapshotd.store_errors import STORE_WRITE_FAILED, StoreError, odb_retry
 from snapshotd.trees import TreeShapeChanged, remember_changes, remember_file_count, rewrite_tree
-from snapshotd.user_repo import tracked_files
 
 if TYPE_CHECKING:
     from snapshotd.store import Store
@@ -450,7 +450,10 @@ class WorktreeIndex:
             self._repo = pygit2.Repository(str(self.gitdir))
             index = self._repo.index
         if len(index) == 0:
-            index = self._prime_cold(index)  # sets ``_unscanned``
+            primed = prime_cold(self.root, self.gitdir, self.store, self._repo, index, self._add)
+            self._repo, index = primed.repo, primed.index
+            if primed.unscanned is not None:
+                self._unscanned, self._shape = primed.unscanned, primed.shape
         # A submodule (or a nested repository ``git add`` took): whole, by its own cache.
         gitlinks = ({e.path for e in index if e.mode == FileMode.COMMIT}
                     if may_hold_gitlinks(self.gitdir) else set())
@@ -468,63 +471,11 @@ class WorktreeIndex:
         paths returned), and the scan that follows lists them as skipped."""
         if self.secret_files == "capture":
             return set()
-        dropped = set(secret_files_among(self.root, self._listed_paths(index, may_name_secret_files)))
+        dropped = set(secret_files_among(self.root,
+                                          listed_paths(self.gitdir, index, may_name_secret_files)))
         for path in dropped:
             remove_entry(index, path)
         return dropped
-
-    def _listed_paths(self, index: pygit2.Index,
-                      wanted: Callable[[bytes], bool] | None = None) -> list[str]:
-        """Every path of ``index``, read from its file (which holds all of them: seeded,
-        primed and loaded caches are read from it) by git, else from libgit2 one by one; none
-        when ``wanted`` says the file's bytes name nothing wanted (``seeding.index_paths``)."""
-        paths = index_paths(self.gitdir, wanted)
-        return [e.path for e in index] if paths is None else paths
-
-    def _prime_cold(self, index: pygit2.Index) -> pygit2.Index:
-        """Start an empty cache: from the worktree's own git index when it has one (only files
-        that differ from it are hashed), else with the git CLI (several times faster than
-        libgit2 cold); if that fails too, ``capture()`` hashes every file through libgit2."""
-        seed = seed_from_repository(self.root, self.gitdir, self.store)
-        if seed is not None:
-            seeded = self._open_seeded()
-            if seeded is not None:
-                self._unscanned, self._shape = seed.to_scan, seed.shape
-                return seeded
-        if not prime_with_git_add(self.root, self.gitdir, self.store.path, self.store.fsync):
-            return index
-        self._repo = pygit2.Repository(str(self.gitdir))
-        index = self._repo.index
-        if self._add_tracked_ignored(index):
-            index.write()  # the file ``_listed_paths`` reads holds them too
-        self._unscanned = self._listed_paths(index)
-        return index
-
-    def _open_seeded(self) -> pygit2.Index | None:
-        """The index ``seed_from_repository`` wrote, or None (and gone) if libgit2 refuses it."""
-        try:
-            self._repo = pygit2.Repository(str(self.gitdir))
-            index = self._repo.index  # a new handle's index is read from the file here
-        except pygit2.GitError:
-            (self.gitdir / "index").unlink(missing_ok=True)
-            self._repo = pygit2.Repository(str(self.gitdir))
-            return None
-        return index
-
-    def _add_tracked_ignored(self, index: pygit2.Index) -> int:
-        """Files the user's repository tracks although they match an ignore rule are captured,
-        as ``git add -A`` in that repository would keep them. Returns how many were added."""
-        added = 0
-        for path in tracked_files(self.root):
-            if path in index:
-                continue
-            if (self.root / path).is_symlink() or (self.root / path).is_file():
-                try:
-                    self._add(index, path)
-                    added += 1
-                except (pygit2.GitError, OSError):
-                    continue
-        return added
 
     def _ensure_gitdir(self) -> None:
         """The cache's git dir with the files that make it a worktree of the store, checked by
