@@ -31,6 +31,25 @@ def service(sd_env: Env) -> Iterator[Service]:
         svc.close()
 
 
+class _NoEvents:
+    """A change source that vouches for nothing and records drift (``ChangeSource``)."""
+
+    def __init__(self) -> None:
+        self.drifted: set[str] = set()
+
+    def take(self, root: Path, mode: str) -> set[str] | None:
+        return None
+
+    def failed(self, root: Path) -> None:
+        pass
+
+    def drift(self, root: Path, found: set[str], reported: set[str]) -> None:
+        self.drifted |= found
+
+    def scanned(self, root: Path, seconds: float) -> None:
+        pass
+
+
 def captured(service: Service, wt: Path) -> None:
     service.snapshot({"cwd": str(wt), "run_id": "r", "node_id": "n"})
 
@@ -79,10 +98,20 @@ def test_it_never_writes_the_live_cache_file_while_it_scans(service: Service,
     service.store.worktree(wt).persist()
     before = cache_file.read_bytes()
     (wt / "a.txt").write_text("two")
-    # Same content, new times: the full scan's diff refreshes such an entry and writes the file.
+    # Same content, new times: git's full refresh would write such an entry to the file.
     os.utime(wt / "b.txt", (1_000_000_000, 1_000_000_000))
-    assert Prescan.run(service, wt).found == {"a.txt"}
+    scan = Prescan.run(service, wt)
     assert cache_file.read_bytes() == before
+    # A file whose stat data changed is listed (its content is compared by the update under the
+    # lock, which then holds its new stat data: it is neither drift nor found again).
+    assert scan.found == {"a.txt", "b.txt"}
+    source = _NoEvents()
+    with service.worktree_lock(wt):
+        capture = scan.verify(service.store.worktree(wt), source, wt, reported={"a.txt"})
+    assert capture is not None and source.drifted == set()
+    tree = service.store.repo[capture.tree]
+    assert (tree["a.txt"].data, tree["b.txt"].data) == (b"two", b"same")
+    assert Prescan.run(service, wt).found == set()
 
 
 @pytest.mark.parametrize("change, reason", [
@@ -132,3 +161,24 @@ def test_no_cache_and_nested_repositories_decline_before_scanning(service: Servi
     captured(service, nested)  # the inner repository gets a stat cache of its own
     scan = Prescan.run(service, nested)
     assert scan.found is None and scan.why_not == "nested repositories"
+
+
+def test_without_git_or_when_git_fails_it_declines(service: Service, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    wt = make_git_worktree(tmp_path / "wt")
+    (wt / "a.txt").write_text("a")
+    captured(service, wt)
+    with monkeypatch.context() as patched:
+        patched.setenv("PATH", str(tmp_path / "no-git-here"))
+        scan = Prescan.run(service, wt)
+    assert scan.found is None and "the scan failed" in scan.why_not
+    # git refuses the cache's git dir (its HEAD gone): it says so, and the scan declines.
+    head = service.store.worktree(wt).gitdir / "HEAD"
+    saved = head.read_bytes()
+    head.unlink()
+    try:
+        scan = Prescan.run(service, wt)
+    finally:
+        head.write_bytes(saved)
+    assert scan.found is None and "exit" in scan.why_not
+    assert Prescan.run(service, wt).found == set()
