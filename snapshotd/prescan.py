@@ -75,8 +75,9 @@ _MAX_LISTING_BYTES = 2 * (DIRTY_LIMIT + 1) * 4100
 
 @dataclass
 class Prescan:
-    """What one verification's off-lock scan found: the paths whose content differs from the
-    stat cache as written at its start (None: the verification scans fully instead)."""
+    """What one verification's off-lock scan found: the paths whose content may differ from
+    the stat cache as written at its start, by stat data or content (None: the verification
+    scans fully instead)."""
 
     found: set[str] | None = None
     held_s: float = 0.0  # how long step 1 held the worktree's lock
@@ -85,8 +86,8 @@ class Prescan:
 
     @classmethod
     def run(cls, service: Service, root: Path) -> Prescan:
-        """Write ``root``'s stat cache if it changed (under the worktree's lock), then diff it
-        against the worktree off the lock. Never raises: a scan that cannot run says why."""
+        """Write ``root``'s stat cache if it changed (under the worktree's lock), then compare
+        it with the worktree off the lock. Never raises: a scan that cannot run says why."""
         result = cls()
         started = time.monotonic()
         with service.worktree_lock(root):
