@@ -8,14 +8,16 @@ tool call that came meanwhile. So a verification runs in three steps:
 1. ``Prescan.run``, under the lock for a moment: the stat cache is written to its file if
    captures changed it since (``WorktreeIndex.persist``: 0.7 s at a million entries, 7 ms at
    10,000).
-2. Still in ``run``, off the lock: git compares that file with the worktree, under the same
-   ignore rules (the cache's git dir), in two processes side by side: ``git diff-files`` for
-   the tracked paths, ``git ls-files --others --exclude-standard`` for the files the cache does
-   not hold. Neither writes anything (``GIT_OPTIONAL_LOCKS=0``; the live cache is never
-   touched), and neither holds the interpreter's lock or the daemon's memory: at a million
-   files they take about 2 s and 250 MB each in their own processes, where libgit2's diff in
-   the daemon took 4-5 s and left the daemon 200 MB larger. The paths they list may differ
-   from the cache as written: drift, or changes made since.
+2. Still in ``run``, off the lock: that file is compared with the worktree under the same
+   ignore rules (the cache's git dir), writing nothing (the live cache is never touched). From
+   ``GIT_SCAN_FROM_BYTES`` (about 30,000 entries) git does it, in two processes side by side:
+   ``git diff-files`` for the tracked paths, ``git ls-files --others --exclude-standard`` for
+   the files the cache does not hold (``GIT_OPTIONAL_LOCKS=0``), holding neither the
+   interpreter's lock nor the daemon's memory: at a million files about 2 s and 250 MB each in
+   their own processes, where libgit2's diff in the daemon took 4-5 s and left the daemon 200
+   MB larger. A smaller cache is diffed by a second libgit2 handle in the daemon (its call
+   releases the interpreter's lock), cheaper there than starting two processes. The paths
+   listed may differ from the cache as written: drift, or changes made since.
 3. ``Prescan.verify``, inside the verification's capture under the lock: only those paths and
    the ones the watcher reported since the last capture are updated (``capture_changed``);
    drift is what that update changed among the paths found, with no event naming it.
@@ -42,9 +44,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pygit2
+from pygit2.enums import DeltaStatus, DiffOption
+
 from snapshotd import faults
 from snapshotd.fastpath import DIRTY_LIMIT, directories_of
-from snapshotd.full_scan import Capture
+from snapshotd.full_scan import DIFF_FLAGS, Capture
+from snapshotd.scan_rules import unreadable_path
 
 if TYPE_CHECKING:
     from snapshotd.service import ChangeSource, Service
@@ -53,6 +59,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("snapshotd.store")
 
 
+# From this size of the cache file (about 30,000 entries) git scans, in processes of its own:
+# measured against libgit2's diff in the daemon, equal CPU at 30,000 files (107 against 113 ms),
+# less above (100,000: 343 against 518 ms; a million: 2 s against 4-5 s, and libgit2's second
+# copy of the cache left the daemon 200 MB larger); below, git's two process start-ups cost more
+# than they save (10,000: 46 against 35 ms, a quiet worktree's verification every 10 minutes).
+GIT_SCAN_FROM_BYTES = 3 << 20
+# The full scan's diff, minus the write of the stat cache it refreshes.
+_DETECT_FLAGS = int(DIFF_FLAGS) & ~int(DiffOption.UPDATE_INDEX)
 # The two scans, as git arguments: the tracked paths that differ from the cache file (stat data,
 # or content where the stat data cannot tell), and the files the cache does not hold that its
 # ignore rules let in (each file listed; a nested repository as its directory).
@@ -106,7 +120,7 @@ class Prescan:
             result.found = _changed_paths(gitdir, root, unreadable)
         except _CannotStandIn as exc:
             result.why_not = str(exc)
-        except (OSError, ValueError) as exc:
+        except (pygit2.GitError, OSError, ValueError) as exc:
             result.why_not = f"the scan failed: {type(exc).__name__}: {exc}"
         result.scan_s = time.monotonic() - scan_started
         return result
@@ -148,9 +162,32 @@ class _CannotStandIn(Exception):
 
 def _changed_paths(gitdir: Path, root: Path, unreadable: set[str]) -> set[str]:
     """The worktree-relative paths whose content may differ from the stat cache file in
-    ``gitdir``, by git side by side in two processes (``_SCANS``): the tracked paths whose stat
-    data or content differ, and the files the cache does not hold that its ignore rules let in.
-    Files known ``unreadable`` are listed too, to be tried again."""
+    ``gitdir``: by git in processes of its own for a cache of ``GIT_SCAN_FROM_BYTES`` or more,
+    else by libgit2 in the daemon. Files known ``unreadable`` are listed too, to be tried
+    again."""
+    try:
+        size = (gitdir / "index").stat().st_size
+    except OSError:
+        size = 0  # libgit2 then says what is wrong with it
+    if size >= GIT_SCAN_FROM_BYTES:
+        found = _changed_by_git(gitdir, root, unreadable)
+    else:
+        found = _changed_by_libgit2(gitdir, root, unreadable)
+    if len(found) > DIRTY_LIMIT:
+        raise _CannotStandIn(f"more than {DIRTY_LIMIT} paths changed")
+    # A file where a directory was, or the reverse, shows as a deletion and an addition under
+    # one name: the per-path update cannot express that.
+    for path in found:
+        for directory in directories_of(path):
+            if directory in found:
+                raise _CannotStandIn(f"{directory} changed between file and directory")
+    return found
+
+
+def _changed_by_git(gitdir: Path, root: Path, unreadable: set[str]) -> set[str]:
+    """git's listing, two processes side by side (``_SCANS``): the tracked paths whose stat
+    data or content differ, and the files the cache does not hold that its ignore rules let
+    in. A file whose stat data alone changed is listed (the update under the lock re-reads it)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env.update(GIT_DIR=str(gitdir), GIT_WORK_TREE=str(root), GIT_CONFIG_NOSYSTEM="1",
                GIT_OPTIONAL_LOCKS="0")
@@ -165,14 +202,39 @@ def _changed_paths(gitdir: Path, root: Path, unreadable: set[str]) -> set[str]:
         if raw.endswith(b"/"):
             raise _CannotStandIn(f"{os.fsdecode(raw)} is a nested repository")
         found.add(raw.decode("utf-8", "surrogateescape"))
-    if len(found) > DIRTY_LIMIT:
-        raise _CannotStandIn(f"more than {DIRTY_LIMIT} paths changed")
-    # A file where a directory was, or the reverse, shows as a deletion and an addition under
-    # one name: the per-path update cannot express that.
-    for path in found:
-        for directory in directories_of(path):
-            if directory in found:
-                raise _CannotStandIn(f"{directory} changed between file and directory")
+    return found
+
+
+def _changed_by_libgit2(gitdir: Path, root: Path, unreadable: set[str]) -> set[str]:
+    """libgit2's diff of a second copy of the cache file against the worktree (the full scan's,
+    writing nothing). Files known unreadable, or found so, are held out of the diff (it fails on
+    them) and listed."""
+    index = pygit2.Repository(str(gitdir)).index
+    held = {p for p in unreadable if p in index}
+    for path in held:
+        index.remove(path)
+    while True:
+        try:
+            deltas = index.diff_to_workdir(_DETECT_FLAGS).deltas
+            break
+        except pygit2.GitError as exc:
+            if "nesting too deep" in str(exc):
+                raise _CannotStandIn("directories nested deeper than libgit2 walks") from exc
+            rel = unreadable_path(exc, root)
+            if rel is None or rel in held or rel not in index:
+                raise
+            held.add(rel)
+            index.remove(rel)
+    found = set(held)
+    for delta in deltas:
+        if delta.status == DeltaStatus.TYPECHANGE:
+            raise _CannotStandIn(f"{delta.new_file.path} changed type")
+        path = (delta.old_file if delta.status == DeltaStatus.DELETED else delta.new_file).path
+        if path.endswith("/"):
+            raise _CannotStandIn(f"{path} is a nested repository or a directory it cannot list")
+        found.add(path)
+        if len(found) > DIRTY_LIMIT:
+            raise _CannotStandIn(f"more than {DIRTY_LIMIT} paths changed")
     return found
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from conftest import Env, make_git_worktree
 from helpers import git
+from snapshotd import prescan
 from snapshotd.config import load_config
 from snapshotd.fastpath import DIRTY_LIMIT
 from snapshotd.prescan import Prescan
@@ -50,11 +51,20 @@ class _NoEvents:
         pass
 
 
+@pytest.fixture(params=["libgit2", "git"])
+def scan_by(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Which scan runs: libgit2's in the daemon (small caches) or git's in processes (from
+    ``GIT_SCAN_FROM_BYTES``), forced whatever the test tree's size."""
+    monkeypatch.setattr(prescan, "GIT_SCAN_FROM_BYTES", 0 if request.param == "git" else 1 << 62)
+    return request.param
+
+
 def captured(service: Service, wt: Path) -> None:
     service.snapshot({"cwd": str(wt), "run_id": "r", "node_id": "n"})
 
 
-def test_it_finds_exactly_what_differs_from_the_cache(service: Service, tmp_path: Path) -> None:
+def test_it_finds_exactly_what_differs_from_the_cache(service: Service, tmp_path: Path,
+                                                      scan_by: str) -> None:
     wt = make_git_worktree(tmp_path / "wt")
     (wt / ".gitignore").write_text("*.log\n")
     for name in ("keep.txt", "edit.txt", "gone.txt"):
@@ -76,7 +86,7 @@ def test_it_finds_exactly_what_differs_from_the_cache(service: Service, tmp_path
 
 
 def test_it_compares_with_the_cache_as_captured_not_as_last_written(
-        service: Service, tmp_path: Path) -> None:
+        service: Service, tmp_path: Path, scan_by: str) -> None:
     """Captures through the fast path change the cache in memory only: the scan's copy is
     written first, so what they captured is not found again."""
     wt = make_git_worktree(tmp_path / "wt")
@@ -89,7 +99,7 @@ def test_it_compares_with_the_cache_as_captured_not_as_last_written(
 
 
 def test_it_never_writes_the_live_cache_file_while_it_scans(service: Service,
-                                                            tmp_path: Path) -> None:
+                                                            tmp_path: Path, scan_by: str) -> None:
     wt = make_git_worktree(tmp_path / "wt")
     (wt / "a.txt").write_text("one")
     (wt / "b.txt").write_text("same")
@@ -102,9 +112,10 @@ def test_it_never_writes_the_live_cache_file_while_it_scans(service: Service,
     os.utime(wt / "b.txt", (1_000_000_000, 1_000_000_000))
     scan = Prescan.run(service, wt)
     assert cache_file.read_bytes() == before
-    # A file whose stat data changed is listed (its content is compared by the update under the
-    # lock, which then holds its new stat data: it is neither drift nor found again).
-    assert scan.found == {"a.txt", "b.txt"}
+    # git lists a file whose stat data alone changed (libgit2 compares its content): the update
+    # under the lock re-reads it and keeps its new stat data, so it is neither drift nor found
+    # again.
+    assert scan.found == ({"a.txt", "b.txt"} if scan_by == "git" else {"a.txt"})
     source = _NoEvents()
     with service.worktree_lock(wt):
         capture = scan.verify(service.store.worktree(wt), source, wt, reported={"a.txt"})
@@ -121,7 +132,7 @@ def test_it_never_writes_the_live_cache_file_while_it_scans(service: Service,
     ("too-many", f"more than {DIRTY_LIMIT} paths"),
 ])
 def test_what_only_a_full_scan_can_say_declines(service: Service, tmp_path: Path, change: str,
-                                                reason: str) -> None:
+                                                reason: str, scan_by: str) -> None:
     wt = make_git_worktree(tmp_path / "wt")
     (wt / "x").write_text("a file")
     (wt / "d").mkdir()
@@ -165,6 +176,7 @@ def test_no_cache_and_nested_repositories_decline_before_scanning(service: Servi
 
 def test_without_git_or_when_git_fails_it_declines(service: Service, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(prescan, "GIT_SCAN_FROM_BYTES", 0)
     wt = make_git_worktree(tmp_path / "wt")
     (wt / "a.txt").write_text("a")
     captured(service, wt)
