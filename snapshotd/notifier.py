@@ -103,6 +103,14 @@ def watches_in_use() -> int:
     return _BUDGET.used
 
 
+def watch_headroom() -> int | None:
+    """How many more watches the notifiers of this process may add, below ``max_watches`` and
+    the host's ``fs.inotify.max_user_watches`` (whose count also holds other processes' watches
+    of the same user, unseen here); None when neither limit is known."""
+    limits = [limit for limit in (_BUDGET.limit, _host_limit()) if limit]
+    return max(0, min(limits) - _BUDGET.used) if limits else None
+
+
 class WatchLimitError(OSError):
     """A watch limit was reached: ``setting`` (``max_watches`` or
     ``fs.inotify.max_user_watches``) is ``limit``; the tree being watched needs ``needed``

@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from snapshotd.fastpath import COOKIE_TIMEOUT_S, DIRTY_LIMIT
-from snapshotd.notifier import DELETED, OVERFLOW, Event
+from snapshotd.notifier import DELETED, OVERFLOW, Event, watch_headroom
 from snapshotd.notifiergroup import STEP_MS, NotifierGroup
 from snapshotd.watchstate import Entry, Host, WatchState, describe_watch_error
 
@@ -42,6 +42,9 @@ MERGE_SMALL = 8
 # When a merge failed, the next try waits this long; at the watch limit, longer.
 MERGE_RETRY_S = 60.0
 MERGE_RETRY_AT_LIMIT_S = 900.0
+# A merge takes at most this share of the watches still free (other processes of the user may
+# take some meanwhile); what does not fit is merged in a later round, beside the first.
+MERGE_HEADROOM_SHARE = 0.9
 # Never trust a ctime further than this from when the event arrived (s): clocks and touch -d.
 MAX_EVENT_AGE_S = 5 * STEP_MS / 1000
 # At most this many paths of one batch per worktree are stat'ed for the settle clock.
@@ -173,6 +176,15 @@ class Groups:
             old = [g for g in self.groups if not g.retired and
                    (live.get(g, 0) < MERGE_SMALL or len(g.roots) - live.get(g, 0)
                     > live.get(g, 0))]
+            fitting = _fitting(old, live, watch_headroom())
+            if fitting is None:
+                # The merged notifier holds its watches beside the old ones' until they retire:
+                # not even two of them fit under the watch limit now.
+                self.merge_not_before = time.monotonic() + MERGE_RETRY_AT_LIMIT_S
+                log.info("not merging %d notifiers: their watches do not fit twice under the "
+                         "watch limit (next try in %.0f s)", len(old), MERGE_RETRY_AT_LIMIT_S)
+                return
+            old = fitting
             entries = [e for e in self.state.entries.values()
                        if e.group in old and e.watched()]
             started_at = self.last_group_start
@@ -444,3 +456,24 @@ def latest_change(paths: list[str], arrived: float, wall: float) -> float:
         return arrived - STEP_MS / 1000
     age = min(max(wall - newest, 0.0), MAX_EVENT_AGE_S)
     return arrived - age
+
+
+def _fitting(groups: list[NotifierGroup], live: dict[NotifierGroup, int],
+             headroom: int | None) -> list[NotifierGroup] | None:
+    """Which of ``groups`` (in order) to merge now: those whose live worktrees' watches a
+    merged notifier can add beside the watches they hold (all of them with no known limit);
+    a group with no live worktree needs none and always goes. None when fewer than two groups
+    with live worktrees fit and no group is only to be retired."""
+    if headroom is None:
+        return groups
+    budget = int(headroom * MERGE_HEADROOM_SHARE)
+    chosen: list[NotifierGroup] = []
+    for group in groups:
+        needed = getattr(group.notify, "watch_count", 0) if live.get(group, 0) else 0
+        if needed <= budget:
+            chosen.append(group)
+            budget -= needed
+    with_live = [g for g in chosen if live.get(g, 0)]
+    if len(with_live) < 2 and len(with_live) == len(chosen):
+        return None
+    return chosen

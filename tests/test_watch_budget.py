@@ -94,3 +94,35 @@ def test_a_tree_over_the_budget_is_captured_exactly_with_the_gap(
         watcher = c.status()["watcher"]
         assert watcher["max_watches"] == 5 and watcher["watches"] <= 5
     assert len([g for g in sd_env.read_gaps() if g["reason"] == "watch-failed"]) == 1
+
+
+@linux_only
+def test_notifiers_merge_in_rounds_that_fit_under_the_budget(
+        sd_env: Env, make_daemon, tmp_path: Path) -> None:
+    """Merging needs the merged notifier's watches beside the old ones' until they retire: six
+    worktrees of 51 watches each (306) cannot merge at once under a budget of 500, but in two
+    rounds of three they can (the 100 worktrees of bench.many stayed 100 notifiers on a host
+    whose limit was under twice their watches, at 7.7 % of a core idle)."""
+    trees = []
+    for i in range(6):
+        wt = make_git_worktree(tmp_path / f"wt{i}")
+        _tree_of_50_dirs(wt)
+        trees.append(wt)
+    daemon = make_daemon(sd_env, {**QUIET_WATCHER, "SNAPSHOTD_MAX_WATCHES": "500"})
+    with daemon.client() as c:
+        for i, wt in enumerate(trees):
+            c.attempt_begin(f"merge{i}", "n", str(wt))
+        wait_for(lambda: c.status()["watcher"]["notifiers"] <= 2, timeout=60,
+                 what="the notifiers merged in rounds")
+        watcher = c.status()["watcher"]
+        assert watcher["notifiers"] == 2 and watcher["merges"] == 2, watcher
+        assert watcher["watches"] <= 500
+        # Every worktree is still watched: a write in each is captured by its settle window.
+        for i, wt in enumerate(trees):
+            (wt / "d3" / "s1" / "late.txt").write_text(f"late {i}\n")
+        for i, wt in enumerate(trees):
+            c.flush(str(wt))
+            listing = c.list(f"merge{i}")
+            last = listing["checkpoints"][-1]
+            assert last["tree"] == full_tree(wt, tmp_path / f"oracle{i}.index"), i
+    assert [g for g in sd_env.read_gaps() if g["reason"] == "watch-failed"] == []
