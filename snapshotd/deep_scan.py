@@ -24,6 +24,7 @@ from pathlib import Path
 import pygit2
 from pygit2.enums import FileMode
 
+from snapshotd.ignore_rules import cache_git_env
 from snapshotd.store_errors import STORE_WRITE_FAILED, WRITE_FAILURE_MESSAGES, StoreError
 
 # git reports a file it could not read as: error: open("path"): Permission denied
@@ -46,9 +47,7 @@ def git_add_scan(index: pygit2.Index, root: Path, gitdir: Path, max_file_bytes: 
     reads it there, with its stat data, so unchanged files are not hashed) and read back."""
     before = {entry.path: (entry.id, entry.mode) for entry in index}
     index.write()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_DIR=str(gitdir), GIT_WORK_TREE=str(root), GIT_CONFIG_NOSYSTEM="1",
-               GIT_OPTIONAL_LOCKS="0")
+    env = cache_git_env(gitdir, root)
     try:
         proc = subprocess.run(
             ["git", "-c", "core.quotePath=false", "add", "-A", "--ignore-errors", "."],

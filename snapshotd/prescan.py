@@ -27,9 +27,10 @@ in for it, ``verify`` returns None before changing anything and the caller scans
 the lock as before (no cache loaded; nested repositories; a cache that could not be written; a
 scan that failed, warned (a directory it cannot list) or took over ``SCAN_TIMEOUT_S``; no
 ``git``; a nested repository, a type change or a path that changed between file and directory
-among those found; more than ``DIRTY_LIMIT`` paths; a per-path update the cache declines). Not looked for: a new FIFO, socket or device, or a
-never-captured directory that cannot be listed, that came with no event (the full scan's
-``list_unseen``); the watcher reports those as they appear.
+among those found; more than ``DIRTY_LIMIT`` paths; a per-path update the cache declines). Not
+looked for: a new FIFO, socket or device, or a never-captured directory that cannot be listed,
+that came with no event (the full scan's ``list_unseen``); the watcher reports those as they
+appear.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from pygit2.enums import DeltaStatus, DiffOption
 from snapshotd import faults
 from snapshotd.fastpath import DIRTY_LIMIT, directories_of
 from snapshotd.full_scan import DIFF_FLAGS, Capture
+from snapshotd.ignore_rules import cache_git_env
 from snapshotd.scan_rules import unreadable_path
 
 if TYPE_CHECKING:
@@ -188,9 +190,7 @@ def _changed_by_git(gitdir: Path, root: Path, unreadable: set[str]) -> set[str]:
     """git's listing, two processes side by side (``_SCANS``): the tracked paths whose stat
     data or content differ, and the files the cache does not hold that its ignore rules let
     in. A file whose stat data alone changed is listed (the update under the lock re-reads it)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_DIR=str(gitdir), GIT_WORK_TREE=str(root), GIT_CONFIG_NOSYSTEM="1",
-               GIT_OPTIONAL_LOCKS="0")
+    env = cache_git_env(gitdir, root)
     listings = _run_scans(root, env)
     found = set(unreadable)
     records = listings["tracked"].split(b"\0")[:-1]
@@ -233,8 +233,6 @@ def _changed_by_libgit2(gitdir: Path, root: Path, unreadable: set[str]) -> set[s
         if path.endswith("/"):
             raise _CannotStandIn(f"{path} is a nested repository or a directory it cannot list")
         found.add(path)
-        if len(found) > DIRTY_LIMIT:
-            raise _CannotStandIn(f"more than {DIRTY_LIMIT} paths changed")
     return found
 
 

@@ -35,6 +35,7 @@ import pygit2
 from pygit2.enums import DeltaStatus
 
 from snapshotd.durable import GIT_FSYNC_ARGS, sync_object_dirs
+from snapshotd.ignore_rules import cache_git_env
 from snapshotd.object_import import import_objects
 from snapshotd.scan_rules import DirNames
 from snapshotd.user_repo import CacheNode, SeedIndex, strip_index, user_gitdir
@@ -170,8 +171,7 @@ def index_paths(gitdir: Path, wanted: Callable[[bytes], bool] | None = None) -> 
         if data[:4] == b"DIRC" and data[4:8] in (b"\0\0\0\2", b"\0\0\0\3") \
                 and not wanted(data):
             return []
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_DIR=str(gitdir), GIT_CONFIG_NOSYSTEM="1", GIT_OPTIONAL_LOCKS="0")
+    env = cache_git_env(gitdir)
     try:
         proc = subprocess.run(["git", "ls-files", "-z"], cwd=str(gitdir), env=env,
                               capture_output=True, timeout=600)
@@ -205,9 +205,7 @@ def prime_with_git_add(root: Path, cache_gitdir: Path, store: Path, fsync: bool)
     left out, as the libgit2 scan would skip them). With ``fsync`` the objects git wrote into
     ``store`` are durable on return: git fsyncs each file (``GIT_FSYNC_ARGS``; by default it
     fsyncs no loose object), and the directories they were linked into are fsynced here."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_DIR=str(cache_gitdir), GIT_WORK_TREE=str(root),
-               GIT_CONFIG_NOSYSTEM="1", GIT_OPTIONAL_LOCKS="0")
+    env = cache_git_env(cache_gitdir, root)
     proc = subprocess.run(
         ["git", *(GIT_FSYNC_ARGS if fsync else ()), "-c", "core.quotePath=false", "add", "-A",
          "--ignore-errors", "."],

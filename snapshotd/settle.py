@@ -290,9 +290,9 @@ class Settler:
 
     def _quiet_at(self, entry: Entry, now: float) -> float:
         """When a verification of ``entry`` may start without taking a core from the agent's
-        work: now for one whose last verification was short; for a long one, once the worktree has been
-        quiet for ``VERIFY_QUIET_FACTOR`` times that long, or once ``QUIET_VERIFY_FACTOR``
-        intervals have passed without one. Under the lock."""
+        work: now for one whose last verification was short; for a long one, once the worktree
+        has been quiet for ``VERIFY_QUIET_FACTOR`` times that long, or once
+        ``QUIET_VERIFY_FACTOR`` intervals have passed without one. Under the lock."""
         checks = entry.checks
         if checks.verify_took < LONG_VERIFY_S:
             return now
