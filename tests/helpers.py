@@ -40,6 +40,14 @@ def wait_for(predicate: Callable[[], T], timeout: float = 20.0, what: str = "con
         time.sleep(every)
 
 
+
+def wait_windows_recovered(home: Path, timeout: float = 30.0) -> None:
+    """After a restart, wait until the settle windows a crash left open (their markers in
+    ``<home>/watch``) have been captured. That capture runs on the new daemon's pool, so a write
+    a test makes before it ends would be that capture's checkpoint, not the next tool call's."""
+    wait_for(lambda: not list((home / "watch").glob("*.json")), timeout=timeout,
+             what="the windows a crash left open to be captured")
+
 def git(cwd: Path, *args: str, env: dict | None = None) -> str:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     full_env.update({"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",

@@ -22,6 +22,7 @@ from conftest import (
     make_git_worktree,
     run_hook,
 )
+from helpers import wait_windows_recovered
 
 
 def store_git(env: Env, *args: str) -> str:
@@ -185,6 +186,7 @@ def test_kill_9_then_restart_never_reuses_a_seq(sd_env: Env, tmp_path: Path,
             acked.append(c.snapshot(str(wt), run_id="r", node_id="n")["seq"])
     first.kill9()
     second = make_daemon(sd_env, extra_env=dict(QUIET_WATCHER))
+    wait_windows_recovered(sd_env.home)  # the window the writes opened: captured, deduplicated
     (wt / "f").write_text("after restart")
     with second.client() as c:
         nxt = c.snapshot(str(wt), run_id="r", node_id="n")

@@ -28,6 +28,7 @@ from conftest import (
     make_git_worktree,
     run_hook,
 )
+from helpers import wait_for, wait_windows_recovered
 from snapshotd.keys import AttemptKey
 from snapshotd.ledger import (
     ACTIVE,
@@ -440,14 +441,21 @@ def test_daemon_on_postgresql_hooks_listing_and_kill_9(sd_env: Env, pg_url: str,
     with closing(Ledger(url=pg_url)) as shared:
         assert [c["commit"] for c in shared.checkpoints("claude-sess-1")] == \
             [c["commit"] for c in cps]
+    # The writes opened a settle window (60 s here) that no tool call closes: the kill leaves its
+    # marker, and the restart owes a gap and a capture for it (unchanged tree: deduplicated).
+    markers = sd_env.home / "watch"
+    assert wait_for(lambda: list(markers.glob("*.json")), timeout=10), "no window opened"
     first.kill9()
     make_daemon(sd_env, extra_env=dict(QUIET_WATCHER))  # restarted on the same ledger
+    wait_windows_recovered(sd_env.home)
+    assert [g["run_id"] for g in sd_env.read_gaps()
+            if g["reason"] == "settle-window-missed"] == ["claude-sess-1"]
     (wt / "hello.txt").write_text("after restart\n")
     assert run_hook(sd_env, claude_payload(wt, "toolu_3")).returncode == 0
     (wt / "hello.txt").write_text("once more\n")
     assert run_hook(sd_env, claude_payload(wt, "toolu_0")).returncode == 0  # a repeat
     cps = json.loads(_cli(sd_env, "snapshots", "claude-sess-1", "--json").stdout)
-    assert [c["seq"] for c in cps["checkpoints"]] == [0, 1, 2, 3]
+    assert [c["seq"] for c in cps["checkpoints"]] == [0, 1, 2, 3], cps
     runs = json.loads(_cli(sd_env, "runs", "--json").stdout)["runs"]
     assert [r["run_id"] for r in runs] == ["claude-sess-1"]
     status = _cli(sd_env, "status", "--json")
