@@ -59,6 +59,9 @@ class Config:
     max_connections: int = 1024
     scan_interval_s: float = 2.0
     verify_interval_s: float = 60.0
+    # The share of a core that verifying quiet worktrees (no event for ten verify intervals) may
+    # take, daemon-wide: they take turns, the longest unverified first (docs/watcher.md).
+    quiet_verify_share: float = 0.0025
     # How long an ended attempt's worktree stays passively watched (0 = not at all).
     linger_s: float = 3600.0
     # Where the watcher's events come from: "auto" (inotify on Linux, else watchfiles),
@@ -124,6 +127,7 @@ ENV_VARS: dict[str, str] = {
     "max_connections": "SNAPSHOTD_MAX_CONNECTIONS",
     "scan_interval_s": "SNAPSHOTD_SCAN_INTERVAL_S",
     "verify_interval_s": "SNAPSHOTD_VERIFY_INTERVAL_S",
+    "quiet_verify_share": "SNAPSHOTD_QUIET_VERIFY_SHARE",
     "linger_s": "SNAPSHOTD_LINGER_S",
     "notifier": "SNAPSHOTD_NOTIFIER",
     "log_level": "SNAPSHOTD_LOG_LEVEL",
@@ -321,6 +325,17 @@ def _coerce(key: str, value: object, source: str) -> object:
         if number < 0 or (number == 0 and key != "linger_s"):
             raise ConfigError(f"{where}: must be positive, got {value!r}")
         return number
+    if key == "quiet_verify_share":
+        try:
+            if isinstance(value, bool):
+                raise TypeError(value)
+            share = float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: expected a share of a core, got {value!r}") from None
+        if not 0 < share <= 1:
+            raise ConfigError(f"{where}: expected a share of a core above 0 and at most 1 "
+                              f"(0.0025 is a quarter of one percent), got {value!r}")
+        return share
     if isinstance(value, bool):
         raise ConfigError(f"{where}: expected a whole number, got {value!r}")
     try:

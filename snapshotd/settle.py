@@ -15,7 +15,12 @@ Promises:
 - After a burst's last capture, one verification scan looks for changes no event announced
   (``watcher-drift``); a watched, quiet worktree is verified every ``verify_interval_s`` if it
   saw events, every ``QUIET_VERIFY_FACTOR`` intervals if not; a lingering one only after events,
-  and without recording anything.
+  and without recording anything. Quiet worktrees' verifications take turns daemon-wide, the
+  longest unverified first, spaced so that together they take at most ``quiet_verify_share`` of
+  a core: with many quiet worktrees each is verified less often than every
+  ``QUIET_VERIFY_FACTOR`` intervals, never skipped.
+- Every root's periodic stat (``scan_interval_s``) falls on one shared tick, so idle worktrees
+  wake the scheduler once per tick, not once each.
 - A verification scans the whole tree, off the worktree's lock when it can (``prescan``: a tool
   call's capture does not wait for it), else under it. Either way the scan takes a core for its
   length (seconds at a million files), so once a worktree's scan took ``LONG_VERIFY_S`` or more,
@@ -59,6 +64,9 @@ VERIFY_QUIET_FACTOR = 2.0
 # A worktree whose attempt ended keeps its entry this long, so a superseding attempt on the same
 # directory takes the watch over without a rebuild (s).
 IDLE_GRACE_S = 5.0
+# Quiet worktrees' verifications start at least this far apart (s), whatever their share of a
+# core (``quiet_verify_share``) would allow.
+QUIET_VERIFY_GAP_S = 1.0
 # Capture errors after which the window is not reopened: nothing more can be captured.
 _FINAL_ERRORS = (errors.FENCED, errors.WORKTREE_MISSING, errors.WORKTREE_REPLACED)
 
@@ -80,6 +88,7 @@ class _Plan:
     now: float
     actions: list[Callable[[], None]] = field(default_factory=list)
     wake: float | None = None
+    quiet: list[Entry] = field(default_factory=list)  # quiet worktrees owed a verification
 
     def later(self, at: float) -> None:
         delay = at - self.now
@@ -98,6 +107,9 @@ class Settler:
                                        thread_name_prefix="snapshotd-watch-capture")
         self._scheduler = threading.Thread(target=self._schedule_loop, name="snapshotd-settle",
                                            daemon=True)
+        # The next quiet worktree's verification may start then; the one whose turn it is.
+        self._quiet_free_at = 0.0
+        self._quiet_turn: Entry | None = None
 
     def start(self) -> None:
         self._scheduler.start()
@@ -189,6 +201,7 @@ class Settler:
             with cond:
                 if self.state.stopping:
                     return
+                self.state.counters["scheduler_passes"] += 1
                 actions, wake = self._due(time.monotonic())
                 if not actions:
                     cond.wait(timeout=None if wake is None else max(0.0, wake))
@@ -213,11 +226,12 @@ class Settler:
                     plan.later(idle_since + IDLE_GRACE_S)
             elif entry.state == "missing":
                 if now >= entry.checks.next_health:
-                    entry.checks.next_health = now + self.state.config.scan_interval_s
+                    entry.checks.next_health = self._next_health(now)
                     plan.actions.append(lambda e=entry: self.host.probe_missing(e))
                 plan.later(entry.checks.next_health)
             else:
                 self._due_active(entry, plan)
+        self._give_quiet_turn(plan)
         merge = self.groups.merge_plan(now)
         if merge is True:
             self.groups.start_merge()
@@ -225,12 +239,21 @@ class Settler:
             plan.later(merge)
         return plan.actions, plan.wake
 
+    def _next_health(self, now: float) -> float:
+        """When a worktree's root is next stat'ed: ``scan_interval_s`` from now, moved to the
+        nearest tick of one grid shared by all worktrees. Clocks of worktrees begun apart would
+        otherwise drift apart, and the scheduler would wake, and pass over every entry, once
+        per worktree instead of once per tick (100 worktrees: 50 passes a second, 3.5 % of a
+        core). Verification clocks stay apart: lined up, their scans would all start at once."""
+        every = self.state.config.scan_interval_s
+        return round((now + every) / every) * every  # at least now + every / 2
+
     def _due_active(self, entry: Entry, plan: _Plan) -> None:
         """An active attempt's worktree: health, window, scans, judging, retries."""
         now = plan.now
         checks = entry.checks
         if now >= checks.next_health:
-            checks.next_health = now + self.state.config.scan_interval_s
+            checks.next_health = self._next_health(now)
             plan.actions.append(lambda e=entry: self.host.check_root(e.root))
         plan.later(checks.next_health)
         if entry.window.capturing:
@@ -274,16 +297,23 @@ class Settler:
                 and entry.changes.baseline):
             # Look for drift now and then (an overflowed kernel queue is never reported).
             # A worktree that saw no event since its last verification is only re-verified
-            # every QUIET_VERIFY_FACTOR intervals: idle worktrees must cost no CPU.
-            if self._verify_due(entry, plan, when_quiet=True):
+            # every QUIET_VERIFY_FACTOR intervals, and in turn: idle worktrees cost little CPU.
+            due = self._verify_due(entry, plan, when_quiet=True)
+            if due == "events":
                 checks.verify_at = now
                 checks.verify_since = now
+            elif due == "quiet":
+                plan.quiet.append(entry)
         if kind is None and checks.verify_at is not None and window.first is None:
             quiet = self._quiet_at(entry, now)
             if now >= checks.verify_at and now >= quiet:
                 kind = "verify"
                 checks.verify_at = None
-                checks.last_verify = now  # a burst's verification counts as one too
+                # A burst's verification counts as a periodic one too: it covers every event
+                # so far (counted as not covered, they called for a second scan right after).
+                checks.last_verify = now
+                checks.verified_mark = checks.last_event
+                checks.next_verify = now + self.state.config.verify_interval_s
             else:
                 plan.later(max(checks.verify_at, quiet))
         return kind
@@ -314,7 +344,7 @@ class Settler:
             return
         plan.later(expires)
         if now >= entry.checks.next_health:
-            entry.checks.next_health = now + self.state.config.scan_interval_s
+            entry.checks.next_health = self._next_health(now)
             plan.actions.append(lambda e=entry: self.host.check_root(e.root))
         plan.later(entry.checks.next_health)
         if entry.window.capturing or not entry.changes.baseline or entry.state != "watching":
@@ -327,27 +357,57 @@ class Settler:
             entry.window.capturing = True  # no capture may start on it meanwhile
             self.pool.submit(self._verify_lingering, entry)
 
-    def _verify_due(self, entry: Entry, plan: _Plan, *, when_quiet: bool) -> bool:
-        """The clock of periodic drift verification (under the lock): True when one should
-        start now — events were seen since the last one, or (``when_quiet``) none ran for
-        ``QUIET_VERIFY_FACTOR`` intervals."""
+    def _verify_due(self, entry: Entry, plan: _Plan, *, when_quiet: bool) -> str | None:
+        """The clock of periodic drift verification (under the lock): ``"events"`` when one
+        should start now (events were seen since the last one); with ``when_quiet``,
+        ``"quiet"`` when none ran for ``QUIET_VERIFY_FACTOR`` intervals (it waits for its turn,
+        ``_give_quiet_turn``, its clock left as it is); else None."""
         now = plan.now
         every = self.state.config.verify_interval_s
         checks = entry.checks
-        due = False
         if checks.next_verify == 0.0:
             checks.next_verify = now + every
             checks.verified_mark = checks.last_event
             checks.last_verify = now
         elif now >= checks.next_verify:
-            checks.next_verify = now + every
-            if checks.last_event != checks.verified_mark or (
-                    when_quiet and now - checks.last_verify >= every * QUIET_VERIFY_FACTOR):
+            if checks.last_event != checks.verified_mark:
+                checks.next_verify = now + every
                 checks.verified_mark = checks.last_event
                 checks.last_verify = now
-                due = True
+                plan.later(checks.next_verify)
+                return "events"
+            if when_quiet and now - checks.last_verify >= every * QUIET_VERIFY_FACTOR:
+                return "quiet"
+            checks.next_verify = now + every
         plan.later(checks.next_verify)
-        return due
+        return None
+
+    def _give_quiet_turn(self, plan: _Plan) -> None:
+        """Start the verification of one quiet worktree owed one, the longest unverified first,
+        once the last one's share of a core (``quiet_verify_share``) is spent: their cost then
+        stays within that share however many worktrees are quiet (100 of 10,000 files, each
+        verified every ten minutes at about 60 ms, would take 1 % of a core). Under the lock."""
+        if not plan.quiet:
+            return
+        now = plan.now
+        if now < self._quiet_free_at:
+            plan.later(self._quiet_free_at)
+            return
+        entry = min(plan.quiet, key=lambda e: e.checks.last_verify)
+        checks = entry.checks
+        checks.next_verify = now + self.state.config.verify_interval_s
+        checks.verified_mark = checks.last_event
+        checks.last_verify = now
+        checks.verify_at = checks.verify_since = now
+        # Until it ends and says what it cost: what its last whole scan took.
+        self._quiet_free_at = now + self._quiet_gap(checks.verify_took)
+        self._quiet_turn = entry
+        plan.later(now)
+
+    def _quiet_gap(self, took: float) -> float:
+        """How long after a quiet worktree's verification that took ``took`` s the next may
+        start."""
+        return max(QUIET_VERIFY_GAP_S, took / self.state.config.quiet_verify_share)
 
     # -- captures and verifications --------------------------------------------------------
 
@@ -387,6 +447,10 @@ class Settler:
             checks.verify_at = now + max(VERIFY_DELAY_S, self.state.timing(entry)[0])
             checks.verify_since = claim.started
         if kind == "verify":
+            if self._quiet_turn is entry:
+                self._quiet_turn = None
+                self._quiet_free_at = max(self._quiet_free_at,
+                                          claim.started + self._quiet_gap(now - claim.started))
             counters["verifications"] += 1
             counters["verify_full_scans"] += result.get("scan") == "full"
             if not result.get("deduped"):

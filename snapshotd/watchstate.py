@@ -186,7 +186,7 @@ class WatchState:
         self.entries: dict[str, Entry] = {}
         self.stopping = False
         self.counters = {"captures": 0, "deduped": 0, "verifications": 0, "failures": 0,
-                         "verify_full_scans": 0,
+                         "verify_full_scans": 0, "scheduler_passes": 0,
                          "groups_started": 0, "merges": 0, "overflows": 0,
                          **{name: 0 for name in ERROR_COUNTERS}}
         self.markers = Markers(Path(service.home) / "watch", self)

@@ -71,6 +71,7 @@ ONE_LEDGER: dict[str, str] = {
     "test_export": "branches, squashes and patches against git",
     "test_fastpath": "the fast path's tree against git add -A",
     "test_home_perms": "file modes in the home",
+    "test_idle": "the settle scheduler's clocks and turns",
     "test_hostile_input": "framing, hostile paths and connection limits",
     "test_history::test_show_of_every_checkpoint_is_gits_diff":
         "the store's diffs of each checkpoint (the same file's log and find tests read the "

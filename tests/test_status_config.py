@@ -249,6 +249,14 @@ def test_bad_value_unknown_key_and_bad_env_are_errors_naming_the_key(sd_env: Env
     result = cli(sd_env, "config", SNAPSHOTD_NOTIFIER="fanotify")
     assert result.returncode == 2
     assert "notifier" in result.stderr and "inotify" in result.stderr
+    for share in ("0", "1.5", "nan", "most"):
+        result = cli(sd_env, "config", SNAPSHOTD_QUIET_VERIFY_SHARE=share)
+        assert result.returncode == 2 and "quiet_verify_share" in result.stderr, share
+    write_config(sd_env, "quiet_verify_share = true\n")
+    assert cli(sd_env, "config").returncode == 2
+    write_config(sd_env, "quiet_verify_share = 0.01\n")
+    shown = json.loads(cli(sd_env, "config", "--json").stdout)
+    assert shown["settings"]["quiet_verify_share"]["value"] == 0.01, shown
 
 
 def test_sigterm_stops_a_serving_daemon_cleanly(sd_env: Env, make_daemon: MakeDaemon) -> None:
