@@ -326,16 +326,7 @@ def _coerce(key: str, value: object, source: str) -> object:
             raise ConfigError(f"{where}: must be positive, got {value!r}")
         return number
     if key == "quiet_verify_share":
-        try:
-            if isinstance(value, bool):
-                raise TypeError(value)
-            share = float(value)  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            raise ConfigError(f"{where}: expected a share of a core, got {value!r}") from None
-        if not 0 < share <= 1:
-            raise ConfigError(f"{where}: expected a share of a core above 0 and at most 1 "
-                              f"(0.0025 is a quarter of one percent), got {value!r}")
-        return share
+        return _share_of_a_core(value, where)
     if isinstance(value, bool):
         raise ConfigError(f"{where}: expected a whole number, got {value!r}")
     try:
@@ -348,6 +339,20 @@ def _coerce(key: str, value: object, source: str) -> object:
     if key == "http_hook_port" and number > 65535:
         raise ConfigError(f"{where}: expected a TCP port (0 picks a free one), got {value!r}")
     return number
+
+
+def _share_of_a_core(value: object, where: str) -> float:
+    """A share of one core: above 0, at most 1."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError(value)
+        share = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}: expected a share of a core, got {value!r}") from None
+    if not 0 < share <= 1:
+        raise ConfigError(f"{where}: expected a share of a core above 0 and at most 1 "
+                          f"(0.0025 is a quarter of one percent), got {value!r}")
+    return share
 
 
 def _worktree_tables(value: object, source: str) -> dict[str, dict[str, object]]:
