@@ -38,9 +38,12 @@ from bench.tree import cached_copies
 
 
 def run(worktrees: int, files: int, seconds: float, rounds: int,
-        settle_ms: int | None, cache: Path | None = None) -> dict:
+        settle_ms: int | None, cache: Path | None = None,
+        verify_interval_s: float | None = None) -> dict:
     """The idle and settle figures; with ``cache`` the worktrees are kept there for the next
-    run (``bench.tree.cached_copies``), else written under a temporary directory and removed."""
+    run (``bench.tree.cached_copies``), else written under a temporary directory and removed.
+    ``verify_interval_s`` sets the daemon's: a quiet worktree is due a verification every ten
+    of them, so a short one brings those into the idle window."""
     work = Path(tempfile.mkdtemp(prefix="sdidle", dir="/tmp"))
     started = time.monotonic()
     if cache is not None:
@@ -54,6 +57,8 @@ def run(worktrees: int, files: int, seconds: float, rounds: int,
             roots.append(dest)
     prepare_s = time.monotonic() - started
     extra = {"SNAPSHOTD_SETTLE_MS": str(settle_ms)} if settle_ms else {}
+    if verify_interval_s:
+        extra["SNAPSHOTD_VERIFY_INTERVAL_S"] = str(verify_interval_s)
     daemon = DaemonProc(extra)
     try:
         with daemon.client() as c:
@@ -69,11 +74,15 @@ def run(worktrees: int, files: int, seconds: float, rounds: int,
         setup_s = time.monotonic() - started
         time.sleep(3.0)  # the flushes' verification scans, then quiet
         proc = psutil.Process(daemon.proc.pid)
+        with daemon.client() as c:
+            watcher_before = c.status()["watcher"]
         before = proc.cpu_times()
         t0 = time.monotonic()
         time.sleep(seconds)
         after = proc.cpu_times()
         elapsed = time.monotonic() - t0
+        with daemon.client() as c:
+            watcher_after = c.status()["watcher"]
         cpu = ((after.user - before.user) + (after.system - before.system)) / elapsed * 100
         rss = proc.memory_info().rss
         threads = proc.num_threads()
@@ -96,6 +105,11 @@ def run(worktrees: int, files: int, seconds: float, rounds: int,
             "cpu_pct_of_one_core": round(cpu, 3),
             "rss_mb": round(rss / 2**20, 1),
             "threads": threads,
+            "verify_interval_s": verify_interval_s,
+            # Counted over the window: verifications (a quiet worktree's every ten intervals,
+            # in turns) and the settle scheduler's passes.
+            **{key: watcher_after.get(key, 0) - watcher_before.get(key, 0)
+               for key in ("verifications", "scheduler_passes")},
             "budget_cpu_pct": 1.0,
         },
         "settle": {
