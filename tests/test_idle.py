@@ -70,11 +70,13 @@ def test_quiet_worktrees_take_turns_for_their_verifications(
         before, verified_before = counts()
         time.sleep(window)
         after, verified_after = counts()
+        ages = [r["verified_age_s"] for r in c.status()["watched"]]
     verified = verified_after - verified_before
     each = {path: after[path] - before[path] for path in after}
     assert sum(each.values()) == verified  # quiet: verifications are their only captures
     assert verified <= window / QUIET_VERIFY_GAP_S + 2, each  # about 24 if they ran at will
     assert min(each.values()) >= 1, each  # in turns: none left behind by the others
+    assert all(age is not None and age < window for age in ages), ages
 
 
 def test_a_bursts_verification_is_not_followed_by_a_second_scan(
