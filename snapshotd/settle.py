@@ -395,8 +395,7 @@ class Settler:
             return
         entry = min(plan.quiet, key=lambda e: e.checks.last_verify)
         checks = entry.checks
-        checks.next_verify = now + self.state.config.verify_interval_s
-        checks.verified_mark = checks.last_event
+        # Its periodic clock restarts when the verification starts (``_capture_due``).
         checks.last_verify = now
         checks.verify_at = checks.verify_since = now
         # Until it ends and says what it cost: what its last whole scan took.

@@ -375,7 +375,7 @@ class Watcher:
             "last_checkpoint_age_s": None,
             "settle_ms": int(settle * 1000), "max_wait_ms": int(max_wait * 1000),
             "captures": e.window.captures,
-            # Since the last drift verification began (quiet worktrees take turns for theirs).
+            # Since the last drift verification fell due (quiet worktrees take turns for theirs).
             "verified_age_s": (round(now - e.checks.last_verify, 1)
                                if e.checks.last_verify else None),
             "fast_path": "on" if self.fastpath.fast_path_on(e, now) else "off",
