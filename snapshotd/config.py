@@ -23,6 +23,7 @@ a bad value is a ``ConfigError`` naming the key and what is accepted; no passwor
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -322,6 +323,9 @@ def _coerce(key: str, value: object, source: str) -> object:
             number = float(value)  # type: ignore[arg-type]
         except (TypeError, ValueError):
             raise ConfigError(f"{where}: expected a number of seconds, got {value!r}") from None
+        if not math.isfinite(number):
+            # The settle scheduler waits on these: on inf its tick is NaN and its thread ends.
+            raise ConfigError(f"{where}: expected a finite number of seconds, got {value!r}")
         if number < 0 or (number == 0 and key != "linger_s"):
             raise ConfigError(f"{where}: must be positive, got {value!r}")
         return number

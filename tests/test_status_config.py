@@ -249,6 +249,12 @@ def test_bad_value_unknown_key_and_bad_env_are_errors_naming_the_key(sd_env: Env
     result = cli(sd_env, "config", SNAPSHOTD_NOTIFIER="fanotify")
     assert result.returncode == 2
     assert "notifier" in result.stderr and "inotify" in result.stderr
+    # Seconds that are no number of seconds: the settle scheduler would wait on them (an
+    # infinite wait, or a NaN tick, ends its thread).
+    for env, seconds in (("SNAPSHOTD_SCAN_INTERVAL_S", "inf"), ("SNAPSHOTD_LINGER_S", "nan"),
+                         ("SNAPSHOTD_VERIFY_INTERVAL_S", "-inf")):
+        result = cli(sd_env, "config", **{env: seconds})
+        assert result.returncode == 2 and env in result.stderr, (env, seconds, result.stderr)
     for share in ("0", "1.5", "nan", "most"):
         result = cli(sd_env, "config", SNAPSHOTD_QUIET_VERIFY_SHARE=share)
         assert result.returncode == 2 and "quiet_verify_share" in result.stderr, share
