@@ -26,7 +26,6 @@ import heapq
 import hmac
 import logging
 import os
-import queue
 import secrets
 import stat
 import threading
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from snapshotd.hook_relay import HookRunner, absolute_path
+from snapshotd.workers import Workers
 from snapshotd_client import protocol
 from snapshotd_client.hook import parse_json, route
 
@@ -132,7 +132,7 @@ class HttpHook:
         self.budget_s = max(0.1, config.hook_timeout_ms / 1000.0 - _REPLY_MARGIN_S)
         self.httpd = _Listener(("127.0.0.1", config.http_hook_port), _RequestHandler)
         self.httpd.hook = self
-        self.workers = self.httpd.workers = Workers(_IDLE_WORKERS)
+        self.workers = self.httpd.workers = Workers(_IDLE_WORKERS, "http-hook-worker")
         self.port = self.httpd.server_address[1]
         self.hosts = {f"127.0.0.1:{self.port}", f"localhost:{self.port}"}
         self.counts = {"accepted": 0, "refused_host": 0, "refused_token": 0,
@@ -291,54 +291,6 @@ class Deadlines:
                 continue
             return callback
         return None
-
-
-class Workers:
-    """Threads that serve connections and stay for the next one: a connection is handed to an
-    idle worker, or to a new thread when none is idle (never queued behind a busy one), and at
-    most ``keep`` idle workers wait. A thread per connection cost a thread start per tool call
-    and, on the capture path, a new store handle (each thread opens its own) read cold."""
-
-    def __init__(self, keep: int) -> None:
-        self.keep = keep
-        self.started = 0
-        self._lock = threading.Lock()
-        self._idle = 0
-        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
-
-    def submit(self, job: Callable[[], None]) -> None:
-        with self._lock:
-            if self._idle:
-                self._idle -= 1
-                self._jobs.put(job)
-                return
-            self.started += 1
-        threading.Thread(target=self._work, args=(job,), name="http-hook-worker",
-                         daemon=True).start()
-
-    def stop(self) -> None:
-        """Let the idle workers end (busy ones end after their connection)."""
-        with self._lock:
-            self.keep = 0
-            for _ in range(self._idle):
-                self._jobs.put(None)
-            self._idle = 0
-
-    def idle(self) -> int:
-        with self._lock:
-            return self._idle
-
-    def _work(self, job: Callable[[], None] | None) -> None:
-        while job is not None:
-            try:
-                job()
-            except Exception:  # noqa: BLE001 - socketserver handles a request's own errors
-                log.exception("HTTP hook connection failed")
-            with self._lock:
-                if self._idle >= self.keep:
-                    return
-                self._idle += 1
-            job = self._jobs.get()
 
 
 class _Listener(ThreadingHTTPServer):

@@ -7,8 +7,9 @@ Owns the datagram socket named by ``$NOTIFY_SOCKET`` (a path, or an abstract nam
 Promises:
 - ``READY=1`` is sent once, when the listener is accepting (``server.on_ready``), never before,
   so ``Type=notify`` units order clients after a daemon that can really serve them.
-- ``WATCHDOG=1`` is sent every ``WATCHDOG_USEC/2`` while the event loop answers (a wedged loop
-  stops the pings and the supervisor restarts us), only when ``WATCHDOG_USEC`` is set and
+- ``WATCHDOG=1`` is sent every ``WATCHDOG_USEC/2`` while the event loop answers and the socket's
+  accepting thread runs (a wedged loop or a dead acceptor stops the pings and the supervisor
+  restarts us), only when ``WATCHDOG_USEC`` is set and
   ``WATCHDOG_PID`` is unset or names this process.
 - ``STATUS=…`` says what the daemon is doing (active attempts, captures, gaps) and is refreshed
   on the same tick when it changed; ``STOPPING=1`` is sent as soon as shutdown begins.
@@ -157,6 +158,8 @@ class Supervision:
     def _loop_answers(self, timeout: float) -> bool:
         """True when the event loop runs a callback within ``timeout``: a loop that stopped
         serving must stop feeding the watchdog."""
+        if not self.server.accepting:
+            return False  # the socket no longer takes connections: the daemon serves no one
         answered = threading.Event()
 
         async def mark() -> None:

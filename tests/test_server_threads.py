@@ -1,0 +1,141 @@
+"""The control socket's connection threads (``snapshotd.server``, ``snapshotd.workers``): kept
+for the next connection, a burst past the handler slots waits rather than fails, a frame
+dribbled in never outlives the idle timeout, and a stop wakes every idle connection."""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import socket
+import struct
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import QUIET_WATCHER, Daemon, Env, MakeDaemon, make_git_worktree
+from helpers import recv_frame, send_frame, wait_for
+from snapshotd.server import STOP_GRACE_S
+from snapshotd_client import Client
+
+
+def _connect(env: Env) -> socket.socket:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect(str(env.socket))
+    return s
+
+
+def test_connections_one_after_another_reuse_one_thread(sd_env: Env, daemon: Daemon) -> None:
+    with daemon.client() as watcher:
+        watcher.ping()  # connected first: it holds a thread of its own while it is open
+        for _ in range(10):
+            with Client(sd_env.socket, timeout=10) as c:
+                c.ping()
+            # The thread goes back to waiting once its connection is closed.
+            wait_for(lambda: watcher.status()["connection_threads"]["idle"] >= 1,
+                     what="the ping's thread to wait for the next connection")
+        threads = watcher.status()["connection_threads"]
+    assert threads["started"] == 2, threads
+
+
+def test_captures_past_the_handler_slots_wait_and_are_all_answered(
+        sd_env: Env, tmp_path: Path, make_daemon: MakeDaemon) -> None:
+    # 16 handlers run at a time (``Server(workers=16)``); each capture here sleeps 400 ms at
+    # ``before-row``, so 20 at once take two turns: none is refused, none lost.
+    d = make_daemon(sd_env, {**QUIET_WATCHER, "SNAPSHOTD_DELAY_AT": "before-row:400"})
+    trees = [make_git_worktree(tmp_path / f"wt{i}") for i in range(20)]
+    results: list[object] = [None] * len(trees)
+
+    def capture(i: int) -> None:
+        (trees[i] / "a.txt").write_text(f"{i}\n")
+        try:
+            with d.client(timeout=60) as c:
+                results[i] = c.snapshot(str(trees[i]), run_id=f"slots-{i}", node_id="n")
+        except Exception as exc:  # noqa: BLE001 - kept for the assertion below
+            results[i] = exc
+
+    threads = [threading.Thread(target=capture, args=(i,)) for i in range(len(trees))]
+    started = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    took = time.monotonic() - started
+    assert all(isinstance(r, dict) and r["seq"] == 0 for r in results), results
+    assert took >= 0.8, took  # two turns of the 400 ms sleep: the slots held
+    assert sd_env.read_gaps() == []
+
+
+def test_a_frame_sent_a_byte_at_a_time_is_cut_at_the_idle_timeout(
+        sd_env: Env, make_daemon: MakeDaemon) -> None:
+    make_daemon(sd_env, {"SNAPSHOTD_IDLE_TIMEOUT_S": "0.5"})
+    s = _connect(sd_env)
+    s.sendall(struct.pack(">I", 40))
+    started = time.monotonic()
+    cut = None
+    # Each byte comes well inside the idle timeout; the frame as a whole would take 4 s.
+    for _ in range(40):
+        time.sleep(0.1)
+        try:
+            s.sendall(b"\x90")
+        except OSError:
+            cut = time.monotonic() - started
+            break
+        s.setblocking(False)
+        try:
+            if s.recv(10) == b"":
+                cut = time.monotonic() - started
+                break
+        except BlockingIOError:
+            pass
+        finally:
+            s.setblocking(True)
+    s.close()
+    assert cut is not None and cut < 3.0, cut
+
+
+def test_a_stop_wakes_idle_connections_and_refuses_new_ones(sd_env: Env,
+                                                           make_daemon: MakeDaemon) -> None:
+    d = make_daemon(sd_env)
+    idle = [_connect(sd_env) for _ in range(5)]
+    with d.client() as c:
+        wait_for(lambda: c.status()["connections"] >= 6, what="the idle connections accepted")
+    assert d.proc is not None
+    d.proc.send_signal(signal.SIGTERM)
+    assert d.proc.wait(timeout=STOP_GRACE_S + 10) == 0
+    for s in idle:
+        assert recv_frame(s) is None  # closed by the daemon, with nothing sent
+        s.close()
+    with pytest.raises(OSError):
+        _connect(sd_env)
+
+
+def test_out_of_descriptors_the_acceptor_waits_then_serves_the_backlog(
+        sd_env: Env, make_daemon: MakeDaemon) -> None:
+    d = make_daemon(sd_env)
+    assert d.proc is not None
+    pid = d.proc.pid
+    soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    # No descriptor left for accept(2): the real EMFILE, on the running daemon.
+    resource.prlimit(pid, resource.RLIMIT_NOFILE, (len(os.listdir(f"/proc/{pid}/fd")), hard))
+    waiting = []
+    try:
+        for i in range(5):
+            s = _connect(sd_env)  # the kernel queues it in the backlog
+            send_frame(s, {"v": 1, "op": "ping", "id": i})
+            waiting.append(s)
+        wait_for(lambda: "cannot accept a connection" in d.log.read_text(),
+                 what="the acceptor to meet EMFILE")
+    finally:
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
+    for i, s in enumerate(waiting):
+        reply = recv_frame(s)
+        assert reply is not None and reply["ok"] and reply["id"] == i, reply
+        s.close()
+    with d.client() as c:
+        assert c.status()["accept_errors"] >= 1
+    # Logged once for the spell, not every retry.
+    assert d.log.read_text().count("cannot accept a connection") == 1
