@@ -544,11 +544,13 @@ def _recv_exactly(conn: socket.socket, size: int, seconds: float) -> bytes | Non
     the time runs out, or the stop cuts the connection. The connection's own timeout bounds
     the first read; only a frame that arrives in pieces sets a shorter one for the rest (a
     peer sending a byte at a time must not stretch its frame past the idle timeout)."""
+    if size == 0:
+        return b""  # an empty frame body: decoding it answers bad-frame
+    deadline = time.monotonic() + seconds
     try:
         data = conn.recv(size)
         if len(data) == size or not data:
             return data or None
-        deadline = time.monotonic() + seconds
         parts = [data]
         got = len(data)
         try:

@@ -139,3 +139,12 @@ def test_out_of_descriptors_the_acceptor_waits_then_serves_the_backlog(
         assert c.status()["accept_errors"] >= 1
     # Logged once for the spell, not every retry.
     assert d.log.read_text().count("cannot accept a connection") == 1
+
+
+def test_an_empty_frame_is_answered_bad_frame(sd_env: Env, daemon: Daemon) -> None:
+    s = _connect(sd_env)
+    s.sendall(struct.pack(">I", 0))
+    reply = recv_frame(s)
+    assert reply is not None and reply["error"]["code"] == "bad-frame", reply
+    assert recv_frame(s) is None
+    s.close()
