@@ -376,7 +376,8 @@ class Server:
 
     def _admit(self, conn: socket.socket) -> None:
         with self._lock:
-            full = len(self._connections) >= self.max_connections
+            full = (len(self._connections) >= self.max_connections
+                    and self._still_there() >= self.max_connections)
             if not full:
                 self._connections.add(conn)
         if not full:
@@ -391,6 +392,18 @@ class Server:
         self.refused_connections += 1
         # A fresh socket's send buffer takes the short reply without blocking.
         self._send_then_close(conn, _error(None, errors.BUSY, "too many connections; retry"))
+
+    def _still_there(self) -> int:
+        """How many open connections still have their client (the caller holds ``_lock``):
+        one the client already closed keeps its place until its thread reads the end, which
+        may come after the next client connects. Asked only when the table looks full.
+        Connections are closed only under ``_lock``, so every descriptor polled is theirs."""
+        poller = select.poll()
+        for conn in self._connections:
+            poller.register(conn, select.POLLRDHUP)
+        gone = sum(1 for _, events in poller.poll(0)
+                   if events & (select.POLLRDHUP | select.POLLHUP | select.POLLERR))
+        return len(self._connections) - gone
 
     def _serve(self, conn: socket.socket) -> None:
         """One connection, on its own thread: requests in turn until the peer leaves, sends
@@ -409,9 +422,9 @@ class Server:
         except OSError:
             pass  # the peer left, or the daemon stops: there is no one to answer
         finally:
-            with self._lock:
+            with self._lock:  # closed under the lock: see ``_still_there``, ``_cut_connections``
                 self._connections.discard(conn)
-            conn.close()
+                conn.close()
 
     def _serve_request(self, conn: socket.socket) -> bool:
         """Read one frame, answer it; False when the connection is done."""
@@ -508,13 +521,12 @@ class Server:
     def _cut_connections(self) -> None:
         """Wake every connection thread still waiting for a request: its read ends, it
         closes. A thread still running a handler (abandoned) finds its reply cannot go out."""
-        with self._lock:
-            open_now = list(self._connections)
-        for conn in open_now:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass  # already closed by its thread
+        with self._lock:  # no connection is closed meanwhile: each descriptor is its own
+            for conn in self._connections:
+                try:
+                    conn.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass  # its client already went: its thread is on the way out
 
     def _status(self, fields: dict) -> dict:
         out = self.service.status(fields)

@@ -148,3 +148,16 @@ def test_an_empty_frame_is_answered_bad_frame(sd_env: Env, daemon: Daemon) -> No
     assert reply is not None and reply["error"]["code"] == "bad-frame", reply
     assert recv_frame(s) is None
     s.close()
+
+
+def test_connections_their_clients_closed_never_count_against_the_cap(
+        sd_env: Env, make_daemon: MakeDaemon) -> None:
+    # Two slots, filled and emptied again and again as fast as a client can: a connection whose
+    # client already hung up (its thread has not yet seen the end) must not take a slot.
+    make_daemon(sd_env, {"SNAPSHOTD_MAX_CONNECTIONS": "2"})
+    for _ in range(30):
+        pair = [Client(sd_env.socket, timeout=5), Client(sd_env.socket, timeout=5)]
+        for c in pair:
+            assert c.ping()["pid"]
+        for c in pair:
+            c.close()
