@@ -156,8 +156,8 @@ class Supervision:
                     self.notifier.send(f"STATUS={status}")
 
     def _loop_answers(self, timeout: float) -> bool:
-        """True when the event loop runs a callback within ``timeout``: a loop that stopped
-        serving must stop feeding the watchdog."""
+        """True when the socket's accepting thread runs and the event loop runs a callback
+        within ``timeout``: a daemon that stopped serving must stop feeding the watchdog."""
         if not self.server.accepting:
             return False  # the socket no longer takes connections: the daemon serves no one
         answered = threading.Event()

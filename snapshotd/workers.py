@@ -40,8 +40,9 @@ class Workers:
                 self._idle -= 1
                 self._jobs.put(job)
                 return
-            self.started += 1
         threading.Thread(target=self._work, args=(job,), name=self.name, daemon=True).start()
+        with self._lock:
+            self.started += 1  # once it did start: a start that fails raises to the caller
 
     def stop(self) -> None:
         """Let the idle workers end (busy ones end after their connection)."""

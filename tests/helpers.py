@@ -166,6 +166,24 @@ def _home_of(proc: psutil.Process) -> str | None:
 # -- raw protocol frames ------------------------------------------------------------------------
 
 
+def connect_raw(socket_path: Path) -> socket.socket:
+    """A plain connection to the daemon's socket (10 s timeouts), for tests that speak frames
+    themselves; retried for up to 10 s while the accept backlog is full."""
+    deadline = time.monotonic() + 10
+    while True:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(10)
+        try:
+            s.connect(str(socket_path))
+            return s
+        except BlockingIOError:
+            # A full accept backlog answers EAGAIN on Unix sockets: wait like a client would.
+            s.close()
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
 def send_frame(s: socket.socket, obj: object) -> None:
     body = msgpack.packb(obj, use_bin_type=True)
     s.sendall(struct.pack(">I", len(body)) + body)

@@ -15,30 +15,14 @@ import psutil
 import pytest
 
 from conftest import Daemon, Env, MakeDaemon, claude_payload, make_git_worktree, run_hook
+from helpers import connect_raw, wait_for
 from helpers import recv_frame as _read_reply
-from helpers import wait_for
 from snapshotd_client import SnapshotdError
 
 # The suite sends 10,000 frames (each of the ten kinds of frame about a thousand times; 25,000
 # took 46-55 s of the suite's ten minutes); the long soak sets SNAPSHOTD_FUZZ_FRAMES=100000.
 FUZZ_FRAMES = int(os.environ.get("SNAPSHOTD_FUZZ_FRAMES", "10000"))
 FUZZ_SEED = 20261129
-
-
-def _connect(env: Env) -> socket.socket:
-    deadline = time.monotonic() + 10
-    while True:
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(10)
-        try:
-            s.connect(str(env.socket))
-            return s
-        except BlockingIOError:
-            # A full accept backlog answers EAGAIN on Unix sockets: wait like a client would.
-            s.close()
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.01)
 
 
 def _frame(body: bytes) -> bytes:
@@ -128,7 +112,7 @@ def test_fuzzed_frames_never_hurt_the_daemon(sd_env: Env, tmp_path: Path,
     proc = psutil.Process(daemon.proc.pid)
     rss_start = proc.memory_info().rss
     factory = FrameFactory(Random(FUZZ_SEED), tmp_path, fifo, afile)
-    conn = _connect(sd_env)
+    conn = connect_raw(sd_env.socket)
     replies = 0
     for i in range(FUZZ_FRAMES):
         data, closes = factory.frame()
@@ -144,7 +128,7 @@ def test_fuzzed_frames_never_hurt_the_daemon(sd_env: Env, tmp_path: Path,
             assert isinstance(reply, dict) and "ok" in reply
         if closes or reply is None:
             conn.close()
-            conn = _connect(sd_env)
+            conn = connect_raw(sd_env.socket)
         if i % 2500 == 0:
             assert daemon.ping(), f"daemon stopped answering after {i} frames"
     conn.close()
@@ -205,7 +189,7 @@ def test_idle_connections_do_not_delay_a_new_client(sd_env: Env, tmp_path: Path,
     idle: list[socket.socket] = []
     try:
         for _ in range(500):
-            idle.append(_connect(sd_env))
+            idle.append(connect_raw(sd_env.socket))
         with daemon.client() as c:  # every idle connection accepted (and this one)
             wait_for(lambda: c.status()["connections"] >= 501, what="500 accepted connections")
         samples = []
@@ -215,10 +199,10 @@ def test_idle_connections_do_not_delay_a_new_client(sd_env: Env, tmp_path: Path,
             samples.append(time.monotonic() - t0)
         assert sorted(samples)[2] < 0.1, samples
         for _ in range(30):
-            idle.append(_connect(sd_env))
+            idle.append(connect_raw(sd_env.socket))
         # The daemon takes connections in the order they came: the extra one is judged after
         # the 30 before it have filled the last 20 slots.
-        extra = _connect(sd_env)
+        extra = connect_raw(sd_env.socket)
         reply = _read_reply(extra)
         assert reply is not None and reply["error"]["code"] == "busy"
         extra.close()
@@ -230,9 +214,9 @@ def test_idle_connections_do_not_delay_a_new_client(sd_env: Env, tmp_path: Path,
 
 def test_slow_and_idle_connections_time_out(sd_env: Env, make_daemon: MakeDaemon) -> None:
     daemon = make_daemon(sd_env, extra_env={"SNAPSHOTD_IDLE_TIMEOUT_S": "0.5"})
-    slow = _connect(sd_env)
+    slow = connect_raw(sd_env.socket)
     slow.sendall(struct.pack(">I", 100) + b"\x81")
-    idle = _connect(sd_env)
+    idle = connect_raw(sd_env.socket)
     # Each recv blocks (up to the socket's 10 s) until the daemon's 0.5 s idle timeout hangs up.
     assert slow.recv(10) == b"" and idle.recv(10) == b""
     assert daemon.ping()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import pwd
-import socket
 import struct
 import subprocess
 from pathlib import Path
@@ -12,15 +11,9 @@ from pathlib import Path
 import pytest
 
 from conftest import Daemon, Env, make_git_worktree
+from helpers import connect_raw
 from helpers import recv_frame as recv
 from helpers import send_frame as send
-
-
-def raw(env: Env) -> socket.socket:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(10)
-    s.connect(str(env.socket))
-    return s
 
 
 def assert_alive(daemon: Daemon) -> None:
@@ -29,7 +22,7 @@ def assert_alive(daemon: Daemon) -> None:
 
 
 def test_garbage_bytes_close_the_connection(sd_env: Env, daemon: Daemon) -> None:
-    s = raw(sd_env)
+    s = connect_raw(sd_env.socket)
     s.sendall(struct.pack(">I", 5) + b"\xc1\xc1\xc1\xc1\xc1")
     reply = recv(s)
     assert reply is not None and reply["ok"] is False and reply["error"]["code"] == "bad-frame"
@@ -38,7 +31,7 @@ def test_garbage_bytes_close_the_connection(sd_env: Env, daemon: Daemon) -> None
 
 
 def test_oversized_frame_is_refused(sd_env: Env, daemon: Daemon) -> None:
-    s = raw(sd_env)
+    s = connect_raw(sd_env.socket)
     s.sendall(struct.pack(">I", (1 << 20) + 1))
     reply = recv(s)
     assert reply is not None and reply["error"]["code"] == "frame-too-large"
@@ -47,7 +40,7 @@ def test_oversized_frame_is_refused(sd_env: Env, daemon: Daemon) -> None:
 
 
 def test_truncated_frame_then_close(sd_env: Env, daemon: Daemon) -> None:
-    s = raw(sd_env)
+    s = connect_raw(sd_env.socket)
     s.sendall(struct.pack(">I", 100) + b"\x81")
     s.close()
     assert_alive(daemon)
@@ -67,7 +60,7 @@ def test_truncated_frame_then_close(sd_env: Env, daemon: Daemon) -> None:
 ])
 def test_bad_requests_get_error_replies(sd_env: Env, daemon: Daemon, request_: object,
                                         code: str) -> None:
-    s = raw(sd_env)
+    s = connect_raw(sd_env.socket)
     send(s, request_)
     reply = recv(s)
     assert reply is not None and reply["ok"] is False and reply["error"]["code"] == code
@@ -80,7 +73,7 @@ def test_invalid_ids_are_rejected_and_nothing_is_created(sd_env: Env, daemon: Da
                                                          tmp_path: Path, bad_id: str) -> None:
     wt = make_git_worktree(tmp_path / "wt")
     (wt / "f").write_text("x")
-    s = raw(sd_env)
+    s = connect_raw(sd_env.socket)
     send(s, {"v": 1, "op": "snapshot", "id": 7, "cwd": str(wt), "run_id": bad_id,
              "node_id": "n"})
     reply = recv(s)
@@ -92,7 +85,7 @@ def test_invalid_ids_are_rejected_and_nothing_is_created(sd_env: Env, daemon: Da
 
 
 def test_many_requests_on_one_connection(sd_env: Env, daemon: Daemon, tmp_path: Path) -> None:
-    s = raw(sd_env)
+    s = connect_raw(sd_env.socket)
     for i in range(50):
         send(s, {"v": 1, "op": "ping", "id": i})
         reply = recv(s)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import resource
 import signal
-import socket
 import struct
 import threading
 import time
@@ -16,16 +15,9 @@ from pathlib import Path
 import pytest
 
 from conftest import QUIET_WATCHER, Daemon, Env, MakeDaemon, make_git_worktree
-from helpers import recv_frame, send_frame, wait_for
+from helpers import connect_raw, recv_frame, send_frame, wait_for
 from snapshotd.server import STOP_GRACE_S
 from snapshotd_client import Client
-
-
-def _connect(env: Env) -> socket.socket:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(10)
-    s.connect(str(env.socket))
-    return s
 
 
 def test_connections_one_after_another_reuse_one_thread(sd_env: Env, daemon: Daemon) -> None:
@@ -72,7 +64,7 @@ def test_captures_past_the_handler_slots_wait_and_are_all_answered(
 def test_a_frame_sent_a_byte_at_a_time_is_cut_at_the_idle_timeout(
         sd_env: Env, make_daemon: MakeDaemon) -> None:
     make_daemon(sd_env, {"SNAPSHOTD_IDLE_TIMEOUT_S": "0.5"})
-    s = _connect(sd_env)
+    s = connect_raw(sd_env.socket)
     s.sendall(struct.pack(">I", 40))
     started = time.monotonic()
     cut = None
@@ -100,7 +92,7 @@ def test_a_frame_sent_a_byte_at_a_time_is_cut_at_the_idle_timeout(
 def test_a_stop_wakes_idle_connections_and_refuses_new_ones(sd_env: Env,
                                                            make_daemon: MakeDaemon) -> None:
     d = make_daemon(sd_env)
-    idle = [_connect(sd_env) for _ in range(5)]
+    idle = [connect_raw(sd_env.socket) for _ in range(5)]
     with d.client() as c:
         wait_for(lambda: c.status()["connections"] >= 6, what="the idle connections accepted")
     assert d.proc is not None
@@ -110,7 +102,7 @@ def test_a_stop_wakes_idle_connections_and_refuses_new_ones(sd_env: Env,
         assert recv_frame(s) is None  # closed by the daemon, with nothing sent
         s.close()
     with pytest.raises(OSError):
-        _connect(sd_env)
+        connect_raw(sd_env.socket)
 
 
 def test_out_of_descriptors_the_acceptor_waits_then_serves_the_backlog(
@@ -124,7 +116,7 @@ def test_out_of_descriptors_the_acceptor_waits_then_serves_the_backlog(
     waiting = []
     try:
         for i in range(5):
-            s = _connect(sd_env)  # the kernel queues it in the backlog
+            s = connect_raw(sd_env.socket)  # the kernel queues it in the backlog
             send_frame(s, {"v": 1, "op": "ping", "id": i})
             waiting.append(s)
         wait_for(lambda: "cannot accept a connection" in d.log.read_text(),
@@ -142,7 +134,7 @@ def test_out_of_descriptors_the_acceptor_waits_then_serves_the_backlog(
 
 
 def test_an_empty_frame_is_answered_bad_frame(sd_env: Env, daemon: Daemon) -> None:
-    s = _connect(sd_env)
+    s = connect_raw(sd_env.socket)
     s.sendall(struct.pack(">I", 0))
     reply = recv_frame(s)
     assert reply is not None and reply["error"]["code"] == "bad-frame", reply
