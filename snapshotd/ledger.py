@@ -25,7 +25,8 @@ Promises (both backends):
   for ``status``, a lost PostgreSQL connection it reopened) is logged at warning and counted in
   ``counters()``.
 - Reads answered from memory (SQLite only: ``snapshotd.ledger_cache``) are never older than
-  the last commit, whether this ledger or another process made it.
+  the last commit before the read (or, within ``reads_since``, its request) began, whether
+  this ledger or another process made it.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,11 +56,12 @@ from snapshotd.ledger_base import (  # noqa: F401  (the ledger's vocabulary, re-
     attempt_from_row,
     checkpoint_from_row,
     damaged_message,
+    run_filter,
 )
 from snapshotd.ledger_cache import ReadCache
 from snapshotd.ledger_postgres import PostgresBackend
 from snapshotd.ledger_schema import SCHEMA_VERSION, migration_sql
-from snapshotd.ledger_sqlite import SqliteBackend, refuse_emptied, sqlite_size
+from snapshotd.ledger_sqlite import SqliteBackend, refuse_emptied, sqlite_path, sqlite_size
 
 if TYPE_CHECKING:
     from snapshotd.config import Config
@@ -87,7 +89,7 @@ def open_ledger(home: Path, config: Config | None = None) -> Ledger:
     """
     url = ledger_url(home, config)
     if _scheme(url) == "sqlite":
-        refuse_emptied(home, _sqlite_path(url))
+        refuse_emptied(home, sqlite_path(url))
     return Ledger(url=url)
 
 
@@ -109,7 +111,7 @@ def ledger_exists(home: Path, config: Config | None = None) -> bool:
     url = ledger_url(home, config)
     if _scheme(url) in POSTGRES_SCHEMES:
         return True
-    return _sqlite_path(url).exists()
+    return sqlite_path(url).exists()
 
 
 def describe_ledger(home: Path, config: Config | None = None) -> str:
@@ -117,7 +119,7 @@ def describe_ledger(home: Path, config: Config | None = None) -> str:
     url = ledger_url(home, config)
     if _scheme(url) in POSTGRES_SCHEMES:
         return redact_url(url)
-    return str(_sqlite_path(url))
+    return str(sqlite_path(url))
 
 
 # -- the ledger ----------------------------------------------------------------------------------
@@ -143,7 +145,7 @@ class Ledger:
             self.path: Path | None = None
             self.backend = PostgresBackend(url)
         elif scheme == "sqlite":
-            self.path = _sqlite_path(url)
+            self.path = sqlite_path(url)
             self.backend = SqliteBackend(self.path)
         else:
             raise LedgerUnavailable(
@@ -172,6 +174,13 @@ class Ledger:
         before the ledger's lock is released."""
         with self._write(pipeline=pipeline, keeps_cache=False) as tx:
             yield tx
+
+    def reads_since(self, began_ns: int) -> AbstractContextManager[None]:
+        """Within the block, this thread's cached reads need only be as new as ``began_ns``
+        (``time.monotonic_ns`` at a request's start): every read of one request shares one
+        check for other connections' commits, and many are answered without the ledger's lock
+        (``snapshotd.ledger_cache``). Reads are still never older than the request."""
+        return self._cache.reads_since(began_ns)
 
     def set_full_durability(self, full: bool) -> None:
         with self._lock, self._translated():
@@ -384,7 +393,7 @@ class Ledger:
                     limit: int | None = None) -> list[dict]:
         """A run's rows (of one node, one attempt number) by attempt and seq; ``offset`` and
         ``limit`` select a page of that order."""
-        where, args = _run_filter(run_id, node_id, attempt)
+        where, args = run_filter(run_id, node_id, attempt)
         sql = f"SELECT * FROM checkpoints WHERE {where} ORDER BY attempt_pk, seq"
         if limit is not None or offset:
             sql += " LIMIT ? OFFSET ?"
@@ -395,7 +404,7 @@ class Ledger:
     def count_checkpoints(self, run_id: str, node_id: str | None = None,
                           attempt: int | None = None) -> int:
         """How many rows ``checkpoints`` lists with the same filters and no page."""
-        where, args = _run_filter(run_id, node_id, attempt)
+        where, args = run_filter(run_id, node_id, attempt)
         row = self._one(f"SELECT COUNT(*) AS n FROM checkpoints WHERE {where}", args)
         return int(row["n"]) if row else 0
 
@@ -512,7 +521,10 @@ class Ledger:
             committed = False
             try:
                 with self._translated(), self.backend.transaction(pipeline=pipeline) as tx:
-                    yield tx
+                    # Other threads' cached reads are answered without the lock until the
+                    # block ends, before the backend's COMMIT (``ReadCache.window``).
+                    with self._cache.window(time.monotonic_ns()):
+                        yield tx
                 committed = True
             finally:
                 if not keeps_cache:
@@ -526,7 +538,10 @@ class Ledger:
 
     def _cached(self, table: str, key: Any, read: Callable[[], Any]) -> Any:
         """``read()``'s answer, from the read cache when it holds one that is still valid."""
-        called = time.monotonic_ns()
+        called = self._cache.called_ns()
+        answered, value = self._cache.unlocked(table, key, called)
+        if answered:
+            return value
         with self._lock:
             with self._translated():
                 usable = self._cache.usable(called)
@@ -577,24 +592,5 @@ class Ledger:
                 db.execute("UPDATE schema_version SET version=?", (SCHEMA_VERSION,))
 
 
-def _run_filter(run_id: str, node_id: str | None, attempt: int | None) -> tuple[str, list]:
-    where = "run_id=?"
-    args: list = [run_id]
-    if node_id is not None:
-        where += " AND node_id=?"
-        args.append(node_id)
-    if attempt is not None:
-        where += " AND attempt=?"
-        args.append(attempt)
-    return where, args
-
-
 def _scheme(url: str) -> str:
     return url.split(":", 1)[0].lower() if ":" in url else ""
-
-
-def _sqlite_path(url: str) -> Path:
-    rest = url.split(":", 1)[1]
-    if rest.startswith("//"):
-        rest = rest[2:]
-    return Path(rest).expanduser()

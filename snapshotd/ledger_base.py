@@ -196,3 +196,18 @@ def percentiles(samples: list[float]) -> dict:
         return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
 
     return {"count": len(ordered), "p50": at(0.5), "p99": at(0.99)}
+
+
+def run_filter(run_id: str, node_id: str | None, attempt: int | None) -> tuple[str, list]:
+    """The ``WHERE`` clause and arguments selecting a run's rows (of one node, one attempt
+    number)."""
+    where = "run_id=?"
+    args: list = [run_id]
+    if node_id is not None:
+        where += " AND node_id=?"
+        args.append(node_id)
+    if attempt is not None:
+        where += " AND attempt=?"
+        args.append(attempt)
+    return where, args
+

@@ -17,15 +17,31 @@ Promises:
   entries instead are ``record_checkpoint``, which knows the row it made the newest, and it
   and ``record_tool_call``, which add the tool call they recorded to its attempt's set.
 - An answer is never older than the state at some moment after its read was called (what a
-  query would give): the ``data_version`` check it relies on ran after that moment.
-- Every method runs under the ledger's lock; the cache has no lock of its own.
+  query would give), or, inside ``reads_since`` (a request: every read of one capture), after
+  the request began: the ``data_version`` check it relies on began after that moment, so one
+  check serves every read of every request that began before it.
+- Reads are answered without the ledger's lock (``unlocked``) when either holds:
+  - a check that began after the read (or its request) has completed: the entries are the
+    database's state at that check or newer (this connection's own writes update them before
+    its lock is released, other connections' commits empty them at the next check);
+  - another thread's write transaction is open (``window``): from the moment its ``BEGIN
+    IMMEDIATE`` was followed by a check until just before its ``COMMIT``. No other connection
+    can commit then (SQLite gives one writer the file) and this write is not committed yet,
+    so the entries are the database's state at the moment of the answer; the window closes,
+    under the cache's own small lock, before ``COMMIT`` is sent.
+  Nothing else changes entries without the ledger's lock, and each entry is read or replaced
+  whole (a reader sees the entry before a change or after it). Anything else, and every miss,
+  is read under the ledger's lock. Reads inside a write transaction see its uncommitted rows:
+  those are never kept.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from snapshotd.ledger_base import Attempt
@@ -45,10 +61,19 @@ class ReadCache:
         self._data_version = data_version
         self._seen_version: int | None = None
         self._checked_ns = 0
+        # When the newest completed check began (``unlocked`` answers reads begun before it).
+        self._verified_ns = 0
+        self._as_of = threading.local()
         self.shared_checks = 0
         self.hits = 0
         self.misses = 0
         self.external_changes = 0
+        self.window_hits = 0
+        self.unlocked_hits = 0
+        # The thread whose write transaction is open (see ``window``), and the lock that
+        # orders opening and closing it against the reads it answers.
+        self._window_writer: int | None = None
+        self._window_lock = threading.Lock()
         self.tables: dict[str, dict[Any, Any]] = {name: {} for name in TABLES}
 
     def usable(self, called_ns: int) -> bool:
@@ -69,7 +94,64 @@ class ReadCache:
                 self.external_changes += 1
             self.clear()
             self._seen_version = version
+        self._verified_ns = self._checked_ns
         return True
+
+    @contextmanager
+    def window(self, began_ns: int) -> Iterator[None]:
+        """Inside a write transaction the caller began at ``began_ns`` (its ``BEGIN
+        IMMEDIATE`` done), until just before its ``COMMIT``: other threads' reads the entries
+        can answer are answered without the ledger's lock. Checks ``data_version`` first."""
+        if not self.usable(began_ns):
+            yield
+            return
+        with self._window_lock:
+            self._window_writer = threading.get_ident()
+        try:
+            yield
+        finally:
+            with self._window_lock:
+                self._window_writer = None
+
+    @contextmanager
+    def reads_since(self, began_ns: int) -> Iterator[None]:
+        """The calling thread's reads, until the block ends, may be answered as of ``began_ns``
+        (a request's start) instead of each read's own call."""
+        outer = getattr(self._as_of, "ns", None)
+        self._as_of.ns = began_ns if outer is None else min(outer, began_ns)
+        try:
+            yield
+        finally:
+            self._as_of.ns = outer
+
+    def called_ns(self) -> int:
+        """The moment a read called now must see the state after: its request's start inside
+        ``reads_since``, else now."""
+        began = getattr(self._as_of, "ns", None)
+        return began if began is not None else time.monotonic_ns()
+
+    def unlocked(self, table: str, key: Any, called_ns: int) -> tuple[bool, Any]:
+        """``(True, entry)`` when the entry is held and may answer a read called at
+        ``called_ns`` without the ledger's lock (see the module's promises); else
+        ``(False, None)`` and the caller reads under the lock."""
+        if not self.enabled:
+            return False, None
+        with self._window_lock:
+            writer = self._window_writer
+            me = threading.get_ident()
+            if writer == me:
+                return False, None  # inside its own write: the lock is this thread's anyway
+            in_window = writer is not None
+            if not in_window and self._verified_ns <= called_ns:
+                return False, None
+            entries = self.tables[table]
+            if key not in entries:
+                return False, None
+            if in_window:
+                self.window_hits += 1
+            else:
+                self.unlocked_hits += 1
+            return True, entries[key]
 
     def fetch(self, table: str, key: Any, read: Callable[[], Any]) -> Any:
         """The entry, else ``read()``'s answer, kept (the caller checked ``usable``)."""
@@ -83,7 +165,10 @@ class ReadCache:
         return value
 
     def put(self, table: str, key: Any, value: Any, *, keep: bool = True) -> None:
-        """Set the entry (or drop it, without ``keep``)."""
+        """Set the entry (or drop it, without ``keep``). Inside a write transaction (its
+        window open) a read sees the write's uncommitted rows: those are never kept."""
+        if keep and self._window_writer is not None:
+            return
         if not keep:
             self.tables[table].pop(key, None)
             return
@@ -113,9 +198,13 @@ class ReadCache:
             entries.clear()
 
     def counters(self) -> dict[str, int]:
-        return {"cache_hits": self.hits, "cache_misses": self.misses,
+        # Hits by way of the lock and without it, all of them (counted apart: no shared lock).
+        return {"cache_hits": self.hits + self.window_hits + self.unlocked_hits,
+                "cache_misses": self.misses,
                 "cache_external_changes": self.external_changes,
-                "cache_shared_checks": self.shared_checks}
+                "cache_shared_checks": self.shared_checks,
+                "cache_window_hits": self.window_hits,
+                "cache_unlocked_hits": self.unlocked_hits}
 
 
 def recorded_checkpoint(attempt: Attempt, row: dict) -> dict:

@@ -131,3 +131,11 @@ def sqlite_size(path: Path) -> int:
         except OSError:
             pass  # no -wal or -shm file right now: it occupies nothing
     return total
+
+
+def sqlite_path(url: str) -> Path:
+    """The file a ``sqlite://`` (or ``sqlite:///``) ledger URL names."""
+    rest = url.split(":", 1)[1]
+    if rest.startswith("//"):
+        rest = rest[2:]
+    return Path(rest).expanduser()

@@ -133,7 +133,12 @@ class Service:
 
     def snapshot(self, fields: dict) -> dict:
         """The ``snapshot`` op: capture a worktree for the attempt the request names or implies
-        (the order is ``snapshotd.attribution``'s)."""
+        (the order is ``snapshotd.attribution``'s). Its ledger reads see every commit made
+        before it began (one check for other connections' commits serves them all)."""
+        with self.ledger.reads_since(time.monotonic_ns()):
+            return self._snapshot(fields)
+
+    def _snapshot(self, fields: dict) -> dict:
         started = time.perf_counter()
         req = SnapshotRequest.from_fields(fields)
         try:

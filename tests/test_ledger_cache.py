@@ -6,7 +6,9 @@ shared PostgreSQL ledger is read from the database every time."""
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -210,3 +212,193 @@ def test_one_version_check_serves_the_reads_that_began_before_it() -> None:
     assert cache.usable(time.monotonic_ns())  # a read begun now checks again, and sees it
     assert len(asked) == 2 and cache.tables["attempts"] == {}
     assert cache.counters()["cache_external_changes"] == 1
+
+
+def _in_thread(target: Callable[[], object]) -> tuple[threading.Thread, list]:
+    """``target`` run on a thread of its own; its answer (or exception) lands in the list."""
+    out: list = []
+
+    def run() -> None:
+        try:
+            out.append(target())
+        except BaseException as exc:  # noqa: BLE001 - handed to the test to assert on
+            out.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, out
+
+
+def _writer_held_open(ledger: Ledger, sql: str, args: tuple) -> tuple[threading.Thread,
+                                                                     threading.Event,
+                                                                     threading.Event]:
+    """A thread inside ``ledger.transaction()``, its statement run, until ``release`` is set."""
+    inside, release = threading.Event(), threading.Event()
+
+    def write() -> None:
+        with ledger.transaction() as db:
+            db.execute(sql, args)
+            inside.set()
+            release.wait(30)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    assert inside.wait(10)
+    return writer, inside, release
+
+
+def test_cached_reads_during_a_write_answer_as_before_its_commit_without_waiting(
+        tmp_path: Path) -> None:
+    """A write holds the ledger's one connection (and lock) from BEGIN to COMMIT; reads the
+    cache can answer do not wait for it, and answer the state before the commit, which is the
+    database's state until then. Reads after the commit see it."""
+    ledger = Ledger(tmp_path / "snapshotd.db")
+    key = AttemptKey("run", "node", 0, 1)
+    attempt = ledger.create_attempt(key, "/w")
+    ledger.record_checkpoint(attempt, _row(0, "/w"))
+    assert ledger.get_attempt(key) is not None and ledger.last_checkpoint(attempt.pk)
+    assert [a.key for a in ledger.active_attempts()] == [key]
+    assert ledger.tool_call(attempt.pk, "toolu_new") is None
+
+    writer, _inside, release = _writer_held_open(
+        ledger, "UPDATE attempts SET state='cancelled' WHERE pk=?", (attempt.pk,))
+    reader, answers = _in_thread(lambda: (
+        ledger.get_attempt(key), ledger.last_checkpoint(attempt.pk),
+        ledger.active_attempts("/w"), ledger.tool_call(attempt.pk, "toolu_new")))
+    reader.join(5)
+    answered_inside = not reader.is_alive()
+    release.set()
+    writer.join(10)
+    reader.join(10)
+    assert answered_inside, "a cached read waited for another thread's write to commit"
+    found, last, active, tool = answers[0]
+    assert found is not None and found.state == ACTIVE
+    assert last is not None and last["seq"] == 0
+    assert [a.key for a in active] == [key] and tool is None
+    assert ledger.counters()["cache_window_hits"] >= 4
+    # Once it committed, nothing reads the state before it.
+    after = ledger.get_attempt(key)
+    assert after is not None and after.state == "cancelled"
+    assert ledger.active_attempts() == []
+    ledger.close()
+
+
+def test_a_read_the_cache_cannot_answer_during_a_write_waits_for_its_commit(
+        tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "snapshotd.db")
+    ledger.create_attempt(AttemptKey("run", "node", 0, 1), "/w")
+    writer, _inside, release = _writer_held_open(
+        ledger, "INSERT INTO attempts (run_id, node_id, iteration, attempt, worktree, state,"
+        " epoch, zero_setup, started_at) VALUES ('run', 'other', 0, 3, '/w', 'active', 0, 0, 0)",
+        ())
+    reader, answers = _in_thread(lambda: ledger.last_attempt_number("run", "other", 0))
+    reader.join(0.3)
+    waited = reader.is_alive()
+    release.set()
+    writer.join(10)
+    reader.join(10)
+    assert waited, "a read the cache could not answer used the connection inside a write"
+    assert answers == [3]
+    ledger.close()
+
+
+def test_another_connections_commit_before_a_write_is_never_answered_from_memory_during_it(
+        tmp_path: Path) -> None:
+    """The window in which reads skip the lock opens only after the write's ``BEGIN IMMEDIATE``
+    checked ``data_version``: a commit by the CLI just before the write empties the cache."""
+    path = tmp_path / "snapshotd.db"
+    ledger = Ledger(path)
+    key = AttemptKey("run", "node", 0, 1)
+    attempt = ledger.create_attempt(key, "/w")
+    other_key = AttemptKey("run", "node", 0, 2)
+    ledger.create_attempt(other_key, "/w")
+    assert ledger.get_attempt(key) is not None  # cached: active
+    other = sqlite3.connect(path)
+    other.execute("UPDATE attempts SET state='cancelled' WHERE pk=?", (attempt.pk,))
+    other.commit()
+    other.close()
+
+    writer, _inside, release = _writer_held_open(
+        ledger, "UPDATE attempts SET idle_since=1 WHERE run_id='run' AND attempt=2", ())
+    reader, answers = _in_thread(lambda: ledger.get_attempt(key))
+    reader.join(0.3)
+    release.set()
+    writer.join(10)
+    reader.join(10)
+    found = answers[0]
+    assert found is not None and found.state == "cancelled"
+    ledger.close()
+
+
+def test_the_window_serves_only_while_open_and_only_other_threads() -> None:
+    cache = ReadCache(True, lambda: 1)
+    assert cache.usable(time.monotonic_ns())
+    cache.put("attempts", "k", "row")
+
+    def unlocked(key: str) -> tuple[bool, object]:
+        return cache.unlocked("attempts", key, time.monotonic_ns())
+
+    assert unlocked("k") == (False, None)  # no write open, no check since the call
+    with cache.window(time.monotonic_ns()):
+        assert unlocked("k") == (False, None)  # the writer's own thread
+        thread, out = _in_thread(lambda: unlocked("k"))
+        thread.join(10)
+        assert out == [(True, "row")]
+        thread, out = _in_thread(lambda: unlocked("missing"))
+        thread.join(10)
+        assert out == [(False, None)]
+    thread, out = _in_thread(lambda: unlocked("k"))
+    thread.join(10)
+    assert out == [(False, None)]
+    assert cache.counters()["cache_window_hits"] == 1
+
+
+def test_a_requests_reads_share_one_check_made_after_it_began() -> None:
+    versions = [1]
+    asked: list[int] = []
+
+    def data_version() -> int:
+        asked.append(versions[0])
+        return versions[0]
+
+    cache = ReadCache(True, data_version)
+    began = time.monotonic_ns()  # a request begins
+    time.sleep(0.001)
+    assert cache.usable(time.monotonic_ns())  # another request's read checks
+    cache.put("attempts", "k", "row")
+    with cache.reads_since(began):
+        # Every read of the request, however late, is served by that check, without the lock.
+        assert cache.unlocked("attempts", "k", cache.called_ns()) == (True, "row")
+        assert cache.unlocked("attempts", "k", cache.called_ns()) == (True, "row")
+    assert len(asked) == 1 and cache.counters()["cache_unlocked_hits"] == 2
+    # A request that began after the check is not answered by it: another connection may
+    # have committed since.
+    versions[0] = 2
+    with cache.reads_since(time.monotonic_ns()):
+        assert cache.unlocked("attempts", "k", cache.called_ns()) == (False, None)
+        assert cache.usable(cache.called_ns()) and cache.tables["attempts"] == {}
+    assert len(asked) == 2
+    # Outside a request, a read is as of its own call.
+    assert cache.called_ns() > began
+
+
+def test_a_capture_never_sees_an_attempt_state_committed_before_its_request_began(
+        tmp_path: Path) -> None:
+    """Another connection ends the attempt; a request that begins after that commit is never
+    answered from memory as if it were still active, however many reads came before."""
+    path = tmp_path / "snapshotd.db"
+    ledger = Ledger(path)
+    key = AttemptKey("run", "node", 0, 1)
+    ledger.create_attempt(key, "/w")
+    with ledger.reads_since(time.monotonic_ns()):
+        found = ledger.get_attempt(key)
+        assert found is not None and found.state == ACTIVE
+    other = sqlite3.connect(path)
+    other.execute("UPDATE attempts SET state='cancelled'")
+    other.commit()
+    other.close()
+    with ledger.reads_since(time.monotonic_ns()):
+        found = ledger.get_attempt(key)
+        assert found is not None and found.state == "cancelled"
+        assert ledger.active_attempts() == []
+    ledger.close()
