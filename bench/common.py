@@ -126,8 +126,8 @@ class DaemonProc:
 
     def __init__(self, extra_env: dict[str, str] | None = None, *,
                  python: str = sys.executable, cwd: Path | None = None,
-                 own_session: bool = True) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="sdb", dir="/tmp"))
+                 own_session: bool = True, parent: str = "/tmp") -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="sdb", dir=parent))
         self.home = self.dir / "home"
         self.socket = self.dir / "s.sock"
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("SNAPSHOTD_")}

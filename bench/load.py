@@ -21,7 +21,7 @@ virtualenv and checkout runs the daemon) with ``--rounds N`` runs every side onc
 interleaved so each sees the same machine load, and prints each side's runs and medians.
 
 Usage: ``python -m bench.load [--worktrees 8] [--hooks 100] [--burst 16] [--http | --native]
-[--agent-sessions one|each] [--daemon-session own|bench] [--quiet-disk-ms 0.05]
+[--agent-sessions one|each] [--daemon-session own|bench] [--quiet-disk-ms 0.05] [--dir /tmp]
 [--side old:/work/main/.venv/bin/python:/work/main --side new --rounds 3]``.
 """
 
@@ -51,14 +51,15 @@ HOOK_CODE = "from snapshotd_client.hook import main; main()"
 def run(worktrees: int, hooks: int, burst: int, files: int, use_http: bool = False,
         warm: bool = True, python: str = sys.executable, cwd: Path | None = None, *,
         agent_sessions: str = "one", daemon_session: str = "own", native: bool = False,
-        quiet_disk_ms: float = 0.0) -> dict:
-    work = Path(tempfile.mkdtemp(prefix="sdload", dir="/tmp"))
+        quiet_disk_ms: float = 0.0, parent: str = "/tmp") -> dict:
+    work = Path(tempfile.mkdtemp(prefix="sdload", dir=parent))
     hook_argv = [python, "-c", HOOK_CODE]
     if native:
         hook_argv = [str(_build_native(python, cwd, work))]
     trees = [make_tree(work / f"wt{i}", files) for i in range(worktrees)]
     extra = {"SNAPSHOTD_HTTP_HOOK": "1", "SNAPSHOTD_HTTP_HOOK_PORT": "0"} if use_http else {}
-    daemon = DaemonProc(extra, python=python, cwd=cwd, own_session=daemon_session == "own")
+    daemon = DaemonProc(extra, python=python, cwd=cwd, own_session=daemon_session == "own",
+                        parent=parent)
     gaps_file = daemon.home / "gaps.ndjson"
     post = http_poster(daemon) if use_http else None
     try:
@@ -111,7 +112,7 @@ def run(worktrees: int, hooks: int, burst: int, files: int, use_http: bool = Fal
             "files_per_worktree": files, "cpus": os.cpu_count(),
             "loadavg_1m": round(os.getloadavg()[0], 2), "wall_s": round(wall, 2),
             # What creating one file cost where the store is, just before the timed hooks.
-            "file_create_ms": create_ms,
+            "file_create_ms": create_ms, "dir": parent,
             # How long the run waited for it to fall under --quiet-disk-ms (0: not asked).
             "disk_wait_s": disk_wait_s,
             "hook_ms_p50": round(ordered[len(ordered) // 2], 1),
@@ -235,11 +236,14 @@ def main() -> None:
     parser.add_argument("--quiet-disk-ms", type=float, default=0.0,
                         help="before timing, wait (up to 120 s) until creating a file costs "
                              "less than this (ms); 0: do not wait")
+    parser.add_argument("--dir", default="/tmp",
+                        help="where the worktrees and the daemon's home go (a tmpfs mounted "
+                             "for the run takes the disk's state out of an A/B comparison)")
     args = parser.parse_args()
     if args.http and args.native:
         parser.error("--http and --native are two transports: pick one")
     sessions = {"agent_sessions": args.agent_sessions, "daemon_session": args.daemon_session,
-                "native": args.native, "quiet_disk_ms": args.quiet_disk_ms}
+                "native": args.native, "quiet_disk_ms": args.quiet_disk_ms, "parent": args.dir}
     if not args.side:
         print(json.dumps(run(args.worktrees, args.hooks, args.burst, args.files, args.http,
                              not args.cold, **sessions), indent=2))
