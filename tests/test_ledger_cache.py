@@ -193,15 +193,21 @@ def test_a_shared_postgres_ledger_answers_every_read_from_the_database(pg_url: s
         there.close()
 
 
-def test_one_version_check_serves_the_reads_that_began_before_it() -> None:
-    versions = [7]
+def _cache_counting_checks(version: int) -> tuple[ReadCache, list[int], list[int]]:
+    """A cache whose ``data_version`` is ``versions[0]`` (set it to play another connection's
+    commit); every check it runs is appended to ``asked``."""
+    versions = [version]
     asked: list[int] = []
 
     def data_version() -> int:
         asked.append(versions[0])
         return versions[0]
 
-    cache = ReadCache(True, data_version)
+    return ReadCache(True, data_version), versions, asked
+
+
+def test_one_version_check_serves_the_reads_that_began_before_it() -> None:
+    cache, versions, asked = _cache_counting_checks(7)
     queued = time.monotonic_ns()  # a read that began, then waited for the ledger's lock
     time.sleep(0.001)
     assert cache.usable(time.monotonic_ns())
@@ -354,14 +360,7 @@ def test_the_window_serves_only_while_open_and_only_other_threads() -> None:
 
 
 def test_a_requests_reads_share_one_check_made_after_it_began() -> None:
-    versions = [1]
-    asked: list[int] = []
-
-    def data_version() -> int:
-        asked.append(versions[0])
-        return versions[0]
-
-    cache = ReadCache(True, data_version)
+    cache, versions, asked = _cache_counting_checks(1)
     began = time.monotonic_ns()  # a request begins
     time.sleep(0.001)
     assert cache.usable(time.monotonic_ns())  # another request's read checks
