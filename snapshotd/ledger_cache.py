@@ -60,9 +60,8 @@ class ReadCache:
         self.enabled = enabled
         self._data_version = data_version
         self._seen_version: int | None = None
+        # When the newest completed check began: it vouches for every read begun before.
         self._checked_ns = 0
-        # When the newest completed check began (``unlocked`` answers reads begun before it).
-        self._verified_ns = 0
         self._as_of = threading.local()
         self.shared_checks = 0
         self.hits = 0
@@ -87,14 +86,15 @@ class ReadCache:
         if self._checked_ns > called_ns:
             self.shared_checks += 1
             return True
-        self._checked_ns = time.monotonic_ns()  # before the statement: it sees this moment on
+        began = time.monotonic_ns()  # before the statement: it sees this moment on
         version = self._data_version()
         if version != self._seen_version:
             if self._seen_version is not None:
                 self.external_changes += 1
             self.clear()
             self._seen_version = version
-        self._verified_ns = self._checked_ns
+        # Only a check that completed (and emptied the entries if it had to) vouches.
+        self._checked_ns = began
         return True
 
     @contextmanager
@@ -142,7 +142,7 @@ class ReadCache:
             if writer == me:
                 return False, None  # inside its own write: the lock is this thread's anyway
             in_window = writer is not None
-            if not in_window and self._verified_ns <= called_ns:
+            if not in_window and self._checked_ns <= called_ns:
                 return False, None
             entries = self.tables[table]
             if key not in entries:

@@ -401,3 +401,26 @@ def test_a_capture_never_sees_an_attempt_state_committed_before_its_request_bega
         assert found is not None and found.state == "cancelled"
         assert ledger.active_attempts() == []
     ledger.close()
+
+
+def test_a_check_that_failed_serves_no_read() -> None:
+    """A ``data_version`` check that raised verified nothing: a read that began before it must
+    check again, never be answered from memory on its strength."""
+    versions: list[int | Exception] = [1]
+
+    def data_version() -> int:
+        if isinstance(versions[0], Exception):
+            raise versions[0]
+        return versions[0]
+
+    cache = ReadCache(True, data_version)
+    assert cache.usable(time.monotonic_ns())
+    cache.put("attempts", "k", "row")
+    queued = time.monotonic_ns()
+    time.sleep(0.001)
+    versions[0] = OSError("disk I/O error")
+    with pytest.raises(OSError):
+        cache.usable(time.monotonic_ns())
+    assert cache.unlocked("attempts", "k", queued) == (False, None)
+    versions[0] = 2  # another connection committed before the read began
+    assert cache.usable(queued) and cache.tables["attempts"] == {}
