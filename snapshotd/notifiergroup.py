@@ -14,7 +14,8 @@ Promises:
   (``cookie_timeouts``) is reported through ``report`` (the watcher logs and counts it); a
   retired notifier just answers False.
 - A notifier that fails is closed and reported once through ``on_failure`` (never when it was
-  retired); one that cannot be closed is reported through ``report``
+  retired); so is one whose cookie directory was removed, which no cookie could cross again.
+  One that cannot be closed is reported through ``report``
   (``notifier_close_errors``).
 """
 
@@ -49,6 +50,10 @@ Dispatch = Callable[["NotifierGroup", Iterable[Event]], None]
 Report = Callable[..., None]
 
 
+class CookieDirLost(OSError):
+    """The notifier's cookie directory was removed: its queue is intact, its proof is gone."""
+
+
 class NotifierGroup:
     """One notifier over some worktrees, and the thread that reads it."""
 
@@ -81,6 +86,8 @@ class NotifierGroup:
             raise
         self.follows_symlinks = self.notify.follows_symlinks
         self.retired = False
+        # Set by a ``sync`` that found the cookie directory gone: the reader fails on it.
+        self._lost: CookieDirLost | None = None
         # Set by a merge once every event this notifier queued before its successor began is
         # dispatched: from then on the successor alone vouches for its worktrees.
         self.handed_over = False
@@ -120,11 +127,24 @@ class NotifierGroup:
                 self._report("cookie_errors", "cookie round trip through %s failed (the "
                              "capture scans fully): %s: %s", self.cookie_dir,
                              type(exc).__name__, exc)
+                if isinstance(exc, FileNotFoundError) and not self.cookie_dir.is_dir():
+                    self._lose_cookie_dir()
             return False
         finally:
             self._waiters.pop(name, None)
             with contextlib.suppress(OSError):
                 path.unlink()
+
+    def _lose_cookie_dir(self) -> None:
+        """The cookie directory was removed (a clean-up of the daemon's home, say): no
+        cookie can come back through this notifier again, so every capture would scan fully.
+        Its reader thread dispatches what is queued and fails it with ``CookieDirLost``; the
+        watcher (``on_failure``) watches its worktrees again with a new directory and
+        rescans them: nothing was missed, so no gap."""
+        self._lost = CookieDirLost(f"the cookie directory {self.cookie_dir} was removed: no "
+                                   "capture can take the fast path through this notifier")
+        # Not woken: this may run after the notifier closed (its descriptors' numbers then
+        # belong to other files). The reader sees it within ``IDLE_WAKE_S``.
 
     def cookie_seen(self, name: str) -> None:
         waiter = self._waiters.get(name)
@@ -181,6 +201,10 @@ class NotifierGroup:
             # A batch is taken and dispatched under ``_drain`` only, so a concurrent ``sync``
             # never overtakes a batch in hand.
             while not self.retired:
+                if self._lost is not None:
+                    with self._drain:  # what was queued is dispatched, not lost with it
+                        self._take_and_dispatch()
+                    raise self._lost
                 if polled:
                     self.notify.wait(STEP_MS / 1000)
                     block = 1

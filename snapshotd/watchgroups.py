@@ -30,7 +30,7 @@ from pathlib import Path
 
 from snapshotd.fastpath import COOKIE_TIMEOUT_S, DIRTY_LIMIT
 from snapshotd.notifier import DELETED, OVERFLOW, Event, watch_headroom
-from snapshotd.notifiergroup import STEP_MS, NotifierGroup
+from snapshotd.notifiergroup import STEP_MS, CookieDirLost, NotifierGroup
 from snapshotd.watchstate import Entry, Host, WatchState, describe_watch_error
 
 log = logging.getLogger("snapshotd.watcher")
@@ -102,7 +102,8 @@ class Groups:
 
     def group_failed(self, group: NotifierGroup, exc: BaseException) -> None:
         """A notifier died (its queue is lost): degrade the worktree it names, rewatch the
-        others and rescan them all."""
+        others and rescan them all. One that lost its cookie directory (``CookieDirLost``)
+        dispatched its queue first: all its worktrees are rewatched and rescanned."""
         message = str(exc)
         with self.state.cond:
             self.groups = [g for g in self.groups if g is not group]
@@ -110,6 +111,9 @@ class Groups:
             for entry in victims:
                 entry.group = None
         named = [e for e in victims if f'"{e.root}/' in message or f'"{e.root}"' in message]
+        # A notifier whose cookie directory was removed dispatched its queue first: nothing of
+        # its worktrees was missed; they are watched again and rescanned, no gap.
+        intact = isinstance(exc, CookieDirLost)
         log.warning("notifier for %d worktree(s) failed: %s", len(victims), message)
         for entry in [e for e in victims if e.attempt is None]:
             # Nothing is owed to an ended attempt: a lingering watch just ends (its captures
@@ -117,7 +121,7 @@ class Groups:
             self.host.drop(entry)
         victims = [e for e in victims if e.attempt is not None]
         for entry in victims:
-            if named and entry not in named:
+            if intact or (named and entry not in named):
                 # Its events in the failed batch are lost: rescan, no gap (nothing was missed).
                 with self.state.cond:
                     entry.checks.verify_at = time.monotonic()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 
 from conftest import QUIET_WATCHER, Daemon, Env, MakeDaemon, make_git_worktree
@@ -37,6 +38,22 @@ def test_a_cookie_that_cannot_be_written_is_counted_and_the_capture_scans(
         r = c.snapshot(str(wt), run_id="cookie", node_id="n")
         assert r["scan"] == "full" and r["changes"]["added"] == 1
         assert c.status()["watcher"]["cookie_errors"] >= 1
+        # The cookie directory is gone for good: the notifier is replaced by one with a new
+        # directory, and captures take the fast path again (not a full scan each, forever);
+        # every change made meanwhile is in its checkpoint.
+        deadline = time.monotonic() + 30
+        scans = []
+        while time.monotonic() < deadline:
+            name = f"d{len(scans)}.txt"
+            (wt / name).write_text(name)
+            r = c.snapshot(str(wt), run_id="cookie", node_id="n")
+            assert r["changes"]["added"] == 1, r
+            scans.append(r["scan"])
+            if r["scan"] == "fast":
+                break
+            time.sleep(0.2)
+        assert scans[-1] == "fast", scans
+        assert "watch-failed" not in c.status()["gaps_by_reason"]  # nothing was missed
     assert "cookie round trip" in d.log.read_text()
 
 
