@@ -9,7 +9,9 @@ Promises:
   thread or by a ``sync``, under one drain lock: a batch taken off the queue is dispatched
   before anyone else takes the next.
 - ``sync`` returns True only once a cookie written after the call began has come back through
-  the same kernel queue, so every event queued before it has been dispatched. A cookie that
+  the same kernel queue, so every event queued before it has been dispatched. A cookie is a
+  new file, or (inotify) one whose round trip came back, its times set again: one event
+  each, and a cookie is sent again only once its last event was dispatched. A cookie that
   could not be written or read (``cookie_errors``) or did not come back in time
   (``cookie_timeouts``) is reported through ``report`` (the watcher logs and counts it); a
   retired notifier just answers False.
@@ -73,6 +75,10 @@ class NotifierGroup:
         self.cookie_prefix = str(self.cookie_dir) + "/"
         self._waiters: dict[str, threading.Event] = {}
         self._cookie_count = itertools.count()
+        # Cookies whose round trip came back, kept to send again. Only through a kernel
+        # queue (inotify), where touching a file is one event of its own; a polled notifier
+        # may merge two events of one path, so there each cookie is new.
+        self._spent: list[str] = []
         # Held from taking a batch off the notifier's queue until it is dispatched. A cookie
         # seen by ``sync`` proves every earlier event has left the queue; only with this lock
         # does it also prove they have been dispatched (the reader thread may hold an earlier
@@ -85,6 +91,7 @@ class NotifierGroup:
             shutil.rmtree(self.cookie_dir, ignore_errors=True)
             raise
         self.follows_symlinks = self.notify.follows_symlinks
+        self._reuse_cookies = not self.notify.polled
         self.retired = False
         # Set by a ``sync`` that found the cookie directory gone: the reader fails on it.
         self._lost: CookieDirLost | None = None
@@ -99,13 +106,20 @@ class NotifierGroup:
         it has been dispatched. False if it did not within ``timeout``."""
         if self.retired:
             return False
-        name = f"c{next(self._cookie_count)}"
+        reused = self._take_spent_cookie()
+        name = reused or f"c{next(self._cookie_count)}"
         seen = threading.Event()
         self._waiters[name] = seen
         path = self.cookie_dir / name
         deadline = time.monotonic() + timeout
+        came_back = False
         try:
-            os.close(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600))
+            if reused:
+                # Its times set: one event, and no directory entry created or removed, which
+                # on a file system busy freeing space costs a thousand times as much.
+                os.utime(path)
+            else:
+                os.close(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600))
             if not self._drain.acquire(timeout=max(0.0, deadline - time.monotonic())):
                 return self._timed_out(timeout)
             try:
@@ -121,6 +135,7 @@ class NotifierGroup:
                     self._take_and_dispatch(0 if time.monotonic() < spin_until else 1)
             finally:
                 self._drain.release()
+            came_back = True
             return True
         except Exception as exc:  # noqa: BLE001 - reported: that capture scans fully
             if not self.retired:
@@ -132,8 +147,21 @@ class NotifierGroup:
             return False
         finally:
             self._waiters.pop(name, None)
-            with contextlib.suppress(OSError):
-                path.unlink()
+            if came_back and self._reuse_cookies:
+                self._spent.append(name)
+            else:
+                # Never used again: an event of it still on its way can prove nothing later.
+                with contextlib.suppress(OSError):
+                    path.unlink()
+
+    def _take_spent_cookie(self) -> str | None:
+        """A cookie whose round trip came back, for the next one (None: make a new one). Its
+        one event was dispatched, so none of it is left in the queue to be mistaken for the
+        next sync's; ``list.pop`` hands each to one caller."""
+        try:
+            return self._spent.pop()
+        except IndexError:
+            return None
 
     def _lose_cookie_dir(self) -> None:
         """The cookie directory was removed (a clean-up of the daemon's home, say): no
