@@ -121,7 +121,8 @@ def run(worktrees: int, hooks: int, burst: int, files: int, use_http: bool = Fal
             "daemon_cpu_ms_per_hook": round(daemon_cpu * 1000 / total, 1),
             "daemon_capture_ms": status["latency_ms"]["tier1"],
             "failed_hooks": sum(1 for c in codes if c != ok),
-            "gaps": len(gaps), "daemon_errors": status["counters"]["errors"],
+            "gaps": len(gaps), "gap_reasons": _reasons(gaps),
+            "daemon_errors": status["counters"]["errors"],
             "checkpoints": status["checkpoints"]["checkpoints"],
             # Nothing lost: every tool call has its checkpoint (two calls on one worktree in
             # one burst may share one) or a gap.
@@ -135,6 +136,18 @@ def run(worktrees: int, hooks: int, burst: int, files: int, use_http: bool = Fal
     finally:
         daemon.stop()
         subprocess.run(["rm", "-rf", str(work)])
+
+
+def _reasons(gap_lines: list[str]) -> dict[str, int]:
+    """How many gaps of each reason (a line that is not a gap record counts as unreadable)."""
+    reasons: dict[str, int] = {}
+    for line in gap_lines:
+        try:
+            reason = str(json.loads(line).get("reason"))
+        except (ValueError, AttributeError):
+            reason = "unreadable"
+        reasons[reason] = reasons.get(reason, 0) + 1
+    return reasons
 
 
 def _quiet_disk(directory: Path, below_ms: float) -> tuple[float, float]:
@@ -269,7 +282,8 @@ def _side(spec: str) -> tuple[str, str, Path | None]:
 def _brief(row: dict) -> dict:
     capture = row["daemon_capture_ms"]
     return {"capture_p50": capture["p50"], "capture_p99": capture["p99"],
-            **{k: row[k] for k in _FIGURES if k not in ("capture_p50", "capture_p99")}}
+            **{k: row[k] for k in _FIGURES if k not in ("capture_p50", "capture_p99")},
+            "gap_reasons": row["gap_reasons"]}
 
 
 _FIGURES = ("capture_p50", "capture_p99", "hook_ms_p50", "hook_ms_p99", "hook_cpu_ms_per_hook",
