@@ -6,7 +6,8 @@ leave a directory entry behind per sync, and one that did not come back is never
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -34,20 +35,26 @@ class Seen:
             return str(path) in self.paths
 
 
-def _group(tmp_path: Path, kind: str, seen: Seen) -> NotifierGroup:
+@contextmanager
+def _group(tmp_path: Path, kind: str, seen: Seen) -> Iterator[NotifierGroup]:
+    """A running group over ``tmp_path/wt``, retired and joined after the block."""
     root = tmp_path / "wt"
     root.mkdir()
     failures: list[BaseException] = []
     group = NotifierGroup(tmp_path / "home", [str(root)], kind, seen.dispatch,
                           lambda _g, exc: failures.append(exc), lambda *args: None)
     group.start()
-    return group
+    try:
+        yield group
+    finally:
+        group.retire()
+        group.join()
+    assert failures == []
 
 
 def test_a_cookie_sent_again_proves_what_was_written_before_it(tmp_path: Path) -> None:
     seen = Seen()
-    group = _group(tmp_path, "auto", seen)
-    try:
+    with _group(tmp_path, "auto", seen) as group:
         for i in range(30):
             written = tmp_path / "wt" / f"f{i}.txt"
             written.write_text(str(i))
@@ -55,14 +62,10 @@ def test_a_cookie_sent_again_proves_what_was_written_before_it(tmp_path: Path) -
             assert seen.has(written), f"sync {i} returned before the write's event came"
         # One cookie, sent thirty times: no file created and removed per round trip.
         assert [p.name for p in group.cookie_dir.iterdir()] == ["c0"]
-    finally:
-        group.retire()
-        group.join()
 
 
 def test_concurrent_syncs_each_wait_for_their_own_cookie(tmp_path: Path) -> None:
     seen = Seen()
-    group = _group(tmp_path, "auto", seen)
     missed: list[str] = []
 
     def work(t: int) -> None:
@@ -73,7 +76,7 @@ def test_concurrent_syncs_each_wait_for_their_own_cookie(tmp_path: Path) -> None
                 missed.append(written.name)
 
     threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
-    try:
+    with _group(tmp_path, "auto", seen) as group:
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -81,15 +84,11 @@ def test_concurrent_syncs_each_wait_for_their_own_cookie(tmp_path: Path) -> None
         assert missed == []
         # At most one cookie for each sync that ran at the same time.
         assert 1 <= len(list(group.cookie_dir.iterdir())) <= 8
-    finally:
-        group.retire()
-        group.join()
 
 
 def test_a_cookie_that_did_not_come_back_is_never_sent_again(tmp_path: Path) -> None:
     seen = Seen()
-    group = _group(tmp_path, "auto", seen)
-    try:
+    with _group(tmp_path, "auto", seen) as group:
         assert group.sync(5.0)
         group._drain.acquire()  # the reader and every sync wait: no cookie can come back
         try:
@@ -101,19 +100,12 @@ def test_a_cookie_that_did_not_come_back_is_never_sent_again(tmp_path: Path) -> 
         assert list(group.cookie_dir.iterdir()) == []
         assert group.sync(5.0)
         assert [p.name for p in group.cookie_dir.iterdir()] == ["c1"]
-    finally:
-        group.retire()
-        group.join()
 
 
 @pytest.mark.parametrize("kind", ["watchfiles"])
 def test_a_polled_notifier_sends_a_new_cookie_each_time(tmp_path: Path, kind: str) -> None:
     seen = Seen()
-    group = _group(tmp_path, kind, seen)
-    try:
+    with _group(tmp_path, kind, seen) as group:
         for _ in range(3):
             assert group.sync(10.0)
         assert list(group.cookie_dir.iterdir()) == []
-    finally:
-        group.retire()
-        group.join()
