@@ -121,7 +121,9 @@ def run(worktrees: int, hooks: int, burst: int, files: int, use_http: bool = Fal
             "daemon_cpu_ms_per_hook": round(daemon_cpu * 1000 / total, 1),
             "daemon_capture_ms": status["latency_ms"]["tier1"],
             "failed_hooks": sum(1 for c in codes if c != ok),
-            "gaps": len(gaps), "gap_reasons": _reasons(gaps),
+            "gaps": len(gaps),
+            # The daemon's own count of the spool by reason (absent from older installs).
+            "gap_reasons": status.get("gap_spool", {}).get("by_reason"),
             "daemon_errors": status["counters"]["errors"],
             "checkpoints": status["checkpoints"]["checkpoints"],
             # Nothing lost: every tool call has its checkpoint (two calls on one worktree in
@@ -136,18 +138,6 @@ def run(worktrees: int, hooks: int, burst: int, files: int, use_http: bool = Fal
     finally:
         daemon.stop()
         subprocess.run(["rm", "-rf", str(work)])
-
-
-def _reasons(gap_lines: list[str]) -> dict[str, int]:
-    """How many gaps of each reason (a line that is not a gap record counts as unreadable)."""
-    reasons: dict[str, int] = {}
-    for line in gap_lines:
-        try:
-            reason = str(json.loads(line).get("reason"))
-        except (ValueError, AttributeError):
-            reason = "unreadable"
-        reasons[reason] = reasons.get(reason, 0) + 1
-    return reasons
 
 
 def _quiet_disk(directory: Path, below_ms: float) -> tuple[float, float]:

@@ -210,4 +210,3 @@ def run_filter(run_id: str, node_id: str | None, attempt: int | None) -> tuple[s
         where += " AND attempt=?"
         args.append(attempt)
     return where, args
-

@@ -8,9 +8,9 @@ wait for that lock).
 
 Promises:
 - Only an embedded (SQLite) ledger caches. Its file belongs to one daemon, but other processes
-  may still write it (the CLI, ``snapshotd repair``): before every cached answer the connection's
-  ``PRAGMA data_version`` is compared with the one the entries were read under, and any commit
-  by another connection empties the cache. A PostgreSQL ledger may be shared by daemons on
+  may still write it (the CLI, ``snapshotd repair``): every cached answer relies on a check of
+  the connection's ``PRAGMA data_version`` against the one the entries were read under, and
+  any commit by another connection empties the cache. A PostgreSQL ledger may be shared by daemons on
   several hosts and has no such cheap check: it never caches (``enabled`` False).
 - The ledger's own writes empty the cache inside the same hold of its lock as the write (a
   reader can never see an entry older than a committed write); the only writes that update
@@ -33,6 +33,7 @@ Promises:
   whole (a reader sees the entry before a change or after it). Anything else, and every miss,
   is read under the ledger's lock. Reads inside a write transaction see its uncommitted rows:
   those are never kept.
+- Every method but ``unlocked``, ``reads_since`` and ``called_ns`` runs under the ledger's lock.
 """
 
 from __future__ import annotations

@@ -235,10 +235,10 @@ def _in_thread(target: Callable[[], object]) -> tuple[threading.Thread, list]:
     return thread, out
 
 
-def _writer_held_open(ledger: Ledger, sql: str, args: tuple) -> tuple[threading.Thread,
-                                                                     threading.Event,
-                                                                     threading.Event]:
-    """A thread inside ``ledger.transaction()``, its statement run, until ``release`` is set."""
+def _writer_held_open(ledger: Ledger, sql: str,
+                      args: tuple) -> tuple[threading.Thread, threading.Event]:
+    """A thread inside ``ledger.transaction()``, its statement run, until ``release`` is set
+    (returned with the thread, once it is inside)."""
     inside, release = threading.Event(), threading.Event()
 
     def write() -> None:
@@ -250,7 +250,7 @@ def _writer_held_open(ledger: Ledger, sql: str, args: tuple) -> tuple[threading.
     writer = threading.Thread(target=write, daemon=True)
     writer.start()
     assert inside.wait(10)
-    return writer, inside, release
+    return writer, release
 
 
 def test_cached_reads_during_a_write_answer_as_before_its_commit_without_waiting(
@@ -266,7 +266,7 @@ def test_cached_reads_during_a_write_answer_as_before_its_commit_without_waiting
     assert [a.key for a in ledger.active_attempts()] == [key]
     assert ledger.tool_call(attempt.pk, "toolu_new") is None
 
-    writer, _inside, release = _writer_held_open(
+    writer, release = _writer_held_open(
         ledger, "UPDATE attempts SET state='cancelled' WHERE pk=?", (attempt.pk,))
     reader, answers = _in_thread(lambda: (
         ledger.get_attempt(key), ledger.last_checkpoint(attempt.pk),
@@ -293,7 +293,7 @@ def test_a_read_the_cache_cannot_answer_during_a_write_waits_for_its_commit(
         tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "snapshotd.db")
     ledger.create_attempt(AttemptKey("run", "node", 0, 1), "/w")
-    writer, _inside, release = _writer_held_open(
+    writer, release = _writer_held_open(
         ledger, "INSERT INTO attempts (run_id, node_id, iteration, attempt, worktree, state,"
         " epoch, zero_setup, started_at) VALUES ('run', 'other', 0, 3, '/w', 'active', 0, 0, 0)",
         ())
@@ -324,7 +324,7 @@ def test_another_connections_commit_before_a_write_is_never_answered_from_memory
     other.commit()
     other.close()
 
-    writer, _inside, release = _writer_held_open(
+    writer, release = _writer_held_open(
         ledger, "UPDATE attempts SET idle_since=1 WHERE run_id='run' AND attempt=2", ())
     reader, answers = _in_thread(lambda: ledger.get_attempt(key))
     reader.join(0.3)
