@@ -22,7 +22,8 @@ import pygit2
 
 from snapshotd.config import Config, RedactingFilter
 from snapshotd.home_perms import secure_home
-from snapshotd.server import HomeLock, Server, bind_socket
+from snapshotd.listener import HomeLock, bind_socket
+from snapshotd.server import Server
 from snapshotd.service import Service
 
 log = logging.getLogger("snapshotd")

@@ -43,8 +43,8 @@ from snapshotd.ledger import (
     LedgerError,
     ledger_url,
 )
+from snapshotd.listener import DaemonLockError, HomeLock
 from snapshotd.reconcile import reconcile_attempt
-from snapshotd.server import DaemonLockError, HomeLock
 from snapshotd.store import Store, parse_trailers, worktree_id
 
 if TYPE_CHECKING:

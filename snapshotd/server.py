@@ -1,7 +1,8 @@
 """The control socket: framed msgpack requests in, service calls out (docs/protocol.md).
 
-Owns the Unix socket, the peer-uid check, frame limits, per-connection idle timeouts, the cap on
-concurrent connections, the one-daemon-per-home lock, graceful shutdown, and the table of ops:
+Owns serving the listening socket (``snapshotd.listener`` makes it and holds the home's lock):
+the peer-uid check, frame limits, per-connection idle timeouts, the cap on concurrent
+connections, graceful shutdown, and the table of ops:
 each op has one handler (``register``) and any number of wrappers (``wrap``) that the optional
 parts of the daemon put around it.
 
@@ -20,7 +21,9 @@ Promises:
   (and, for framing errors, a closed connection); the daemon keeps serving everyone else.
 - An op runs its wrappers in the order of ``LAYERS`` (the first layer innermost, next to the
   handler), whatever order the parts attached in; re-registering a handler keeps its wrappers.
-- SIGTERM: stop accepting, let in-flight requests finish, run shutdown hooks, exit 0, within
+- SIGTERM: stop accepting, let in-flight requests finish, answer ``shutting-down`` to a request
+  sent before the stop but not yet begun (its frame unread, or its connection still in the
+  listener's backlog; never a reset), run shutdown hooks, exit 0, within
   a deadline: a request still running ``STOP_GRACE_S`` after the signal (a thread stuck in a
   system call) is logged with what it was doing and abandoned, and so is a shutdown hook still
   running ``STOP_HOOKS_S`` later; ``abandoned`` then names them, and the daemon exits without
@@ -31,13 +34,11 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import fcntl
 import logging
 import os
 import select
 import signal
 import socket
-import stat
 import struct
 import threading
 import time
@@ -47,12 +48,12 @@ from pathlib import Path
 
 import msgpack
 
-from snapshotd import errors
+from snapshotd import errors, faults
 from snapshotd.errors import ServiceError
+from snapshotd.listener import peer_uid
 from snapshotd.service import Service
 from snapshotd.workers import Workers
 from snapshotd_client import protocol
-from snapshotd_client.paths import socket_dir_problem
 
 log = logging.getLogger("snapshotd.server")
 
@@ -72,100 +73,15 @@ LAYERS = ("engine", "metrics")
 # not keep the daemon from stopping.
 STOP_GRACE_S = 10.0
 STOP_HOOKS_S = 20.0
+# How long the stop waits, once in-flight requests are done, for each connection to answer a
+# request it had already been sent (``shutting-down``) and close.
+STOP_CUT_S = 2.0
 # How long the acceptor waits before trying again when it cannot accept (no descriptors left).
 ACCEPT_RETRY_S = 0.1
 # How long a refusal (busy) may take to send before the connection is simply closed (s).
 REFUSAL_SEND_S = 1.0
 # accept(2) failures that leave the listener usable: the acceptor waits and tries again.
 _ACCEPT_RETRY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
-
-
-class DaemonLockError(Exception):
-    """Another daemon already serves this home."""
-
-
-class HomeLock:
-    """An exclusive ``flock`` on ``<home>/daemon.lock`` holding the owner's pid."""
-
-    def __init__(self, home: Path) -> None:
-        self.path = home / "daemon.lock"
-        self._fd: int | None = None
-
-    def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            try:
-                pid = os.read(fd, 32).decode().strip() or "unknown"
-            finally:
-                os.close(fd)
-            if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                raise DaemonLockError(
-                    f"another snapshotd (pid {pid}) already serves {self.path.parent}; stop it "
-                    "first or use another --home") from None
-            raise
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._fd = fd
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-
-def prepare_socket_dir(path: Path) -> None:
-    """Create the socket's directory 0700 (or check that an existing one is ours and private)."""
-    directory = path.parent
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    problem = socket_dir_problem(str(directory))
-    if problem is not None:
-        raise PermissionError(
-            f"refusing to serve in {directory}: {problem}, so another local user may have "
-            f"created it to intercept snapshotd's requests; remove it (as root if you cannot) "
-            f"and start again, or set XDG_RUNTIME_DIR or SNAPSHOTD_SOCKET to a directory only "
-            f"you can write to")
-    st = directory.stat()
-    if stat.S_IMODE(st.st_mode) & 0o077:
-        os.chmod(directory, 0o700)
-
-
-def bind_socket(path: Path) -> socket.socket:
-    """Bind a fresh listening socket at ``path`` (mode 0600), replacing a stale one."""
-    prepare_socket_dir(path)
-    if path.exists() or path.is_symlink():
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        probe.settimeout(1.0)
-        try:
-            probe.connect(str(path))
-        except OSError:
-            path.unlink()  # stale: nobody listens
-        else:
-            raise DaemonLockError(f"a daemon already listens on {path}; stop it or pass --socket")
-        finally:
-            probe.close()
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)
-    try:
-        sock.bind(str(path))
-    finally:
-        os.umask(old)
-    os.chmod(path, 0o600)
-    sock.listen(1024)
-    return sock
-
-
-def peer_uid(sock: socket.socket) -> int | None:
-    """The connecting process's uid (SO_PEERCRED on Linux, getpeereid elsewhere)."""
-    if hasattr(socket, "SO_PEERCRED"):
-        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        _pid, uid, _gid = struct.unpack("3i", creds)
-        return uid
-    getpeereid = getattr(os, "getpeereid", None)
-    if getpeereid is not None:  # pragma: no cover - macOS
-        return getpeereid(sock.fileno())[0]
-    return None
 
 
 class Server:
@@ -296,6 +212,7 @@ class Server:
         self._stop_accepting()
         await self._finish_in_flight()
         self._cut_connections()
+        await self._connections_answered()
         await self._run_shutdown_hooks()
         self._workers.stop()
         # Threads still stuck are abandoned: waiting for them would never end.
@@ -314,6 +231,19 @@ class Server:
             self.abandoned.extend(running)
             log.error("stopping with %d request(s) still running after %gs, abandoned: %s",
                       len(running), STOP_GRACE_S, "; ".join(running))
+
+    async def _connections_answered(self) -> None:
+        """Each connection thread answers what it had already been sent and closes, for at
+        most ``STOP_CUT_S``; a connection whose request was abandoned is not waited for."""
+        assert self._loop is not None
+        deadline = self._loop.time() + STOP_CUT_S
+        while self._loop.time() < deadline:
+            with self._lock:
+                if len(self._connections) <= self._in_flight:
+                    return
+            await asyncio.sleep(0.01)
+        log.warning("stopping with %d connection(s) still open after %gs",
+                    len(self._connections), STOP_CUT_S)
 
     async def _run_shutdown_hooks(self) -> None:
         """Each hook in turn, all of them within ``STOP_HOOKS_S``; one that overruns is logged
@@ -345,6 +275,7 @@ class Server:
             poller.register(self._wake[0], select.POLLIN)
             while not self._stop_flag.is_set():
                 poller.poll()
+                faults.delay("accept")
                 self._accept_pending()
         except Exception:  # noqa: BLE001 - logged; the stop that follows is the handling
             log.critical("the socket's accepting thread failed: stopping the daemon",
@@ -417,6 +348,7 @@ class Server:
                                         "this daemon serves only its own user"))
                 return
             conn.settimeout(self.idle_timeout_s)
+            faults.delay("serve")
             while self._serve_request(conn):
                 pass
         except OSError:
@@ -509,22 +441,31 @@ class Server:
 
     def _stop_accepting(self) -> None:
         """The acceptor leaves and the socket stops listening: a client connecting from now on
-        is refused by the kernel (its hook records the gap), not left waiting."""
+        is refused by the kernel (its hook records the gap), not left waiting. One that had
+        connected already, still in the backlog, is taken first: the request it may have sent
+        is answered ``shutting-down`` rather than met by a reset."""
         assert self._wake is not None
         os.write(self._wake[1], b"x")
         if self._acceptor is not None:
             self._acceptor.join(timeout=5.0)
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                break  # the backlog is empty (or no descriptor is left to take it with)
+            self._admit(conn)
         self.listener.close()
         for fd in self._wake:
             os.close(fd)
 
     def _cut_connections(self) -> None:
         """Wake every connection thread still waiting for a request: its read ends, it
-        closes. A thread still running a handler (abandoned) finds its reply cannot go out."""
+        closes. Only the reading side is shut: a frame that had already arrived is still read
+        and answered ``shutting-down``, and the client can send nothing more."""
         with self._lock:  # no connection is closed meanwhile: each descriptor is its own
             for conn in self._connections:
                 try:
-                    conn.shutdown(socket.SHUT_RDWR)
+                    conn.shutdown(socket.SHUT_RD)
                 except OSError:
                     pass  # its client already went: its thread is on the way out
 

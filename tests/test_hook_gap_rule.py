@@ -25,6 +25,7 @@ from fake_daemon import (
 )
 
 from conftest import Env, MakeDaemon, make_git_worktree, run_hook
+from helpers import wait_for
 from snapshotd_client import Client, wrap
 from snapshotd_client.gaps import read_gaps
 from snapshotd_client.protocol import (
@@ -115,13 +116,15 @@ def test_real_daemon_shutting_down_reply_becomes_one_gap(sd_env: Env, tmp_path, 
     monkeypatch.setenv("SNAPSHOTD_GAPS", str(sd_env.gaps))  # where this process's wrap writes
     wt = make_git_worktree(tmp_path / "wt")
     (wt / "a.txt").write_text("a\n")
-    d = make_daemon(sd_env, {"SNAPSHOTD_DELAY_AT": "before-row:1500"})
+    mark = tmp_path / "in-flight"
+    d = make_daemon(sd_env, {"SNAPSHOTD_DELAY_AT": "before-row:1500",
+                             "SNAPSHOTD_DELAY_MARK": str(mark)})
     held = Client(sd_env.socket, timeout=10)
     held.ping()  # its connection is open before the daemon starts stopping
     slow = threading.Thread(target=lambda: Client(sd_env.socket, timeout=10).snapshot(
         wt, run_id="r", node_id="n", source="cli"))
     slow.start()
-    time.sleep(0.5)  # the capture is in flight, held at before-row
+    wait_for(mark.exists, what="the capture to be in flight, held at before-row")
     assert d.proc is not None
     d.proc.send_signal(signal.SIGTERM)
     time.sleep(0.2)  # let the daemon begin its stop

@@ -20,7 +20,8 @@ from conftest import Daemon, Env
 from snapshotd import engine, metrics
 from snapshotd.config import load_config
 from snapshotd.daemon import OPTIONAL_PARTS, attach_optional_parts
-from snapshotd.server import LAYERS, Server, bind_socket
+from snapshotd.listener import bind_socket
+from snapshotd.server import LAYERS, Server
 from snapshotd.service import Service
 
 

@@ -112,6 +112,47 @@ def test_a_stop_wakes_idle_connections_and_refuses_new_ones(sd_env: Env,
         connect_raw(sd_env.socket)
 
 
+@pytest.mark.parametrize("point", ["serve", "accept"])
+def test_a_request_sent_before_the_stop_is_answered_shutting_down(
+        sd_env: Env, tmp_path: Path, make_daemon: MakeDaemon, point: str) -> None:
+    """A request whose frame had reached the daemon when SIGTERM came, but was not yet read
+    (``serve``: its connection's thread had not got to it) or its connection not yet taken
+    (``accept``: still in the listener's backlog), is answered ``shutting-down``, the code a
+    hook records as that gap's reason, never a connection closed without a reply."""
+    mark = tmp_path / "mark"
+    d = make_daemon(sd_env, {"SNAPSHOTD_DELAY_AT": f"{point}:1000",
+                             "SNAPSHOTD_DELAY_MARK": str(mark)})
+    # The start-up ping paused once too; it was answered, so that pause is over.
+    mark.unlink(missing_ok=True)
+    s = connect_raw(sd_env.socket)
+    send_frame(s, {"v": 1, "op": "ping", "id": 7})
+    if not _appears(mark, 3.0):
+        # Taken (and answered) in the acceptor's pass that took the start-up ping, before it
+        # went back to waiting: the next connection is the one that wakes it and pauses it.
+        assert point == "accept" and (recv_frame(s) or {}).get("ok"), point
+        s.close()
+        s = connect_raw(sd_env.socket)
+        send_frame(s, {"v": 1, "op": "ping", "id": 7})
+    wait_for(mark.exists, what=f"the daemon to pause at {point}")
+    assert d.proc is not None
+    d.proc.send_signal(signal.SIGTERM)
+    reply = recv_frame(s)
+    s.close()
+    assert reply is not None, "the daemon closed the connection without a reply"
+    assert reply["id"] == 7 and not reply["ok"], reply
+    assert reply["error"]["code"] == "shutting-down", reply
+    assert d.proc.wait(timeout=STOP_GRACE_S + 10) == 0
+
+
+def _appears(path: Path, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def test_out_of_descriptors_the_acceptor_waits_then_serves_the_backlog(
         sd_env: Env, make_daemon: MakeDaemon) -> None:
     d = make_daemon(sd_env)

@@ -36,7 +36,7 @@ def serve(home: Path | None, socket_: Path | None, log_level: str | None,
     """Run the daemon in the foreground until SIGTERM."""
     from snapshotd.daemon import run_daemon, setup_logging
     from snapshotd.ledger import LedgerError
-    from snapshotd.server import DaemonLockError
+    from snapshotd.listener import DaemonLockError
 
     try:
         config = load_config({"log_level": log_level, "durability": durability,
