@@ -13,7 +13,9 @@ Owns ``SNAPSHOTD_CRASH_AT``, ``SNAPSHOTD_DELAY_AT`` (with ``SNAPSHOTD_DELAY_MARK
   widening a race window so a test can show it is closed. Points: ``dispatch`` (a watcher batch
   taken off the notifier's queue, not yet dispatched), ``before-row`` (a capture's commit
   written, its ledger row not yet), ``full-scan`` (a stat scan of a whole worktree about to
-  begin, under its lock or a verification's off it).
+  begin, under its lock or a verification's off it), ``accept`` (the socket's acceptor woken
+  by a connection, not yet taking it), ``serve`` (a connection's thread about to read its first
+  frame).
 - ``SNAPSHOTD_DELAY_MARK=<path>``: each time a delay begins, ``<path>`` is created (holding the
   point's name), so a test can act while the daemon is inside that window rather than guess
   when it opens.
