@@ -174,6 +174,10 @@ class Watcher:
                 claim = self.settler.claim(entry, wait=True)
             if claim is not None:
                 self.settler.run_capture(entry, claim, "shutdown")
+        with state.cond:  # a window still open (its capture failed) keeps its marker
+            for entry in state.entries.values():
+                if entry.window.first is None:
+                    state.markers.drop(entry)
 
     def status(self) -> dict:
         now = time.monotonic()
@@ -273,6 +277,7 @@ class Watcher:
                 return  # an event arrived since the scheduler looked: it lingers on
             entry.linger.lingering = False
             del state.entries[entry.root]
+            state.markers.drop(entry)
             group = entry.group
             entry.group = None
             if group is not None and not self.groups.forget(group):

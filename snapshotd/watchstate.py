@@ -233,38 +233,65 @@ class WatchState:
 
 
 class Markers:
-    """``<home>/watch/<worktree-id>.json``: a window is open (for a process crash)."""
+    """``<home>/watch/<worktree-id>.json``: whether a window is open (for a process crash).
+
+    A worktree's marker is made once and then rewritten in place: the open window's record,
+    or ``{"open": false}`` once it closes, padded with spaces so the file never shrinks. So a
+    window opens and closes without a file made or removed: on ext4 without a journal every
+    freed inode is checked again at each later inode allocation in its block group for
+    minutes (``recently_deleted``), and a marker made and removed per window was one of the
+    two inodes each tool call's capture freed. One ``pwrite`` holds the whole record, so a
+    process crash leaves the old record or the new one. The file goes when its worktree is no
+    longer watched (``drop``), when a stop leaves its window closed, and at start-up once read.
+    """
 
     def __init__(self, directory: Path, state: WatchState) -> None:
         self.dir = directory
         self._state = state
+        # The size each marker this process wrote has: rewrites pad to it, never truncate.
+        self._sizes: dict[Path, int] = {}
 
     def path(self, entry: Entry) -> Path:
         return self.dir / f"{worktree_id(Path(entry.root))}.json"
 
     def write(self, entry: Entry) -> None:
-        """Note durably that a window is open. Under the lock."""
+        """Note that a window is open. Under the lock."""
         attempt = entry.attempt
         if attempt is None:
             return
         record = {"worktree": entry.root, **attempt.key.as_dict(),
                   "opened_at": entry.window.wall or time.time()}
         path = self.path(entry)
-        tmp = path.with_suffix(".tmp")
         try:
-            tmp.write_text(json.dumps(record))
-            os.replace(tmp, path)
+            self._put(path, json.dumps(record))
         except OSError as exc:
             self._state.count_error("marker_errors", "cannot write window marker %s (a crash "
                                     "now would go without its settle-window-missed gap): %s",
                                     path, exc)
 
     def remove(self, entry: Entry) -> None:
-        with contextlib.suppress(OSError):
-            self.path(entry).unlink()
+        """Note that no window is open (the file stays for the next one). Under the lock."""
+        path = self.path(entry)
+        try:
+            if path in self._sizes:
+                self._put(path, _CLOSED)
+            else:  # not ours (left by an earlier daemon): nothing to keep it for
+                path.unlink(missing_ok=True)
+        except OSError as exc:
+            # A marker that still reads open costs a spurious gap after a crash, not a loss.
+            self._state.count_error("marker_errors", "cannot mark window marker %s closed: %s",
+                                    path, exc)
+
+    def drop(self, entry: Entry) -> None:
+        """Remove the marker of a worktree no longer watched, or of a closed window at a stop.
+        Under the lock."""
+        path = self.path(entry)
+        self._sizes.pop(path, None)
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
 
     def read_all(self) -> list[tuple[Path, dict | None]]:
-        """Every marker and its record (None when unreadable)."""
+        """Every marker and its open window's record (None when unreadable or closed)."""
         out: list[tuple[Path, dict | None]] = []
         for path in sorted(self.dir.glob("*.json")):
             try:
@@ -275,6 +302,26 @@ class Markers:
                 record = None
             out.append((path, record))
         return out
+
+    def _put(self, path: Path, text: str) -> None:
+        known = self._sizes.get(path)
+        data = text.encode()
+        data += b" " * (max(known or 0, _MARKER_BYTES) - len(data))
+        # The first write of this process truncates: a file an earlier daemon left may be longer.
+        flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_TRUNC if known is None else 0)
+        fd = os.open(path, flags, 0o600)
+        try:
+            if os.pwrite(fd, data, 0) != len(data):
+                raise OSError(errno.EIO, f"short write of {len(data)} bytes")
+        finally:
+            os.close(fd)
+        self._sizes[path] = len(data)
+
+
+# A closed window's marker; records are padded to at least this many bytes so that most
+# worktrees' markers never grow.
+_CLOSED = '{"open": false}'
+_MARKER_BYTES = 512
 
 
 def identity(root: str) -> tuple[int, int] | None:

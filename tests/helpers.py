@@ -45,8 +45,25 @@ def wait_windows_recovered(home: Path, timeout: float = 30.0) -> None:
     """After a restart, wait until the settle windows a crash left open (their markers in
     ``<home>/watch``) have been captured. That capture runs on the new daemon's pool, so a write
     a test makes before it ends would be that capture's checkpoint, not the next tool call's."""
-    wait_for(lambda: not list((home / "watch").glob("*.json")), timeout=timeout,
+    wait_for(lambda: not open_markers(home), timeout=timeout,
              what="the windows a crash left open to be captured")
+
+
+def open_markers(home: Path) -> list[dict]:
+    """The records of the settle windows the watcher marks open in ``<home>/watch`` (a marker
+    stays in place once its window closes, rewritten as closed; a half-written one is read as
+    open, as start-up would)."""
+    records = []
+    for path in sorted((home / "watch").glob("*.json")):
+        try:
+            record = json.loads(path.read_text())
+        except FileNotFoundError:
+            continue
+        except ValueError:
+            record = {"unreadable": str(path)}
+        if record.get("open", True):
+            records.append(record)
+    return records
 
 def git(cwd: Path, *args: str, env: dict | None = None) -> str:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import QUIET_WATCHER, Env, MakeDaemon, git
-from helpers import wait_for
+from helpers import open_markers, wait_for
 
 RUN = "gc-order"
 CRASH_EXIT_STATUS = 86
@@ -64,7 +64,7 @@ def test_a_killed_gc_is_finished_beside_a_start_up_capture(
         (wt / "b.txt").write_text("b0\n")
         c.snapshot(str(wt), run_id=RUN, node_id="n", attempt=2, tool_use_id="u0")
     (wt / "b.txt").write_text("b1: seen by the watcher, not yet captured\n")
-    wait_for(lambda: any((sd_env.home / "watch").glob("*")), what="a settle window's marker")
+    wait_for(lambda: open_markers(sd_env.home), what="a settle window's marker")
 
     crashed = subprocess.run([sys.executable, "-m", "snapshotd", "gc", "--keep-last", "1"],
                              env=sd_env.environ(), capture_output=True, text=True, timeout=120)

@@ -28,7 +28,7 @@ from conftest import (
     make_git_worktree,
     run_hook,
 )
-from helpers import wait_for, wait_windows_recovered
+from helpers import open_markers, wait_for, wait_windows_recovered
 from snapshotd.keys import AttemptKey
 from snapshotd.ledger import (
     ACTIVE,
@@ -443,8 +443,7 @@ def test_daemon_on_postgresql_hooks_listing_and_kill_9(sd_env: Env, pg_url: str,
             [c["commit"] for c in cps]
     # The writes opened a settle window (60 s here) that no tool call closes: the kill leaves its
     # marker, and the restart owes a gap and a capture for it (unchanged tree: deduplicated).
-    markers = sd_env.home / "watch"
-    assert wait_for(lambda: list(markers.glob("*.json")), timeout=10), "no window opened"
+    assert wait_for(lambda: open_markers(sd_env.home), timeout=10), "no window opened"
     first.kill9()
     make_daemon(sd_env, extra_env=dict(QUIET_WATCHER))  # restarted on the same ledger
     wait_windows_recovered(sd_env.home)

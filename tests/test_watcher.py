@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Daemon, Env, MakeDaemon, git, make_git_worktree
-from helpers import wait_for
+from helpers import open_markers, wait_for, wait_windows_recovered
 
 WATCH_ENV = {"SNAPSHOTD_SCAN_INTERVAL_S": "0.3"}
 
@@ -163,8 +163,7 @@ def test_kill_9_with_an_open_window_is_a_gap_and_a_capture_on_restart(
     first = make_daemon(sd_env)
     begin(first, "crash", wt, settle_ms=20000, max_wait_ms=60000)
     (wt / "unsaved.txt").write_text("written just before the crash\n")
-    markers = sd_env.home / "watch"
-    assert wait_for(lambda: list(markers.glob("*.json")), timeout=10), "no window opened"
+    assert wait_for(lambda: open_markers(sd_env.home), timeout=10), "no window opened"
     first.kill9()
     assert checkpoints_offline(sd_env, "crash") == []
     second = make_daemon(sd_env)
@@ -174,7 +173,41 @@ def test_kill_9_with_an_open_window_is_a_gap_and_a_capture_on_restart(
     [gap] = [g for g in sd_env.read_gaps() if g["reason"] == "settle-window-missed"]
     assert gap["run_id"] == "crash" and gap["worktree"] == str(wt.resolve())
     assert "opened at" in gap["detail"] and gap["tier"] == 2
-    assert wait_for(lambda: not list(markers.glob("*.json")), timeout=5)
+    assert wait_for(lambda: not open_markers(sd_env.home), timeout=5)
+
+
+def test_a_window_marker_is_rewritten_in_place_not_made_and_removed_each_window(
+        sd_env: Env, tmp_path: Path, make_daemon: MakeDaemon) -> None:
+    """A settle window's crash marker is one file per watched worktree, rewritten in place as
+    windows open and close: a window costs no file made and removed (on ext4 without a journal
+    every freed inode slows each later file creation near it for minutes). Its record still
+    does its job: a kill -9 with a later window open is one gap and a capture."""
+    wt = make_git_worktree(tmp_path / "wt")
+    first = make_daemon(sd_env)
+    begin(first, "inplace", wt, settle_ms=200, max_wait_ms=2000)
+    inodes = set()
+    for i in range(3):
+        (wt / "notes.txt").write_text(f"draft {i}\n")
+        [record] = wait_for(lambda: open_markers(sd_env.home), timeout=10)
+        assert record["worktree"] == str(wt.resolve()) and record["run_id"] == "inplace"
+        [marker] = (sd_env.home / "watch").glob("*.json")
+        inodes.add(marker.stat().st_ino)
+        wait_for(lambda: not open_markers(sd_env.home), timeout=10, what="the window to settle")
+        assert marker.exists() and marker.stat().st_ino in inodes
+        assert len(checkpoints(first, "inplace")) == i + 1  # the capture closed the window
+    assert len(inodes) == 1, inodes
+    # The next attempt takes the watch over; its window stays open until the kill.
+    with first.client() as c:
+        c.attempt_begin("inplace", "n", str(wt), attempt=2, settle_ms=20000, max_wait_ms=60000)
+    (wt / "notes.txt").write_text("unsaved at the crash\n")
+    [record] = wait_for(lambda: open_markers(sd_env.home), timeout=10)
+    assert record["attempt"] == 2
+    assert [m.stat().st_ino for m in (sd_env.home / "watch").glob("*.json")] == list(inodes)
+    first.kill9()
+    make_daemon(sd_env)
+    wait_windows_recovered(sd_env.home)
+    gaps = [g for g in sd_env.read_gaps() if g["reason"] == "settle-window-missed"]
+    assert [(g["run_id"], g["attempt"]) for g in gaps] == [("inplace", 2)], gaps
 
 
 def checkpoints_offline(env: Env, run_id: str) -> list[dict]:
@@ -193,7 +226,7 @@ def test_sigterm_captures_the_pending_window_and_restart_resumes_watching(
     first = make_daemon(sd_env)
     begin(first, "term", wt, settle_ms=3000, max_wait_ms=6000)
     (wt / "pending.txt").write_text("pending at shutdown\n")
-    assert wait_for(lambda: list((sd_env.home / "watch").glob("*.json")), timeout=10)
+    assert wait_for(lambda: open_markers(sd_env.home), timeout=10)
     assert not checkpoints(first, "term")
     assert first.stop() == 0
     [cp] = checkpoints_offline(sd_env, "term")
