@@ -134,10 +134,12 @@ class DaemonProc:
         self.env.update(SNAPSHOTD_HOME=str(self.home), SNAPSHOTD_SOCKET=str(self.socket),
                         SNAPSHOTD_AUTOSTART="0", XDG_CONFIG_HOME=str(self.dir / "config"))
         self.env.update(extra_env or {})
-        self.proc = subprocess.Popen([python, "-m", "snapshotd", "serve"], env=self.env,
-                                     cwd=cwd, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL,
-                                     start_new_session=own_session)
+        # Its log, for a bench to quote what went wrong (``error_lines``) before ``stop``.
+        self.log = self.dir / "daemon.log"
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen([python, "-m", "snapshotd", "serve"], env=self.env,
+                                         cwd=cwd, stdout=subprocess.DEVNULL, stderr=log,
+                                         start_new_session=own_session)
         # In a session of its own it no longer gets the terminal's Ctrl-C: a bench that ends on
         # an exception or an interrupt stops it on the way out.
         atexit.register(self.stop)
@@ -154,14 +156,27 @@ class DaemonProc:
     def client(self) -> Client:
         return Client(self.socket, timeout=600)
 
-    def stop(self) -> None:
+    def error_lines(self, limit: int = 10) -> list[str]:
+        """The first lines of its log at ERROR or CRITICAL, and of any traceback, shortened."""
+        try:
+            lines = self.log.read_text(errors="replace").splitlines()
+        except OSError as exc:
+            return [f"log unreadable: {exc}"]
+        picked = [line for line in lines
+                  if " ERROR " in line or " CRITICAL " in line or "Error:" in line]
+        return [line[:300] for line in picked[:limit]]
+
+    def stop(self, remove: bool = True) -> None:
+        """Stop the daemon; remove its directory unless ``remove`` is False (the caller
+        removes it later)."""
         atexit.unregister(self.stop)
         self.proc.send_signal(signal.SIGTERM)
         try:
             self.proc.wait(60)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if remove:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 @contextmanager

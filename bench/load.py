@@ -18,7 +18,9 @@ as an equal.
 
 ``--side NAME`` / ``--side NAME:PYTHON:CWD`` (as in ``bench.compare``: another install's
 virtualenv and checkout runs the daemon) with ``--rounds N`` runs every side once per round,
-interleaved so each sees the same machine load, and prints each side's runs and medians.
+interleaved so each sees the same machine load, and prints each side's runs and medians. The
+runs' files are removed after the last run, not after each (a removal slows the next run's file
+creations on some disks: see ``main``).
 
 Usage: ``python -m bench.load [--worktrees 8] [--hooks 100] [--burst 16] [--http | --native]
 [--agent-sessions one|each] [--daemon-session own|bench] [--quiet-disk-ms 0.05] [--dir /tmp]
@@ -51,7 +53,10 @@ HOOK_CODE = "from snapshotd_client.hook import main; main()"
 def run(worktrees: int, hooks: int, burst: int, files: int, use_http: bool = False,
         warm: bool = True, python: str = sys.executable, cwd: Path | None = None, *,
         agent_sessions: str = "one", daemon_session: str = "own", native: bool = False,
-        quiet_disk_ms: float = 0.0, parent: str = "/tmp") -> dict:
+        quiet_disk_ms: float = 0.0, parent: str = "/tmp",
+        removals: list[Path] | None = None) -> dict:
+    """One run. Its trees and the daemon's home are removed at the end, or, given
+    ``removals``, added to it for the caller to remove once every run is done."""
     work = Path(tempfile.mkdtemp(prefix="sdload", dir=parent))
     hook_argv = [python, "-c", HOOK_CODE]
     if native:
@@ -125,6 +130,9 @@ def run(worktrees: int, hooks: int, burst: int, files: int, use_http: bool = Fal
             # The daemon's own count of the spool by reason (absent from older installs).
             "gap_reasons": status.get("gap_spool", {}).get("by_reason"),
             "daemon_errors": status["counters"]["errors"],
+            # What they were: the first gaps' reasons and details, the log's error lines.
+            "gap_details": [_gap_detail(line) for line in gaps[:5]],
+            "daemon_error_lines": daemon.error_lines() if status["counters"]["errors"] else [],
             "checkpoints": status["checkpoints"]["checkpoints"],
             # Nothing lost: every tool call has its checkpoint (two calls on one worktree in
             # one burst may share one) or a gap.
@@ -136,8 +144,11 @@ def run(worktrees: int, hooks: int, burst: int, files: int, use_http: bool = Fal
             "native_hook": status.get("native_hook") if native else None,
         }
     finally:
-        daemon.stop()
-        subprocess.run(["rm", "-rf", str(work)])
+        daemon.stop(remove=removals is None)
+        if removals is None:
+            subprocess.run(["rm", "-rf", str(work)])
+        else:
+            removals.extend([work, daemon.dir])
 
 
 def _quiet_disk(directory: Path, below_ms: float) -> tuple[float, float]:
@@ -253,10 +264,20 @@ def main() -> None:
         return
     sides = [_side(spec) for spec in args.side]
     runs: dict[str, list[dict]] = {name: [] for name, _, _ in sides}
-    for _ in range(args.rounds):
-        for name, python, cwd in sides:
-            runs[name].append(run(args.worktrees, args.hooks, args.burst, args.files,
-                                  args.http, not args.cold, python, cwd, **sessions))
+    # Every run's files are removed only once all runs are done: on ext4 without a journal a
+    # deleted inode slows each file creation in its block group for minutes after (the kernel
+    # skips inodes deleted recently, checking each), so a run that removed its thousands of
+    # files would slow whichever run came next, and not the daemon's own doing.
+    removals: list[Path] = []
+    try:
+        for _ in range(args.rounds):
+            for name, python, cwd in sides:
+                runs[name].append(run(args.worktrees, args.hooks, args.burst, args.files,
+                                      args.http, not args.cold, python, cwd, **sessions,
+                                      removals=removals))
+    finally:
+        for path in removals:
+            subprocess.run(["rm", "-rf", str(path)])
     print(json.dumps({name: {"median": _medians(rows), "runs": [_brief(r) for r in rows]}
                       for name, rows in runs.items()}, indent=2))
 
@@ -273,7 +294,8 @@ def _brief(row: dict) -> dict:
     capture = row["daemon_capture_ms"]
     return {"capture_p50": capture["p50"], "capture_p99": capture["p99"],
             **{k: row[k] for k in _FIGURES if k not in ("capture_p50", "capture_p99")},
-            "gap_reasons": row["gap_reasons"]}
+            "gap_reasons": row["gap_reasons"],
+            **{k: row[k] for k in ("gap_details", "daemon_error_lines") if row.get(k)}}
 
 
 _FIGURES = ("capture_p50", "capture_p99", "hook_ms_p50", "hook_ms_p99", "hook_cpu_ms_per_hook",
@@ -287,5 +309,14 @@ def _medians(rows: list[dict]) -> dict:
     return {k: median([float(b[k]) for b in briefs]) for k in _FIGURES}
 
 
+def _gap_detail(line: str) -> dict:
+    try:
+        gap = json.loads(line)
+    except ValueError:
+        return {"unreadable": line[:300]}
+    return {"reason": gap.get("reason"), "detail": str(gap.get("detail"))[:300]}
+
+
 if __name__ == "__main__":
     main()
+

@@ -29,8 +29,8 @@ from pygit2.enums import BlameFlag
 
 from snapshotd import backend, errors
 from snapshotd.checkpoints import find_checkpoint, selection
+from snapshotd.commit_message import parse_trailers
 from snapshotd.errors import ServiceError
-from snapshotd.store import parse_trailers
 
 if TYPE_CHECKING:
     from snapshotd.config import Config

@@ -27,10 +27,10 @@ from pygit2.enums import DiffOption, DiffStatsFormat
 
 from snapshotd import errors
 from snapshotd.checkpoints import current_tree_of, empty_tree, find_checkpoint, selection
+from snapshotd.commit_message import parse_trailers
 from snapshotd.errors import ServiceError, int_value
 from snapshotd.keys import AttemptKey
 from snapshotd.service import Service
-from snapshotd.store import parse_trailers
 from snapshotd_client import protocol
 
 WIRE_PATCH_LIMIT = 768 * 1024

@@ -44,8 +44,9 @@ import pygit2
 
 from snapshotd import backend, errors
 from snapshotd.checkpoints import find_checkpoint, format_seqs, selection
+from snapshotd.commit_message import parse_trailers
 from snapshotd.errors import ServiceError, abs_path_field, bool_field, opt_int_field
-from snapshotd.store import SIGNATURE_EMAIL, SIGNATURE_NAME, parse_trailers
+from snapshotd.store import SIGNATURE_EMAIL, SIGNATURE_NAME
 from snapshotd.user_repo import objects_dir, open_user_repo
 from snapshotd.withhold import blob_at, chain_findings
 

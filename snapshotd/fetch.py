@@ -28,6 +28,7 @@ from pathlib import Path
 import pygit2
 
 from snapshotd import errors
+from snapshotd.commit_message import parse_trailers
 from snapshotd.config import redact_url
 from snapshotd.errors import ServiceError, id_field
 from snapshotd.gitremote import (
@@ -41,7 +42,6 @@ from snapshotd.gitremote import (
 )
 from snapshotd.keys import AttemptKey
 from snapshotd.service import Service
-from snapshotd.store import parse_trailers
 from snapshotd_client.protocol import validate_id
 
 log = logging.getLogger("snapshotd.replication")

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from snapshotd import errors
+from snapshotd.commit_message import parse_trailers
 from snapshotd.errors import ServiceError
 from snapshotd.keys import AttemptKey
 from snapshotd.ledger import (
@@ -45,7 +46,7 @@ from snapshotd.ledger import (
 )
 from snapshotd.listener import DaemonLockError, HomeLock
 from snapshotd.reconcile import reconcile_attempt
-from snapshotd.store import Store, parse_trailers, worktree_id
+from snapshotd.store import Store, worktree_id
 
 if TYPE_CHECKING:
     from snapshotd.config import Config

@@ -27,11 +27,12 @@ from collections.abc import Callable
 
 import pygit2
 
+from snapshotd.commit_message import parse_trailers
 from snapshotd.damage import DamageRegistry, repair_ref
 from snapshotd.gaps import GapSpool
 from snapshotd.keys import AttemptKey
 from snapshotd.ledger import Attempt, Ledger, LedgerDamaged
-from snapshotd.store import Store, parse_trailers
+from snapshotd.store import Store
 
 log = logging.getLogger("snapshotd.reconcile")
 

@@ -27,12 +27,13 @@ from pathlib import Path
 import pygit2
 
 from snapshotd import errors, faults
+from snapshotd.commit_message import CheckpointMeta, parse_trailers
 from snapshotd.errors import ServiceError
 from snapshotd.ledger import Attempt, DuplicateToolCall, Ledger, SeqConflict
 from snapshotd.ledger_base import json_text
 from snapshotd.seqmarks import SeqMarks
 from snapshotd.snapshot_request import SnapshotRequest
-from snapshotd.store import CheckpointMeta, Store, StoreError, parse_trailers
+from snapshotd.store import Store, StoreError
 from snapshotd.user_repo import user_head
 from snapshotd.worktree_index import Capture
 

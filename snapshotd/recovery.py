@@ -44,6 +44,7 @@ from pathlib import Path
 import pygit2
 
 from snapshotd.durable import boot_id, fsync_path, make_dirs, sync_dirs, sync_tree, write_file
+from snapshotd.loose_refs import is_spare
 
 log = logging.getLogger("snapshotd.recovery")
 
@@ -139,7 +140,9 @@ def remove_stale_locks(home: Path) -> list[str]:
     store = home / "store.git"
     found = [store / name for name in _TOP_LOCKS if (store / name).is_file()]
     for top, _dirs, files in os.walk(store / "refs"):
-        found += [Path(top, name) for name in files if name.endswith(".lock")]
+        # A moved ref's spare is not a lock: ``LooseRefMover.sweep`` keeps or removes it.
+        found += [Path(top, name) for name in files
+                  if name.endswith(".lock") and not is_spare(name)]
     caches = home / "worktrees"
     if caches.is_dir():
         for gitdir in caches.iterdir():
@@ -169,6 +172,8 @@ def remove_bad_refs(store: Path) -> list[str]:
     bad: list[Path] = []
     for top, _dirs, files in os.walk(store / "refs"):
         for name in files:
+            if is_spare(name):
+                continue  # not a ref: a moved ref's spare
             path = Path(top, name)
             try:
                 text = path.read_bytes().decode("ascii").strip()

@@ -31,6 +31,7 @@ import pygit2
 
 from snapshotd import __version__, errors, faults
 from snapshotd.attribution import Attribution
+from snapshotd.commit_message import parse_trailers
 from snapshotd.config import Config
 from snapshotd.damage import DamageRegistry, repair_ref
 from snapshotd.errors import ServiceError, id_field, int_field, opt_int_field
@@ -50,11 +51,7 @@ from snapshotd.reconcile import lost_gap_writer, reconcile, reconcile_attempt
 from snapshotd.recording import Recorder
 from snapshotd.seqmarks import SeqMarks
 from snapshotd.snapshot_request import SOURCES, SnapshotRequest, gap_fields
-from snapshotd.store import (
-    Store,
-    StoreError,
-    parse_trailers,
-)
+from snapshotd.store import Store, StoreError
 from snapshotd.worktree_index import Capture
 from snapshotd_client.paths import gaps_path
 

@@ -10,7 +10,9 @@ in flight. Other modules read through ``Store`` methods or a handle of their own
 The store's parts live in modules of their own, below this one: ``worktree_index`` (the
 per-worktree stat caches and the captures), ``seeding`` (a new cache's first fill),
 ``ignore_rules`` (what a capture ignores), ``user_repo`` (reading the user's repository),
-``trees`` (tree rewrites and change counts), ``store_errors`` (``StoreError``, ``odb_retry``).
+``trees`` (tree rewrites and change counts), ``store_errors`` (``StoreError``, ``odb_retry``),
+``commit_message`` (a checkpoint's message and trailers), ``loose_refs`` (the daemon's moves of
+an attempt ref, without libgit2's lock file).
 
 Promises:
 - The user's repository is never written: we only read its ``info/exclude``, index and objects.
@@ -23,22 +25,22 @@ Promises:
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from pathlib import Path
 
 import pygit2
 
 from snapshotd import faults
+from snapshotd.commit_message import CheckpointMeta, build_message
 from snapshotd.durable import sync_dirs
 from snapshotd.keys import REF_PREFIX, AttemptKey
 from snapshotd.loose import StoredObjects, commit_bytes
+from snapshotd.loose_refs import LooseRefMover
 from snapshotd.recovery import Recovery, ensure_store, recover_home
 from snapshotd.scan_rules import source_readable
 from snapshotd.store_errors import (
@@ -59,24 +61,6 @@ SIGNATURE_EMAIL = "snapshotd@localhost"
 CACHE_REF_PREFIX = "refs/snapshotd/cache/"
 # A purge's new chain, named from its writing until the attempt ref names it (``purge_chain``).
 PURGE_HOLD_PREFIX = "refs/snapshotd/purge-hold/"
-
-
-@dataclass
-class CheckpointMeta:
-    """What goes into a checkpoint commit's trailers."""
-
-    key: AttemptKey
-    seq: int
-    tier: int
-    source: str
-    worktree: str
-    label: str | None = None
-    tool_use_id: str | None = None
-    # The user's HEAD commit when the attempt began (its first checkpoint only): export's base.
-    base: str | None = None
-    # Tokens found in the files this checkpoint changed: [{"path", "line", "kind"}]. A commit
-    # holding any is withheld from replication until released (``withhold``).
-    secrets: list[dict] | None = None
 
 
 class Store:
@@ -121,6 +105,11 @@ class Store:
                 ensure_store(home)
             self.recovery = Recovery()
         self.repo = pygit2.Repository(str(self.path))
+        # Only the daemon (``recover``: it holds the home's lock) moves attempt refs itself:
+        # git's ref lock is not taken on that path (``snapshotd.loose_refs``).
+        self.ref_mover = LooseRefMover(self.path, fsync=fsync) if recover else None
+        if self.ref_mover is not None:
+            self.ref_mover.sweep()
 
     def replaced_objects(self) -> None:
         """Called after ``git gc`` repacked and pruned the store: reopen the store's handle and
@@ -235,11 +224,14 @@ class Store:
         with self.lock:
             faults.check("objects")
             self._require_objects([tree] + ([parent] if parent else []))
-            new_ref = self.repo.references.get(meta.key.ref) is None
+            new_ref = False
             for attempt in range(1, ODB_TRIES + 1):
                 oid = odb_retry(self.repo.odb.write, pygit2.GIT_OBJECT_COMMIT, raw)
                 faults.crash_point("after-commit")
                 try:
+                    if self._move_ref(meta.key.ref, oid):
+                        break
+                    new_ref = self.repo.references.get(meta.key.ref) is None
                     self.repo.references.create(meta.key.ref, oid, force=True)
                     break
                 except pygit2.GitError as exc:
@@ -507,6 +499,17 @@ class Store:
             (gitdir / "index").unlink(missing_ok=True)
             return None
 
+    def _move_ref(self, ref: str, oid: pygit2.Oid) -> bool:
+        """Move an existing loose attempt ref to ``oid`` without libgit2 (see
+        ``snapshotd.loose_refs``); False when the caller must create it through libgit2.
+        libgit2 checks that the commit exists before it moves a ref; so does this (a ``git gc``
+        that pruned it meanwhile is the retry's case)."""
+        if self.ref_mover is None:
+            return False
+        if not self.repo.odb.exists(oid):
+            raise pygit2.GitError(f"the object {oid} doesn't exist")
+        return self.ref_mover.move(ref, str(oid))
+
     def _require_objects(self, ids: list[str]) -> None:
         """A commit is written only over a tree and parents the store holds."""
         for oid in ids:
@@ -524,42 +527,6 @@ class Store:
                 dirs.append(ref_dir)
                 ref_dir = ref_dir.parent
         sync_dirs(dirs)
-
-
-def build_message(meta: CheckpointMeta) -> str:
-    """A checkpoint commit's message: a subject, then the ``Snapshotd-*`` trailers."""
-    label = _one_line(meta.label) if meta.label else ""
-    subject = f"snapshotd: {meta.source} seq {meta.seq}" + (f" {label}" if label else "")
-    trailers = [
-        ("Snapshotd-Run", meta.key.run_id),
-        ("Snapshotd-Node", meta.key.node_id),
-        ("Snapshotd-Iteration", str(meta.key.iteration)),
-        ("Snapshotd-Attempt", str(meta.key.attempt)),
-        ("Snapshotd-Seq", str(meta.seq)),
-        ("Snapshotd-Tier", str(meta.tier)),
-        ("Snapshotd-Source", meta.source),
-    ]
-    if meta.tool_use_id:
-        trailers.append(("Snapshotd-Tool-Use-Id", _one_line(meta.tool_use_id)))
-    if label:
-        trailers.append(("Snapshotd-Label", label))
-    trailers.append(("Snapshotd-Worktree", _one_line(meta.worktree)))
-    if meta.base:
-        trailers.append(("Snapshotd-Base", meta.base))
-    if meta.secrets:
-        trailers.append(("Snapshotd-Secrets", json.dumps(meta.secrets, ensure_ascii=True,
-                                                         separators=(",", ":"))))
-    return subject + "\n\n" + "".join(f"{k}: {v}\n" for k, v in trailers)
-
-
-def parse_trailers(message: str) -> dict[str, str]:
-    """The ``Snapshotd-*`` trailers of a checkpoint commit message."""
-    out: dict[str, str] = {}
-    for line in message.splitlines():
-        if line.startswith("Snapshotd-") and ": " in line:
-            key, value = line.split(": ", 1)
-            out[key] = value
-    return out
 
 
 def _purge_hold_ref(key: AttemptKey) -> str:
@@ -586,7 +553,3 @@ def _tree_without(repo: pygit2.Repository, tree: pygit2.Tree, parts: list[str]) 
         else:
             builder.insert(parts[0], new_child, child.filemode)
     return builder.write()
-
-
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())[:300]

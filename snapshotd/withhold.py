@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pygit2
 
-from snapshotd.store import parse_trailers
+from snapshotd.commit_message import parse_trailers
 
 log = logging.getLogger("snapshotd.replication")
 

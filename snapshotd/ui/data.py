@@ -22,9 +22,10 @@ import pygit2
 
 from snapshotd import errors, listing
 from snapshotd.checkpoints import empty_tree, find_checkpoint, selection
+from snapshotd.commit_message import parse_trailers
 from snapshotd.errors import ServiceError
 from snapshotd.gaps import GapSpool
-from snapshotd.store import Store, parse_trailers
+from snapshotd.store import Store
 from snapshotd.ui.gap_help import help_for
 from snapshotd.ui.treediff import diff_trees
 from snapshotd_client.paths import gaps_path
