@@ -30,6 +30,7 @@ from snapshotd.ledger_base import (
     Tx,
     damaged_message,
 )
+from snapshotd.loose_refs import is_spare
 
 # What SQLite says of a file that is not (or no longer) a whole database.
 _DAMAGE_MARKS = ("malformed", "not a database", "file is encrypted")
@@ -114,7 +115,8 @@ def refuse_emptied(home: Path, path: Path) -> None:
     store = home / "store.git"
     runs = store / "refs" / "snapshotd" / "runs"
     packed = store / "packed-refs"
-    has_refs = runs.is_dir() and any(p.is_file() for p in runs.rglob("*"))
+    has_refs = runs.is_dir() and any(p.is_file() and not is_spare(p.name)
+                                     for p in runs.rglob("*"))
     if not has_refs and packed.is_file():
         has_refs = "refs/snapshotd/runs/" in packed.read_text(errors="replace")
     if has_refs:

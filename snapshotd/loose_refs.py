@@ -26,8 +26,8 @@ Promises:
   changes nothing (the caller creates the ref through libgit2, which makes its directories).
   git's ``R.lock`` is not taken, so only the daemon (holding the home's lock) moves refs this
   way, and nothing else writes attempt refs meanwhile (its ``gc`` leaves refs loose).
-- ``sweep`` (the daemon's start) removes what an interrupted move left (``.old.lock``) and the
-  spares of refs that are gone.
+- A ref the store deletes takes its spare with it (``forget``); ``sweep`` (the daemon's start)
+  removes what an interrupted move left (``.old.lock``) and the spares of refs gone otherwise.
 """
 
 from __future__ import annotations
@@ -85,6 +85,14 @@ class LooseRefMover:
         if self.fsync:
             fsync_path(target.parent)
         return True
+
+    def forget(self, ref: str) -> None:
+        """Remove ``ref``'s spare, before the ref itself is deleted (so libgit2 can remove
+        its emptied directories)."""
+        target = self.root / ref
+        for suffix in (SPARE_SUFFIX, OLD_SUFFIX):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(target.with_name(target.name + suffix))
 
     def sweep(self) -> list[str]:
         """Remove what an interrupted move left and the spares of refs no longer there; the

@@ -256,6 +256,7 @@ class Store:
             if ref is None or str(ref.target) != tip:
                 return False
             if to is None:
+                self._forget_spare(key.ref)
                 ref.delete()
             else:
                 self.repo.references.create(key.ref, pygit2.Oid(hex=to), force=True)
@@ -422,6 +423,7 @@ class Store:
         """Remove the attempt's ref even when its file cannot be parsed (libgit2 will not
         delete such a ref: the loose file is unlinked)."""
         with self.lock:
+            self._forget_spare(key.ref)
             try:
                 self.repo.references.delete(key.ref)
             except KeyError:
@@ -433,6 +435,7 @@ class Store:
         """Delete the refs of ``keys`` (a run being deleted); a ref already gone is fine."""
         with self.lock:
             for key in keys:
+                self._forget_spare(key.ref)
                 try:
                     self.repo.references.delete(key.ref)
                 except KeyError:
@@ -509,6 +512,10 @@ class Store:
         if not self.repo.odb.exists(oid):
             raise pygit2.GitError(f"the object {oid} doesn't exist")
         return self.ref_mover.move(ref, str(oid))
+
+    def _forget_spare(self, ref: str) -> None:
+        if self.ref_mover is not None:
+            self.ref_mover.forget(ref)
 
     def _require_objects(self, ids: list[str]) -> None:
         """A commit is written only over a tree and parents the store holds."""

@@ -13,7 +13,10 @@ import pygit2
 import pytest
 
 from helpers import git
+from snapshotd.commit_message import CheckpointMeta
+from snapshotd.keys import AttemptKey
 from snapshotd.loose_refs import OLD_SUFFIX, SPARE_SUFFIX, LooseRefMover
+from snapshotd.store import Store
 
 REF = "refs/snapshotd/runs/r/n/0/1"
 
@@ -136,3 +139,26 @@ def test_concurrent_moves_of_many_refs_each_end_where_they_were_sent(tmp_path: P
     assert errors == []
     assert [_rev(store, ref) for ref in refs] == [ids[i % len(ids)] for i in range(len(refs))]
     git(store, "fsck", "--strict", "--no-dangling")
+
+
+def test_the_daemons_store_moves_attempt_refs_this_way_and_deletes_their_spares(
+        tmp_path: Path) -> None:
+    wt = tmp_path / "wt"
+    wt.mkdir()
+    store = Store(tmp_path / "home", recover=True)  # as the daemon opens it
+    key = AttemptKey("r", "n", 0, 1)
+    ref_file = store.path / key.ref
+    commits: list[str] = []
+    for seq in range(3):
+        (wt / "a.txt").write_text(f"{seq}\n")
+        meta = CheckpointMeta(key=key, seq=seq, tier=1, source="cli", worktree=str(wt))
+        commits.append(store.commit(meta, store.worktree(wt).capture().tree,
+                                    commits[-1] if commits else None))
+        assert _rev(store.path, key.ref) == commits[-1]
+    # Created by libgit2, then moved twice through its spare.
+    assert sorted(os.listdir(ref_file.parent)) == ["1", "1" + SPARE_SUFFIX]
+    assert git(store.path, "rev-list", "--count", key.ref).strip() == "3"
+    assert store.rewind(key, commits[-1], None)
+    # The spare went with its ref: nothing of the attempt is left in its directory.
+    assert not ref_file.parent.exists() or os.listdir(ref_file.parent) == []
+    git(store.path, "fsck", "--strict", "--no-dangling")
