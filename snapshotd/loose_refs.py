@@ -87,8 +87,7 @@ class LooseRefMover:
         return True
 
     def forget(self, ref: str) -> None:
-        """Remove ``ref``'s spare, before the ref itself is deleted (so libgit2 can remove
-        its emptied directories)."""
+        """Remove ``ref``'s spare (called as the store deletes the ref: nothing of it stays)."""
         target = self.root / ref
         for suffix in (SPARE_SUFFIX, OLD_SUFFIX):
             with contextlib.suppress(FileNotFoundError):
