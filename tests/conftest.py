@@ -94,6 +94,7 @@ ONE_LEDGER: dict[str, str] = {
     "test_secret_files": "which files a capture skips",
     "test_server_hooks": "how the server composes its wrappers",
     "test_server_hostile": "bad requests and foreign users",
+    "test_server_threads": "the socket's connection threads, their limits and the stop",
     "test_service_unit": "socket activation, sd_notify and unit files",
     "test_special_files": "special files in a capture",
     "test_status_config::test_status_with_no_daemon_says_so_and_exits_3":
