@@ -11,8 +11,8 @@ each, counted with perf's ``ext4:ext4_allocate_inode`` and ``ext4:ext4_free_inod
 on the daemon's process (a capture's tier-2 settle capture of the same window included, over
 the ``settle`` seconds after). The peer (``GitPeer``: ``git add -A``, ``write-tree``,
 ``commit-tree``, ``update-ref`` with a private index) captures the same trees the same number of
-times in a child process counted the same way (after its own warm-up). Needs ``perf`` and an ext4 file system under
-``--dir``. Usage: ``python -m bench.inodes [--captures 200] [--worktrees 4] [--files 200]
+times in a child process counted the same way (after its own warm-up). Needs ``perf`` and an
+ext4 file system under ``--dir``. Usage: ``python -m bench.inodes [--captures 200] [--worktrees 4] [--files 200]
 [--dir /tmp] [--python PY --cwd DIR]`` (``--python``/``--cwd``: another install's daemon).
 """
 

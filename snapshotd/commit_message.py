@@ -32,7 +32,6 @@ class CheckpointMeta:
     secrets: list[dict] | None = None
 
 
-
 def build_message(meta: CheckpointMeta) -> str:
     """A checkpoint commit's message: a subject, then the ``Snapshotd-*`` trailers."""
     label = _one_line(meta.label) if meta.label else ""

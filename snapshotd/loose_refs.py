@@ -26,8 +26,9 @@ Promises:
   changes nothing (the caller creates the ref through libgit2, which makes its directories).
   git's ``R.lock`` is not taken, so only the daemon (holding the home's lock) moves refs this
   way, and nothing else writes attempt refs meanwhile (its ``gc`` leaves refs loose).
-- A ref the store deletes takes its spare with it (``forget``); ``sweep`` (the daemon's start)
-  removes what an interrupted move left (``.old.lock``) and the spares of refs gone otherwise.
+- A ref the store deletes takes its spare with it (``forget_spare``); at start-up
+  ``recovery.remove_stale_locks`` removes, with every other stale lock file, what an
+  interrupted move left (``.old.lock``) and a spare whose ref is gone (``spare_in_use``).
 """
 
 from __future__ import annotations
@@ -86,36 +87,20 @@ class LooseRefMover:
             fsync_path(target.parent)
         return True
 
-    def forget(self, ref: str) -> None:
-        """Remove ``ref``'s spare (called as the store deletes the ref: nothing of it stays)."""
-        target = self.root / ref
-        for suffix in (SPARE_SUFFIX, OLD_SUFFIX):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(target.with_name(target.name + suffix))
 
-    def sweep(self) -> list[str]:
-        """Remove what an interrupted move left and the spares of refs no longer there; the
-        paths removed, relative to the store. Only while no move runs (the daemon's start)."""
-        removed: list[str] = []
-        for top, _dirs, files in os.walk(self.root / "refs"):
-            names = set(files)
-            for name in files:
-                gone = name.endswith(OLD_SUFFIX) or (
-                    name.endswith(SPARE_SUFFIX) and name[:-len(SPARE_SUFFIX)] not in names)
-                if gone:
-                    path = Path(top, name)
-                    try:
-                        path.unlink()
-                    except FileNotFoundError:
-                        continue
-                    except OSError as exc:
-                        log.warning("cannot remove %s: %s", path, exc)
-                        continue
-                    removed.append(str(path.relative_to(self.root)))
-        if removed:
-            log.info("removed %d file(s) of interrupted ref moves or of refs gone: %s",
-                     len(removed), ", ".join(removed[:10]))
-        return removed
+def forget_spare(store_path: Path, ref: str) -> None:
+    """Remove ``ref``'s spare (called as the store deletes the ref: nothing of it stays)."""
+    target = store_path / ref
+    for suffix in (SPARE_SUFFIX, OLD_SUFFIX):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(target.with_name(target.name + suffix))
+
+
+def spare_in_use(name: str, siblings: set[str]) -> bool:
+    """Whether ``name`` is the spare of a ref among ``siblings`` (the names in its directory):
+    the one file of a move that outlives it. Anything else named ``*.lock`` under ``refs/`` is
+    what an interrupted write left, an interrupted move's ``<ref>.old.lock`` included."""
+    return name.endswith(SPARE_SUFFIX) and name[:-len(SPARE_SUFFIX)] in siblings
 
 
 def is_spare(name: str) -> bool:

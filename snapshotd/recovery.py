@@ -44,7 +44,7 @@ from pathlib import Path
 import pygit2
 
 from snapshotd.durable import boot_id, fsync_path, make_dirs, sync_dirs, sync_tree, write_file
-from snapshotd.loose_refs import is_spare
+from snapshotd.loose_refs import is_spare, spare_in_use
 
 log = logging.getLogger("snapshotd.recovery")
 
@@ -140,9 +140,9 @@ def remove_stale_locks(home: Path) -> list[str]:
     store = home / "store.git"
     found = [store / name for name in _TOP_LOCKS if (store / name).is_file()]
     for top, _dirs, files in os.walk(store / "refs"):
-        # A moved ref's spare is not a lock: ``LooseRefMover.sweep`` keeps or removes it.
+        names = set(files)  # a moved ref's spare stays while its ref does (``loose_refs``)
         found += [Path(top, name) for name in files
-                  if name.endswith(".lock") and not is_spare(name)]
+                  if name.endswith(".lock") and not spare_in_use(name, names)]
     caches = home / "worktrees"
     if caches.is_dir():
         for gitdir in caches.iterdir():

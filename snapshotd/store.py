@@ -40,7 +40,7 @@ from snapshotd.commit_message import CheckpointMeta, build_message
 from snapshotd.durable import sync_dirs
 from snapshotd.keys import REF_PREFIX, AttemptKey
 from snapshotd.loose import StoredObjects, commit_bytes
-from snapshotd.loose_refs import LooseRefMover
+from snapshotd.loose_refs import LooseRefMover, forget_spare
 from snapshotd.recovery import Recovery, ensure_store, recover_home
 from snapshotd.scan_rules import source_readable
 from snapshotd.store_errors import (
@@ -108,8 +108,6 @@ class Store:
         # Only the daemon (``recover``: it holds the home's lock) moves attempt refs itself:
         # git's ref lock is not taken on that path (``snapshotd.loose_refs``).
         self.ref_mover = LooseRefMover(self.path, fsync=fsync) if recover else None
-        if self.ref_mover is not None:
-            self.ref_mover.sweep()
 
     def replaced_objects(self) -> None:
         """Called after ``git gc`` repacked and pruned the store: reopen the store's handle and
@@ -256,7 +254,7 @@ class Store:
             if ref is None or str(ref.target) != tip:
                 return False
             if to is None:
-                self._forget_spare(key.ref)
+                forget_spare(self.path, key.ref)
                 ref.delete()
             else:
                 self.repo.references.create(key.ref, pygit2.Oid(hex=to), force=True)
@@ -423,7 +421,7 @@ class Store:
         """Remove the attempt's ref even when its file cannot be parsed (libgit2 will not
         delete such a ref: the loose file is unlinked)."""
         with self.lock:
-            self._forget_spare(key.ref)
+            forget_spare(self.path, key.ref)
             try:
                 self.repo.references.delete(key.ref)
             except KeyError:
@@ -435,7 +433,7 @@ class Store:
         """Delete the refs of ``keys`` (a run being deleted); a ref already gone is fine."""
         with self.lock:
             for key in keys:
-                self._forget_spare(key.ref)
+                forget_spare(self.path, key.ref)
                 try:
                     self.repo.references.delete(key.ref)
                 except KeyError:
@@ -512,10 +510,6 @@ class Store:
         if not self.repo.odb.exists(oid):
             raise pygit2.GitError(f"the object {oid} doesn't exist")
         return self.ref_mover.move(ref, str(oid))
-
-    def _forget_spare(self, ref: str) -> None:
-        if self.ref_mover is not None:
-            self.ref_mover.forget(ref)
 
     def _require_objects(self, ids: list[str]) -> None:
         """A commit is written only over a tree and parents the store holds."""

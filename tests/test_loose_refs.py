@@ -1,7 +1,7 @@
 """``snapshotd.loose_refs``: an attempt ref moved through a spare file of its own, read back by
 the git CLI (``git rev-parse``, ``git for-each-ref``, ``git fsck``) as the independent oracle;
 no inode made or freed once warm, a spare linked to a ref never written, a ref that is not
-loose left to libgit2, and what an interrupted move leaves swept at start."""
+loose left to libgit2, and what an interrupted move leaves removed at start."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from helpers import git
 from snapshotd.commit_message import CheckpointMeta
 from snapshotd.keys import AttemptKey
 from snapshotd.loose_refs import OLD_SUFFIX, SPARE_SUFFIX, LooseRefMover
+from snapshotd.recovery import remove_stale_locks
 from snapshotd.store import Store
 
 REF = "refs/snapshotd/runs/r/n/0/1"
@@ -96,8 +97,10 @@ def test_a_spare_linked_to_its_ref_is_never_written(tmp_path: Path,
     git(store, "fsck", "--strict", "--no-dangling")
 
 
-def test_sweep_removes_what_an_interrupted_move_left_and_spares_of_refs_gone(
+def test_start_up_removes_what_an_interrupted_move_left_and_spares_of_refs_gone(
         tmp_path: Path) -> None:
+    """The daemon's start-up lock clean-up (``recovery.remove_stale_locks``, the home being
+    ``tmp_path``) keeps a live ref's spare and removes the rest, like any stale lock."""
     repo, store, ids = _store(tmp_path, 2)
     other = "refs/snapshotd/runs/r/n/0/2"
     for ref in (REF, other):
@@ -106,10 +109,10 @@ def test_sweep_removes_what_an_interrupted_move_left_and_spares_of_refs_gone(
     assert mover.move(REF, ids[1]) and mover.move(other, ids[1])
     # A crash between the link and the rename: the ref's file under a second name.
     os.link(store / REF, (store / REF).with_name("1" + OLD_SUFFIX))
-    repo.references.delete(other)  # its spare stays until the sweep
-    removed = LooseRefMover(store, fsync=False).sweep()
-    assert sorted(removed) == [f"refs/snapshotd/runs/r/n/0/1{OLD_SUFFIX}",
-                               f"refs/snapshotd/runs/r/n/0/2{SPARE_SUFFIX}"]
+    (store / other).unlink()  # gone by other means than the store: its spare is left over
+    removed = remove_stale_locks(tmp_path)
+    assert sorted(removed) == [f"store.git/refs/snapshotd/runs/r/n/0/1{OLD_SUFFIX}",
+                               f"store.git/refs/snapshotd/runs/r/n/0/2{SPARE_SUFFIX}"]
     assert sorted(os.listdir((store / REF).parent)) == ["1", "1" + SPARE_SUFFIX]
     assert (store / REF).stat().st_nlink == 1 and _rev(store, REF) == ids[1]
 
