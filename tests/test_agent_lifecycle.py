@@ -223,20 +223,18 @@ def test_kiro_session_is_abandoned_when_its_agent_dies(world: tuple[Env, Daemon]
         for line in sys.stdin.buffer.read().splitlines():
             subprocess.run(["sh", "-c", hook, sys.executable], input=line,
                            stdout=subprocess.DEVNULL, check=True)
+        print("hooks done", flush=True)
         os.execvp("sleep", ["sleep", "300"])
     """)
     proc = subprocess.Popen([sys.executable, "-c", agent], stdin=subprocess.PIPE,
-                            env=env.environ(), cwd=wt)
+                            stdout=subprocess.PIPE, env=env.environ(), cwd=wt)
     try:
-        assert proc.stdin is not None
+        assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write(b"\n".join(json.dumps(p).encode() for p in (spawn, prompt)))
         proc.stdin.close()
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            rows = attempts(env, run_id)
-            if rows and rows[0]["owner_pid"] == proc.pid:
-                break
-            time.sleep(0.1)
+        # Both hooks have returned before the agent dies: a hook still running then would be an
+        # orphan's, whose start names no owner (snapshotd.sessions.agent_process).
+        assert proc.stdout.readline() == b"hooks done\n"
         [row] = attempts(env, run_id)
         assert (row["state"], row["owner_pid"]) == ("active", proc.pid)
     finally:
