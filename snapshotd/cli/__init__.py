@@ -2,50 +2,72 @@
 
 Promises: every command has ``--help``; read commands take ``--json``; errors go to
 stderr with a non-zero exit and a sentence that says what to do.
+
+A command's module is imported only when that command runs (``COMMANDS``): ``snapshotd show``
+does not load the HTTP server, the service installer or the daemon, and ``snapshotd serve``
+does not load the review commands. Each start costs what its command needs (agents' runners
+call the CLI often, and so does the test suite).
 """
 
 from __future__ import annotations
 
+import importlib
+
 import click
 
 from snapshotd import __version__
-from snapshotd.cli import (
-    attempt,
-    blame,
-    config,
-    diff,
-    exec,
-    export,
-    fetch,
-    find,
-    flush,
-    gc,
-    handoff,
-    http_hook,
-    install,
-    log,
-    mcp,
-    native_hook,
-    purge,
-    push,
-    repair,
-    restore,
-    runs,
-    serve,
-    show,
-    snapshots,
-    status,
-    ui,
-)
+
+# Command name -> "module:attribute" under snapshotd.cli.
+COMMANDS: dict[str, str] = {
+    "attempt": "attempt:attempt",
+    "blame": "blame:blame",
+    "config": "config:config",
+    "diff": "diff:diff",
+    "exec": "exec:exec_command",
+    "export": "export:export",
+    "fetch": "fetch:fetch",
+    "find": "find:find",
+    "flush": "flush:flush",
+    "gc": "gc:gc",
+    "handoff": "handoff:handoff",
+    "http-hook": "http_hook:http_hook",
+    "install-service": "install:install_service",
+    "uninstall-service": "install:uninstall_service",
+    "log": "log:log",
+    "mcp": "mcp:mcp",
+    "native-hook": "native_hook:native_hook",
+    "purge": "purge:purge",
+    "push": "push:push",
+    "repair": "repair:repair",
+    "restore": "restore:restore",
+    "runs": "runs:runs",
+    "serve": "serve:serve",
+    "show": "show:show",
+    "snapshots": "snapshots:snapshots",
+    "status": "status:status",
+    "ui": "ui:ui",
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported by name when asked for (click's documented
+    lazy-loading pattern)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, attribute = target.split(":")
+        command = getattr(importlib.import_module(f"snapshotd.cli.{module_name}"), attribute)
+        if not isinstance(command, click.Command) or command.name != cmd_name:
+            raise RuntimeError(f"snapshotd.cli.{target} is not the {cmd_name!r} command")
+        return command
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="snapshotd")
 def main() -> None:
     """Durable, restorable history of the worktrees where coding agents work."""
-
-
-for _module in (attempt, blame, config, diff, exec, export, fetch, find, flush, gc, handoff,
-                http_hook, install, log, mcp, native_hook, purge, push, repair, restore, runs, serve, show,
-                snapshots, status, ui):
-    _module.register(main)

@@ -20,10 +20,6 @@ import click
 from snapshotd.cli.common import call_daemon, json_option, print_json, resolve_socket, socket_option
 
 
-def register(group: click.Group) -> None:
-    group.add_command(attempt)
-
-
 def attempt_env(attempt: dict, socket: Path, home: str | None) -> dict[str, str]:
     """The ``SNAPSHOTD_*`` environment an agent process of this attempt runs with (its hooks
     inherit it, so their captures land in this attempt)."""

@@ -18,10 +18,6 @@ from snapshotd.cli.common import attempt_options, call_or_fail, op_options, prin
 WHO_WIDTH = 32
 
 
-def register(group: click.Group) -> None:
-    group.add_command(blame)
-
-
 @click.command()
 @click.argument("run_id")
 @click.argument("path")

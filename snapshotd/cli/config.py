@@ -19,10 +19,6 @@ from snapshotd.config import ENV_VARS, ConfigError, config_path, load_config
 BAD_CONFIG = 2
 
 
-def register(group: click.Group) -> None:
-    group.add_command(config)
-
-
 @click.command()
 @json_option
 def config(as_json: bool) -> None:

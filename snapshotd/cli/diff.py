@@ -27,10 +27,6 @@ from snapshotd.cli.common import (
 DIFF_TIMEOUT_S = 3600.0
 
 
-def register(group: click.Group) -> None:
-    group.add_command(diff)
-
-
 @click.command()
 @click.argument("run_id")
 @click.option("--node", "node_id", required=True, help="The node whose checkpoints to compare.")

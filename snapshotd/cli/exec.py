@@ -48,10 +48,6 @@ FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 AUTOSTART_WAIT_S = 20.0
 
 
-def register(group: click.Group) -> None:
-    group.add_command(exec_command)
-
-
 @click.command("exec", context_settings={"allow_interspersed_args": False})
 @click.option("--run", "run_id", required=True, help="Run id.")
 @click.option("--node", "node_id", required=True, help="Node (task) id within the run.")

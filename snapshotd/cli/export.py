@@ -15,10 +15,6 @@ import click
 from snapshotd.cli.common import attempt_options, call_or_fail, op_options, print_json
 
 
-def register(group: click.Group) -> None:
-    group.add_command(export)
-
-
 @click.command()
 @click.argument("run_id")
 @click.option("--node", "node_id", required=True, help="The node whose checkpoints to export.")

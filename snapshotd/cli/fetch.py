@@ -20,10 +20,6 @@ import click
 from snapshotd.cli.common import daemon_or_local, op_options, print_json
 
 
-def register(group: click.Group) -> None:
-    group.add_command(fetch)
-
-
 @click.command()
 @click.argument("run_id")
 @op_options

@@ -16,10 +16,6 @@ from snapshotd.cli.common import home_option, json_option, print_json
 from snapshotd.cli.show import describe_call, read_only
 
 
-def register(group: click.Group) -> None:
-    group.add_command(find)
-
-
 @click.command()
 @click.argument("path")
 @click.option("--since", default=None,

@@ -16,10 +16,6 @@ import click
 from snapshotd.cli.common import call_daemon, json_option, print_json, socket_option
 
 
-def register(group: click.Group) -> None:
-    group.add_command(flush)
-
-
 @click.command()
 @click.option("--cwd", "cwd", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="The worktree (or a directory inside it); default: the current directory.")

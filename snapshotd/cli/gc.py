@@ -9,10 +9,6 @@ import click
 from snapshotd.cli.common import daemon_or_local, fail, op_options, print_json
 
 
-def register(group: click.Group) -> None:
-    group.add_command(gc)
-
-
 @click.command()
 @click.option("--keep-last", type=click.IntRange(min=0), default=None,
               help="Keep the N newest checkpoints of each ended attempt.")

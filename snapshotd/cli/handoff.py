@@ -23,10 +23,6 @@ import click
 from snapshotd.cli.common import daemon_or_local, fail, op_options, print_json
 
 
-def register(group: click.Group) -> None:
-    group.add_command(handoff)
-
-
 def read_manifest(stream: IO[str]) -> dict:
     """A manifest file's content, checked for shape, version and digest (or exit 1)."""
     from snapshotd.errors import ServiceError

@@ -17,10 +17,6 @@ from snapshotd.config import ConfigError, load_config
 from snapshotd.http_hook import HEADER_ENV, HOOK_PATH, TokenError, ensure_token
 
 
-def register(group: click.Group) -> None:
-    group.add_command(http_hook)
-
-
 @click.command("http-hook")
 @home_option
 @click.option("--token", "token_only", is_flag=True, help="Print only the token.")

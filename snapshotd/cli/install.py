@@ -46,11 +46,6 @@ PATH_VARIABLES = ("SNAPSHOTD_HOME", "SNAPSHOTD_GAPS", "SNAPSHOTD_CONFIG", "XDG_S
 PLATFORMS = ("linux", "macos")
 
 
-def register(group: click.Group) -> None:
-    group.add_command(install_service)
-    group.add_command(uninstall_service)
-
-
 def default_platform() -> str:
     return "macos" if sys.platform == "darwin" else "linux"
 

@@ -15,10 +15,6 @@ from snapshotd.cli.common import home_option, json_option, print_json
 from snapshotd.cli.show import describe_call, echo_change, read_only
 
 
-def register(group: click.Group) -> None:
-    group.add_command(log)
-
-
 @click.command()
 @click.argument("run_id")
 @click.option("--node", "node_id", default=None, help="Only this node (default: all).")

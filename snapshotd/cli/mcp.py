@@ -16,10 +16,6 @@ from snapshotd.cli.common import fail, home_option, socket_option
 INSTALL_HINT = "pip install 'snapshotd[mcp]'"
 
 
-def register(group: click.Group) -> None:
-    group.add_command(mcp)
-
-
 @click.command()
 @home_option
 @socket_option

@@ -17,10 +17,6 @@ from snapshotd.cli.common import fail
 from snapshotd.native_hook import BuildError, build, python_hook
 
 
-def register(group: click.Group) -> None:
-    group.add_command(native_hook)
-
-
 @click.command("native-hook")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Where to write the program (default: beside snapshot-hook).")

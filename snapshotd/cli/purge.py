@@ -22,10 +22,6 @@ from snapshotd.cli.common import (
 )
 
 
-def register(group: click.Group) -> None:
-    group.add_command(purge)
-
-
 @click.command()
 @click.argument("run_id")
 @click.argument("path")

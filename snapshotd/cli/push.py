@@ -22,10 +22,6 @@ import click
 from snapshotd.cli.common import daemon_or_local, fail, op_options, print_json, resolve_home
 
 
-def register(group: click.Group) -> None:
-    group.add_command(push)
-
-
 @click.command()
 @click.argument("run_id", required=False)
 @op_options

@@ -20,10 +20,6 @@ from snapshotd.cli.common import (
 )
 
 
-def register(group: click.Group) -> None:
-    group.add_command(repair)
-
-
 @click.command()
 @click.option("--dry-run", is_flag=True,
               help="Diagnose and count what a rebuild recovers; change nothing.")

@@ -36,10 +36,6 @@ PROGRESS_MIN = 1000
 RESTORE_TIMEOUT_S = 3600.0
 
 
-def register(group: click.Group) -> None:
-    group.add_command(restore)
-
-
 @click.command()
 @click.argument("run_id")
 @click.option("--node", "node_id", required=True, help="The node whose checkpoint to restore.")

@@ -23,10 +23,6 @@ from snapshotd.cli.common import (
 )
 
 
-def register(group: click.Group) -> None:
-    group.add_command(runs)
-
-
 @click.command()
 @home_option
 @json_option

@@ -17,10 +17,6 @@ from snapshotd.cli.common import (
 from snapshotd.config import ConfigError, load_config
 
 
-def register(group: click.Group) -> None:
-    group.add_command(serve)
-
-
 @click.command()
 @home_option
 @socket_option

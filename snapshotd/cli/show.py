@@ -25,10 +25,6 @@ from snapshotd.cli.common import (
 )
 
 
-def register(group: click.Group) -> None:
-    group.add_command(show)
-
-
 @click.command()
 @click.argument("run_id")
 @click.option("--node", "node_id", required=True, help="The node of the checkpoint.")

@@ -36,10 +36,6 @@ if TYPE_CHECKING:
 DEFAULT_ROWS = 200
 
 
-def register(group: click.Group) -> None:
-    group.add_command(snapshots)
-
-
 @click.command()
 @click.argument("run_id")
 @click.option("--node", "node_id", default=None, help="Only this node.")

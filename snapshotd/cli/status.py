@@ -26,10 +26,6 @@ from snapshotd_client import DaemonUnavailable, SnapshotdError
 NOT_RUNNING = 3
 
 
-def register(group: click.Group) -> None:
-    group.add_command(status)
-
-
 @click.command()
 @socket_option
 @json_option

@@ -19,10 +19,6 @@ from snapshotd.cli.common import fail, home_option, resolve_home, socket_option
 INSTALL_HINT = "pip install 'snapshotd[ui]'"
 
 
-def register(group: click.Group) -> None:
-    group.add_command(ui)
-
-
 @click.command()
 @home_option
 @socket_option
