@@ -103,7 +103,11 @@ class _Rules:
     any_literal: re.Pattern[Any]
 
 
-def _compile(as_bytes: bool) -> _Rules:
+@functools.cache
+def _rules(as_bytes: bool) -> _Rules:
+    """The rules for ``bytes`` or ``str``, compiled on first use: a command that never scans or
+    redacts (most CLI starts) does not pay for the patterns."""
+
     def conv(text: str) -> Any:
         return text.encode() if as_bytes else text
 
@@ -124,15 +128,12 @@ def _compile(as_bytes: bool) -> _Rules:
         any_literal=re.compile(conv(any_literal)))
 
 
-_TEXT_RULES = _compile(False)
-_BYTES_RULES = _compile(True)
-
 
 def redact_secrets(text: str) -> str:
     """``text`` with every token the rules find replaced by ``<prefix>…[redacted:<kind>]``."""
     if not text:
         return text
-    spans = _spans(text, _TEXT_RULES)
+    spans = _spans(text, _rules(False))
     if not spans:
         return text
     out: list[str] = []
@@ -147,7 +148,7 @@ def redact_secrets(text: str) -> str:
 
 def find_secrets(text: str) -> list[tuple[str, int]]:
     """Each token in ``text`` as ``(kind, offset)``, in order of position."""
-    return [(kind, start) for start, _end, kind in _spans(text, _TEXT_RULES)]
+    return [(kind, start) for start, _end, kind in _spans(text, _rules(False))]
 
 
 def scan_file(path: Path) -> list[dict]:
@@ -172,7 +173,7 @@ def scan_file(path: Path) -> list[dict]:
     if b"\0" in data[:8192]:
         return []
     return [{"line": data.count(b"\n", 0, start) + 1, "kind": kind}
-            for start, _end, kind in _spans(data, _BYTES_RULES)]
+            for start, _end, kind in _spans(data, _rules(True))]
 
 
 def secret_file_kind(rel: str, full: Path) -> str | None:
