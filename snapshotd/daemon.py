@@ -11,6 +11,7 @@ pack mappings at ``PACK_MAPPED_BYTES`` (see docs/performance.md, "Scale").
 
 from __future__ import annotations
 
+import gc
 import importlib
 import logging
 import os
@@ -86,6 +87,11 @@ def run_daemon(home: Path, socket_path: Path, config: Config,
         server = Server(service, listener, idle_timeout_s=config.idle_timeout_s,
                         max_connections=config.max_connections)
         attach_optional_parts(service, server, config)
+        # What start-up made lives as long as the daemon: frozen, no collection walks it again
+        # (a full collection during a burst of captures would otherwise, at every tool call's
+        # expense). `serve` turned collection off while it was made.
+        gc.freeze()
+        gc.enable()
         try:
             server.run()
         finally:

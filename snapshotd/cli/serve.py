@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import click
@@ -30,6 +31,10 @@ from snapshotd.config import ConfigError, load_config
 def serve(home: Path | None, socket_: Path | None, log_level: str | None,
           durability: str | None, ledger_url: str | None) -> None:
     """Run the daemon in the foreground until SIGTERM."""
+    # Start-up makes long-lived objects only (modules, classes, the service): a collection
+    # while they are made finds nothing and costs about 5 % of the start. run_daemon freezes
+    # them and turns collection back on once the daemon is wired.
+    gc.disable()
     from snapshotd.daemon import run_daemon, setup_logging
     from snapshotd.ledger import LedgerError
     from snapshotd.listener import DaemonLockError
