@@ -31,9 +31,8 @@ import stat
 import threading
 import time
 from collections.abc import Callable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from snapshotd.hook_relay import HookRunner, absolute_path
 from snapshotd.workers import Workers
@@ -124,13 +123,20 @@ def read_token(home: Path) -> str:
 class HttpHook:
     """The listener, its request counters and the pool its captures run on."""
 
+    path = HOOK_PATH
+    max_body = MAX_BODY
+
     def __init__(self, service: Service, server: Server, config: Config, token: str) -> None:
         self.service = service
         self.server = server
         self.runner = HookRunner(service, server, on_gap=lambda: self.count("gaps"))
         self.token = token
         self.budget_s = max(0.1, config.hook_timeout_ms / 1000.0 - _REPLY_MARGIN_S)
-        self.httpd = _Listener(("127.0.0.1", config.http_hook_port), _RequestHandler)
+        # http.server is loaded only when the endpoint is on (a fifth of a daemon start's
+        # imports otherwise).
+        from snapshotd.http_endpoint import Listener, RequestHandler
+
+        self.httpd = Listener(("127.0.0.1", config.http_hook_port), RequestHandler)
         self.httpd.hook = self
         self.workers = self.httpd.workers = Workers(_IDLE_WORKERS, "http-hook-worker")
         self.port = self.httpd.server_address[1]
@@ -291,89 +297,3 @@ class Deadlines:
                 continue
             return callback
         return None
-
-
-class _Listener(ThreadingHTTPServer):
-    daemon_threads = True
-    # socketserver's default backlog (5) overflows when a burst of agents connect at once
-    # while the accept thread waits for the CPU; the kernel then drops or resets connections.
-    request_queue_size = 256
-    hook: HttpHook
-    workers: Workers
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        self.workers.submit(lambda: self.process_request_thread(request, client_address))
-
-
-class _RequestHandler(BaseHTTPRequestHandler):
-    """One request: checks first, then the capture, then an empty 200."""
-
-    server: _Listener
-    protocol_version = "HTTP/1.1"
-
-    def do_POST(self) -> None:  # noqa: N802 - the name http.server dispatches to
-        hook = self.server.hook
-        self.connection.settimeout(hook.budget_s)
-        if self.headers.get("Host", "") not in hook.hosts:
-            hook.count("refused_host")
-            self._reply(403)
-            return
-        if not hook.authorized(self.headers.get("Authorization")):
-            hook.count("refused_token")
-            self._reply(401)
-            return
-        if self.path.split("?", 1)[0] != HOOK_PATH:
-            self._reply(404)
-            return
-        length = self.headers.get("Content-Length", "")
-        if not length.isdigit() or int(length) > MAX_BODY:
-            hook.count("bad_request")
-            hook.gap({}, {}, protocol.BAD_PAYLOAD,
-                     f"the HTTP hook's body has no usable Content-Length ({length[:20]!r}, "
-                     f"at most {MAX_BODY} bytes)")
-            self._reply(200)
-            return
-        try:
-            body = self.rfile.read(int(length))
-        except OSError as exc:
-            hook.gap({}, {}, protocol.BAD_PAYLOAD, f"the HTTP hook's body was not received: "
-                     f"{exc}")
-            self._reply(200)
-            return
-        hook.count("accepted")
-        # The agent has its answer by the deadline: past it a timer replies while the capture
-        # goes on here and records its own outcome.
-        replied = threading.Lock()
-
-        def reply_late() -> None:
-            if replied.acquire(blocking=False):
-                hook.count("late")
-                self._reply(200, close=True)
-
-        deadline = hook.deadlines.add(hook.budget_s, reply_late)
-        hook.begin()
-        try:
-            hook.handle_payload(body, self.headers)
-        finally:
-            hook.end()
-            hook.deadlines.cancel(deadline)
-        if replied.acquire(blocking=False):
-            self._reply(200)
-        else:
-            self.close_connection = True
-
-    def do_GET(self) -> None:  # noqa: N802
-        self._reply(405)
-
-    def _reply(self, code: int, *, close: bool = False) -> None:
-        try:
-            self.send_response(code)
-            self.send_header("Content-Length", "0")
-            if code != 200 or close:
-                self.send_header("Connection", "close")
-            self.end_headers()
-        except OSError:
-            self.close_connection = True  # the agent gave up (its own timeout): nothing to say
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
-        log.debug("%s " + format, self.address_string(), *args)
