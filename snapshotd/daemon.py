@@ -87,9 +87,8 @@ def run_daemon(home: Path, socket_path: Path, config: Config,
         server = Server(service, listener, idle_timeout_s=config.idle_timeout_s,
                         max_connections=config.max_connections)
         attach_optional_parts(service, server, config)
-        # What start-up made lives as long as the daemon: frozen, no collection walks it again
-        # (a full collection during a burst of captures would otherwise, at every tool call's
-        # expense). `serve` turned collection off while it was made.
+        # What start-up made lives as long as the daemon: frozen, no later full collection
+        # walks it again. `serve` turned collection off while it was made.
         gc.freeze()
         gc.enable()
         try:

@@ -4,7 +4,7 @@ endpoint, its token and its promises).
 Promises: every request's ``Host`` and token are checked before its body is read; an
 authenticated POST is answered 200 with an empty body by the hook's deadline, a late capture
 going on after the reply. Imported only when the endpoint is on: ``http.server`` and what it
-pulls in (``http.client``, ``email``) are a fifth of a daemon start's imports.
+pulls in (``http.client``, ``email``) cost about 20 ms of a daemon's start.
 """
 
 from __future__ import annotations
