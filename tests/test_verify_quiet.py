@@ -130,11 +130,14 @@ def test_a_verification_the_off_lock_scan_cannot_stand_in_for_scans_fully_and_sa
         (wt / "b.txt").write_text("an event\n")
         with open(outside / "alias.txt", "w") as f:
             f.write("no event\n")
-        wait_for(lambda: [g for g in sd_env.read_gaps() if g["reason"] == "watcher-drift"],
-                 timeout=30, what="the full verification to find the drift")
+        drift = wait_for(lambda: [g for g in sd_env.read_gaps()
+                                  if g["reason"] == "watcher-drift"],
+                         timeout=30, what="the full verification to find the drift")
         # The scan records its drift before its capture returns and is counted.
-        wait_for(lambda: c.status()["watcher"]["verify_full_scans"] >= 1, timeout=10,
-                 what="the verification counted as a full scan")
+        watcher = wait_for(lambda: (w := c.status()["watcher"])["verify_full_scans"] and w,
+                           timeout=10, what="the verification counted as a full scan")
+    assert {(g["run_id"], g["worktree"]) for g in drift} == {("nested", str(wt.resolve()))}
+    assert watcher["verify_full_scans"] >= 1 and watcher["verifications"] >= 1
 
 
 def test_random_work_among_verifications_stays_exact_and_is_never_drift(
