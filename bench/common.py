@@ -236,5 +236,15 @@ def file_create_ms(directory: Path, files: int = 200) -> float:
     return round(statistics.median(costs), 4)
 
 
+def parse_side(spec: str) -> tuple[str, str, Path | None]:
+    """A bench's ``--side``: ``NAME`` (this interpreter and checkout) or ``NAME:PYTHON:CWD``
+    (another install's interpreter, run from its checkout)."""
+    name, _, rest = spec.partition(":")
+    if not rest:
+        return name, sys.executable, None
+    python, _, cwd = rest.partition(":")
+    return name, python, Path(cwd) if cwd else None
+
+
 def median(values: list[float]) -> float:
     return round(statistics.median(values), 3) if values else float("nan")

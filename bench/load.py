@@ -43,7 +43,14 @@ from pathlib import Path
 
 import psutil
 
-from bench.common import DaemonProc, file_create_ms, http_poster, make_tree, median
+from bench.common import (
+    DaemonProc,
+    file_create_ms,
+    http_poster,
+    make_tree,
+    median,
+    parse_side,
+)
 
 # The hook as ``snapshot-hook`` runs it, under the side's own interpreter (its install's start-up
 # cost: an editable install's import finder alone adds ~15 ms of CPU to every hook).
@@ -262,7 +269,7 @@ def main() -> None:
         print(json.dumps(run(args.worktrees, args.hooks, args.burst, args.files, args.http,
                              not args.cold, **sessions), indent=2))
         return
-    sides = [_side(spec) for spec in args.side]
+    sides = [parse_side(spec) for spec in args.side]
     runs: dict[str, list[dict]] = {name: [] for name, _, _ in sides}
     # Every run's files are removed only once all runs are done: on ext4 without a journal a
     # deleted inode slows each file creation in its block group for minutes after (the kernel
@@ -280,14 +287,6 @@ def main() -> None:
             subprocess.run(["rm", "-rf", str(path)])
     print(json.dumps({name: {"median": _medians(rows), "runs": [_brief(r) for r in rows]}
                       for name, rows in runs.items()}, indent=2))
-
-
-def _side(spec: str) -> tuple[str, str, Path | None]:
-    name, _, rest = spec.partition(":")
-    if not rest:
-        return name, sys.executable, None
-    python, _, cwd = rest.partition(":")
-    return name, python, Path(cwd) if cwd else None
 
 
 def _brief(row: dict) -> dict:

@@ -25,12 +25,11 @@ import resource
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench.common import median
+from bench.common import median, parse_side
 from snapshotd_client import Client, SnapshotdError
 
 
@@ -63,13 +62,6 @@ def main() -> None:
             for name, rows in samples.items()}, "peer_git_rev_parse": summary(peer)}, indent=2))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-
-
-def parse_side(text: str) -> tuple[str, str, Path | None]:
-    if ":" not in text:
-        return text, sys.executable, None
-    name, python, cwd = text.split(":", 2)
-    return name, python, Path(cwd)
 
 
 def compile_side(python: str, cwd: Path | None) -> None:

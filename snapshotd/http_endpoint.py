@@ -1,10 +1,9 @@
 """The HTTP hook endpoint's listener and request handler (``snapshotd.http_hook`` owns the
 endpoint, its token and its promises).
 
-Promises: every request's ``Host`` and token are checked before its body is read; an
-authenticated POST is answered 200 with an empty body by the hook's deadline, a late capture
-going on after the reply. Imported only when the endpoint is on: ``http.server`` and what it
-pulls in (``http.client``, ``email``) cost about 20 ms of a daemon's start.
+It keeps the promises ``snapshotd.http_hook`` states (checks before the body is read, an empty
+200 by the deadline). Imported only when the endpoint is on: ``http.server`` and what it pulls
+in (``http.client``, ``email``) cost about 20 ms of a daemon's start.
 """
 
 from __future__ import annotations

@@ -128,7 +128,6 @@ def _rules(as_bytes: bool) -> _Rules:
         any_literal=re.compile(conv(any_literal)))
 
 
-
 def redact_secrets(text: str) -> str:
     """``text`` with every token the rules find replaced by ``<prefix>…[redacted:<kind>]``."""
     if not text:
