@@ -27,9 +27,9 @@ GIT_FSYNC_ARGS: tuple[str, ...] = ("-c", "core.fsync=loose-object,pack,pack-meta
                                    "-c", "core.fsyncMethod=fsync")
 
 
-def fsync_path(path: Path) -> None:
+def fsync_path(path: Path | str) -> None:
     """fsync a file or a directory by name."""
-    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0))
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if os.path.isdir(path) else 0))
     try:
         os.fsync(fd)
     finally:
@@ -48,7 +48,8 @@ def write_file(path: Path, data: bytes, mode: int = 0o644, *, sync: bool = True)
         fsync_path(path.parent)
 
 
-def write_new(path: Path, data: bytes, mode: int, *, sync: bool, replace: bool = False) -> None:
+def write_new(path: Path | str, data: bytes, mode: int, *, sync: bool,
+              replace: bool = False) -> None:
     """Create ``path`` holding ``data`` (it must not exist yet, unless ``replace``), the file
     fsynced when ``sync`` (its name is the caller's to make durable)."""
     flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if replace else os.O_EXCL)

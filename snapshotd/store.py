@@ -224,7 +224,9 @@ class Store:
             self._require_objects([tree] + ([parent] if parent else []))
             new_ref = False
             for attempt in range(1, ODB_TRIES + 1):
-                oid = odb_retry(self.repo.odb.write, pygit2.GIT_OBJECT_COMMIT, raw)
+                # Written by ``loose``, not libgit2: no deflate, and the interpreter lock is
+                # not held across the file's system calls (nor its inode's allocation).
+                oid = odb_retry(self.stored_objects.write, "commit", raw)
                 faults.crash_point("after-commit")
                 try:
                     if self._move_ref(meta.key.ref, oid):

@@ -4,9 +4,10 @@ differ between two trees.
 Promises:
 - ``rewrite_tree`` rewrites only the trees on the changed paths (deepest first), so its cost
   follows the change, and learns the change counts on the way; ``remember_changes`` keeps them
-  so ``tree_changes`` answers without reading a tree. A wide directory on those paths costs a
-  copy of its raw bytes, not a libgit2 entry per name (a monorepo's root has thousands), and
-  its result is exactly the tree libgit2 writes from the index.
+  so ``tree_changes`` answers without reading a tree. A directory on those paths costs a copy
+  of its raw bytes, not a libgit2 entry per name (a monorepo's root has thousands), written
+  by ``loose`` (no deflate, no interpreter lock held across the file's system calls), and its
+  result is exactly the tree libgit2 writes from the index.
 - ``graft_trees`` puts whole trees (a nested repository's capture) at paths of a tree,
   rewriting only the trees on those paths.
 - ``tree_changes`` reads only subtrees whose ids differ; its counts are those of
@@ -16,6 +17,8 @@ Promises:
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import logging
 import re
 import threading
@@ -38,11 +41,8 @@ _KNOWN_LOCK = threading.Lock()
 _KNOWN_MAX = 256
 # How many files a tree holds, by tree id, for the trees full scans wrote (the newest few).
 _FILE_COUNTS: dict[str, int] = {}
-# A directory of this many entries is rewritten as raw bytes: below it libgit2's tree builder
-# over its cached parsed tree is as cheap; above it, one builder entry per name dominates.
-_WIDE_ENTRIES = 512
 # The raw bytes of the newest trees ``rewrite_tree`` wrote of at least ``_WIDE_BYTES`` (about
-# ``_WIDE_ENTRIES`` entries): the next capture of that worktree rewrites the same directories,
+# 400 entries): the next capture of that worktree rewrites the same directories,
 # and reading one back means parsing or inflating it whole. A few per watched worktree.
 _WIDE_TREES: dict[pygit2.Oid, bytes] = {}
 _WIDE_BYTES = 16 << 10
@@ -72,12 +72,13 @@ def rewrite_tree(repo: pygit2.Repository, index: pygit2.Index, base: str,
     modified and deleted from ``base`` (what ``tree_changes`` would count), known here for
     free: every change is one of ``files`` and its old entry is in hand.
 
-    A directory whose entries are only replaced (same kind) or removed is rewritten as raw
-    bytes (``_splice``): one ``bytes.replace``-sized copy instead of one libgit2 tree-builder
-    entry per name, which is what a wide directory (a monorepo's root with thousands of
-    entries) costs on every capture. Anything else (an entry added, a file turned directory)
-    goes through libgit2's tree builder for that directory only. A wide tree is written
-    stored by ``stored`` (``loose.StoredObjects``) when given, not deflated."""
+    Each directory is rewritten as raw bytes (``_splice``): entries replaced or removed in
+    place, an added one put where git sorts it; one copy of the bytes instead of one libgit2
+    tree-builder entry per name, which is what a wide directory (a monorepo's root with
+    thousands of entries) costs on every capture. Only a name whose bytes are ambiguous in
+    the tree goes through libgit2's tree builder, for that directory alone. Trees are written
+    stored by ``stored`` (``loose.StoredObjects``) when given: libgit2 would deflate them
+    and write the file holding the interpreter lock, which every other capture waits for."""
     if not files:
         return base, (0, 0, 0)
     counts = [0, 0, 0]
@@ -242,14 +243,16 @@ def _graft(repo: pygit2.Repository, tree: pygit2.Tree | None,
 
 
 class _OldTrees:
-    """The directories of one base tree. A wide one (``_WIDE_ENTRIES`` or more) is read as raw
-    bytes and searched there (and once written, never parsed into libgit2 entries again); a
-    narrow one is read by libgit2 (its object cache makes that the cheaper read)."""
+    """The directories of one base tree, read as raw bytes and searched there (a wide one this
+    daemon wrote is at hand, never parsed into libgit2 entries again). libgit2's object cache
+    keeps no tree over 4 KB, so a parsed base tree was parsed anew by every capture, twice,
+    holding the interpreter lock."""
 
     def __init__(self, repo: pygit2.Repository, base: str) -> None:
         self.repo = repo
         self._ids: dict[str, pygit2.Oid | None] = {"": pygit2.Oid(hex=base)}
-        self._wide: dict[pygit2.Oid, bytes | None] = {}
+        self._raw: dict[pygit2.Oid, bytes | None] = {}
+        self._orders: dict[pygit2.Oid, _Order | None] = {}
         self._found: dict[tuple[pygit2.Oid, bytes], _Entry | None] = {}
         # Spans of wide trees' entries, known before this capture or learnt by it.
         self.spans: dict[pygit2.Oid, dict[bytes, tuple[int, int]]] = {}
@@ -263,7 +266,7 @@ class _OldTrees:
         above = self.oid(parent)
         found: pygit2.Oid | None = None
         if above is not None:
-            raw = self.wide(above)
+            raw = self.raw(above)
             entry = self.find(above, name.encode()) if raw is not None else _AMBIGUOUS
             if entry is _AMBIGUOUS:
                 tree = self.repo[above].peel(pygit2.Tree)
@@ -284,7 +287,7 @@ class _OldTrees:
         each name up on the way down and again to splice it (a 320 KB root searched twice)."""
         key = (oid, name)
         if key not in self._found:
-            raw = self.wide(oid)
+            raw = self.raw(oid)
             spans = self.spans_of(oid)
             span = spans.get(name)
             if raw is None:
@@ -294,9 +297,22 @@ class _OldTrees:
             else:
                 entry = _find_entry(raw, name)
                 if entry is not None and entry is not _AMBIGUOUS:
-                    spans[name] = entry[0], entry[1]
+                    order = self.order(oid)
+                    # Found once, but maybe inside another entry's name ("y 100644 x" holds
+                    # " x\0") when no entry "x" exists: only one that starts an entry is it.
+                    if order is None or not order.starts_at(entry[0]):
+                        entry = _AMBIGUOUS
+                    else:
+                        spans[name] = entry[0], entry[1]
             self._found[key] = entry
         return self._found[key]
+
+    def order(self, oid: pygit2.Oid) -> _Order | None:
+        """The entries of tree ``oid`` in order (``_Order.of`` its raw bytes), split once."""
+        if oid not in self._orders:
+            raw = self.raw(oid)
+            self._orders[oid] = _Order.of(raw) if raw is not None else None
+        return self._orders[oid]
 
     def spans_of(self, oid: pygit2.Oid) -> dict[bytes, tuple[int, int]]:
         """The known entry spans of wide tree ``oid`` (this capture adds to its own copy)."""
@@ -305,16 +321,18 @@ class _OldTrees:
                 self.spans[oid] = dict(_WIDE_SPANS.get(oid, {}))
         return self.spans[oid]
 
-    def wide(self, oid: pygit2.Oid) -> bytes | None:
-        """The raw entries of tree ``oid`` when it is wide, else None (the store's newest
-        wide trees are at hand: the next capture starts from them)."""
-        if oid in self._wide:
-            return self._wide[oid]
+    def raw(self, oid: pygit2.Oid) -> bytes | None:
+        """The raw entries of tree ``oid`` (the store's newest wide trees are at hand: the next
+        capture starts from them); None when the object is not a tree (libgit2 then reads it,
+        and says what is wrong)."""
+        if oid in self._raw:
+            return self._raw[oid]
         with _KNOWN_LOCK:
             data = _WIDE_TREES.get(oid)
-        if data is None and len(self.repo[oid].peel(pygit2.Tree)) >= _WIDE_ENTRIES:
-            data = bytes(self.repo.odb.read(oid)[1])
-        self._wide[oid] = data
+        if data is None:
+            kind, body = self.repo.odb.read(oid)
+            data = bytes(body) if kind == pygit2.GIT_OBJECT_TREE else None
+        self._raw[oid] = data
         return data
 
 
@@ -359,18 +377,22 @@ def _rewrite_dir(repo: pygit2.Repository, old: _OldTrees, d: str,
     """Directory ``d`` of the base with ``changes`` applied, written (None: it is empty).
     Counts the changed files among ``files_here``."""
     base_id = old.oid(d)
-    raw = old.wide(base_id) if base_id is not None else None
+    raw = old.raw(base_id) if base_id is not None else b""
     if raw is not None:
-        spliced = _splice(raw, d, changes, files_here, lambda name: old.find(base_id, name))
+        if base_id is not None:
+            spliced = _splice(raw, d, changes, files_here, lambda name: old.find(base_id, name),
+                              lambda: old.order(base_id))
+        else:
+            spliced = _splice(raw, d, changes, files_here, _absent, lambda: _Order.of(b""))
         if spliced is not None:
-            data, found = spliced
+            data, found, in_place = spliced
             for i in range(3):
                 counts[i] += found[i]
             if not data:
                 return None
             oid = _write_raw_tree(repo, data, stored)
-            if len(data) == len(raw):  # entries only replaced in place: the spans hold
-                _keep_spans(oid, old.spans_of(base_id))
+            if base_id is not None and in_place:
+                _keep_spans(oid, old.spans_of(base_id))  # every entry where it was
             return oid
     tree = repo[base_id].peel(pygit2.Tree) if base_id is not None else None
     builder = repo.TreeBuilder(tree) if tree is not None else repo.TreeBuilder()
@@ -404,10 +426,10 @@ def _keep_spans(oid: pygit2.Oid, spans: dict[bytes, tuple[int, int]]) -> None:
 
 def _write_raw_tree(repo: pygit2.Repository, data: bytes,
                     stored: StoredObjects | None) -> pygit2.Oid:
-    """Write raw tree ``data``; a wide one is written stored and kept for the next capture's
-    rewrite."""
+    """Write raw tree ``data`` (stored, given ``stored``); a wide one is kept for the next
+    capture's rewrite."""
     wide = len(data) >= _WIDE_BYTES
-    if not wide or stored is None:
+    if stored is None:
         oid = repo.odb.write(pygit2.GIT_OBJECT_TREE, data)
     else:
         try:
@@ -431,37 +453,102 @@ def _write_raw_tree(repo: pygit2.Repository, data: bytes,
 
 
 def _splice(raw: bytes, d: str, changes: dict[str, tuple[pygit2.Oid, int] | None],
-            files_here: set[str], find: Callable[[bytes], _Entry | None]
-            ) -> tuple[bytes, tuple[int, int, int]] | None:
-    """Raw tree ``raw`` with ``changes`` applied in place, and the changed files counted; None
-    when that cannot be done without re-sorting (an entry added, or one changing between
-    tree and non-tree), or a name is ambiguous in the bytes. ``find`` is ``_find_entry`` over
+            files_here: set[str], find: Callable[[bytes], _Entry | None],
+            order_of: Callable[[], _Order | None]
+            ) -> tuple[bytes, tuple[int, int, int], bool] | None:
+    """Raw tree ``raw`` with ``changes`` applied, the changed files counted (as libgit2's
+    tree builder would: ``_rewrite_dir``) and whether every entry stayed where it was (only
+    replaced, each by one as long); None when a name is ambiguous in the bytes or the
+    entries cannot be read in order. A replaced or removed entry is edited in place; an added
+    one, or one turning between tree and non-tree (it moves), goes where git sorts it, found
+    by bisecting the entries (``order_of``, split only then). ``find`` is ``_find_entry`` over
     ``raw`` (remembered: the same names were looked up on the way down)."""
-    edits: list[tuple[int, int, bytes]] = []
+    edits: list[tuple[int, int, bytes, bytes]] = []  # (start, end, sort key, new bytes)
+    order: _Order | None = None
     added = modified = deleted = 0
+    in_place = True
     for name, value in changes.items():
-        entry = find(name.encode())
-        if entry is _AMBIGUOUS or (entry is None and value is not None):
+        bname = name.encode()
+        entry = find(bname)
+        if entry is _AMBIGUOUS:
             return None
-        if entry is None:
-            continue
-        start, end, mode, oid = entry
-        was_tree = mode == _TREE_MODE[:-1]
-        if name in files_here and was_tree:
-            raise TreeShapeChanged(f"{d}/{name}")  # a file (or nothing) where a directory was
-        if value is None:
-            edits.append((start, end, b""))
-            deleted += name in files_here
+        if entry is not None:
+            start, end, mode, oid = entry
+            if name in files_here and mode == _TREE_MODE[:-1]:
+                raise TreeShapeChanged(f"{d}/{name}")  # a file (or nothing) where a directory was
+            if value is None:
+                edits.append((start, end, b"", b""))
+                deleted += name in files_here
+                in_place = False
+                continue
+        elif value is None:
             continue
         new_mode = b"%o" % value[1]
-        if was_tree != (value[1] == pygit2.GIT_FILEMODE_TREE):
-            return None
-        if name in files_here and (oid != value[0] or mode != new_mode):
-            modified += 1
-        edits.append((start, end, b"%s %s\0%s" % (new_mode, name.encode(), value[0].raw)))
+        is_tree = value[1] == pygit2.GIT_FILEMODE_TREE
+        data = b"%s %s\0%s" % (new_mode, bname, value[0].raw)
+        if entry is None:
+            added += name in files_here
+        else:
+            if name in files_here and (oid != value[0] or mode != new_mode):
+                modified += 1
+            if (mode == _TREE_MODE[:-1]) == is_tree:
+                edits.append((start, end, b"", data))
+                in_place = in_place and end - start == len(data)
+                continue
+            edits.append((start, end, b"", b""))  # it moves: a tree sorts as "name/"
+        in_place = False
+        if order is None:
+            order = order_of()
+            if order is None:
+                return None
+        key = bname + b"/" if is_tree else bname
+        at = order.offset(key)
+        edits.append((at, at, key, data))
     parts, at = [], 0
-    for start, end, data in sorted(edits):
+    for start, end, _key, data in sorted(edits):
         parts += [raw[at:start], data]
         at = end
     parts.append(raw[at:])
-    return b"".join(parts), (added, modified, deleted)
+    return b"".join(parts), (added, modified, deleted), in_place
+
+
+class _Order:
+    """The entries of one raw tree in git's order, for finding where a new one goes."""
+
+    def __init__(self, entries: list[bytes], ends: list[int]) -> None:
+        self.entries = entries
+        self.ends = ends
+
+    @classmethod
+    def of(cls, raw: bytes) -> _Order | None:
+        """The entries of ``raw``, or None when they do not cover it end to end (not a tree
+        this reader can split)."""
+        entries = _TREE_ENTRY.findall(raw)
+        ends = list(itertools.accumulate(map(len, entries)))
+        if (ends[-1] if ends else 0) != len(raw):
+            return None
+        return cls(entries, ends)
+
+    def starts_at(self, at: int) -> bool:
+        """Whether an entry starts at byte ``at``."""
+        if at == 0:
+            return bool(self.ends)
+        i = bisect.bisect_left(self.ends, at)
+        return i < len(self.ends) - 1 and self.ends[i] == at
+
+    def offset(self, key: bytes) -> int:
+        """Where in the raw bytes an entry whose sort key is ``key`` goes."""
+        i = bisect.bisect_left(self.entries, key, key=_sort_key)
+        return self.ends[i - 1] if i else 0
+
+
+def _sort_key(entry: bytes) -> bytes:
+    """What git sorts a raw tree entry by: its name, a tree's as if it ended in "/"."""
+    space = entry.index(b" ")
+    name = entry[space + 1:-21]
+    return name + b"/" if entry[:space] in (b"40000", b"040000") else name
+
+
+def _absent(name: bytes) -> None:
+    """``find`` in a directory the base does not have."""
+    return None
