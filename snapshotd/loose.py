@@ -151,6 +151,8 @@ def _write_tmp(tmp: str, body: bytes, fsync: bool) -> None:
     """Create the temporary object; a part written (a full disk) is removed again."""
     try:
         write_new(tmp, body, 0o444, sync=fsync)
+    except FileNotFoundError:
+        raise  # not created: no fan-out directory (the caller makes it)
     except BaseException:
         _remove(tmp)
         raise

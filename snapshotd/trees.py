@@ -33,6 +33,8 @@ log = logging.getLogger("snapshotd.store")
 # One entry of a raw (SHA-1) tree object: mode, space, name, NUL, 20-byte id.
 _TREE_ENTRY = re.compile(rb"[0-7]+ [^\0]*\0.{20}", re.S)
 _TREE_MODE = b"40000 "
+# Whole entries, back to back (from a boundary, each read exactly: a name holds no NUL).
+_TREE_ENTRIES = re.compile(rb"(?:[0-7]+ [^\0]*\0.{20})*", re.S)
 
 # Counts the fast path learnt while rewriting a tree, by (old tree, new tree): ids name
 # contents, so an entry never goes stale; the newest few are kept.
@@ -252,7 +254,6 @@ class _OldTrees:
         self.repo = repo
         self._ids: dict[str, pygit2.Oid | None] = {"": pygit2.Oid(hex=base)}
         self._raw: dict[pygit2.Oid, bytes | None] = {}
-        self._orders: dict[pygit2.Oid, _Order | None] = {}
         self._found: dict[tuple[pygit2.Oid, bytes], _Entry | None] = {}
         # Spans of wide trees' entries, known before this capture or learnt by it.
         self.spans: dict[pygit2.Oid, dict[bytes, tuple[int, int]]] = {}
@@ -297,22 +298,14 @@ class _OldTrees:
             else:
                 entry = _find_entry(raw, name)
                 if entry is not None and entry is not _AMBIGUOUS:
-                    order = self.order(oid)
                     # Found once, but maybe inside another entry's name ("y 100644 x" holds
                     # " x\0") when no entry "x" exists: only one that starts an entry is it.
-                    if order is None or not order.starts_at(entry[0]):
-                        entry = _AMBIGUOUS
-                    else:
+                    if _starts_entry(raw, entry[0], spans):
                         spans[name] = entry[0], entry[1]
+                    else:
+                        entry = _AMBIGUOUS
             self._found[key] = entry
         return self._found[key]
-
-    def order(self, oid: pygit2.Oid) -> _Order | None:
-        """The entries of tree ``oid`` in order (``_Order.of`` its raw bytes), split once."""
-        if oid not in self._orders:
-            raw = self.raw(oid)
-            self._orders[oid] = _Order.of(raw) if raw is not None else None
-        return self._orders[oid]
 
     def spans_of(self, oid: pygit2.Oid) -> dict[bytes, tuple[int, int]]:
         """The known entry spans of wide tree ``oid`` (this capture adds to its own copy)."""
@@ -379,11 +372,8 @@ def _rewrite_dir(repo: pygit2.Repository, old: _OldTrees, d: str,
     base_id = old.oid(d)
     raw = old.raw(base_id) if base_id is not None else b""
     if raw is not None:
-        if base_id is not None:
-            spliced = _splice(raw, d, changes, files_here, lambda name: old.find(base_id, name),
-                              lambda: old.order(base_id))
-        else:
-            spliced = _splice(raw, d, changes, files_here, _absent, lambda: _Order.of(b""))
+        find = (lambda name: old.find(base_id, name)) if base_id is not None else _absent
+        spliced = _splice(raw, d, changes, files_here, find, lambda: _Order.of(raw))
         if spliced is not None:
             data, found, in_place = spliced
             for i in range(3):
@@ -529,17 +519,19 @@ class _Order:
             return None
         return cls(entries, ends)
 
-    def starts_at(self, at: int) -> bool:
-        """Whether an entry starts at byte ``at``."""
-        if at == 0:
-            return bool(self.ends)
-        i = bisect.bisect_left(self.ends, at)
-        return i < len(self.ends) - 1 and self.ends[i] == at
-
     def offset(self, key: bytes) -> int:
         """Where in the raw bytes an entry whose sort key is ``key`` goes."""
         i = bisect.bisect_left(self.entries, key, key=_sort_key)
         return self.ends[i - 1] if i else 0
+
+
+def _starts_entry(raw: bytes, at: int, known: dict[bytes, tuple[int, int]]) -> bool:
+    """Whether an entry of raw tree ``raw`` starts at byte ``at``: whole entries must run from
+    the nearest boundary before it (0, or an edge of an entry found earlier, ``known``)
+    exactly to it. One regular-expression match in C: 0.55 ms for half of a 10,000-entry
+    root, paid when a name is first looked up in a tree, not when its span is known."""
+    begin = max((edge for span in known.values() for edge in span if edge <= at), default=0)
+    return _TREE_ENTRIES.fullmatch(raw, begin, at) is not None
 
 
 def _sort_key(entry: bytes) -> bytes:
