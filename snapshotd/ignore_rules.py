@@ -59,10 +59,10 @@ def exclude_sources(root: Path) -> tuple:
         except OSError:
             files.append((None, None))
     try:
-        gitignore = os.stat(root / ".gitignore").st_mtime_ns
+        gitignore = os.stat(os.path.join(root, ".gitignore")).st_mtime_ns
     except OSError:
         gitignore = None
-    markers = ((root / ".git").exists(), gitignore)
+    markers = (os.path.exists(os.path.join(root, ".git")), gitignore)
     return tuple(files), markers
 
 

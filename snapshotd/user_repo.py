@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,28 +38,19 @@ log = logging.getLogger("snapshotd.user_repo")
 
 def user_gitdir(root: Path) -> Path | None:
     """The git dir of the repository whose worktree is ``root`` (a ``.git`` dir or file)."""
-    dot_git = root / ".git"
-    try:
-        if dot_git.is_dir():
-            return dot_git
-        if dot_git.is_file():
-            text = dot_git.read_text().strip()
-            if text.startswith("gitdir:"):
-                gitdir = Path(text[len("gitdir:"):].strip())
-                return gitdir if gitdir.is_absolute() else (root / gitdir).resolve()
-    except OSError:
-        return None
-    return None
+    gitdir = _gitdir(os.path.join(root, ".git"))
+    return Path(gitdir) if gitdir is not None else None
 
 
 def repo_info_exclude(root: Path) -> str | None:
     """The ``info/exclude`` of the repository whose worktree is ``root`` (in the common git dir
-    for a linked worktree)."""
-    gitdir = user_gitdir(root)
+    for a linked worktree). On every capture's path: names joined as strings, each looked up
+    by one system call."""
+    gitdir = _gitdir(os.path.join(root, ".git"))
     if gitdir is None:
         return None
     try:
-        return str(common_dir(gitdir) / "info" / "exclude")
+        return os.path.join(_common_dir(gitdir), "info", "exclude")
     except OSError:
         return None
 
@@ -271,8 +264,33 @@ def common_dir(gitdir: Path) -> Path:
     """The git dir holding the objects, refs and ``info`` of the repository whose git dir is
     ``gitdir``: the one its ``commondir`` file names (a linked worktree's), else itself.
     Raises ``OSError`` when that file is there but cannot be read."""
-    common = gitdir / "commondir"
-    if not common.is_file():
+    return Path(_common_dir(os.fspath(gitdir)))
+
+
+def _gitdir(dot_git: str) -> str | None:
+    """``user_gitdir`` given the worktree's ``.git``: itself when a directory, the one a
+    ``gitdir:`` file names, else None."""
+    try:
+        mode = os.stat(dot_git).st_mode
+        if stat.S_ISDIR(mode):
+            return dot_git
+        if not stat.S_ISREG(mode):
+            return None
+        with open(dot_git, encoding="utf-8") as f:
+            text = f.read().strip()
+    except (OSError, ValueError):
+        return None  # no .git, or one that cannot be read (ValueError: not UTF-8)
+    if not text.startswith("gitdir:"):
+        return None
+    named = text[len("gitdir:"):].strip()
+    return named if os.path.isabs(named) else os.path.realpath(
+        os.path.join(os.path.dirname(dot_git), named))
+
+
+def _common_dir(gitdir: str) -> str:
+    common = os.path.join(gitdir, "commondir")
+    if not os.path.isfile(common):
         return gitdir
-    named = Path(common.read_text().strip())
-    return named if named.is_absolute() else gitdir / named
+    with open(common, encoding="utf-8") as f:
+        named = f.read().strip()
+    return named if os.path.isabs(named) else os.path.join(gitdir, named)
