@@ -46,7 +46,14 @@ DAEMON = _DROP + textwrap.dedent("""
 """)
 
 # Runs one client call as nobody: argv[1] is the socket, argv[2] a JSON [method, args, kwargs].
-CLIENT = _DROP + textwrap.dedent("""
+# The client needs only ``snapshotd_client`` (stdlib and msgpack): importing every daemon
+# module first, as the daemon must, made each call cost a second of CPU.
+CLIENT = textwrap.dedent("""
+    import json, os, sys
+    from snapshotd_client import Client, SnapshotdError
+    from snapshotd_client.protocol import preload_codec
+    preload_codec()  # msgpack is imported on first use, and its modules may be unreadable
+    os.setgroups([]); os.setgid(65534); os.setuid(65534)
     method, args, kwargs = json.loads(sys.argv[2])
     try:
         with Client(sys.argv[1], timeout=60) as c:
