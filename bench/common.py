@@ -236,6 +236,22 @@ def file_create_ms(directory: Path, files: int = 200) -> float:
     return round(statistics.median(costs), 4)
 
 
+def cpu_speed_ms(rounds: int = 5) -> float:
+    """The median CPU time of a fixed piece of interpreter work (sorting and hashing 20,000
+    short strings), in this process. This VM's cores change speed by half for minutes at a
+    time (the same code's daemon CPU a hook went from 3.2 to 4.7 ms between two runs), so the
+    benches print it beside the figures it moves: compare runs of similar speed only."""
+    words = [f"w{i * 7919 % 20000:05d}" for i in range(20000)]
+    costs = []
+    for _ in range(rounds):
+        started = time.thread_time()
+        hash(tuple(sorted(words)))
+        for word in words:
+            hash(word + "x")
+        costs.append((time.thread_time() - started) * 1000)
+    return round(statistics.median(costs), 2)
+
+
 def parse_side(spec: str) -> tuple[str, str, Path | None]:
     """A bench's ``--side``: ``NAME`` (this interpreter and checkout) or ``NAME:PYTHON:CWD``
     (another install's interpreter, run from its checkout)."""

@@ -45,6 +45,7 @@ import psutil
 
 from bench.common import (
     DaemonProc,
+    cpu_speed_ms,
     file_create_ms,
     http_poster,
     make_tree,
@@ -125,6 +126,8 @@ def run(worktrees: int, hooks: int, burst: int, files: int, use_http: bool = Fal
             "loadavg_1m": round(os.getloadavg()[0], 2), "wall_s": round(wall, 2),
             # What creating one file cost where the store is, just before the timed hooks.
             "file_create_ms": create_ms, "dir": parent,
+            # This host's speed just after the timed hooks (``cpu_speed_ms``: lower is faster).
+            "cpu_speed_ms": cpu_speed_ms(),
             # How long the run waited for it to fall under --quiet-disk-ms (0: not asked).
             "disk_wait_s": disk_wait_s,
             "hook_ms_p50": round(ordered[len(ordered) // 2], 1),
@@ -298,7 +301,8 @@ def _brief(row: dict) -> dict:
 
 
 _FIGURES = ("capture_p50", "capture_p99", "hook_ms_p50", "hook_ms_p99", "hook_cpu_ms_per_hook",
-            "daemon_cpu_ms_per_hook", "loadavg_1m", "file_create_ms", "disk_wait_s", "failed_hooks",
+            "daemon_cpu_ms_per_hook", "loadavg_1m", "file_create_ms", "cpu_speed_ms", "disk_wait_s",
+            "failed_hooks",
             "gaps", "daemon_errors",
             "tool_calls", "tool_calls_recorded")
 
