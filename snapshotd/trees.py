@@ -255,7 +255,7 @@ class _OldTrees:
         self._ids: dict[str, pygit2.Oid | None] = {"": pygit2.Oid(hex=base)}
         self._raw: dict[pygit2.Oid, bytes | None] = {}
         self._found: dict[tuple[pygit2.Oid, bytes], _Entry | None] = {}
-        # Spans of wide trees' entries, known before this capture or learnt by it.
+        # Spans of entries, known before this capture (a wide tree's) or learnt by it.
         self.spans: dict[pygit2.Oid, dict[bytes, tuple[int, int]]] = {}
 
     def oid(self, path: str) -> pygit2.Oid | None:
