@@ -33,8 +33,6 @@ log = logging.getLogger("snapshotd.store")
 # One entry of a raw (SHA-1) tree object: mode, space, name, NUL, 20-byte id.
 _TREE_ENTRY = re.compile(rb"[0-7]+ [^\0]*\0.{20}", re.S)
 _TREE_MODE = b"40000 "
-# Whole entries, back to back (from a boundary, each read exactly: a name holds no NUL).
-_TREE_ENTRIES = re.compile(rb"(?:[0-7]+ [^\0]*\0.{20})*", re.S)
 
 # Counts the fast path learnt while rewriting a tree, by (old tree, new tree): ids name
 # contents, so an entry never goes stale; the newest few are kept.
@@ -55,6 +53,9 @@ _WIDE_MAX_BYTES = 16 << 20
 # entry where it was, so its tree inherits what its base had learnt and the next capture of
 # the same directories searches nothing (a search is two scans of a 320 KB root).
 _WIDE_SPANS: dict[pygit2.Oid, dict[bytes, tuple[int, int]]] = {}
+# Where every entry of those trees ends (``_entry_ends``), carried the same way: whether a
+# name found once in the bytes starts an entry is then one bisection, not a parse of the tree.
+_WIDE_ENDS: dict[pygit2.Oid, list[int]] = {}
 
 
 # One entry found in raw tree bytes: (start, end, mode, id).
@@ -254,6 +255,7 @@ class _OldTrees:
         self.repo = repo
         self._ids: dict[str, pygit2.Oid | None] = {"": pygit2.Oid(hex=base)}
         self._raw: dict[pygit2.Oid, bytes | None] = {}
+        self._ends: dict[pygit2.Oid, list[int] | None] = {}
         self._found: dict[tuple[pygit2.Oid, bytes], _Entry | None] = {}
         # Spans of entries, known before this capture (a wide tree's) or learnt by it.
         self.spans: dict[pygit2.Oid, dict[bytes, tuple[int, int]]] = {}
@@ -300,12 +302,32 @@ class _OldTrees:
                 if entry is not None and entry is not _AMBIGUOUS:
                     # Found once, but maybe inside another entry's name ("y 100644 x" holds
                     # " x\0") when no entry "x" exists: only one that starts an entry is it.
-                    if _starts_entry(raw, entry[0], spans):
+                    if _starts_at(self.ends_of(oid), entry[0]):
                         spans[name] = entry[0], entry[1]
                     else:
                         entry = _AMBIGUOUS
             self._found[key] = entry
         return self._found[key]
+
+    def ends_of(self, oid: pygit2.Oid) -> list[int] | None:
+        """Where each entry of tree ``oid`` ends (known for the newest wide trees, else split
+        once a capture: 20 µs for a 100-entry tree, 2 ms for a 10,000-entry root)."""
+        if oid not in self._ends:
+            with _KNOWN_LOCK:
+                ends = _WIDE_ENDS.get(oid)
+            if ends is None:
+                raw = self.raw(oid)
+                ends = _entry_ends(raw) if raw is not None else None
+            self._ends[oid] = ends
+        return self._ends[oid]
+
+    def known_ends(self, oid: pygit2.Oid) -> list[int] | None:
+        """``ends_of`` when known (this capture split the tree, or it was carried to it),
+        without splitting the tree for it."""
+        if oid in self._ends:
+            return self._ends[oid]
+        with _KNOWN_LOCK:
+            return _WIDE_ENDS.get(oid)
 
     def spans_of(self, oid: pygit2.Oid) -> dict[bytes, tuple[int, int]]:
         """The known entry spans of wide tree ``oid`` (this capture adds to its own copy)."""
@@ -382,7 +404,8 @@ def _rewrite_dir(repo: pygit2.Repository, old: _OldTrees, d: str,
                 return None
             oid = _write_raw_tree(repo, data, stored)
             if base_id is not None and in_place:
-                _keep_spans(oid, old.spans_of(base_id))  # every entry where it was
+                # Every entry where it was: what was learnt of the base holds for the new tree.
+                _keep_layout(oid, old.spans_of(base_id), old.known_ends(base_id))
             return oid
     tree = repo[base_id].peel(pygit2.Tree) if base_id is not None else None
     builder = repo.TreeBuilder(tree) if tree is not None else repo.TreeBuilder()
@@ -407,11 +430,15 @@ def _rewrite_dir(repo: pygit2.Repository, old: _OldTrees, d: str,
     return builder.write() if len(builder) else None
 
 
-def _keep_spans(oid: pygit2.Oid, spans: dict[bytes, tuple[int, int]]) -> None:
-    """Remember ``spans`` for wide tree ``oid`` while its bytes are kept."""
+def _keep_layout(oid: pygit2.Oid, spans: dict[bytes, tuple[int, int]],
+                 ends: list[int] | None) -> None:
+    """Remember ``spans`` (and ``ends``, never changed once made) for wide tree ``oid`` while
+    its bytes are kept."""
     with _KNOWN_LOCK:
         if oid in _WIDE_TREES:
             _WIDE_SPANS[oid] = dict(spans)
+            if ends is not None:
+                _WIDE_ENDS[oid] = ends
 
 
 def _write_raw_tree(repo: pygit2.Repository, data: bytes,
@@ -439,6 +466,7 @@ def _write_raw_tree(repo: pygit2.Repository, data: bytes,
             oldest = next(iter(_WIDE_TREES))
             del _WIDE_TREES[oldest]
             _WIDE_SPANS.pop(oldest, None)
+            _WIDE_ENDS.pop(oldest, None)
     return oid
 
 
@@ -525,13 +553,22 @@ class _Order:
         return self.ends[i - 1] if i else 0
 
 
-def _starts_entry(raw: bytes, at: int, known: dict[bytes, tuple[int, int]]) -> bool:
-    """Whether an entry of raw tree ``raw`` starts at byte ``at``: whole entries must run from
-    the nearest boundary before it (0, or an edge of an entry found earlier, ``known``)
-    exactly to it. One regular-expression match in C: 0.55 ms for half of a 10,000-entry
-    root, paid when a name is first looked up in a tree, not when its span is known."""
-    begin = max((edge for span in known.values() for edge in span if edge <= at), default=0)
-    return _TREE_ENTRIES.fullmatch(raw, begin, at) is not None
+def _entry_ends(raw: bytes) -> list[int] | None:
+    """The offset where each entry of raw tree ``raw`` ends, or None when its entries do not
+    cover it end to end. Read from the start, each entry is read exactly (a name holds no
+    NUL), so these are the only places an entry starts."""
+    ends = list(itertools.accumulate(map(len, _TREE_ENTRY.findall(raw))))
+    return ends if (ends[-1] if ends else 0) == len(raw) else None
+
+
+def _starts_at(ends: list[int] | None, at: int) -> bool:
+    """Whether an entry starts at byte ``at`` of the tree whose entries end at ``ends``."""
+    if not ends:
+        return False
+    if at == 0:
+        return True
+    i = bisect.bisect_left(ends, at)
+    return i < len(ends) - 1 and ends[i] == at
 
 
 def _sort_key(entry: bytes) -> bytes:

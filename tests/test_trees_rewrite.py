@@ -169,14 +169,22 @@ def test_entry_spans_carry_over_in_place_rewrites_only(tmp_path: Path, monkeypat
     index = _index(repo, files)
     base = str(index.write_tree(repo))
     searches: list[bytes] = []
+    splits: list[int] = []
     real_find = trees._find_entry
+    real_ends = trees._entry_ends
 
     def counted(raw: bytes, name: bytes):
         if len(raw) >= trees._WIDE_BYTES:  # the root's searches (a narrow tree keeps no spans)
             searches.append(name)
         return real_find(raw, name)
 
+    def split(raw: bytes):
+        if len(raw) >= trees._WIDE_BYTES:
+            splits.append(len(raw))
+        return real_ends(raw)
+
     monkeypatch.setattr(trees, "_find_entry", counted)
+    monkeypatch.setattr(trees, "_entry_ends", split)
     # Names whose bytes occur once in the root (an ambiguous one goes to libgit2's builder).
     names = ("a b", "dir3/f", "e.txt")
     for step, mode in enumerate([BLOB, EXEC, BLOB, LINK, BLOB]):
@@ -184,12 +192,24 @@ def test_entry_spans_carry_over_in_place_rewrites_only(tmp_path: Path, monkeypat
             index.add(pygit2.IndexEntry(name, repo.create_blob(b"%d\n" % step),
                                         BLOB if "/" in name else mode))
         searches.clear()
+        splits.clear()
         base = _check(repo, index, base, set(names))
-        # The first rewrite searches each name once; the in-place ones after it, never.
+        # The first rewrite searches each name once and splits the root once, to be sure
+        # each is found where an entry starts; the in-place ones after it, never.
         assert sorted(searches) == ([] if step else [b"a b", b"dir3", b"e.txt"])
+        assert len(splits) == (0 if step else 1)
+    # A name not looked up before is searched, and found where an entry starts by the entry
+    # ends carried over the in-place rewrites: the root is not split again.
+    index.add(pygit2.IndexEntry("pad5", repo.create_blob(b"pad 5 changed\n"), BLOB))
+    searches.clear()
+    splits.clear()
+    base = _check(repo, index, base, {"pad5"})
+    assert (searches, splits) == ([b"pad5"], [])
     index.remove("pad7")  # the root shrinks: every entry after pad7 moves
     base = _check(repo, index, base, {"pad7"})
     index.add(pygit2.IndexEntry("e.txt", repo.create_blob(b"after the removal\n"), BLOB))
     searches.clear()
+    splits.clear()
     _check(repo, index, base, {"e.txt"})
     assert searches == [b"e.txt"]  # searched again: the old spans were not carried
+    assert len(splits) == 1  # nor where its entries end
