@@ -7,9 +7,9 @@ at all, an object git cannot read), which is 10–20 ms for the 320 KB root tree
 monorepo with 10,000 top-level entries, rewritten on every capture with a change; pygit2's
 ``create_commit`` looks the tree up, parsing every entry of that root, before writing a commit
 that only names it; and pygit2 holds the interpreter lock through the whole write, file
-creation included, so sixteen agents' captures queued behind each other's (a 150-entry tree:
-0.16 ms through libgit2's tree builder, 0.06 ms here, most of it without the lock). ``git gc``
-packs these loose objects (with deltas) like any other.
+creation included, so sixteen agents' captures queued behind each other's (a 100-entry tree
+on a tmpfs: 0.16 ms through libgit2's tree builder, 0.06 ms here, its system calls made
+without the lock). ``git gc`` packs these loose objects (with deltas) like any other.
 
 Promises:
 - ``write_stored`` (and ``StoredObjects.write``, bound to one object directory) writes a valid loose object (``git cat-file``, ``git fsck --strict``) whose
