@@ -80,6 +80,7 @@ class NobodyDaemon:
             if self.call("ping").get("ok"):
                 return self
             time.sleep(0.1)
+        self.stop()  # never answered: not left running after the test
         raise RuntimeError((self.env.root / "daemon.log").read_text())
 
     def call(self, method: str, *args: object, **kwargs: object) -> dict:
