@@ -130,9 +130,9 @@ def _place(fan: str, final: str, hexid: str, body: bytes, fsync: bool) -> None:
     except FileNotFoundError:
         # A new fan-out directory (or one a concurrent gc just removed, emptied): tried
         # first without it, as it is nearly always there. Never ``objects`` itself.
-        created = not os.path.isdir(fan)
         try:
             os.mkdir(fan)
+            created = True
         except FileExistsError:
             pass  # another capture made it meanwhile
         _write_tmp(tmp, body, fsync)

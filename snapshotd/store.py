@@ -225,8 +225,9 @@ class Store:
             new_ref = False
             for attempt in range(1, ODB_TRIES + 1):
                 # Written by ``loose``, not libgit2: no deflate, and the interpreter lock is
-                # not held across the file's system calls (nor its inode's allocation).
-                oid = odb_retry(self.stored_objects.write, "commit", raw)
+                # not held across the file's system calls (nor its inode's allocation). It
+                # retries a fan-out directory a concurrent gc removed itself.
+                oid = self.stored_objects.write("commit", raw)
                 faults.crash_point("after-commit")
                 try:
                     if self._move_ref(meta.key.ref, oid):

@@ -394,8 +394,11 @@ def _rewrite_dir(repo: pygit2.Repository, old: _OldTrees, d: str,
     base_id = old.oid(d)
     raw = old.raw(base_id) if base_id is not None else b""
     if raw is not None:
-        find = (lambda name: old.find(base_id, name)) if base_id is not None else _absent
-        spliced = _splice(raw, d, changes, files_here, find, lambda: _Order.of(raw))
+        if base_id is not None:
+            spliced = _splice(raw, d, changes, files_here, lambda name: old.find(base_id, name),
+                              lambda: old.ends_of(base_id))
+        else:  # a new directory
+            spliced = _splice(raw, d, changes, files_here, lambda name: None, lambda: [])
         if spliced is not None:
             data, found, in_place = spliced
             for i in range(3):
@@ -472,17 +475,18 @@ def _write_raw_tree(repo: pygit2.Repository, data: bytes,
 
 def _splice(raw: bytes, d: str, changes: dict[str, tuple[pygit2.Oid, int] | None],
             files_here: set[str], find: Callable[[bytes], _Entry | None],
-            order_of: Callable[[], _Order | None]
+            ends_of: Callable[[], list[int] | None]
             ) -> tuple[bytes, tuple[int, int, int], bool] | None:
     """Raw tree ``raw`` with ``changes`` applied, the changed files counted (as libgit2's
     tree builder would: ``_rewrite_dir``) and whether every entry stayed where it was (only
     replaced, each by one as long); None when a name is ambiguous in the bytes or the
     entries cannot be read in order. A replaced or removed entry is edited in place; an added
     one, or one turning between tree and non-tree (it moves), goes where git sorts it, found
-    by bisecting the entries (``order_of``, split only then). ``find`` is ``_find_entry`` over
-    ``raw`` (remembered: the same names were looked up on the way down)."""
+    by bisecting the entries (``ends_of``: where each ends, ``_entry_ends``). ``find`` is
+    ``_find_entry`` over ``raw`` (remembered: the same names were looked up on the way
+    down)."""
     edits: list[tuple[int, int, bytes, bytes]] = []  # (start, end, sort key, new bytes)
-    order: _Order | None = None
+    ends: list[int] | None = None
     added = modified = deleted = 0
     in_place = True
     for name, value in changes.items():
@@ -515,12 +519,12 @@ def _splice(raw: bytes, d: str, changes: dict[str, tuple[pygit2.Oid, int] | None
                 continue
             edits.append((start, end, b"", b""))  # it moves: a tree sorts as "name/"
         in_place = False
-        if order is None:
-            order = order_of()
-            if order is None:
+        if ends is None:
+            ends = ends_of()
+            if ends is None:
                 return None
         key = bname + b"/" if is_tree else bname
-        at = order.offset(key)
+        at = _insert_at(raw, ends, key)
         edits.append((at, at, key, data))
     parts, at = [], 0
     for start, end, _key, data in sorted(edits):
@@ -528,29 +532,6 @@ def _splice(raw: bytes, d: str, changes: dict[str, tuple[pygit2.Oid, int] | None
         at = end
     parts.append(raw[at:])
     return b"".join(parts), (added, modified, deleted), in_place
-
-
-class _Order:
-    """The entries of one raw tree in git's order, for finding where a new one goes."""
-
-    def __init__(self, entries: list[bytes], ends: list[int]) -> None:
-        self.entries = entries
-        self.ends = ends
-
-    @classmethod
-    def of(cls, raw: bytes) -> _Order | None:
-        """The entries of ``raw``, or None when they do not cover it end to end (not a tree
-        this reader can split)."""
-        entries = _TREE_ENTRY.findall(raw)
-        ends = list(itertools.accumulate(map(len, entries)))
-        if (ends[-1] if ends else 0) != len(raw):
-            return None
-        return cls(entries, ends)
-
-    def offset(self, key: bytes) -> int:
-        """Where in the raw bytes an entry whose sort key is ``key`` goes."""
-        i = bisect.bisect_left(self.entries, key, key=_sort_key)
-        return self.ends[i - 1] if i else 0
 
 
 def _entry_ends(raw: bytes) -> list[int] | None:
@@ -571,13 +552,18 @@ def _starts_at(ends: list[int] | None, at: int) -> bool:
     return i < len(ends) - 1 and ends[i] == at
 
 
+def _insert_at(raw: bytes, ends: list[int], key: bytes) -> int:
+    """The byte offset in raw tree ``raw`` (its entries ending at ``ends``) where an entry
+    whose sort key is ``key`` goes: a bisection reading only the entries it probes."""
+    def probe(i: int) -> bytes:
+        return _sort_key(raw[ends[i - 1] if i else 0:ends[i]])
+
+    i = bisect.bisect_left(range(len(ends)), key, key=probe)
+    return ends[i - 1] if i else 0
+
+
 def _sort_key(entry: bytes) -> bytes:
     """What git sorts a raw tree entry by: its name, a tree's as if it ended in "/"."""
     space = entry.index(b" ")
     name = entry[space + 1:-21]
     return name + b"/" if entry[:space] in (b"40000", b"040000") else name
-
-
-def _absent(name: bytes) -> None:
-    """``find`` in a directory the base does not have."""
-    return None
