@@ -24,6 +24,7 @@ from conftest import (
     make_git_worktree,
     run_hook,
 )
+from helpers import wait_windows_recovered
 from snapshotd.faults import CRASH_EXIT_STATUS
 from snapshotd_client import SnapshotdError
 
@@ -78,6 +79,9 @@ def test_crash_at_every_capture_boundary(point: str, sd_env: Env, tmp_path: Path
         assert daemon.proc.wait(timeout=20) == CRASH_EXIT_STATUS
 
     final = make_daemon(sd_env, extra_env=dict(QUIET_WATCHER))
+    # The last crash may have left a settle window open: the final daemon captures it on its
+    # pool while it already serves, so the listing waits for that checkpoint.
+    wait_windows_recovered(sd_env.home)
     with final.client() as c:
         listing = c.list("crash")
     final.stop()
