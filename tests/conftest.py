@@ -189,6 +189,7 @@ class Env:
         self.ledger_url = ledger_url
         self.home = root / "home"
         self.sockdir = Path(tempfile.mkdtemp(prefix="sd", dir="/tmp"))
+        _SOCKET_DIRS.append(self.sockdir)
         self.socket = self.sockdir / "s.sock"
         self.gaps = self.home / "gaps.ndjson"
         self.vars = {
@@ -318,6 +319,9 @@ MakeDaemon = Callable[..., Daemon]
 # What the running test made; ``_reap_daemons`` stops them all when it ends.
 _MADE_DAEMONS: list[Daemon] = []
 _MADE_ENVS: list[Env] = []
+# Every Env's socket directory under /tmp, outside pytest's basetemp: an Env a module-scoped
+# fixture made outlives its first test, so they are removed when the session ends.
+_SOCKET_DIRS: list[Path] = []
 
 
 @pytest.fixture(autouse=True)
@@ -342,6 +346,13 @@ def _reap_daemons(request: pytest.FixtureRequest) -> Iterator[None]:
         stop_daemons_under(root)
     _MADE_DAEMONS.clear()
     _MADE_ENVS.clear()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _remove_socket_dirs() -> Iterator[None]:
+    yield
+    for path in _SOCKET_DIRS:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session", autouse=True)
