@@ -18,7 +18,8 @@ For each tree size (generated, committed and packed like a clone), in one proces
   ``restore_1_file_ms`` against the peer's ``add -A`` + ``read-tree -m -u``;
 - ``file_create_ms``: what creating one file cost where the store is, just before the steady
   rows (on some disks it swings 30x after thousands of files were written, and every capture
-  with a change creates several: compare runs only at similar values).
+  with a change creates several: compare runs only at similar values); ``cpu_speed_ms``, the
+  host's speed phase at the same moment (``bench.common.cpu_speed_ms``: lower is faster).
 
 A tree of N files has N/10 directories of 10 files (``--sizes 1000000``: 1,000,000 files in
 about 110,000 directories), committed as one pack like a clone (``git fast-import``; no loose
@@ -51,6 +52,7 @@ import psutil
 from bench.common import (
     DaemonProc,
     GitPeer,
+    cpu_speed_ms,
     file_create_ms,
     http_poster,
     make_tree,
@@ -100,7 +102,9 @@ def run_size(files: int, rounds: int, hooks: list[str] | None = None,
                      "watch_setup_ms": round(watch_ms, 1),
                      # What creating a file cost where the store is, before the steady rows
                      # (every capture with a change creates several: bench.common).
-                     "file_create_ms": file_create_ms(daemon.dir)}
+                     "file_create_ms": file_create_ms(daemon.dir),
+                     # This host's speed phase (lower is faster; bench.common.cpu_speed_ms).
+                     "cpu_speed_ms": cpu_speed_ms()}
         for changed in (0, 1, 100):
             ours, theirs = [], []
             for r in range(rounds):
