@@ -193,10 +193,11 @@ def bench_daemon(prefix: str, where: str = "/tmp",
         shutil.rmtree(base, ignore_errors=True)
 
 
-def http_poster(daemon: DaemonProc, **headers: str) -> Callable[[bytes], int]:
+def http_poster(daemon: DaemonProc, path: str = "/hook", **headers: str
+                ) -> Callable[[bytes], int]:
     """A POST of one hook payload to the daemon's HTTP hook endpoint (it must run with
-    ``SNAPSHOTD_HTTP_HOOK=1``), as an agent's http hook makes it: a new connection each time,
-    the token, and ``headers``. Returns the status."""
+    ``SNAPSHOTD_HTTP_HOOK=1``) at ``path``, as an agent's http hook makes it: a new connection
+    each time, the token, and ``headers``. Returns the status."""
     with daemon.client() as c:
         url = c.status()["http_hook"]["url"]
     port = int(url.rsplit(":", 1)[1].split("/", 1)[0])
@@ -207,7 +208,7 @@ def http_poster(daemon: DaemonProc, **headers: str) -> Callable[[bytes], int]:
     def post(body: bytes) -> int:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         try:
-            conn.request("POST", "/hook", body=body, headers=sent)
+            conn.request("POST", path, body=body, headers=sent)
             reply = conn.getresponse()
             reply.read()
             return reply.status
