@@ -58,6 +58,7 @@ from bench.common import (
     make_tree,
     median,
     tree_file,
+    write_payload,
 )
 from bench.tree import cached_tree
 
@@ -125,12 +126,9 @@ def run_size(files: int, rounds: int, hooks: list[str] | None = None,
         for r in range(rounds):
             for name, command in commands.items():  # interleaved: the same load for each
                 targets[0].write_text(f"hook round {r} {name}\n")
-                payload = {"session_id": "perf", "cwd": str(wt),
-                           "hook_event_name": "PostToolUse", "tool_name": "Write",
-                           "tool_input": {"file_path": str(targets[0])},
-                           "tool_use_id": f"toolu_perf_{r}_{name}"}
+                payload = write_payload("perf", wt, targets[0], f"toolu_perf_{r}_{name}")
                 t0 = time.perf_counter()
-                subprocess.run(command, input=json.dumps(payload).encode(), env=env, check=True)
+                subprocess.run(command, input=payload, env=env, check=True)
                 hook_ms[name].append((time.perf_counter() - t0) * 1000)
         for name, command in commands.items():
             out[name] = median(hook_ms[name])
@@ -165,10 +163,7 @@ def _http_hook(daemon: DaemonProc, wt: Path, target: Path, rounds: int) -> float
     times = []
     for r in range(rounds):
         target.write_text(f"http hook round {r}\n")
-        payload = {"session_id": "perf", "cwd": str(wt), "hook_event_name": "PostToolUse",
-                   "tool_name": "Write", "tool_input": {"file_path": str(target)},
-                   "tool_use_id": f"toolu_perf_http_{r}"}
-        body = json.dumps(payload).encode()
+        body = write_payload("perf", wt, target, f"toolu_perf_http_{r}")
         t0 = time.perf_counter()
         if post(body) != 200:
             raise RuntimeError("the HTTP hook did not answer 200")

@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import DaemonProc, GitPeer, make_tree, median
+from bench.common import DaemonProc, GitPeer, make_tree, median, write_payload
 
 # What hooks/hooks.json runs: the environment's installed ``snapshot-hook`` script.
 HOOK = [str(Path(sys.executable).parent / "snapshot-hook")]
@@ -39,12 +39,10 @@ def run(files: int, rounds: int) -> dict:
         target = next(wt.rglob("f1.txt"))
         for i in range(rounds):
             target.write_text(f"round {i}\n")
-            payload = {"session_id": "bench", "cwd": str(wt), "hook_event_name": "PostToolUse",
-                       "tool_name": "Write", "tool_input": {"file_path": str(target)},
-                       "tool_use_id": f"toolu_bench_{i}"}
+            payload = write_payload("bench", wt, target, f"toolu_bench_{i}")
             env = dict(daemon.env, SNAPSHOTD_RUN_ID="bench", SNAPSHOTD_NODE_ID="n")
             t0 = time.perf_counter()
-            subprocess.run(HOOK, input=json.dumps(payload).encode(), env=env, check=True)
+            subprocess.run(HOOK, input=payload, env=env, check=True)
             hook_ms.append((time.perf_counter() - t0) * 1000)
             target.write_text(f"round {i} peer\n")
             with daemon.client() as c:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import http.client
+import json
 import os
 import shutil
 import signal
@@ -191,6 +192,14 @@ def bench_daemon(prefix: str, where: str = "/tmp",
     finally:
         daemon.stop()
         shutil.rmtree(base, ignore_errors=True)
+
+
+def write_payload(session: str, cwd: Path, path: Path, tool_use_id: str) -> bytes:
+    """The JSON body Claude Code's after-tool hook gets for a ``Write`` of ``path`` in ``cwd``
+    (what ``snapshot-hook`` reads on stdin and the HTTP endpoint takes as a POST)."""
+    return json.dumps({"session_id": session, "cwd": str(cwd), "hook_event_name": "PostToolUse",
+                       "tool_name": "Write", "tool_input": {"file_path": str(path)},
+                       "tool_use_id": tool_use_id}).encode()
 
 
 def http_poster(daemon: DaemonProc, path: str = "/hook", **headers: str

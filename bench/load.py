@@ -51,6 +51,7 @@ from bench.common import (
     make_tree,
     median,
     parse_side,
+    write_payload,
 )
 
 # The hook as ``snapshot-hook`` runs it, under the side's own interpreter (its install's start-up
@@ -79,11 +80,8 @@ def run(worktrees: int, hooks: int, burst: int, files: int, use_http: bool = Fal
         def fire(n: int) -> tuple[int, float]:
             wt = trees[n % worktrees]
             (wt / f"load-{n}.txt").write_text(str(n))
-            payload = {"session_id": f"load-{n % worktrees}", "cwd": str(wt),
-                       "hook_event_name": "PostToolUse", "tool_name": "Write",
-                       "tool_input": {"file_path": str(wt / f"load-{n}.txt")},
-                       "tool_use_id": f"toolu_load_{n}"}
-            body = json.dumps(payload).encode()
+            body = write_payload(f"load-{n % worktrees}", wt, wt / f"load-{n}.txt",
+                                 f"toolu_load_{n}")
             t0 = time.perf_counter()
             if post is not None:
                 code = post(body)

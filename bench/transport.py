@@ -38,6 +38,7 @@ from bench.common import (
     make_tree,
     median,
     tree_file,
+    write_payload,
 )
 
 ENV = {"SNAPSHOTD_SETTLE_MS": "600000", "SNAPSHOTD_MAX_WAIT_MS": "600000",
@@ -81,10 +82,7 @@ def _measure(daemon: DaemonProc, wt: Path, files: int, rounds: int) -> dict:
         times["socket_end_to_end_ms"].append((time.perf_counter() - started) * 1000)
         times["capture_ms"].append(reply["elapsed_ms"])
         target.write_text(f"http round {r}\n")
-        payload = {"session_id": "transport", "cwd": str(wt), "hook_event_name": "PostToolUse",
-                   "tool_name": "Write", "tool_input": {"file_path": str(target)},
-                   "tool_use_id": f"toolu_h{r}"}
-        body = json.dumps(payload).encode()
+        body = write_payload("transport", wt, target, f"toolu_h{r}")
         started = time.perf_counter()
         if post_hook(body) != 200:
             raise RuntimeError("the HTTP hook did not answer 200")
