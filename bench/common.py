@@ -182,11 +182,13 @@ class DaemonProc:
 
 @contextmanager
 def bench_daemon(prefix: str, where: str = "/tmp",
-                 extra_env: dict[str, str] | None = None) -> Iterator[tuple[Path, DaemonProc]]:
-    """A new scratch directory under ``where`` and a daemon with a home of its own; the daemon
-    is stopped and the directory removed on exit, also when the bench fails."""
+                 extra_env: dict[str, str] | None = None, *, daemon_where: str = "/tmp"
+                 ) -> Iterator[tuple[Path, DaemonProc]]:
+    """A new scratch directory under ``where`` and a daemon with a home of its own under
+    ``daemon_where``; the daemon is stopped and the directory removed on exit, also when the
+    bench fails."""
     base = Path(tempfile.mkdtemp(prefix=prefix, dir=where))
-    daemon = DaemonProc(extra_env=extra_env)
+    daemon = DaemonProc(extra_env=extra_env, parent=daemon_where)
     try:
         yield base, daemon
     finally:

@@ -25,13 +25,12 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
 from bench.common import (
     DaemonProc,
+    bench_daemon,
     cpu_speed_ms,
     file_create_ms,
     http_poster,
@@ -47,16 +46,8 @@ RUN, NODE = "transport", "n"
 
 
 def run(files: int, rounds: int, parent: str) -> dict:
-    work = Path(tempfile.mkdtemp(prefix="sdtransport", dir=parent))
-    try:
-        wt = make_tree(work / "wt", files)
-        daemon = DaemonProc(ENV, parent=parent)
-        try:
-            return _measure(daemon, wt, files, rounds)
-        finally:
-            daemon.stop()
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    with bench_daemon("sdtransport", parent, ENV, daemon_where=parent) as (work, daemon):
+        return _measure(daemon, make_tree(work / "wt", files), files, rounds)
 
 
 def _measure(daemon: DaemonProc, wt: Path, files: int, rounds: int) -> dict:
