@@ -159,7 +159,7 @@ class HttpHook:
         log.info("HTTP hook endpoint on http://127.0.0.1:%d%s", self.port, HOOK_PATH)
 
     def stop_accepting(self) -> None:
-        # Runs in the event loop: ``shutdown`` waits for ``serve_forever`` to notice.
+        # Runs in the main thread's stop: ``shutdown`` waits for ``serve_forever`` to notice.
         threading.Thread(target=self.httpd.shutdown, daemon=True).start()
 
     def close(self) -> None:

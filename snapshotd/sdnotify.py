@@ -7,8 +7,8 @@ Owns the datagram socket named by ``$NOTIFY_SOCKET`` (a path, or an abstract nam
 Promises:
 - ``READY=1`` is sent once, when the listener is accepting (``server.on_ready``), never before,
   so ``Type=notify`` units order clients after a daemon that can really serve them.
-- ``WATCHDOG=1`` is sent every ``WATCHDOG_USEC/2`` while the event loop answers and the socket's
-  accepting thread runs (a wedged loop or a dead acceptor stops the pings and the supervisor
+- ``WATCHDOG=1`` is sent every ``WATCHDOG_USEC/2`` while the main thread answers and the socket's
+  accepting thread runs (a wedged main thread or a dead acceptor stops the pings and the supervisor
   restarts us), only when ``WATCHDOG_USEC`` is set and
   ``WATCHDOG_PID`` is unset or names this process.
 - ``STATUS=…`` says what the daemon is doing (active attempts, captures, gaps) and is refreshed
@@ -122,7 +122,7 @@ class Supervision:
         self._last_status = ""
 
     def ready(self) -> None:
-        """Called in the event loop once the listener accepts connections."""
+        """Called in the main thread once the listener accepts connections."""
         status = self._status_line()
         self._last_status = status
         self.notifier.send("READY=1", f"STATUS={status}")
@@ -156,18 +156,14 @@ class Supervision:
                     self.notifier.send(f"STATUS={status}")
 
     def _loop_answers(self, timeout: float) -> bool:
-        """True when the socket's accepting thread runs and the event loop runs a callback
+        """True when the socket's accepting thread runs and the main thread runs a call
         within ``timeout``: a daemon that stopped serving must stop feeding the watchdog."""
         if not self.server.accepting:
             return False  # the socket no longer takes connections: the daemon serves no one
         answered = threading.Event()
-
-        async def mark() -> None:
-            answered.set()
-
         try:
-            self.server.call_in_loop(mark)
-        except RuntimeError:  # the loop is closed: we are past serving
+            self.server.call_in_main(answered.set)
+        except RuntimeError:  # the main thread no longer serves: we are past serving
             return False
         return answered.wait(max(timeout, 0.05))
 

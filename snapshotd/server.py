@@ -11,8 +11,9 @@ connection thread (``snapshotd.workers``) that reads its frames, runs each reque
 itself and writes the reply, blocking, with no event loop between them: through asyncio a bare
 ``ping`` cost the daemon 0.3-0.6 ms of CPU (the loop's accept, reads, hand-off to a pool
 thread and back, reply), a share of every hook's capture when sixteen agents' hooks arrive at
-once. At most ``workers`` handlers run at a time. The asyncio loop in the main thread keeps
-the signals, the stop sequence and ``call_in_loop``.
+once. At most ``workers`` handlers run at a time. The main thread keeps the signals, the stop
+sequence and ``call_in_main`` (a queue it serves: no event loop, whose import alone was a
+tenth of a daemon's start).
 
 Promises:
 - The socket lives in a 0700 directory and is created 0600; a peer of another uid is refused
@@ -32,18 +33,19 @@ Promises:
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import logging
 import os
+import queue
 import select
 import signal
 import socket
 import struct
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
 import msgpack
@@ -76,6 +78,8 @@ STOP_HOOKS_S = 20.0
 # How long the stop waits, once in-flight requests are done, for each connection to answer a
 # request it had already been sent (``shutting-down``) and close.
 STOP_CUT_S = 2.0
+# Put on the main thread's queue to end the serving (a signal, ``stop``).
+_STOP = None
 # How long the acceptor waits before trying again when it cannot accept (no descriptors left).
 ACCEPT_RETRY_S = 0.1
 # How long a refusal (busy) may take to send before the connection is simply closed (s).
@@ -131,8 +135,10 @@ class Server:
         self._serial = 0
         # Requests and hooks a stop abandoned after its deadline (their threads still run).
         self.abandoned: list[str] = []
-        self._stopping: asyncio.Event | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        # What the main thread runs while it serves (``call_in_main``), and ``_STOP`` once a
+        # signal or ``stop`` asks for the stop: put from signal handlers too (reentrant).
+        self._main_calls: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._serving = False
         self.refused_connections = 0
         self.accept_errors = 0
         self._accept_failing = False
@@ -171,12 +177,20 @@ class Server:
         return chain
 
     def run(self, on_ready: Callable[[], None] | None = None) -> None:
-        """Serve until SIGTERM/SIGINT, then shut down gracefully."""
-        asyncio.run(self._main(on_ready))
+        """Serve until SIGTERM/SIGINT (or ``stop``), then shut down gracefully. Runs in the
+        main thread (signal handlers are installed there), which serves ``call_in_main``
+        meanwhile; the signals' earlier handlers are put back before it returns."""
+        previous = {sig: signal.signal(sig, self._on_signal)
+                    for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            self._serve_main(on_ready)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
     def stop(self) -> None:
-        if self._loop is not None and self._stopping is not None:
-            self._loop.call_soon_threadsafe(self._stopping.set)
+        """Begin the graceful stop, as SIGTERM does (from any thread)."""
+        self._main_calls.put(_STOP)
 
     @property
     def accepting(self) -> bool:
@@ -185,17 +199,21 @@ class Server:
         return (self._acceptor is not None and self._acceptor.is_alive()
                 and not self._stop_flag.is_set())
 
-    def call_in_loop(self, fn: Callable[[], Awaitable[None]]) -> None:
-        if self._loop is not None:
-            asyncio.run_coroutine_threadsafe(fn(), self._loop)
+    def call_in_main(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` in the main thread, which serves such calls until the stop begins (the
+        supervisor's watchdog proves with one that the daemon still answers). Raises
+        ``RuntimeError`` once it no longer does."""
+        if not self._serving:
+            raise RuntimeError("the daemon's main thread no longer serves calls")
+        self._main_calls.put(fn)
 
     # -- helpers ---------------------------------------------------------------------------
 
-    async def _main(self, on_ready: Callable[[], None] | None) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stopping = asyncio.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            self._loop.add_signal_handler(sig, self._stopping.set)
+    def _on_signal(self, _signum: int, _frame: object) -> None:
+        self._main_calls.put(_STOP)
+
+    def _serve_main(self, on_ready: Callable[[], None] | None) -> None:
+        self._serving = True
         self.listener.setblocking(False)
         self._wake = os.pipe()
         self._acceptor = threading.Thread(target=self._accept_loop, name="snapshotd-accept",
@@ -205,26 +223,38 @@ class Server:
             on_ready()
         _call_each(self.on_ready, "ready")
         log.info("serving on %s", self.listener.getsockname())
-        await self._stopping.wait()
+        self._run_main_calls()
         log.info("stopping: finishing in-flight requests")
         self._stop_flag.set()
         _call_each(self.on_stopping, "stopping")
         self._stop_accepting()
-        await self._finish_in_flight()
+        self._finish_in_flight()
         self._cut_connections()
-        await self._connections_answered()
-        await self._run_shutdown_hooks()
+        self._connections_answered()
+        self._run_shutdown_hooks()
         self._workers.stop()
         # Threads still stuck are abandoned: waiting for them would never end.
         self._executor.shutdown(wait=not self.abandoned, cancel_futures=True)
 
-    async def _finish_in_flight(self) -> None:
+    def _run_main_calls(self) -> None:
+        """Run what ``call_in_main`` queued until the stop is asked for. A call that fails is
+        logged; it never ends the serving."""
+        while True:
+            call = self._main_calls.get()
+            if call is _STOP:
+                self._serving = False
+                return
+            try:
+                call()
+            except Exception:  # noqa: BLE001 - one caller's trouble, logged
+                log.exception("a call run in the main thread failed")
+
+    def _finish_in_flight(self) -> None:
         """In-flight requests finish and their replies go out before connections are cut, for
         at most ``STOP_GRACE_S``; whatever still runs then is logged and abandoned."""
-        assert self._loop is not None
-        deadline = self._loop.time() + STOP_GRACE_S
-        while self._in_flight and self._loop.time() < deadline:
-            await asyncio.sleep(0.01)
+        deadline = time.monotonic() + STOP_GRACE_S
+        while self._in_flight and time.monotonic() < deadline:
+            time.sleep(0.01)
         if self._in_flight:
             with self._lock:
                 running = sorted(self._running.values())
@@ -232,31 +262,29 @@ class Server:
             log.error("stopping with %d request(s) still running after %gs, abandoned: %s",
                       len(running), STOP_GRACE_S, "; ".join(running))
 
-    async def _connections_answered(self) -> None:
+    def _connections_answered(self) -> None:
         """Each connection thread answers what it had already been sent and closes, for at
         most ``STOP_CUT_S``; a connection whose request was abandoned is not waited for."""
-        assert self._loop is not None
-        deadline = self._loop.time() + STOP_CUT_S
-        while self._loop.time() < deadline:
+        deadline = time.monotonic() + STOP_CUT_S
+        while time.monotonic() < deadline:
             with self._lock:
                 if len(self._connections) <= self._in_flight:
                     return
-            await asyncio.sleep(0.01)
+            time.sleep(0.01)
         log.warning("stopping with %d connection(s) still open after %gs",
                     len(self._connections), STOP_CUT_S)
 
-    async def _run_shutdown_hooks(self) -> None:
+    def _run_shutdown_hooks(self) -> None:
         """Each hook in turn, all of them within ``STOP_HOOKS_S``; one that overruns is logged
         and abandoned (it may wait on a worktree a stuck request holds)."""
-        assert self._loop is not None
-        deadline = self._loop.time() + STOP_HOOKS_S
+        deadline = time.monotonic() + STOP_HOOKS_S
         for hook in self.shutdown_hooks:
             name = getattr(hook, "__qualname__", repr(hook))
-            remaining = max(0.1, deadline - self._loop.time())
-            future = self._loop.run_in_executor(self._executor, hook)
+            remaining = max(0.1, deadline - time.monotonic())
+            future = self._executor.submit(hook)
             try:
-                await asyncio.wait_for(asyncio.shield(future), remaining)
-            except asyncio.TimeoutError:
+                future.result(timeout=remaining)
+            except FutureTimeout:
                 self.abandoned.append(f"shutdown hook {name}")
                 log.error("shutdown hook %s still running after %gs: abandoned", name,
                           STOP_HOOKS_S)
