@@ -83,3 +83,23 @@ def test_a_request_is_sent_before_msgpack_is_imported() -> None:
     frame = bytes.fromhex(out[1])
     assert msgpack.unpackb(frame[4:]) == {"v": 1, "op": "snapshot", "cwd": "/w", "tier": 1,
                                            "fallback": {"iteration": 0, "attempt": None}}
+
+
+def test_once_msgpack_is_loaded_frames_are_the_same_bytes() -> None:
+    """After the import (the daemon's case, and a client's from its first reply on)
+    ``encode_frame`` uses msgpack's packer: the frames are those the plain packer made, and
+    text that is not Unicode still goes as ``EXT_FS_TEXT``."""
+    from snapshotd_client import protocol
+
+    protocol.preload_codec()
+    assert protocol._MSGPACK is msgpack  # the path under test
+    rng = Random(9)
+    for _ in range(200):
+        value = {"v": 1, "op": "snapshot", "x": plain(rng)}
+        packed = pack_plain(value)
+        if packed is not None:
+            assert encode_frame(value) == len(packed).to_bytes(4, "big") + packed, value
+    frame = encode_frame({"path": "caf\udce9"})
+    assert decode_body(frame[4:], fs_text=True) == {"path": "caf\udce9"}
+    # As the daemon reads it: an ext value of the name's bytes, not lossy text.
+    assert decode_body(frame[4:]) == {"path": msgpack.ExtType(protocol.EXT_FS_TEXT, b"caf\xe9")}
