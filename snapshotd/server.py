@@ -80,6 +80,10 @@ STOP_HOOKS_S = 20.0
 STOP_CUT_S = 2.0
 # Put on the main thread's queue to end the serving (a signal, ``stop``).
 _STOP = None
+# How often the main thread wakes while it serves. A signal the kernel hands to another thread
+# (it may, when the main thread already has one pending) runs its Python handler only once the
+# main thread runs again: this bounds that wait.
+MAIN_WAKE_S = 1.0
 # How long the acceptor waits before trying again when it cannot accept (no descriptors left).
 ACCEPT_RETRY_S = 0.1
 # How long a refusal (busy) may take to send before the connection is simply closed (s).
@@ -240,7 +244,10 @@ class Server:
         """Run what ``call_in_main`` queued until the stop is asked for. A call that fails is
         logged; it never ends the serving."""
         while True:
-            call = self._main_calls.get()
+            try:
+                call = self._main_calls.get(timeout=MAIN_WAKE_S)
+            except queue.Empty:
+                continue  # any signal handler due has just run, in this thread
             if call is _STOP:
                 self._serving = False
                 return
@@ -304,6 +311,7 @@ class Server:
             while not self._stop_flag.is_set():
                 poller.poll()
                 faults.delay("accept")
+                faults.check("acceptor")
                 self._accept_pending()
         except Exception:  # noqa: BLE001 - logged; the stop that follows is the handling
             log.critical("the socket's accepting thread failed: stopping the daemon",
