@@ -17,7 +17,11 @@ machinery alone, answered 404). Reported, medians over ``--rounds``:
 The peer is the socket transport in the same run: the HTTP row's budget (≤ 5 ms end to end,
 docs/performance.md) is the capture plus what HTTP adds to it.
 
-Usage: ``python -m bench.transport [--files 10000] [--rounds 60] [--dir /tmp]``.
+``--cache DIR`` takes the tree from ``bench.tree``'s cache (``python -m bench --cache``'s: the
+million-file tree is prepared once and reset to its commit for each run) instead of generating
+it under ``--dir``; the daemon's home stays under ``--dir``.
+
+Usage: ``python -m bench.transport [--files 10000] [--rounds 60] [--dir /tmp] [--cache DIR]``.
 """
 
 from __future__ import annotations
@@ -39,15 +43,17 @@ from bench.common import (
     tree_file,
     write_payload,
 )
+from bench.tree import cached_tree
 
 ENV = {"SNAPSHOTD_SETTLE_MS": "600000", "SNAPSHOTD_MAX_WAIT_MS": "600000",
        "SNAPSHOTD_HTTP_HOOK": "1", "SNAPSHOTD_HTTP_HOOK_PORT": "0"}
 RUN, NODE = "transport", "n"
 
 
-def run(files: int, rounds: int, parent: str) -> dict:
+def run(files: int, rounds: int, parent: str, cache: Path | None = None) -> dict:
     with bench_daemon("sdtransport", parent, ENV, daemon_where=parent) as (work, daemon):
-        return _measure(daemon, make_tree(work / "wt", files), files, rounds)
+        tree = cached_tree(files, cache) if cache else make_tree(work / "wt", files)
+        return _measure(daemon, tree, files, rounds)
 
 
 def _measure(daemon: DaemonProc, wt: Path, files: int, rounds: int) -> dict:
@@ -100,9 +106,11 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=10000)
     parser.add_argument("--rounds", type=int, default=60)
     parser.add_argument("--dir", default="/tmp", help="where the tree and the daemon live")
+    parser.add_argument("--cache", type=Path, default=None, metavar="DIR",
+                        help="take the tree from this cache (bench.tree), kept for the next run")
     args = parser.parse_args()
-    print(json.dumps({"bench": "transport", **run(args.files, args.rounds, args.dir)},
-                     indent=2))
+    print(json.dumps({"bench": "transport",
+                      **run(args.files, args.rounds, args.dir, args.cache)}, indent=2))
 
 
 if __name__ == "__main__":
