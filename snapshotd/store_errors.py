@@ -5,7 +5,9 @@ Promises: every store operation that cannot be done raises ``StoreError`` whose 
 gap reason (docs/durability.md lists them); a write the disk refused (full, over quota,
 read-only, failing) is ``store-write-failed`` whether the error carries an errno or only
 libgit2's message (``is_write_failure``); ``odb_retry`` retries only the one failure that is
-not a failure (an object fan-out directory removed under libgit2 by ``git gc``).
+not a failure (an object fan-out directory removed under libgit2 by ``git gc``);
+``changed_while_read`` tells a source file that changed size while libgit2 read it from a
+store write that failed, though libgit2 words both alike.
 """
 
 from __future__ import annotations
@@ -32,6 +34,31 @@ STORE_WRITE_FAILED = "store-write-failed"
 WRITE_FAILURE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)
 WRITE_FAILURE_MESSAGES = ("No space left on device", "Disk quota exceeded",
                           "Read-only file system", "Input/output error")
+
+
+# What libgit2 says when the bytes it streamed from a file into the store were not the size it
+# saw (``write_file_stream``): with an OS reason after it when a read or the store's write
+# failed, with none when the file changed size while it was read.
+_STREAM_SHORT = "failed to read file into stream"
+
+
+class FileChanging(OSError):
+    """A worktree file kept changing size while it was read (tried again each time): it keeps
+    its last captured content in this capture and is listed as ``changing``. An ``OSError``, so
+    a caller that skips unreadable files skips this one too."""
+
+    def __init__(self, path: str, tries: int) -> None:
+        super().__init__(f"{path} changed size while it was read, {tries} times in a row")
+        self.path = path
+        self.tries = tries
+
+
+def changed_while_read(exc: BaseException) -> bool:
+    """Whether libgit2 failed hashing a file only because the file changed size while it read
+    it: its stream message with no OS reason (a failed read, or a failed write into the store,
+    always carries one: "failed to read file into stream: No space left on device")."""
+    return isinstance(exc, (pygit2.GitError, OSError)) and \
+        str(exc).strip().rstrip(":").strip() == _STREAM_SHORT
 
 
 class StoreError(Exception):

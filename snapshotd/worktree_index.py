@@ -29,6 +29,9 @@ Promises:
 - A failure on the store's side (``store-write-failed``: told apart from an unreadable file by
   the error and by reading the file) raises ``StoreError`` and never skips the file: a
   checkpoint is never acknowledged without a change it was given.
+- A file that changes size while it is read (a tool still writing it) is read again, up to
+  ``CHANGING_TRIES`` times; still changing, it keeps its last captured content, is listed as
+  ``changing`` and is re-hashed at the next capture (its writes are events, and it is racy).
 """
 
 from __future__ import annotations
@@ -66,7 +69,13 @@ from snapshotd.secrets import (
     secret_files_among,
     secret_skip,
 )
-from snapshotd.store_errors import STORE_WRITE_FAILED, StoreError, odb_retry
+from snapshotd.store_errors import (
+    STORE_WRITE_FAILED,
+    FileChanging,
+    StoreError,
+    changed_while_read,
+    odb_retry,
+)
 from snapshotd.trees import TreeShapeChanged, remember_changes, remember_file_count, rewrite_tree
 
 if TYPE_CHECKING:
@@ -77,6 +86,8 @@ log = logging.getLogger("snapshotd.store")
 # Files with an mtime this close to a capture may change again in the same clock tick with no
 # visible stat change: they are re-hashed at the next capture.
 RACY_WINDOW_NS = 50_000_000
+# How many times a file that changed size while it was read is read again in one capture.
+CHANGING_TRIES = 3
 
 class WorktreeIndex:
     """One worktree's in-memory stat cache, and the capture that uses it.
@@ -401,6 +412,11 @@ class WorktreeIndex:
         before = entry_id(index, path)
         try:
             self._add(index, path)
+        except FileChanging as exc:
+            # Its last content stays, listed; hashed again next time (``touched``: it is racy).
+            result.skipped.append({"path": path, "reason": "changing", "detail": str(exc)})
+            touched.append(path)
+            return
         except (pygit2.GitError, OSError) as exc:
             if before is not None:
                 self.unreadable.add(path)  # kept as last captured; held out of the next scan
@@ -423,13 +439,21 @@ class WorktreeIndex:
     def _add(self, index: pygit2.Index, path: str) -> None:
         """Hash ``path`` into the store and the index. A failure on the store's side raises
         ``StoreError``: the file is fine, and skipping it would acknowledge a checkpoint without
-        the change. Any other failure (the file cannot be read) is the caller's to report."""
-        try:
-            odb_retry(index.add, path)
-        except (pygit2.GitError, OSError) as exc:
-            if self.store.is_store_failure(exc, self.root / path):
-                raise StoreError(STORE_WRITE_FAILED, f"could not store {path}: {exc}") from exc
-            raise
+        the change. A file that changes size each time it is read raises ``FileChanging``; any
+        other failure (the file cannot be read) is the caller's to report."""
+        for attempt in range(1, CHANGING_TRIES + 1):
+            try:
+                odb_retry(index.add, path)
+                return
+            except (pygit2.GitError, OSError) as exc:
+                if changed_while_read(exc):
+                    if attempt == CHANGING_TRIES:
+                        raise FileChanging(path, attempt) from exc
+                    continue
+                if self.store.is_store_failure(exc, self.root / path):
+                    raise StoreError(STORE_WRITE_FAILED,
+                                     f"could not store {path}: {exc}") from exc
+                raise
 
     def _load_index(self) -> pygit2.Index:
         if self._index is not None:
