@@ -441,15 +441,21 @@ class WorktreeIndex:
         ``StoreError``: the file is fine, and skipping it would acknowledge a checkpoint without
         the change. A file that changes size each time it is read raises ``FileChanging``; any
         other failure (the file cannot be read) is the caller's to report."""
+        first_short: tuple[int, int, int] | None = None  # the file's stat at the first short read
         for attempt in range(1, CHANGING_TRIES + 1):
             try:
                 odb_retry(index.add, path)
                 return
             except (pygit2.GitError, OSError) as exc:
                 if changed_while_read(exc):
-                    if attempt == CHANGING_TRIES:
+                    now = _stat_mark(self.root / path)
+                    if attempt < CHANGING_TRIES:
+                        first_short = first_short or now
+                        continue
+                    # Only a file seen to change is "changing": a short read of a file that
+                    # stood still (a store write failing with no OS reason) is the store's.
+                    if now != first_short:
                         raise FileChanging(path, attempt) from exc
-                    continue
                 if self.store.is_store_failure(exc, self.root / path):
                     raise StoreError(STORE_WRITE_FAILED,
                                      f"could not store {path}: {exc}") from exc
@@ -566,6 +572,15 @@ def _utf8(path: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def _stat_mark(path: Path) -> tuple[int, int, int] | None:
+    """What a change to the file at ``path`` moves: its size, mtime and ctime (None: gone)."""
+    try:
+        st = path.lstat()
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def _is_racy(path: Path, started_ns: int) -> bool:

@@ -16,7 +16,10 @@ import subprocess
 import threading
 from pathlib import Path
 
+import pygit2
+
 from conftest import QUIET_WATCHER, Env, MakeDaemon, make_git_worktree
+from snapshotd.store_errors import changed_while_read
 from snapshotd_client import SnapshotdError
 
 RUN = {"run_id": "changing", "node_id": "n"}
@@ -68,3 +71,15 @@ def test_a_file_rewritten_during_captures_never_fails_them(sd_env: Env, tmp_path
                               capture_output=True, check=True).stdout
     assert captured == big.read_bytes()
     subprocess.run([*store, "fsck", "--no-dangling"], capture_output=True, check=True)
+
+
+def test_only_the_bare_stream_message_is_a_file_changing() -> None:
+    """libgit2 words a store write that failed and a file that changed size alike, but the
+    store's failure carries the OS's reason: that one stays ``store-write-failed``."""
+    assert changed_while_read(pygit2.GitError("failed to read file into stream: "))
+    assert changed_while_read(pygit2.GitError("failed to read file into stream"))
+    for reason in ("No space left on device", "Input/output error", "Disk quota exceeded",
+                   "Bad file descriptor"):
+        assert not changed_while_read(pygit2.GitError(f"failed to read file into stream: "
+                                                      f"{reason}"))
+    assert not changed_while_read(pygit2.GitError("could not open 'x' for reading"))
