@@ -194,17 +194,22 @@ class WorktreeIndex:
         files: set[str] = set()  # file entries changed; anything else is structural
         structural = self._tree is None
         try:
-            for rel in sorted(wanted):
-                if ".git" in rel.split("/"):
-                    continue
+            crawled: set[str] = set()  # directories crawled whole by this capture
+            for rel in sorted(wanted):  # a directory before the paths under it
+                parts = rel.split("/")
+                if ".git" in parts or any("/".join(parts[:i]) in crawled
+                                           for i in range(1, len(parts))):
+                    continue  # its directory's crawl took it: never twice (findings, skips)
                 owner = nested.owner(rel)
                 if owner is not None:
                     # Its own cache captures it, unless our rules ignore it.
                     if not repo.path_is_ignored(owner + "/"):
                         nested.note(owner, rel)
                     continue
-                structural |= self._changed_path(index, repo, rel, result, touched, files,
-                                                 nested)
+                if self._changed_path(index, repo, rel, result, touched, files, nested):
+                    structural = True
+                    if os.path.isdir(self.root / rel) and not os.path.islink(self.root / rel):
+                        crawled.add(rel)
             self.workspace.capture({owner: set() if "" in paths else paths
                                     for owner, paths in nested.found.items()}, result)
         except StoreError:
