@@ -13,7 +13,8 @@ fast path) applies before it hashes a file, so the three agree:
 - a path libgit2 could not open because of its permissions is named (``unreadable_path``);
 - a path whose directory cannot be listed is named by that directory (``hidden_by``);
 - whether a file can in fact be read (``source_readable``), which tells a store failure from an
-  unreadable source when the error alone does not;
+  unreadable source when the error alone does not, and whether it changed between two looks
+  (``change_mark``), which tells a file rewritten while it was read from a store failure;
 - what a diff of the worktree never reports (``list_unseen``): a FIFO, socket or device that
   is not in the cache, and a directory that cannot be listed and was never captured.
 
@@ -102,6 +103,15 @@ class NestedRepos:
                 and not self.tracked(directory)
             self._known[directory] = known
         return known
+
+
+def change_mark(path: Path) -> tuple[int, int, int] | None:
+    """What a change to the file at ``path`` moves: its size, mtime and ctime (None: gone)."""
+    try:
+        st = path.lstat()
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def source_readable(path: Path) -> bool:

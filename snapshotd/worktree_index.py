@@ -61,7 +61,7 @@ from snapshotd.cold_start import listed_paths, prime_cold
 from snapshotd.full_scan import Capture, full_scan, remove_entry
 from snapshotd.ignore_rules import exclude_sources, write_excludes
 from snapshotd.nested_repos import Workspace, WorkspaceMatcher
-from snapshotd.scan_rules import DirNames, NestedRepos, hidden_by, special_entry
+from snapshotd.scan_rules import DirNames, NestedRepos, change_mark, hidden_by, special_entry
 from snapshotd.secrets import (
     may_name_secret_files,
     scan_changed_file,
@@ -453,7 +453,7 @@ class WorktreeIndex:
                 return
             except (pygit2.GitError, OSError) as exc:
                 if changed_while_read(exc):
-                    now = _stat_mark(self.root / path)
+                    now = change_mark(self.root / path)
                     if attempt < CHANGING_TRIES:
                         first_short = first_short or now
                         continue
@@ -577,15 +577,6 @@ def _utf8(path: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-def _stat_mark(path: Path) -> tuple[int, int, int] | None:
-    """What a change to the file at ``path`` moves: its size, mtime and ctime (None: gone)."""
-    try:
-        st = path.lstat()
-    except OSError:
-        return None
-    return st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def _is_racy(path: Path, started_ns: int) -> bool:

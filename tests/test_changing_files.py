@@ -13,12 +13,14 @@ writer that keeps changing the file's size.
 from __future__ import annotations
 
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
 import pygit2
 
 from conftest import QUIET_WATCHER, Env, MakeDaemon, make_git_worktree
+from helpers import wait_for
 from snapshotd.store_errors import changed_while_read
 from snapshotd_client import SnapshotdError
 
@@ -83,3 +85,53 @@ def test_only_the_bare_stream_message_is_a_file_changing() -> None:
         assert not changed_while_read(pygit2.GitError(f"failed to read file into stream: "
                                                       f"{reason}"))
     assert not changed_while_read(pygit2.GitError("could not open 'x' for reading"))
+
+
+def test_a_file_that_never_stops_changing_keeps_its_last_content_listed(
+        sd_env: Env, tmp_path: Path, make_daemon: MakeDaemon) -> None:
+    """Rewritten by another process without a pause, a large file changes size during every
+    read: the checkpoint keeps the content it last captured and lists the file as ``changing``;
+    the capture succeeds, and the first one after the writes stop holds the file."""
+    d = make_daemon(sd_env, dict(QUIET_WATCHER))
+    wt = make_git_worktree(tmp_path / "wt")
+    big = wt / "big.txt"
+    big.write_text("the last content captured\n")
+    store = ["git", "--git-dir", str(sd_env.home / "store.git")]
+    with d.client() as c:
+        c.attempt_begin(RUN["run_id"], RUN["node_id"], str(wt))
+        first = c.snapshot(str(wt), **RUN)
+    # Appends without a pause (cut back to 16 MiB past 32 MiB): a read of that many MiB takes far
+    # longer than an append, so the file grows during every read.
+    writer = subprocess.Popen([sys.executable, "-c", (
+        "import os, sys\n"
+        "fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND)\n"
+        "while True:\n"
+        "    os.write(fd, b'x' * 65536)\n"
+        "    if os.fstat(fd).st_size > 32 << 20:\n"
+        "        os.ftruncate(fd, 16 << 20)\n"), str(big)])
+    # The kernel pauses a writer that dirties pages this fast now and then: a read may fall
+    # in a pause and take a version. So up to 10 captures, until one meets the file changing.
+    previous, changing = first, None
+    try:
+        wait_for(lambda: big.stat().st_size > 16 << 20, what="the writer under way")
+        with d.client() as c:
+            for i in range(10):
+                reply = c.snapshot(str(wt), **RUN, source="hook", tool_use_id=f"toolu_{i}")
+                if reply["skipped"]:
+                    changing = reply
+                    break
+                previous = reply
+    finally:
+        writer.kill()
+        writer.wait()
+    assert changing is not None, "no capture met the file changing during each of its reads"
+    assert [(s["path"], s["reason"]) for s in changing["skipped"]] == [("big.txt", "changing")]
+    # The content it last captured, untouched (nothing else changed: the same tree).
+    assert changing["tree"] == previous["tree"] and changing["deduped"]
+    with d.client() as c:
+        after = c.snapshot(str(wt), **RUN)
+        gaps = c.list(RUN["run_id"])["gaps"]
+    assert after["skipped"] == [] and gaps == []
+    captured = subprocess.run([*store, "cat-file", "blob", f"{after['tree']}:big.txt"],
+                              capture_output=True, check=True).stdout
+    assert captured == big.read_bytes()
