@@ -194,22 +194,18 @@ class WorktreeIndex:
         files: set[str] = set()  # file entries changed; anything else is structural
         structural = self._tree is None
         try:
-            crawled: set[str] = set()  # directories crawled whole by this capture
+            taken: set[str] = set()  # what crawls of new directories took, files and dirs
             for rel in sorted(wanted):  # a directory before the paths under it
-                parts = rel.split("/")
-                if ".git" in parts or any("/".join(parts[:i]) in crawled
-                                           for i in range(1, len(parts))):
-                    continue  # its directory's crawl took it: never twice (findings, skips)
+                if ".git" in rel.split("/") or rel in taken:
+                    continue  # a crawl took it: never twice (its findings, its skips)
                 owner = nested.owner(rel)
                 if owner is not None:
                     # Its own cache captures it, unless our rules ignore it.
                     if not repo.path_is_ignored(owner + "/"):
                         nested.note(owner, rel)
                     continue
-                if self._changed_path(index, repo, rel, result, touched, files, nested):
-                    structural = True
-                    if os.path.isdir(self.root / rel) and not os.path.islink(self.root / rel):
-                        crawled.add(rel)
+                structural |= self._changed_path(index, repo, rel, result, touched, files,
+                                                 nested, taken)
             self.workspace.capture({owner: set() if "" in paths else paths
                                     for owner, paths in nested.found.items()}, result)
         except StoreError:
@@ -229,9 +225,10 @@ class WorktreeIndex:
 
     def _changed_path(self, index: pygit2.Index, repo: pygit2.Repository, rel: str,
                       result: Capture, touched: list[str], files: set[str],
-                      nested: NestedRepos) -> bool:
+                      nested: NestedRepos, taken: set[str]) -> bool:
         """Update one path the watcher reported; whether the change is structural (a directory
-        came or went, so the whole tree is written)."""
+        came or went, so the whole tree is written). A directory's crawl adds what it took to
+        ``taken``."""
         full = self.root / rel
         try:
             st = os.lstat(full)
@@ -249,7 +246,7 @@ class WorktreeIndex:
             result.skipped.append({"path": rel, "reason": "unreadable", "detail": str(exc)})
             return False
         if stat.S_ISDIR(st.st_mode):
-            self._crawl(index, repo, rel, result, touched, nested)
+            self._crawl(index, repo, rel, result, touched, nested, taken)
             return True
         if rel not in index and repo.path_is_ignored(rel):
             return False
@@ -277,15 +274,17 @@ class WorktreeIndex:
                 raise StoreError(STORE_WRITE_FAILED, f"could not write the tree: {exc}") from exc
 
     def _crawl(self, index: pygit2.Index, repo: pygit2.Repository, rel: str, result: Capture,
-               touched: list[str], nested: NestedRepos) -> None:
+               touched: list[str], nested: NestedRepos, taken: set[str]) -> None:
         """Add every non-ignored file under directory ``rel`` and drop cached entries under it
-        that are gone (a directory replaced wholesale, e.g. by ``git checkout``)."""
+        that are gone (a directory replaced wholesale, e.g. by ``git checkout``); what it took
+        (the files and the directories it entered) goes into ``taken``."""
         if repo.path_is_ignored(rel + "/"):
             return
         present: set[str] = set()
         stack = [rel]
         while stack:
             current = stack.pop()
+            taken.add(current)
             try:
                 entries = list(os.scandir(self.root / current))
             except OSError as exc:
@@ -307,6 +306,7 @@ class WorktreeIndex:
                 if child not in index and repo.path_is_ignored(child):
                     continue
                 present.add(child)
+                taken.add(child)
                 self.update_path(index, child, result, touched)
         prefix = rel + "/"
         for entry in [e.path for e in index if e.path.startswith(prefix)]:
