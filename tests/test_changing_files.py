@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pygit2
 
-from conftest import QUIET_WATCHER, Env, MakeDaemon, make_git_worktree
+from conftest import QUIET_WATCHER, Daemon, Env, MakeDaemon, make_git_worktree
 from helpers import wait_for
 from snapshotd.store_errors import changed_while_read
 from snapshotd_client import SnapshotdError
@@ -27,15 +27,36 @@ from snapshotd_client import SnapshotdError
 RUN = {"run_id": "changing", "node_id": "n"}
 
 
-def test_a_file_rewritten_during_captures_never_fails_them(sd_env: Env, tmp_path: Path,
-                                                           make_daemon: MakeDaemon) -> None:
+def begin(sd_env: Env, tmp_path: Path, make_daemon: MakeDaemon,
+          text: str) -> tuple[Daemon, Path, Path, dict]:
+    """A watched worktree holding ``big.txt`` (``text``), its attempt begun and first captured:
+    the daemon, the worktree, the file and that first capture's reply."""
     d = make_daemon(sd_env, dict(QUIET_WATCHER))
     wt = make_git_worktree(tmp_path / "wt")
     big = wt / "big.txt"
-    big.write_text("before the writes\n")
+    big.write_text(text)
     with d.client() as c:
         c.attempt_begin(RUN["run_id"], RUN["node_id"], str(wt))
-        c.snapshot(str(wt), **RUN)
+        first = c.snapshot(str(wt), **RUN)
+    return d, wt, big, first
+
+
+def capture_after_the_writes(d: Daemon, sd_env: Env, wt: Path, big: Path
+                             ) -> tuple[dict, list[dict], bytes]:
+    """A capture once the writes stopped: its reply, the run's gaps, and the ``big.txt`` it
+    holds."""
+    with d.client() as c:
+        after = c.snapshot(str(wt), **RUN)
+        gaps = c.list(RUN["run_id"])["gaps"]
+    captured = subprocess.run(["git", "--git-dir", str(sd_env.home / "store.git"), "cat-file",
+                               "blob", f"{after['tree']}:big.txt"],
+                              capture_output=True, check=True).stdout
+    return after, gaps, captured
+
+
+def test_a_file_rewritten_during_captures_never_fails_them(sd_env: Env, tmp_path: Path,
+                                                           make_daemon: MakeDaemon) -> None:
+    d, wt, big, _ = begin(sd_env, tmp_path, make_daemon, "before the writes\n")
     stop = threading.Event()
 
     def writer() -> None:
@@ -63,16 +84,12 @@ def test_a_file_rewritten_during_captures_never_fails_them(sd_env: Env, tmp_path
     for reply in replies:
         for skip in reply["skipped"]:
             assert skip["path"] == "big.txt" and skip["reason"] == "changing", skip
-    with d.client() as c:
-        final = c.snapshot(str(wt), **RUN)
-        listing = c.list(RUN["run_id"])
-    assert [g for g in listing["gaps"] if g["reason"] != "fenced"] == []
+    final, gaps, captured = capture_after_the_writes(d, sd_env, wt, big)
+    assert [g for g in gaps if g["reason"] != "fenced"] == []
     assert final["skipped"] == []
-    store = ["git", "--git-dir", str(sd_env.home / "store.git")]
-    captured = subprocess.run([*store, "cat-file", "blob", f"{final['tree']}:big.txt"],
-                              capture_output=True, check=True).stdout
     assert captured == big.read_bytes()
-    subprocess.run([*store, "fsck", "--no-dangling"], capture_output=True, check=True)
+    subprocess.run(["git", "--git-dir", str(sd_env.home / "store.git"), "fsck", "--no-dangling"],
+                   capture_output=True, check=True)
 
 
 def test_only_the_bare_stream_message_is_a_file_changing() -> None:
@@ -92,14 +109,7 @@ def test_a_file_that_never_stops_changing_keeps_its_last_content_listed(
     """Rewritten by another process without a pause, a large file changes size during every
     read: the checkpoint keeps the content it last captured and lists the file as ``changing``;
     the capture succeeds, and the first one after the writes stop holds the file."""
-    d = make_daemon(sd_env, dict(QUIET_WATCHER))
-    wt = make_git_worktree(tmp_path / "wt")
-    big = wt / "big.txt"
-    big.write_text("the last content captured\n")
-    store = ["git", "--git-dir", str(sd_env.home / "store.git")]
-    with d.client() as c:
-        c.attempt_begin(RUN["run_id"], RUN["node_id"], str(wt))
-        first = c.snapshot(str(wt), **RUN)
+    d, wt, big, first = begin(sd_env, tmp_path, make_daemon, "the last content captured\n")
     # Appends without a pause (cut back to 16 MiB past 32 MiB): a read of that many MiB takes far
     # longer than an append, so the file grows during every read.
     writer = subprocess.Popen([sys.executable, "-c", (
@@ -128,10 +138,6 @@ def test_a_file_that_never_stops_changing_keeps_its_last_content_listed(
     assert [(s["path"], s["reason"]) for s in changing["skipped"]] == [("big.txt", "changing")]
     # The content it last captured, untouched (nothing else changed: the same tree).
     assert changing["tree"] == previous["tree"] and changing["deduped"]
-    with d.client() as c:
-        after = c.snapshot(str(wt), **RUN)
-        gaps = c.list(RUN["run_id"])["gaps"]
+    after, gaps, captured = capture_after_the_writes(d, sd_env, wt, big)
     assert after["skipped"] == [] and gaps == []
-    captured = subprocess.run([*store, "cat-file", "blob", f"{after['tree']}:big.txt"],
-                              capture_output=True, check=True).stdout
     assert captured == big.read_bytes()
