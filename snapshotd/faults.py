@@ -21,9 +21,7 @@ Owns ``SNAPSHOTD_CRASH_AT``, ``SNAPSHOTD_DELAY_AT`` (with ``SNAPSHOTD_DELAY_MARK
   when it opens.
 - ``SNAPSHOTD_FAULT_FILE=<path>``: while that file exists, each line ``<seam>=<ERRNO>`` (seams
   ``objects``, ``ledger``, ``gaps``, ``watch`` (each ``inotify_add_watch``), ``notifier-close``
-  (closing a ``watchfiles`` notifier, whose native close error cannot be provoked for real),
-  ``acceptor`` (the socket's accepting thread, woken by a connection: its failure, a bug's
-  path that no outside fault reaches, stops the daemon);
+  (closing a ``watchfiles`` notifier, whose native close error cannot be provoked for real);
   errno names such as ``ENOSPC`` or ``EIO``) makes ``check(<seam>)`` raise that ``OSError``.
   Deleting the file clears the fault at once, so a test can show that the next capture after
   the fault succeeds.

@@ -1,7 +1,6 @@
 """The control socket's connection threads (``snapshotd.server``, ``snapshotd.workers``): kept
 for the next connection, a burst past the handler slots waits rather than fails, a frame
-dribbled in never outlives the idle timeout, a stop wakes every idle connection, and an acceptor
-that fails stops the daemon cleanly."""
+dribbled in never outlives the idle timeout, and a stop wakes every idle connection."""
 
 from __future__ import annotations
 
@@ -202,25 +201,3 @@ def test_connections_their_clients_closed_never_count_against_the_cap(
             assert c.ping()["pid"]
         for c in pair:
             c.close()
-
-
-def test_a_failed_acceptor_stops_the_daemon_cleanly(sd_env: Env, tmp_path: Path,
-                                                    make_daemon: MakeDaemon) -> None:
-    """The accepting thread failing (a bug's path: the ``acceptor`` fault seam) asks the main
-    thread to stop from another thread: the daemon logs why, answers or closes what it had, lets
-    go of the socket and exits 0, so the next hook can start a daemon that serves."""
-    fault = tmp_path / "faults"
-    d = make_daemon(sd_env, {"SNAPSHOTD_FAULT_FILE": str(fault)})
-    assert d.ping()
-    fault.write_text("acceptor=EIO\n")
-    try:
-        with Client(sd_env.socket, timeout=10) as c:
-            c.ping()  # wakes the acceptor; its answer, if any, is shutting-down
-    except Exception:  # noqa: BLE001 - refused or cut: the daemon is stopping
-        pass
-    assert d.proc is not None
-    assert d.proc.wait(timeout=STOP_GRACE_S + 10) == 0
-    assert "the socket's accepting thread failed" in d.log.read_text()
-    assert not sd_env.socket.exists()
-    fault.unlink()
-    assert make_daemon(sd_env).ping()  # the home was let go: a new daemon takes it
