@@ -3,8 +3,8 @@
 Owns ``prime_cold``: fill a worktree's empty cache from the worktree's own git index when it
 has one (``seeding.seed_from_repository``: its objects copied, only the files that differ from
 it hashed by the scan that follows), else with ``git add -A`` (``seeding.prime_with_git_add``:
-several times faster than libgit2 cold) plus the files the user's repository tracks although an
-ignore rule matches them; and ``listed_paths``, every path of a cache read from its index file.
+several times faster than libgit2 cold; the files the user's repository tracks although an
+ignore rule matches them, which it leaves out, are taken by that scan); and ``listed_paths``, every path of a cache read from its index file.
 
 Promises:
 - What is primed is only a start: the full scan that follows compares every file with it, so a
@@ -27,15 +27,9 @@ import pygit2
 
 from snapshotd.scan_rules import DirNames
 from snapshotd.seeding import index_paths, prime_with_git_add, seed_from_repository
-from snapshotd.user_repo import tracked_files
 
 if TYPE_CHECKING:
     from snapshotd.store import Store
-
-# ``add(index, path)``: hash one worktree file into the store and the index (the cache's own
-# ``_add``, which tells a store failure from an unreadable file).
-AddFile = Callable[[pygit2.Index, str], None]
-
 
 @dataclass
 class Primed:
@@ -46,23 +40,24 @@ class Primed:
     index: pygit2.Index
     unscanned: list[str] | None = None  # None: nothing was primed
     shape: dict[str, DirNames] | None = None
+    seeded: bool = False  # a copy of the user's index: it holds every file the user tracks
 
 
 def prime_cold(root: Path, gitdir: Path, store: Store, repo: pygit2.Repository,
-               index: pygit2.Index, add: AddFile) -> Primed:
+               index: pygit2.Index) -> Primed:
     """Start the empty cache ``index`` of worktree ``root`` (its git dir ``gitdir``, opened as
     ``repo``): seeded, else primed by ``git add -A``, else left empty."""
     seed = seed_from_repository(root, gitdir, store)
     if seed is not None:
         repo, seeded = _open_seeded(gitdir)
         if seeded is not None:
-            return Primed(repo, seeded, seed.to_scan, seed.shape)
+            return Primed(repo, seeded, seed.to_scan, seed.shape, seeded=True)
     if not prime_with_git_add(root, gitdir, store.path, store.fsync):
         return Primed(repo, index)
+    # Tracked files the rules ignore, which ``git add -A`` into this fresh index left out,
+    # are taken by the full scan that follows (``crawl.take_tracked_ignored``).
     repo = pygit2.Repository(str(gitdir))
     index = repo.index
-    if _add_tracked_ignored(root, index, add):
-        index.write()  # the file ``listed_paths`` reads holds them too
     return Primed(repo, index, listed_paths(gitdir, index))
 
 
@@ -84,19 +79,3 @@ def _open_seeded(gitdir: Path) -> tuple[pygit2.Repository, pygit2.Index | None]:
     except pygit2.GitError:
         (gitdir / "index").unlink(missing_ok=True)
         return pygit2.Repository(str(gitdir)), None
-
-
-def _add_tracked_ignored(root: Path, index: pygit2.Index, add: AddFile) -> int:
-    """Files the user's repository tracks although they match an ignore rule are captured,
-    as ``git add -A`` in that repository would keep them. Returns how many were added."""
-    added = 0
-    for path in tracked_files(root):
-        if path in index:
-            continue
-        if (root / path).is_symlink() or (root / path).is_file():
-            try:
-                add(index, path)
-                added += 1
-            except (pygit2.GitError, OSError):
-                continue
-    return added

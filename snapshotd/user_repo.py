@@ -1,7 +1,7 @@
 """The user's own git repository beside a worktree, read and never written.
 
 Owns finding a worktree's git dir (a ``.git`` directory or a ``gitdir:`` file), its
-``info/exclude``, the files its index tracks, a parsed, cleaned copy of its index
+``info/exclude``, a parsed, cleaned copy of its index
 (``strip_index``) from which a new stat cache is seeded, the repository itself
 (``open_user_repo``), the commit its HEAD points at (``user_head``, the base an attempt's export
 builds on) and where its objects live (``objects_dir``, for a scratch repository that borrows
@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pygit2
-from pygit2.enums import FileMode
 
 _U16 = struct.Struct(">H")
 # The fixed part of an index entry as read here: its mode (at 24), object id (at 40) and flags
@@ -53,20 +52,6 @@ def repo_info_exclude(root: Path) -> str | None:
         return os.path.join(_common_dir(gitdir), "info", "exclude")
     except OSError:
         return None
-
-
-def tracked_files(root: Path) -> list[str]:
-    """The paths of the files (not submodules) the index of ``root``'s repository tracks;
-    empty when it has none or it cannot be read."""
-    gitdir = user_gitdir(root)
-    user_index = gitdir / "index" if gitdir is not None else None
-    if user_index is None or not user_index.is_file():
-        return []
-    try:
-        entries = pygit2.Index(str(user_index))
-    except (pygit2.GitError, OSError):
-        return []
-    return [entry.path for entry in entries if entry.mode != FileMode.COMMIT]
 
 
 # A cache-tree node: [name (bytes, its parent's path left out), entry count (-1: invalid),

@@ -1,0 +1,119 @@
+"""The fast path's walk of a directory a watcher reported, and the tracked files ignore rules
+would hide from a capture.
+
+Owns ``crawl`` (a directory that is new or was replaced wholesale, e.g. by ``git checkout``:
+every file under it the rules keep is taken, and cached entries under it that are gone are
+dropped) and ``take_tracked_ignored`` (the full scan's share: tracked-but-ignored files its
+cache does not hold).
+
+Promises: what ``git add -A`` in the user's repository would stage: an ignored file is left
+out unless the user's index tracks it (``tracked_ignored``), then it is taken even inside an
+ignored directory; an index path is only taken when every directory above it is a real one
+(never through a symlink). What a crawl took, files and the directories it entered, goes into
+``taken`` so the same capture never takes it twice.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Protocol
+
+import pygit2
+
+from snapshotd.full_scan import Capture, remove_entry
+from snapshotd.scan_rules import NestedRepos, hidden_by
+from snapshotd.tracked_ignored import TrackedIgnored, real_parents
+
+
+class CrawlTarget(Protocol):
+    """What a crawl needs of a worktree's stat cache (``WorktreeIndex``)."""
+
+    root: Path
+    tracked_ignored: TrackedIgnored
+
+    def update_path(self, index: pygit2.Index, path: str, result: Capture, touched: list[str],
+                    *, new: bool = False, racy_recheck: bool = False) -> None: ...
+
+
+def crawl(wt: CrawlTarget, index: pygit2.Index, repo: pygit2.Repository, rel: str,
+          result: Capture, touched: list[str], nested: NestedRepos, taken: set[str]) -> None:
+    """Add every file under directory ``rel`` that a capture keeps and drop cached entries
+    under it that are gone; what it took (the files and the directories it entered) goes into
+    ``taken``."""
+    if repo.path_is_ignored(rel + "/"):
+        present = _take_tracked_under(wt, index, rel, result, touched, taken)
+        for path in wt.tracked_ignored.under(rel):
+            if path not in present and not os.path.lexists(wt.root / path) \
+                    and remove_entry(index, path):
+                result.deleted += 1
+        return
+    present: set[str] = set()
+    stack = [rel]
+    while stack:
+        current = stack.pop()
+        taken.add(current)
+        try:
+            entries = list(os.scandir(wt.root / current))
+        except OSError as exc:
+            result.skipped.append({"path": current, "reason": "unreadable",
+                                   "detail": str(exc)})
+            continue
+        for entry in entries:
+            child = f"{current}/{entry.name}"
+            if entry.name == ".git":
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                if repo.path_is_ignored(child + "/"):
+                    present |= _take_tracked_under(wt, index, child, result, touched, taken)
+                    continue
+                if nested.is_repo(child):
+                    nested.note(child, child)
+                    continue
+                stack.append(child)
+                continue
+            if child not in index and repo.path_is_ignored(child) \
+                    and child not in wt.tracked_ignored:
+                continue
+            present.add(child)
+            taken.add(child)
+            wt.update_path(index, child, result, touched)
+    prefix = rel + "/"
+    for path in [e.path for e in index if e.path.startswith(prefix)]:
+        if path not in present and not os.path.lexists(wt.root / path) \
+                and hidden_by(wt.root, path) is None:
+            if remove_entry(index, path):
+                result.deleted += 1
+
+
+def take_tracked_ignored(wt: CrawlTarget, index: pygit2.Index, result: Capture,
+                         touched: list[str]) -> None:
+    """After a full scan: take the tracked-but-ignored files the cache does not hold (the
+    scan's diff skips an ignored file it does not know). Cached ones the diff kept itself."""
+    for path in sorted(wt.tracked_ignored.paths()):
+        if path not in index and _takeable(wt.root, path):
+            wt.update_path(index, path, result, touched, new=True)
+
+
+def _take_tracked_under(wt: CrawlTarget, index: pygit2.Index, directory: str,
+                        result: Capture, touched: list[str], taken: set[str]) -> set[str]:
+    """Take the tracked-but-ignored files under the ignored ``directory``; the paths taken."""
+    took = set()
+    for path in wt.tracked_ignored.under(directory):
+        if _takeable(wt.root, path):
+            wt.update_path(index, path, result, touched)
+            took.add(path)
+            taken.add(path)
+    return took
+
+
+def _takeable(root: Path, path: str) -> bool:
+    """Whether index path ``path`` names something a capture may take: present, not a
+    directory, and reached through real directories only."""
+    if not real_parents(root, path):
+        return False
+    try:
+        return not stat.S_ISDIR(os.lstat(root / path).st_mode)
+    except OSError:
+        return False
