@@ -4,13 +4,19 @@ Owns the order of start-up (lock the home, open store and ledger, reconcile, bin
 socket, then serve) and of shutdown (stop accepting, finish in-flight work, capture pending
 tier-2 windows, persist stat caches, release the lock).
 
-Promises: one daemon per home; a second one exits non-zero naming the pid that holds it.
+Promises: one daemon per home; a second one exits non-zero naming the pid that holds it. The
+whole stop, from the signal to the process's exit, takes at most ``STOP_LIMIT_S``: past the
+deadlines of its parts (``snapshotd.server``) only closing the store and ledger and the
+interpreter's exit remain, and either could wait on a thread a stuck request holds; past the
+limit every thread's stack is written to the log (stderr, by ``faulthandler``, below a line
+``Timeout (0:00:47)!``) and the process exits 1, which lets go of the home for the next daemon.
 libgit2's cache of parsed objects is capped at ``OBJECT_CACHE_BYTES`` for the process, and its
 pack mappings at ``PACK_MAPPED_BYTES`` (see docs/performance.md, "Scale").
 """
 
 from __future__ import annotations
 
+import faulthandler
 import gc
 import importlib
 import logging
@@ -21,10 +27,11 @@ from pathlib import Path
 
 import pygit2
 
+from snapshotd import faults
 from snapshotd.config import Config, RedactingFilter
 from snapshotd.home_perms import secure_home
 from snapshotd.listener import HomeLock, bind_socket
-from snapshotd.server import Server
+from snapshotd.server import STOP_CUT_S, STOP_GRACE_S, STOP_HOOKS_S, Server
 from snapshotd.service import Service
 
 log = logging.getLogger("snapshotd")
@@ -47,6 +54,8 @@ OBJECT_CACHE_BYTES = 16 << 20
 # recently used first, once the cap is reached; the pages stay in the kernel's cache.
 PACK_WINDOW_BYTES = 16 << 20
 PACK_MAPPED_BYTES = 48 << 20
+# The longest a stop may take (s): its parts' deadlines, then time to close and exit.
+STOP_LIMIT_S = STOP_GRACE_S + STOP_CUT_S + STOP_HOOKS_S + 15.0
 
 
 def prepare_home(home: Path) -> Path:
@@ -87,6 +96,7 @@ def run_daemon(home: Path, socket_path: Path, config: Config,
         server = Server(service, listener, idle_timeout_s=config.idle_timeout_s,
                         max_connections=config.max_connections)
         attach_optional_parts(service, server, config)
+        server.on_stopping.append(_arm_stop_limit)
         # What start-up made lives as long as the daemon: frozen, no later full collection
         # walks it again. `serve` turned collection off while it was made.
         gc.freeze()
@@ -94,6 +104,7 @@ def run_daemon(home: Path, socket_path: Path, config: Config,
         try:
             server.run()
         finally:
+            faults.delay("close")
             service.close()
             if owned_path is not None:
                 try:
@@ -156,3 +167,11 @@ class _JournalFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         return f"<{self._PRIORITY.get(record.levelno, 6)}>{record.name}: {record.getMessage()}"
+
+
+def _arm_stop_limit() -> None:
+    """From the stop's start: past ``STOP_LIMIT_S``, dump every thread's stack and exit 1
+    (a C watchdog thread: it fires even while a stuck thread holds the interpreter lock)."""
+    limit = faults.stop_limit_s() or STOP_LIMIT_S
+    log.info("stopping within %gs", limit)
+    faulthandler.dump_traceback_later(limit, exit=True, file=sys.stderr)

@@ -1,7 +1,7 @@
 """Test-only seams for crashes and write faults; inert unless their environment is set.
 
-Owns ``SNAPSHOTD_CRASH_AT``, ``SNAPSHOTD_DELAY_AT`` (with ``SNAPSHOTD_DELAY_MARK``) and
-``SNAPSHOTD_FAULT_FILE``.
+Owns ``SNAPSHOTD_CRASH_AT``, ``SNAPSHOTD_DELAY_AT`` (with ``SNAPSHOTD_DELAY_MARK``),
+``SNAPSHOTD_STOP_LIMIT_S`` and ``SNAPSHOTD_FAULT_FILE``.
 
 - ``SNAPSHOTD_CRASH_AT=<point>[:<n>]`` (read once at start): the process ``os._exit``s the ``n``-th
   time (default the first) execution reaches ``crash_point(<point>)``. Points of a capture:
@@ -15,10 +15,13 @@ Owns ``SNAPSHOTD_CRASH_AT``, ``SNAPSHOTD_DELAY_AT`` (with ``SNAPSHOTD_DELAY_MARK
   written, its ledger row not yet), ``full-scan`` (a stat scan of a whole worktree about to
   begin, under its lock or a verification's off it), ``accept`` (the socket's acceptor woken
   by a connection, not yet taking it), ``serve`` (a connection's thread about to read its first
-  frame).
+  frame), ``close`` (the daemon's stop about to close the store and ledger).
 - ``SNAPSHOTD_DELAY_MARK=<path>``: each time a delay begins, ``<path>`` is created (holding the
   point's name), so a test can act while the daemon is inside that window rather than guess
   when it opens.
+- ``SNAPSHOTD_STOP_LIMIT_S=<s>`` (read once at start): the daemon's limit on a whole stop
+  (``daemon.STOP_LIMIT_S``, 47 s) shortened, so a test can show it is enforced; ``close`` is the
+  delay point in the daemon's close of the store and ledger that outlasts it.
 - ``SNAPSHOTD_FAULT_FILE=<path>``: while that file exists, each line ``<seam>=<ERRNO>`` (seams
   ``objects``, ``ledger``, ``gaps``, ``watch`` (each ``inotify_add_watch``), ``notifier-close``
   (closing a ``watchfiles`` notifier, whose native close error cannot be provoked for real);
@@ -58,10 +61,18 @@ def _parse_delay(value: str | None) -> tuple[str | None, float]:
         return None, 0.0
 
 
+def _parse_seconds(value: str | None) -> float:
+    try:
+        return max(0.0, float(value or 0))
+    except ValueError:
+        return 0.0
+
+
 _CRASH_POINT, _CRASH_AFTER = _parse_crash(os.environ.get("SNAPSHOTD_CRASH_AT"))
 _DELAY_POINT, _DELAY_MS = _parse_delay(os.environ.get("SNAPSHOTD_DELAY_AT"))
 _DELAY_MARK = os.environ.get("SNAPSHOTD_DELAY_MARK") or None
 _FAULT_FILE = os.environ.get("SNAPSHOTD_FAULT_FILE") or None
+_STOP_LIMIT_S = _parse_seconds(os.environ.get("SNAPSHOTD_STOP_LIMIT_S"))
 _hits = 0
 _lock = threading.Lock()
 
@@ -84,6 +95,11 @@ def delay(name: str) -> None:
             with open(_DELAY_MARK, "w") as f:
                 f.write(name)
         time.sleep(_DELAY_MS)
+
+
+def stop_limit_s() -> float | None:
+    """The shortened stop limit a test set, or None."""
+    return _STOP_LIMIT_S or None
 
 
 def check(seam: str) -> None:

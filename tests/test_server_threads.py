@@ -1,6 +1,7 @@
 """The control socket's connection threads (``snapshotd.server``, ``snapshotd.workers``): kept
 for the next connection, a burst past the handler slots waits rather than fails, a frame
-dribbled in never outlives the idle timeout, and a stop wakes every idle connection."""
+dribbled in never outlives the idle timeout, a stop wakes every idle connection, and a stop
+that hangs past its limit still ends the process, its threads' stacks in the log."""
 
 from __future__ import annotations
 
@@ -201,3 +202,25 @@ def test_connections_their_clients_closed_never_count_against_the_cap(
             assert c.ping()["pid"]
         for c in pair:
             c.close()
+
+
+def test_a_stop_that_hangs_past_its_limit_dumps_the_stacks_and_exits(
+        sd_env: Env, make_daemon: MakeDaemon) -> None:
+    """The part of a stop no deadline of the server's covers (closing the store and ledger,
+    the interpreter's exit) hangs, made with the ``close`` delay seam (10 minutes) and the
+    limit shortened to 2 s: the process still exits, 1, with every thread's stack in its log,
+    and the home is free for the next daemon."""
+    d = make_daemon(sd_env, {"SNAPSHOTD_DELAY_AT": "close:600000",
+                             "SNAPSHOTD_STOP_LIMIT_S": "2"})
+    assert d.ping()
+    assert d.proc is not None
+    began = time.monotonic()
+    d.proc.send_signal(signal.SIGTERM)
+    assert d.proc.wait(timeout=30) == 1
+    took = time.monotonic() - began
+    log = d.log.read_text()
+    assert "stopping within 2s" in log
+    assert "Timeout (0:00:02)!" in log
+    assert "Thread 0x" in log and "in run_daemon" in log and "in delay" in log, log[-2000:]
+    assert took < 20, took
+    assert make_daemon(sd_env).ping()  # the home was let go: a new daemon takes it
