@@ -24,7 +24,9 @@ Owns ``SNAPSHOTD_CRASH_AT``, ``SNAPSHOTD_DELAY_AT`` (with ``SNAPSHOTD_DELAY_MARK
   delay point in the daemon's close of the store and ledger that outlasts it.
 - ``SNAPSHOTD_FAULT_FILE=<path>``: while that file exists, each line ``<seam>=<ERRNO>`` (seams
   ``objects``, ``ledger``, ``gaps``, ``watch`` (each ``inotify_add_watch``), ``notifier-close``
-  (closing a ``watchfiles`` notifier, whose native close error cannot be provoked for real);
+  (closing a ``watchfiles`` notifier, whose native close error cannot be provoked for real),
+  ``acceptor`` (the socket's accepting thread, woken by a connection: its failure, a bug's
+  path that no outside fault reaches, stops the daemon);
   errno names such as ``ENOSPC`` or ``EIO``) makes ``check(<seam>)`` raise that ``OSError``.
   Deleting the file clears the fault at once, so a test can show that the next capture after
   the fault succeeds.
@@ -42,7 +44,7 @@ import time
 CRASH_POINTS = ("after-blobs", "after-tree", "after-commit", "after-ref", "after-row",
                 "before-reply", "restore-mid", "purge-after-commits", "purge-after-journal",
                 "purge-after-ledger", "gc-after-journal", "gc-after-ledger")
-SEAMS = ("objects", "ledger", "gaps", "watch", "notifier-close")
+SEAMS = ("objects", "ledger", "gaps", "watch", "notifier-close", "acceptor")
 CRASH_EXIT_STATUS = 86
 
 

@@ -311,6 +311,7 @@ class Server:
             while not self._stop_flag.is_set():
                 poller.poll()
                 faults.delay("accept")
+                faults.check("acceptor")
                 self._accept_pending()
         except Exception:  # noqa: BLE001 - logged; the stop that follows is the handling
             log.critical("the socket's accepting thread failed: stopping the daemon",

@@ -1,7 +1,8 @@
 """The control socket's connection threads (``snapshotd.server``, ``snapshotd.workers``): kept
 for the next connection, a burst past the handler slots waits rather than fails, a frame
-dribbled in never outlives the idle timeout, a stop wakes every idle connection, and a stop
-that hangs past its limit still ends the process, its threads' stacks in the log."""
+dribbled in never outlives the idle timeout, a stop wakes every idle connection, an acceptor
+that fails stops the daemon cleanly, and a stop that hangs past its limit still ends the
+process, its threads' stacks in the log."""
 
 from __future__ import annotations
 
@@ -223,4 +224,32 @@ def test_a_stop_that_hangs_past_its_limit_dumps_the_stacks_and_exits(
     assert "Timeout (0:00:02)!" in log
     assert "Thread 0x" in log and "in run_daemon" in log and "in delay" in log, log[-2000:]
     assert took < 20, took
+    assert make_daemon(sd_env).ping()  # the home was let go: a new daemon takes it
+
+
+
+def test_a_failed_acceptor_stops_the_daemon_cleanly(sd_env: Env, tmp_path: Path,
+                                                    make_daemon: MakeDaemon) -> None:
+    """The accepting thread failing (a bug's path: the ``acceptor`` fault seam) asks the main
+    thread to stop from another thread: the daemon logs why, answers or closes what it had, lets
+    go of the socket and exits 0, so the next hook can start a daemon that serves."""
+    fault = tmp_path / "faults"
+    d = make_daemon(sd_env, {"SNAPSHOTD_FAULT_FILE": str(fault)})
+    assert d.ping()
+    fault.write_text("acceptor=EIO\n")
+    assert d.proc is not None
+    # The seam fires when a connection wakes the acceptor. One that arrives while the acceptor
+    # is still taking the previous ones (a thread the kernel has not run again yet) is taken
+    # in the same pass, without a wake, and served: ping until the daemon is stopping.
+    for _ in range(50):
+        try:
+            with Client(sd_env.socket, timeout=10) as c:
+                c.ping()
+        except Exception:  # noqa: BLE001 - shutting-down, refused or cut: it is stopping
+            break
+        time.sleep(0.05)
+    assert d.proc.wait(timeout=STOP_GRACE_S + 10) == 0
+    assert "the socket's accepting thread failed" in d.log.read_text()
+    assert not sd_env.socket.exists()
+    fault.unlink()
     assert make_daemon(sd_env).ping()  # the home was let go: a new daemon takes it
