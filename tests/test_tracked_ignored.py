@@ -19,7 +19,7 @@ from snapshotd.store import Store
 
 def users_add_all(wt: Path, scratch: Path) -> str:
     """What ``git add -A && git write-tree`` gives with the user's own index (a copy of it)."""
-    shutil.copy(wt / ".git" / "index", scratch)
+    shutil.copy2(wt / ".git" / "index", scratch)
     env = {"GIT_INDEX_FILE": str(scratch)}
     git(wt, "add", "-A", env=env)
     return git(wt, "write-tree", env=env).strip()
