@@ -29,6 +29,9 @@ from snapshotd.store_errors import STORE_WRITE_FAILED, WRITE_FAILURE_MESSAGES, S
 
 # git reports a file it could not read as: error: open("path"): Permission denied
 _OPEN_FAILED = re.compile(r'error: open\("(.+)"\): (.+)$')
+# ... and one it read another number of bytes from than its size (it changed while git read it,
+# or its size is not its content: a /sys file) as: error: short read while indexing path
+_SHORT_READ = re.compile(r"error: short read while indexing (.+)$")
 
 
 @dataclass
@@ -94,10 +97,16 @@ def _collect(index: pygit2.Index, before: dict, out: DeepScan, root: Path,
 
 
 def _unreadable(errors: str) -> list[dict]:
+    """The files git's stderr says it could not read; each keeps what the cache held (git left
+    its entry as it was) and is read again by the next scan (its stat differs from the entry)."""
     skipped = []
     for line in errors.splitlines():
         match = _OPEN_FAILED.search(line)
         if match:
             skipped.append({"path": match.group(1), "reason": "unreadable",
                             "detail": match.group(2)})
+        elif match := _SHORT_READ.search(line):
+            skipped.append({"path": match.group(1), "reason": "unreadable",
+                            "detail": "git read another number of bytes than its size (it "
+                                      "changed while read, or its size is not its content)"})
     return skipped

@@ -133,6 +133,27 @@ def source_readable(path: Path) -> bool:
         os.close(fd)
 
 
+def readable_size(path: Path, limit: int) -> int | None:
+    """How many bytes reading the file at ``path`` gives, counted up to ``limit + 1`` (None: it
+    cannot be read); opened without blocking or following a symlink, as ``source_readable``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    total = 0
+    try:
+        while total <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
+            if not chunk:
+                break
+            total += len(chunk)
+        return total
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def unreadable_path(exc: BaseException, root: Path) -> str | None:
     """The worktree-relative path a libgit2 scan failure names when the failure is a permission
     refused on one of the worktree's files, else None."""

@@ -6,8 +6,9 @@ gap reason (docs/durability.md lists them); a write the disk refused (full, over
 read-only, failing) is ``store-write-failed`` whether the error carries an errno or only
 libgit2's message (``is_write_failure``); ``odb_retry`` retries only the one failure that is
 not a failure (an object fan-out directory removed under libgit2 by ``git gc``);
-``changed_while_read`` tells a source file that changed size while libgit2 read it from a
-store write that failed, though libgit2 words both alike.
+``changed_while_read`` tells a source file that changed size while libgit2 read it (or whose
+size is not its content: ``SizeMismatch``) from a store write that failed, though libgit2
+words them alike.
 """
 
 from __future__ import annotations
@@ -59,6 +60,18 @@ def changed_while_read(exc: BaseException) -> bool:
     always carries one: "failed to read file into stream: No space left on device")."""
     return isinstance(exc, (pygit2.GitError, OSError)) and \
         str(exc).strip().rstrip(":").strip() == _STREAM_SHORT
+
+
+class SizeMismatch(OSError):
+    """A worktree file whose content is not the size its stat reports, read after read while
+    the stat stood still (a ``/sys`` file, a file system that reports sizes larger than it
+    holds): not a regular file's content to capture, and not the store's failure. An
+    ``OSError``, so it is listed ``unreadable`` as a file that cannot be read is."""
+
+    def __init__(self, path: str, size: int, read: int | None) -> None:
+        got = "nothing" if read is None else f"{read} bytes"
+        super().__init__(f"{path} reports {size} bytes but reading it gives {got}")
+        self.path = path
 
 
 class StoreError(Exception):

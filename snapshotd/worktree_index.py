@@ -62,7 +62,13 @@ from snapshotd.crawl import crawl, take_tracked_ignored
 from snapshotd.full_scan import Capture, full_scan, remove_entry
 from snapshotd.ignore_rules import exclude_sources, write_excludes
 from snapshotd.nested_repos import Workspace, WorkspaceMatcher
-from snapshotd.scan_rules import DirNames, NestedRepos, change_mark, special_entry
+from snapshotd.scan_rules import (
+    DirNames,
+    NestedRepos,
+    change_mark,
+    readable_size,
+    special_entry,
+)
 from snapshotd.secrets import (
     may_name_secret_files,
     scan_changed_file,
@@ -73,6 +79,7 @@ from snapshotd.secrets import (
 from snapshotd.store_errors import (
     STORE_WRITE_FAILED,
     FileChanging,
+    SizeMismatch,
     StoreError,
     changed_while_read,
     odb_retry,
@@ -424,10 +431,14 @@ class WorktreeIndex:
                     if attempt < CHANGING_TRIES:
                         first_short = first_short or now
                         continue
-                    # Only a file seen to change is "changing": a short read of a file that
-                    # stood still (a store write failing with no OS reason) is the store's.
+                    # Only a file seen to change is "changing"; one that stood still is read
+                    # here: content of another size than its stat is the file's (a /sys file),
+                    # the size read right is a store write failing with no OS reason.
                     if now != first_short:
                         raise FileChanging(path, attempt) from exc
+                    if now is not None and (got := readable_size(self.root / path,
+                                                                 now[0])) != now[0]:
+                        raise SizeMismatch(path, now[0], got) from exc
                 if self.store.is_store_failure(exc, self.root / path):
                     raise StoreError(STORE_WRITE_FAILED,
                                      f"could not store {path}: {exc}") from exc
