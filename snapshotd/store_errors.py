@@ -69,7 +69,8 @@ class SizeMismatch(OSError):
     ``OSError``, so it is listed ``unreadable`` as a file that cannot be read is."""
 
     def __init__(self, path: str, size: int, read: int | None) -> None:
-        got = "nothing" if read is None else f"{read} bytes"
+        got = ("an error" if read is None else f"more than {size}" if read > size
+               else f"{read}")
         super().__init__(f"{path} reports {size} bytes but reading it gives {got}")
         self.path = path
 
