@@ -23,7 +23,7 @@ from typing import Protocol
 import pygit2
 
 from snapshotd.full_scan import Capture, remove_entry
-from snapshotd.scan_rules import NestedRepos, hidden_by
+from snapshotd.scan_rules import NestedRepos, git_dir_alias, hidden_by, invalid_alias
 from snapshotd.tracked_ignored import TrackedIgnored, real_parents
 
 
@@ -63,6 +63,11 @@ def crawl(wt: CrawlTarget, index: pygit2.Index, repo: pygit2.Repository, rel: st
         for entry in entries:
             child = f"{current}/{entry.name}"
             if entry.name == ".git":
+                continue
+            if git_dir_alias(entry.name):
+                if child not in taken and not repo.path_is_ignored(child):
+                    result.skipped.append(invalid_alias(child))
+                taken.add(child)
                 continue
             if entry.is_dir(follow_symlinks=False):
                 if repo.path_is_ignored(child + "/"):

@@ -25,6 +25,7 @@ import pygit2
 from pygit2.enums import FileMode
 
 from snapshotd.ignore_rules import cache_git_env
+from snapshotd.scan_rules import git_dir_alias_of, invalid_alias
 from snapshotd.store_errors import STORE_WRITE_FAILED, WRITE_FAILURE_MESSAGES, StoreError
 
 # git reports a file it could not read as: error: open("path"): Permission denied
@@ -32,6 +33,9 @@ _OPEN_FAILED = re.compile(r'error: open\("(.+)"\): (.+)$')
 # ... and one it read another number of bytes from than its size (it changed while git read it,
 # or its size is not its content: a /sys file) as: error: short read while indexing path
 _SHORT_READ = re.compile(r"error: short read while indexing (.+)$")
+# ... and a path no tree can hold (a .git name in another case or spelling) as:
+# error: invalid path 'path'
+_INVALID_PATH = re.compile(r"error: invalid path '(.+)'$")
 
 
 @dataclass
@@ -105,6 +109,13 @@ def _unreadable(errors: str) -> list[dict]:
         if match:
             skipped.append({"path": match.group(1), "reason": "unreadable",
                             "detail": match.group(2)})
+        elif match := _INVALID_PATH.search(line):
+            alias = git_dir_alias_of(match.group(1))
+            if alias is None:
+                skipped.append({"path": match.group(1), "reason": "invalid-path",
+                                "detail": "git refuses this path in a tree"})
+            elif alias not in {s["path"] for s in skipped}:
+                skipped.append(invalid_alias(alias))  # once, as the other scans list it
         elif match := _SHORT_READ.search(line):
             skipped.append({"path": match.group(1), "reason": "unreadable",
                             "detail": "git read another number of bytes than its size (it "

@@ -167,6 +167,28 @@ def unreadable_path(exc: BaseException, root: Path) -> str | None:
     return None
 
 
+def git_dir_alias(name: str) -> bool:
+    """Whether ``name`` is ``.git`` in another case (``.GIT``, ``.Git``): libgit2's walk passes
+    over it as over ``.git``, and git refuses every path through it, so no checkpoint can hold
+    it or anything under it."""
+    return len(name) == 4 and name != ".git" and name.lower() == ".git"
+
+
+def git_dir_alias_of(rel: str) -> str | None:
+    """The path of the first component of ``rel`` that is ``.git`` in another case, or None."""
+    parts = rel.split("/")
+    for depth, part in enumerate(parts, 1):
+        if git_dir_alias(part):
+            return "/".join(parts[:depth])
+    return None
+
+
+def invalid_alias(path: str) -> dict:
+    """The ``skipped`` entry of ``path``, a ``.git`` in another case (with all it holds)."""
+    return {"path": path, "reason": "invalid-path",
+            "detail": "a .git name in another case: git refuses it and every path under it"}
+
+
 def hidden_by(root: Path, rel: str) -> str | None:
     """The shallowest directory on ``rel``'s path that this process cannot list or enter (so
     a scan cannot see what is inside it), or None when every directory above ``rel`` is open."""
@@ -189,8 +211,9 @@ def list_unseen(root: Path, ignored: Callable[[str], bool], tracked: Container[s
                 shape: Mapping[str, DirNames] | None = None,
                 changed: Container[str] = ()) -> list[dict]:
     """The ``skipped`` entries libgit2's diff leaves unreported: every FIFO, socket or device
-    not in the cache (``special``) and every directory this process cannot list that holds no
-    cached file (``unreadable``), outside ignored paths and nested repositories. ``tracked``
+    not in the cache (``special``), every directory this process cannot list that holds no
+    cached file (``unreadable``) and every ``.git`` in another case (``invalid-path``), outside
+    ignored paths and nested repositories. ``tracked``
     holds the cache's paths, ``listed`` the paths already listed.
 
     One walk of the tree's directory entries: names and types only (``scandir``'s
@@ -227,6 +250,10 @@ def list_unseen(root: Path, ignored: Callable[[str], bool], tracked: Container[s
             if entry.name == ".git":
                 continue
             child = f"{current}/{entry.name}" if current else entry.name
+            if git_dir_alias(entry.name):
+                if child not in listed and not ignored(child + "/") and not ignored(child):
+                    found.append(invalid_alias(child))
+                continue
             if entry.is_dir(follow_symlinks=False):
                 if child not in listed and not ignored(child + "/"):
                     stack.append(child)

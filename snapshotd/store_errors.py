@@ -75,6 +75,22 @@ class SizeMismatch(OSError):
         self.path = path
 
 
+class InvalidPath(OSError):
+    """A worktree path git refuses to hold in a tree (``.git`` in any case as a component,
+    ``.git`` followed by dots or spaces): the file is fine and so is the store, but no
+    checkpoint can hold it. Listed ``invalid-path``."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"git refuses the path {path!r} in a tree (a .git name in another "
+                         "case or spelling)")
+        self.path = path
+
+
+def refused_path(exc: BaseException) -> bool:
+    """Whether libgit2 refused a path as one a tree cannot hold ("invalid path: '...'")."""
+    return isinstance(exc, pygit2.GitError) and str(exc).startswith("invalid path")
+
+
 class StoreError(Exception):
     """A store operation failed; ``reason`` is a short gap reason."""
 

@@ -16,8 +16,9 @@ Promises:
   its tree grafted in at its path (``nested_repos``).
 - The full scan and the fast path agree on what they leave out, and list it on the capture's
   ``skipped``: FIFOs, sockets and devices (``special``, never opened), files over the size
-  limit, and paths that cannot be read (``unreadable``: a file or a
-  directory captured before keeps its last captured content; see ``scan_rules``).
+  limit, paths that cannot be read (``unreadable``: a file or a
+  directory captured before keeps its last captured content; see ``scan_rules``), and names
+  git refuses in a tree (``invalid-path``: a ``.git`` in another case once, with all it holds).
 - Credential files (``secrets.secret_file_kind``) are not captured unless ``secret_files`` is
   ``capture`` for this worktree (``Store.secret_policy``): each is listed as skipped with
   reason ``secret``.
@@ -66,6 +67,8 @@ from snapshotd.scan_rules import (
     DirNames,
     NestedRepos,
     change_mark,
+    git_dir_alias_of,
+    invalid_alias,
     readable_size,
     special_entry,
 )
@@ -79,10 +82,12 @@ from snapshotd.secrets import (
 from snapshotd.store_errors import (
     STORE_WRITE_FAILED,
     FileChanging,
+    InvalidPath,
     SizeMismatch,
     StoreError,
     changed_while_read,
     odb_retry,
+    refused_path,
 )
 from snapshotd.tracked_ignored import TrackedIgnored
 from snapshotd.trees import TreeShapeChanged, remember_changes, remember_file_count, rewrite_tree
@@ -214,6 +219,12 @@ class WorktreeIndex:
             for rel in sorted(wanted):  # a directory before the paths under it
                 if ".git" in rel.split("/") or rel in taken:
                     continue  # a crawl took it: never twice (its findings, its skips)
+                alias = git_dir_alias_of(rel)
+                if alias is not None:  # listed once, with all it holds, as the full scan does
+                    if alias not in taken and not repo.path_is_ignored(alias):
+                        result.skipped.append(invalid_alias(alias))
+                    taken.add(alias)
+                    continue
                 owner = nested.owner(rel)
                 if owner is not None:
                     # Its own cache captures it, unless our rules ignore it.
@@ -391,6 +402,9 @@ class WorktreeIndex:
         before = entry_id(index, path)
         try:
             self._add(index, path)
+        except InvalidPath as exc:
+            result.skipped.append({"path": path, "reason": "invalid-path", "detail": str(exc)})
+            return
         except FileChanging as exc:
             # Its last content stays, listed; hashed again next time (``touched``: it is racy).
             result.skipped.append({"path": path, "reason": "changing", "detail": str(exc)})
@@ -426,6 +440,8 @@ class WorktreeIndex:
                 odb_retry(index.add, path)
                 return
             except (pygit2.GitError, OSError) as exc:
+                if refused_path(exc):
+                    raise InvalidPath(path) from exc
                 if changed_while_read(exc):
                     now = change_mark(self.root / path)
                     if attempt < CHANGING_TRIES:
