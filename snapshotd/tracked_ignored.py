@@ -10,7 +10,8 @@ ignored path out, instead of trusting whatever its own cache happened to still h
 
 Promises:
 - The set is listed again only when it is asked for after the user's index, the cache's
-  exclude file or the root ``.gitignore`` changed (their stat), or after ``forget`` (a
+  exclude file or the root ``.gitignore`` changed (their stat, looked at once a capture:
+  ``new_capture``), or after ``forget`` (a
   ``.gitignore`` deeper in the tree changed): about 0.4 s for a million tracked files, 5 ms
   for ten thousand, and none while nothing ignored is met.
 - Gitlinks (submodules) are never in it: each is captured by a cache of its own.
@@ -45,17 +46,25 @@ class TrackedIgnored:
         self.gitdir = gitdir
         self._signature: tuple | None = None
         self._paths: frozenset[str] = frozenset()
+        self._looked = False  # whether this capture looked at the signature already
 
     def __contains__(self, path: object) -> bool:
         return path in self.paths()
 
     def paths(self) -> frozenset[str]:
-        """Every tracked file the rules ignore, listed again if what it depends on changed."""
-        signature = self._current_signature()
-        if signature != self._signature:
-            self._paths = self._list(signature[0])
-            self._signature = signature
+        """Every tracked file the rules ignore, listed again if what it depends on changed
+        (looked at once a capture: a crawl may ask for each of thousands of ignored files)."""
+        if not self._looked:
+            signature = self._current_signature()
+            if signature != self._signature:
+                self._paths = self._list(signature[0])
+                self._signature = signature
+            self._looked = True
         return self._paths
+
+    def new_capture(self) -> None:
+        """A capture begins: the next question looks again at what the set depends on."""
+        self._looked = False
 
     def under(self, directory: str) -> list[str]:
         """The tracked-but-ignored files below ``directory`` (worktree-relative), sorted."""
@@ -65,6 +74,7 @@ class TrackedIgnored:
     def forget(self) -> None:
         """List the set again when it is next asked for (an ignore file changed)."""
         self._signature = None
+        self._looked = False
 
     # -- helpers ---------------------------------------------------------------------------
 

@@ -145,6 +145,7 @@ class WorktreeIndex:
         self._ensure_gitdir()
         _check_objects_fault()
         index = self._load_index()
+        self.tracked_ignored.new_capture()
         result = Capture(tree="")
         if self._unscanned and self.secret_scan:
             result.secrets.extend(scan_paths(self.root, self._unscanned))
@@ -210,6 +211,7 @@ class WorktreeIndex:
             self.tracked_ignored.forget()
             return None
         result = Capture(tree="", full_scan=False)
+        self.tracked_ignored.new_capture()
         started_ns = time.time_ns()
         touched: list[str] = []
         files: set[str] = set()  # file entries changed; anything else is structural
