@@ -31,7 +31,7 @@ Promises:
   the error and by reading the file) raises ``StoreError`` and never skips the file: a
   checkpoint is never acknowledged without a change it was given.
 - A file that changes size while it is read (a tool still writing it) is read again, up to
-  ``CHANGING_TRIES`` times; still changing, it keeps its last captured content, is listed as
+  ``file_entry.CHANGING_TRIES`` times; still changing, it keeps its last captured content, is listed as
   ``changing`` and is re-hashed at the next capture (its writes are events, and it is racy).
 """
 
@@ -60,35 +60,13 @@ from snapshotd.cache_checks import (
 )
 from snapshotd.cold_start import listed_paths, prime_cold
 from snapshotd.crawl import crawl, take_tracked_ignored
+from snapshotd.file_entry import update_path
 from snapshotd.full_scan import Capture, full_scan, remove_entry
 from snapshotd.ignore_rules import exclude_sources, write_excludes
 from snapshotd.nested_repos import Workspace, WorkspaceMatcher
-from snapshotd.scan_rules import (
-    DirNames,
-    NestedRepos,
-    change_mark,
-    git_dir_alias_of,
-    invalid_alias,
-    readable_size,
-    special_entry,
-)
-from snapshotd.secrets import (
-    may_name_secret_files,
-    scan_changed_file,
-    scan_paths,
-    secret_files_among,
-    secret_skip,
-)
-from snapshotd.store_errors import (
-    STORE_WRITE_FAILED,
-    FileChanging,
-    InvalidPath,
-    SizeMismatch,
-    StoreError,
-    changed_while_read,
-    odb_retry,
-    refused_path,
-)
+from snapshotd.scan_rules import DirNames, NestedRepos, git_dir_alias_of, invalid_alias
+from snapshotd.secrets import may_name_secret_files, scan_paths, secret_files_among
+from snapshotd.store_errors import STORE_WRITE_FAILED, StoreError, odb_retry
 from snapshotd.tracked_ignored import TrackedIgnored
 from snapshotd.trees import TreeShapeChanged, remember_changes, remember_file_count, rewrite_tree
 
@@ -100,8 +78,7 @@ log = logging.getLogger("snapshotd.store")
 # Files with an mtime this close to a capture may change again in the same clock tick with no
 # visible stat change: they are re-hashed at the next capture.
 RACY_WINDOW_NS = 50_000_000
-# How many times a file that changed size while it was read is read again in one capture.
-CHANGING_TRIES = 3
+
 
 class WorktreeIndex:
     """One worktree's in-memory stat cache, and the capture that uses it.
@@ -367,100 +344,9 @@ class WorktreeIndex:
 
     def update_path(self, index: pygit2.Index, path: str, result: Capture, touched: list[str],
                     *, new: bool = False, racy_recheck: bool = False) -> None:
-        """Hash ``path`` into the index and count it in ``result``, or list why not: a special
-        file, a file over the size limit, or one that cannot be read (its last captured
-        content then stays, and the next full scan holds it out of libgit2's diff)."""
-        full = self.root / path
-        if path.endswith("/"):
-            # libgit2 reports a nested repository as an untracked directory: listed here, then
-            # captured whole by a cache of its own (``Workspace.capture_found``).
-            result.skipped.append({"path": path.rstrip("/"), "reason": "nested-repository"})
-            return
-        try:
-            st = full.lstat()
-        except FileNotFoundError:
-            if remove_entry(index, path) and not racy_recheck:
-                result.deleted += 1
-            return
-        except OSError as exc:
-            result.skipped.append({"path": path, "reason": "unreadable", "detail": str(exc)})
-            return
-        special = special_entry(path, st.st_mode)
-        if special is not None:
-            # Never opened: a FIFO would block this thread for good, a device has no content.
-            if remove_entry(index, path) and not racy_recheck:
-                result.deleted += 1
-            result.skipped.append(special)
-            return
-        secret = secret_skip(path, full, self.secret_files)
-        if secret is not None:
-            remove_entry(index, path)
-            result.skipped.append(secret)
-            return
-        if stat.S_ISREG(st.st_mode) and st.st_size > self.max_file_bytes:
-            remove_entry(index, path)
-            result.skipped.append({"path": path, "reason": "too-large", "bytes": st.st_size})
-            return
-        before = entry_id(index, path)
-        try:
-            self._add(index, path)
-        except InvalidPath as exc:
-            result.skipped.append({"path": path, "reason": "invalid-path", "detail": str(exc)})
-            return
-        except FileChanging as exc:
-            # Its last content stays, listed; hashed again next time (``touched``: it is racy).
-            result.skipped.append({"path": path, "reason": "changing", "detail": str(exc)})
-            touched.append(path)
-            return
-        except (pygit2.GitError, OSError) as exc:
-            if before is not None:
-                self.unreadable.add(path)  # kept as last captured; held out of the next scan
-            result.skipped.append({"path": path, "reason": "unreadable", "detail": str(exc)})
-            return
-        touched.append(path)
-        if self.secret_scan:
-            result.secrets.extend(scan_changed_file(path, full, st.st_mode))
-        after = entry_id(index, path)
-        if racy_recheck:
-            if before is None:
-                result.added += 1
-            elif before != after:
-                result.modified += 1
-        elif new or before is None:
-            result.added += 1
-        else:
-            result.modified += 1
-
-    def _add(self, index: pygit2.Index, path: str) -> None:
-        """Hash ``path`` into the store and the index. A failure on the store's side raises
-        ``StoreError``: the file is fine, and skipping it would acknowledge a checkpoint without
-        the change. A file that changes size each time it is read raises ``FileChanging``; any
-        other failure (the file cannot be read) is the caller's to report."""
-        first_short: tuple[int, int, int] | None = None  # the file's stat at the first short read
-        for attempt in range(1, CHANGING_TRIES + 1):
-            try:
-                odb_retry(index.add, path)
-                return
-            except (pygit2.GitError, OSError) as exc:
-                if refused_path(exc):
-                    raise InvalidPath(path) from exc
-                if changed_while_read(exc):
-                    now = change_mark(self.root / path)
-                    if attempt < CHANGING_TRIES:
-                        first_short = first_short or now
-                        continue
-                    # Only a file seen to change is "changing"; one that stood still is read
-                    # here: content of another size than its stat is the file's (a /sys file),
-                    # the size read right is a store write failing with no OS reason.
-                    if now != first_short:
-                        raise FileChanging(path, attempt) from exc
-                    if now is not None and (got := readable_size(self.root / path,
-                                                                 now[0])) != now[0]:
-                        raise SizeMismatch(path, now[0], got) from exc
-                if self.store.is_store_failure(exc, self.root / path):
-                    raise StoreError(STORE_WRITE_FAILED,
-                                     f"could not store {path}: {exc}") from exc
-                raise
+        """Hash ``path`` into the index and count it in ``result``, or list why not
+        (``file_entry.update_path``)."""
+        update_path(self, index, path, result, touched, new=new, racy_recheck=racy_recheck)
 
     def _load_index(self) -> pygit2.Index:
         if self._index is not None:
