@@ -60,7 +60,7 @@ class EntryTarget(Protocol):
 
 
 def update_path(wt: EntryTarget, index: pygit2.Index, path: str, result: Capture,
-            touched: list[str], *, new: bool = False, racy_recheck: bool = False) -> None:
+                touched: list[str], *, new: bool = False, racy_recheck: bool = False) -> None:
     """Hash ``path`` (worktree-relative) into ``index`` and count it in ``result``, or list
     why not: a special file, a credential file, a file over the size limit, a name no tree
     can hold, a file still changing, or one that cannot be read (its last captured content
@@ -126,11 +126,13 @@ def update_path(wt: EntryTarget, index: pygit2.Index, path: str, result: Capture
     else:
         result.modified += 1
 
+
 def add_file(wt: EntryTarget, index: pygit2.Index, path: str) -> None:
     """Hash ``path`` into the store and the index. A failure on the store's side raises
     ``StoreError``: the file is fine, and skipping it would acknowledge a checkpoint without
-    the change. A file that changes size each time it is read raises ``FileChanging``; any
-    other failure (the file cannot be read) is the caller's to report."""
+    the change. A name no tree can hold raises ``InvalidPath``, a file that changes size each
+    time it is read ``FileChanging``, one whose content is not the size it reports
+    ``SizeMismatch``; any other failure (the file cannot be read) is the caller's to report."""
     first_short: tuple[int, int, int] | None = None  # the file's stat at the first short read
     for attempt in range(1, CHANGING_TRIES + 1):
         try:
