@@ -44,7 +44,7 @@ def test_crash_at_every_capture_boundary(point: str, sd_env: Env, tmp_path: Path
     rng = Random(zlib.crc32(point.encode()))
     wt = make_git_worktree(tmp_path / "wt")
     acked: dict[int, tuple[str, str]] = {}
-    hook_ids: list[str] = []
+    hook_contents: dict[str, str] = {}  # each hook's tool_use_id: what f.txt held for it
     unacked_client_ids: list[str] = []
     step = 0
     for run in range(RUNS):
@@ -75,7 +75,7 @@ def test_crash_at_every_capture_boundary(point: str, sd_env: Env, tmp_path: Path
             else:
                 result = run_hook(sd_env, claude_payload(wt, tool_id), **RUN_ENV)
                 assert result.returncode == 0 and result.stdout == b"" and result.stderr == b""
-                hook_ids.append(tool_id)
+                hook_contents[tool_id] = content
         assert daemon.proc.wait(timeout=20) == CRASH_EXIT_STATUS
 
     final = make_daemon(sd_env, extra_env=dict(QUIET_WATCHER))
@@ -99,11 +99,22 @@ def test_crash_at_every_capture_boundary(point: str, sd_env: Env, tmp_path: Path
     store_git(sd_env, "fsck", "--strict")
     for cp in checkpoints:
         store_git(sd_env, "ls-tree", "-r", cp["commit"])
-    # An unacknowledged hook became a complete checkpoint, or left a gap.
+    # An unacknowledged hook became a complete checkpoint, or left a gap; or its capture found
+    # the tree a checkpoint already held (the start-up capture of a window a crash left open can
+    # take the hook's write first) and the ledger maps its tool call to that checkpoint, whose
+    # tree holds what the hook saw.
     recorded = {cp["tool_use_id"] for cp in checkpoints}
     gapped = {g["tool_use_id"] for g in sd_env.read_gaps()}
-    for tool_id in hook_ids:
-        assert tool_id in recorded or tool_id in gapped, f"{tool_id} neither captured nor gapped"
+    mapped = {r["tool_use_id"]: r["seq"] for r in sd_env.ledger_query(
+        "SELECT t.tool_use_id AS tool_use_id, t.seq AS seq FROM tool_calls t"
+        " JOIN attempts a ON a.pk = t.attempt_pk WHERE a.run_id = ? AND t.deduped <> 0",
+        ("crash",))}
+    for tool_id, content in hook_contents.items():
+        if tool_id in recorded or tool_id in gapped:
+            continue
+        assert tool_id in mapped, f"{tool_id} neither captured nor gapped"
+        commit = by_seq[mapped[tool_id]]["commit"]
+        assert store_git(sd_env, "show", f"{commit}:f.txt") == content, tool_id
     assert sd_env.ledger_intact()
 
 
