@@ -4,7 +4,8 @@ Owns ``prime_cold``: fill a worktree's empty cache from the worktree's own git i
 has one (``seeding.seed_from_repository``: its objects copied, only the files that differ from
 it hashed by the scan that follows), else with ``git add -A`` (``seeding.prime_with_git_add``:
 several times faster than libgit2 cold; the files the user's repository tracks although an
-ignore rule matches them, which it leaves out, are taken by that scan); and ``listed_paths``, every path of a cache read from its index file.
+ignore rule matches them, which it leaves out, are taken by that scan); and ``listed_paths``,
+every path of a cache read from its index file.
 
 Promises:
 - What is primed is only a start: the full scan that follows compares every file with it, so a

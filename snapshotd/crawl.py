@@ -3,8 +3,8 @@ would hide from a capture.
 
 Owns ``crawl`` (a directory that is new or was replaced wholesale, e.g. by ``git checkout``:
 every file under it the rules keep is taken, and cached entries under it that are gone are
-dropped) and ``take_tracked_ignored`` (the full scan's share: tracked-but-ignored files its
-cache does not hold).
+dropped), ``take_tracked_ignored`` (the full scan's share: tracked-but-ignored files its
+cache does not hold) and ``list_alias`` (a ``.git`` in another case, listed once a capture).
 
 Promises: what ``git add -A`` in the user's repository would stage: an ignored file is left
 out unless the user's index tracks it (``tracked_ignored``), then it is taken even inside an
@@ -23,8 +23,14 @@ from typing import Protocol
 import pygit2
 
 from snapshotd.full_scan import Capture, remove_entry
-from snapshotd.scan_rules import NestedRepos, git_dir_alias, hidden_by, invalid_alias
-from snapshotd.tracked_ignored import TrackedIgnored, real_parents
+from snapshotd.scan_rules import (
+    NestedRepos,
+    git_dir_alias,
+    hidden_by,
+    invalid_alias,
+    real_parents,
+)
+from snapshotd.tracked_ignored import TrackedIgnored
 
 
 class CrawlTarget(Protocol):
@@ -43,11 +49,7 @@ def crawl(wt: CrawlTarget, index: pygit2.Index, repo: pygit2.Repository, rel: st
     under it that are gone; what it took (the files and the directories it entered) goes into
     ``taken``."""
     if repo.path_is_ignored(rel + "/"):
-        present = _take_tracked_under(wt, index, rel, result, touched, taken)
-        for path in wt.tracked_ignored.under(rel):
-            if path not in present and not os.path.lexists(wt.root / path) \
-                    and remove_entry(index, path):
-                result.deleted += 1
+        _take_tracked_under(wt, index, rel, result, touched, taken)
         return
     present: set[str] = set()
     stack = [rel]
@@ -65,13 +67,11 @@ def crawl(wt: CrawlTarget, index: pygit2.Index, repo: pygit2.Repository, rel: st
             if entry.name == ".git":
                 continue
             if git_dir_alias(entry.name):
-                if child not in taken and not repo.path_is_ignored(child):
-                    result.skipped.append(invalid_alias(child))
-                taken.add(child)
+                list_alias(repo, child, result, taken)
                 continue
             if entry.is_dir(follow_symlinks=False):
                 if repo.path_is_ignored(child + "/"):
-                    present |= _take_tracked_under(wt, index, child, result, touched, taken)
+                    _take_tracked_under(wt, index, child, result, touched, taken)
                     continue
                 if nested.is_repo(child):
                     nested.note(child, child)
@@ -101,16 +101,24 @@ def take_tracked_ignored(wt: CrawlTarget, index: pygit2.Index, result: Capture,
             wt.update_path(index, path, result, touched, new=True)
 
 
+def list_alias(repo: pygit2.Repository, path: str, result: Capture, taken: set[str]) -> None:
+    """List ``path``, a ``.git`` in another case, once a capture (with all it holds: nothing
+    under it is taken), unless the rules ignore it."""
+    if path not in taken and not repo.path_is_ignored(path):
+        result.skipped.append(invalid_alias(path))
+    taken.add(path)
+
+
 def _take_tracked_under(wt: CrawlTarget, index: pygit2.Index, directory: str,
-                        result: Capture, touched: list[str], taken: set[str]) -> set[str]:
-    """Take the tracked-but-ignored files under the ignored ``directory``; the paths taken."""
-    took = set()
+                        result: Capture, touched: list[str], taken: set[str]) -> None:
+    """The tracked-but-ignored files under the ignored ``directory`` (a crawl does not enter
+    it): each one present is taken, each one gone leaves the cache."""
     for path in wt.tracked_ignored.under(directory):
         if _takeable(wt.root, path):
             wt.update_path(index, path, result, touched)
-            took.add(path)
             taken.add(path)
-    return took
+        elif not os.path.lexists(wt.root / path) and remove_entry(index, path):
+            result.deleted += 1
 
 
 def _takeable(root: Path, path: str) -> bool:

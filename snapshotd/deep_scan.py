@@ -69,7 +69,7 @@ def git_add_scan(index: pygit2.Index, root: Path, gitdir: Path, max_file_bytes: 
         raise StoreError("scan-failed", f"git add in {root} exited {proc.returncode}: "
                          f"{errors.strip()[-500:]}")
     index.read(True)
-    out = DeepScan(skipped=_unreadable(errors))
+    out = DeepScan(skipped=_skipped_by_git(errors))
     _collect(index, before, out, root, max_file_bytes)
     return out
 
@@ -100,9 +100,10 @@ def _collect(index: pygit2.Index, before: dict, out: DeepScan, root: Path,
     out.deleted.extend(path for path in before if path not in after)
 
 
-def _unreadable(errors: str) -> list[dict]:
-    """The files git's stderr says it could not read; each keeps what the cache held (git left
-    its entry as it was) and is read again by the next scan (its stat differs from the entry)."""
+def _skipped_by_git(errors: str) -> list[dict]:
+    """The files git's stderr says it could not read or hold; each keeps what the cache held
+    (git left its entry as it was) and is read again by the next scan (its stat differs from the
+    entry)."""
     skipped = []
     for line in errors.splitlines():
         match = _OPEN_FAILED.search(line)

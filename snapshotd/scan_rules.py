@@ -11,7 +11,10 @@ fast path) applies before it hashes a file, so the three agree:
   ``nested-repository`` by a scan) and captured whole by a cache of its own
   (``nested_repos``);
 - a path libgit2 could not open because of its permissions is named (``unreadable_path``);
-- a path whose directory cannot be listed is named by that directory (``hidden_by``);
+- a path whose directory cannot be listed is named by that directory (``hidden_by``), and a
+  path read from an index, not found by walking, is read only through real directories
+  (``real_parents``);
+- a ``.git`` in another case is listed, never entered (``git_dir_alias``);
 - whether a file can in fact be read (``source_readable``), which tells a store failure from an
   unreadable source when the error alone does not, and whether it changed between two looks
   (``change_mark``), which tells a file rewritten while it was read from a store failure;
@@ -167,6 +170,20 @@ def unreadable_path(exc: BaseException, root: Path) -> str | None:
     return None
 
 
+def real_parents(root: Path, rel: str) -> bool:
+    """Whether every directory above ``rel`` is a real directory (no symlink on the way): a
+    path read from an index, not found by walking, could otherwise lead out of the tree."""
+    current = str(root)
+    for part in rel.split("/")[:-1]:
+        current = os.path.join(current, part)
+        try:
+            if not stat.S_ISDIR(os.lstat(current).st_mode):
+                return False
+        except OSError:
+            return False
+    return True
+
+
 def git_dir_alias(name: str) -> bool:
     """Whether ``name`` is ``.git`` in another case (``.GIT``, ``.Git``): libgit2's walk passes
     over it as over ``.git``, and git refuses every path through it, so no checkpoint can hold
@@ -175,7 +192,10 @@ def git_dir_alias(name: str) -> bool:
 
 
 def git_dir_alias_of(rel: str) -> str | None:
-    """The path of the first component of ``rel`` that is ``.git`` in another case, or None."""
+    """The path of the first component of ``rel`` that is ``.git`` in another case, or None
+    (on every path the watcher reports: the common answer costs one ``lower``)."""
+    if ".git" not in rel.lower():
+        return None
     parts = rel.split("/")
     for depth, part in enumerate(parts, 1):
         if git_dir_alias(part):

@@ -3,7 +3,7 @@
 Owns ``TrackedIgnored``: for one stat cache, the paths the user's own index tracks that the
 cache's ignore rules match, as git lists them (``git ls-files --cached --ignored
 --exclude-standard`` run on the user's index under the cache's git dir, so with the cache's
-rules), and ``real_parents``. ``git add -A`` in the user's repository keeps such a file
+rules). ``git add -A`` in the user's repository keeps such a file
 however it comes back: re-created in a deleted ignored directory, checked out from another
 branch, force-added after the cache was started. A capture asks this set before it leaves an
 ignored path out, instead of trusting whatever its own cache happened to still hold.
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import os
-import stat
 import subprocess
 from pathlib import Path
 
@@ -57,7 +56,8 @@ class TrackedIgnored:
         if not self._looked:
             signature = self._current_signature()
             if signature != self._signature:
-                self._paths = self._list(signature[0])
+                # No index (no repository, or nothing staged yet): nothing to list.
+                self._paths = self._list(signature[0]) if signature[1] else frozenset()
                 self._signature = signature
             self._looked = True
         return self._paths
@@ -84,9 +84,7 @@ class TrackedIgnored:
         return (user_index, _stat_key(user_index), _stat_key(self.gitdir / "exclude"),
                 _stat_key(self.root / ".gitignore"))
 
-    def _list(self, user_index: Path | None) -> frozenset[str]:
-        if user_index is None or _stat_key(user_index) is None:
-            return frozenset()  # no repository, or one with nothing staged yet
+    def _list(self, user_index: Path) -> frozenset[str]:
         env = cache_git_env(self.gitdir, self.root)
         env["GIT_INDEX_FILE"] = str(user_index)
         try:
@@ -110,21 +108,6 @@ class TrackedIgnored:
                 continue
             paths.add(os.fsdecode(name))
         return frozenset(paths)
-
-
-def real_parents(root: Path, rel: str) -> bool:
-    """Whether every directory above ``rel`` is a real directory (no symlink on the way): a
-    path read from an index, not found by walking, could otherwise lead out of the tree."""
-    parts = rel.split("/")[:-1]
-    current = str(root)
-    for part in parts:
-        current = os.path.join(current, part)
-        try:
-            if not stat.S_ISDIR(os.lstat(current).st_mode):
-                return False
-        except OSError:
-            return False
-    return True
 
 
 def _stat_key(path: Path | None) -> tuple[int, int, int, int] | None:

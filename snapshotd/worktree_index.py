@@ -59,12 +59,12 @@ from snapshotd.cache_checks import (
     tree_has,
 )
 from snapshotd.cold_start import listed_paths, prime_cold
-from snapshotd.crawl import crawl, take_tracked_ignored
+from snapshotd.crawl import crawl, list_alias, take_tracked_ignored
 from snapshotd.file_entry import update_path
 from snapshotd.full_scan import Capture, full_scan, remove_entry
 from snapshotd.ignore_rules import exclude_sources, write_excludes
 from snapshotd.nested_repos import Workspace, WorkspaceMatcher
-from snapshotd.scan_rules import DirNames, NestedRepos, git_dir_alias_of, invalid_alias
+from snapshotd.scan_rules import DirNames, NestedRepos, git_dir_alias_of
 from snapshotd.secrets import may_name_secret_files, scan_paths, secret_files_among
 from snapshotd.store_errors import STORE_WRITE_FAILED, StoreError, odb_retry
 from snapshotd.tracked_ignored import TrackedIgnored
@@ -200,9 +200,7 @@ class WorktreeIndex:
                     continue  # a crawl took it: never twice (its findings, its skips)
                 alias = git_dir_alias_of(rel)
                 if alias is not None:  # listed once, with all it holds, as the full scan does
-                    if alias not in taken and not repo.path_is_ignored(alias):
-                        result.skipped.append(invalid_alias(alias))
-                    taken.add(alias)
+                    list_alias(repo, alias, result, taken)
                     continue
                 owner = nested.owner(rel)
                 if owner is not None:

@@ -15,6 +15,7 @@ import pytest
 
 from conftest import git, make_git_worktree
 from snapshotd.store import Store
+from snapshotd.worktree_index import WorktreeIndex
 
 
 def users_add_all(wt: Path, scratch: Path) -> str:
@@ -44,6 +45,17 @@ def in_tree(store: Store, tree: str, path: str) -> str | None:
     proc = subprocess.run(["git", "--git-dir", str(store.path), "cat-file", "-p",
                            f"{tree}:{path}"], capture_output=True, text=True)
     return proc.stdout if proc.returncode == 0 else None
+
+
+def captured_then_ign_deleted(wt: Path, tmp_path: Path) -> tuple[Store, WorktreeIndex]:
+    """A store whose cache of ``wt`` captured it, then saw its ignored ``ign/`` deleted (the
+    tracked file in it is out of the cache)."""
+    store = Store(tmp_path / "home")
+    index = store.worktree(wt)
+    index.capture()
+    shutil.rmtree(wt / "ign")
+    assert index.capture_changed({"ign"}) is not None
+    return store, index
 
 
 def test_the_fast_path_keeps_tracked_ignored_files_however_they_come_back(
@@ -152,11 +164,7 @@ def test_an_index_path_behind_a_symlink_is_never_followed(tmp_path: Path) -> Non
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "x.txt").write_text("not the worktree's\n")
-    store = Store(tmp_path / "home")
-    index = store.worktree(wt)
-    index.capture()
-    shutil.rmtree(wt / "ign")
-    index.capture_changed({"ign"})
+    store, index = captured_then_ign_deleted(wt, tmp_path)
     (wt / "ign").mkdir()
     os.symlink(outside, wt / "ign" / "sub")
     fast = index.capture_changed({"ign"})
@@ -169,11 +177,7 @@ def test_an_index_path_behind_a_symlink_is_never_followed(tmp_path: Path) -> Non
 def test_a_user_index_git_cannot_read_leaves_ignored_files_out_with_a_warning(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     wt = make_repo(tmp_path / "wt")
-    store = Store(tmp_path / "home")
-    index = store.worktree(wt)
-    index.capture()
-    shutil.rmtree(wt / "ign")
-    index.capture_changed({"ign"})
+    store, index = captured_then_ign_deleted(wt, tmp_path)
     (wt / ".git" / "index").write_bytes(b"DIRC not an index")
     (wt / "ign").mkdir()
     (wt / "ign" / "kept.txt").write_text("back\n")
