@@ -31,8 +31,9 @@ Promises:
   the error and by reading the file) raises ``StoreError`` and never skips the file: a
   checkpoint is never acknowledged without a change it was given.
 - A file that changes size while it is read (a tool still writing it) is read again, up to
-  ``file_entry.CHANGING_TRIES`` times; still changing, it keeps its last captured content, is listed as
-  ``changing`` and is re-hashed at the next capture (its writes are events, and it is racy).
+  ``file_entry.CHANGING_TRIES`` times; still changing, it keeps its last captured content, is
+  listed as ``changing`` and is re-hashed at the next capture (its writes are events, and it is
+  racy).
 """
 
 from __future__ import annotations
