@@ -3,8 +3,8 @@ would hide from a capture.
 
 Owns ``crawl`` (a directory that is new or was replaced wholesale, e.g. by ``git checkout``:
 every file under it the rules keep is taken, and cached entries under it that are gone are
-dropped), ``take_tracked_ignored`` (the full scan's share: tracked-but-ignored files its
-cache does not hold) and ``list_alias`` (a ``.git`` in another case, listed once a capture).
+dropped), ``take_tracked_ignored`` (tracked-but-ignored files the cache does not hold: the
+full scan's share, and the fast path's once the user's index changed) and ``list_alias`` (a ``.git`` in another case, listed once a capture).
 
 Promises: what ``git add -A`` in the user's repository would stage: an ignored file is left
 out unless the user's index tracks it (``tracked_ignored``), then it is taken even inside an
@@ -93,12 +93,16 @@ def crawl(wt: CrawlTarget, index: pygit2.Index, repo: pygit2.Repository, rel: st
 
 
 def take_tracked_ignored(wt: CrawlTarget, index: pygit2.Index, result: Capture,
-                         touched: list[str]) -> None:
-    """After a full scan: take the tracked-but-ignored files the cache does not hold (the
-    scan's diff skips an ignored file it does not know). Cached ones the diff kept itself."""
+                         touched: list[str]) -> list[str]:
+    """Take the tracked-but-ignored files the cache does not hold, and say which: after a full
+    scan (its diff skips an ignored file it does not know; cached ones it kept itself), or in
+    the fast path once the user's index changed (``git add -f`` of a file nobody wrote)."""
+    taken = []
     for path in sorted(wt.tracked_ignored.paths()):
         if path not in index and _takeable(wt.root, path):
             wt.update_path(index, path, result, touched, new=True)
+            taken.append(path)
+    return taken
 
 
 def list_alias(repo: pygit2.Repository, path: str, result: Capture, taken: set[str]) -> None:

@@ -17,10 +17,14 @@ tool call that came meanwhile. So a verification runs in three steps:
    their own processes, where libgit2's diff in the daemon took 4-5 s and left the daemon 200
    MB larger. A smaller cache is diffed by a second libgit2 handle in the daemon (its call
    releases the interpreter's lock), cheaper there than starting two processes. The paths
-   listed may differ from the cache as written: drift, or changes made since.
+   listed may differ from the cache as written: drift, or changes made since. Both leave
+   ignored files out: when the user's index changed since the cache listed it, the files it
+   tracks although ignored are listed beside (``tracked_ignored.list_tracked_ignored``).
 3. ``Prescan.verify``, inside the verification's capture under the lock: only those paths and
-   the ones the watcher reported since the last capture are updated (``capture_changed``);
-   drift is what that update changed among the paths found, with no event naming it.
+   the ones the watcher reported since the last capture are updated (``capture_changed``),
+   and tracked-but-ignored files the cache lacks are taken (a ``git add -f`` of a file
+   nobody wrote: no event, not drift); drift is what that update changed among the paths
+   found, with no event naming it.
 
 Promises: a verification finds what the full scan finds, or is one: whenever this cannot stand
 in for it, ``verify`` returns None before changing anything and the caller scans fully under
@@ -53,6 +57,7 @@ from snapshotd.fastpath import DIRTY_LIMIT, directories_of
 from snapshotd.full_scan import DIFF_FLAGS, Capture
 from snapshotd.ignore_rules import cache_git_env
 from snapshotd.scan_rules import unreadable_path
+from snapshotd.tracked_ignored import Listing, list_tracked_ignored
 
 if TYPE_CHECKING:
     from snapshotd.service import ChangeSource, Service
@@ -96,6 +101,9 @@ class Prescan:
     scans fully instead)."""
 
     found: set[str] | None = None
+    # The user's index listed again for tracked-but-ignored files when it changed since the
+    # cache's listing (no event names a file ``git add -f`` began tracking), else None.
+    tracked: Listing | None = None
     held_s: float = 0.0  # how long step 1 held the worktree's lock
     scan_s: float = 0.0
     why_not: str = ""  # why ``found`` is None
@@ -113,12 +121,16 @@ class Prescan:
             elif not index.persist():
                 result.why_not = "no stat cache loaded, or it could not be written"
             gitdir, unreadable = index.gitdir, set(index.unreadable)
+            tracked = index.tracked_ignored
+            generation = tracked.generation if tracked.stale() else None
         result.held_s = time.monotonic() - started
         if result.why_not:
             return result
         scan_started = time.monotonic()
         faults.delay("full-scan")  # tests: a scan as slow as a million files'
         try:
+            if generation is not None:
+                result.tracked = list_tracked_ignored(root, gitdir, generation)
             result.found = _changed_paths(gitdir, root, unreadable)
         except _CannotStandIn as exc:
             result.why_not = str(exc)
@@ -142,7 +154,11 @@ class Prescan:
         started = time.monotonic()
         unannounced = self.found - reported
         before = index.entry_ids(unannounced)
-        capture = index.capture_changed(wanted)
+        if self.tracked is not None:
+            index.tracked_ignored.adopt(self.tracked)
+        # Tracked-but-ignored files the cache lacks are taken, never judged: ``git add -f`` of
+        # a file nobody wrote comes with no event, and git's scans above leave ignored files out.
+        capture = index.capture_changed(wanted, take_tracked=True)
         if capture is None:
             log.info("verification of %s scans fully: the per-path update declined", root)
             return None

@@ -14,6 +14,10 @@ Promises:
   ``new_capture``), or after ``forget`` (a
   ``.gitignore`` deeper in the tree changed): about 0.4 s for a million tracked files, 5 ms
   for ten thousand, and none while nothing ignored is met.
+- ``stale`` tells a capture that the user's index changed since the last listing (a stat): a
+  file ``git add -f`` began tracking comes with no event. ``list_tracked_ignored`` lists apart
+  from the set, so a verification can list off the cache's lock; ``adopt`` takes such a
+  listing unless the set was forgotten since it began.
 - Gitlinks (submodules) are never in it: each is captured by a cache of its own.
 - A listing that fails (git missing, an index git cannot read) is logged at warning, once
   per change of what it depends on, and leaves the set empty: an ignored file is then left
@@ -25,6 +29,7 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 from snapshotd.ignore_rules import cache_git_env
@@ -45,7 +50,9 @@ class TrackedIgnored:
         self.gitdir = gitdir
         self._signature: tuple | None = None
         self._paths: frozenset[str] = frozenset()
-        self._looked = False  # whether this capture looked at the signature already
+        self._current: tuple | None = None  # what this capture saw of the signature
+        # Bumped by ``forget``: a listing made off the lock before it is not adopted.
+        self.generation = 0
 
     def __contains__(self, path: object) -> bool:
         return path in self.paths()
@@ -53,18 +60,29 @@ class TrackedIgnored:
     def paths(self) -> frozenset[str]:
         """Every tracked file the rules ignore, listed again if what it depends on changed
         (looked at once a capture: a crawl may ask for each of thousands of ignored files)."""
-        if not self._looked:
-            signature = self._current_signature()
-            if signature != self._signature:
-                # No index (no repository, or nothing staged yet): nothing to list.
-                self._paths = self._list(signature[0]) if signature[1] else frozenset()
-                self._signature = signature
-            self._looked = True
+        if self._current is None:
+            self._current = signature_of(self.root, self.gitdir)
+        if self._current != self._signature:
+            self._paths = _list(self.root, self.gitdir, self._current)
+            self._signature = self._current
         return self._paths
 
     def new_capture(self) -> None:
         """A capture begins: the next question looks again at what the set depends on."""
-        self._looked = False
+        self._current = None
+
+    def stale(self) -> bool:
+        """Whether what the set depends on changed since it was listed, or it never was. The
+        user's index is no event source: a file ``git add -f`` began tracking while nothing
+        wrote it shows only here."""
+        return signature_of(self.root, self.gitdir) != self._signature
+
+    def adopt(self, listing: Listing) -> None:
+        """Take ``listing`` (made off the cache's lock by ``list_tracked_ignored``) as the set,
+        unless ``forget`` came since it began."""
+        if listing.generation == self.generation:
+            self._signature, self._paths = listing.signature, listing.paths
+            self._current = None
 
     def under(self, directory: str) -> list[str]:
         """The tracked-but-ignored files below ``directory`` (worktree-relative), sorted."""
@@ -74,40 +92,62 @@ class TrackedIgnored:
     def forget(self) -> None:
         """List the set again when it is next asked for (an ignore file changed)."""
         self._signature = None
-        self._looked = False
+        self._current = None
+        self.generation += 1
 
-    # -- helpers ---------------------------------------------------------------------------
 
-    def _current_signature(self) -> tuple:
-        gitdir = user_gitdir(self.root)
-        user_index = gitdir / "index" if gitdir is not None else None
-        return (user_index, _stat_key(user_index), _stat_key(self.gitdir / "exclude"),
-                _stat_key(self.root / ".gitignore"))
+@dataclass(frozen=True)
+class Listing:
+    """A listing of the tracked-but-ignored files made apart from their ``TrackedIgnored``:
+    what it depended on when it began, and the ``generation`` of the set it is for."""
 
-    def _list(self, user_index: Path) -> frozenset[str]:
-        env = cache_git_env(self.gitdir, self.root)
-        env["GIT_INDEX_FILE"] = str(user_index)
-        try:
-            proc = subprocess.run(
-                ["git", "ls-files", "-z", "--cached", "--ignored", "--exclude-standard",
-                 "--stage"],
-                cwd=str(self.root), env=env, capture_output=True, timeout=_LIST_TIMEOUT_S)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            log.warning("cannot list the tracked ignored files of %s (%s); ignored files are "
-                        "left out until its index changes", self.root, exc)
-            return frozenset()
-        if proc.returncode != 0:
-            log.warning("cannot list the tracked ignored files of %s (git exited %d: %s); "
-                        "ignored files are left out until its index changes", self.root,
-                        proc.returncode, proc.stderr.decode(errors="replace").strip()[-300:])
-            return frozenset()
-        paths = set()
-        for record in proc.stdout.split(b"\0"):
-            meta, tab, name = record.partition(b"\t")
-            if not tab or meta.startswith(_GITLINK_MODE):
-                continue
-            paths.add(os.fsdecode(name))
-        return frozenset(paths)
+    generation: int
+    signature: tuple
+    paths: frozenset[str]
+
+
+def list_tracked_ignored(root: Path, gitdir: Path, generation: int) -> Listing:
+    """List the tracked-but-ignored files of ``root`` as ``TrackedIgnored.paths`` would, without
+    the set itself (so off the cache's lock: a verification's scan does it beside its own)."""
+    signature = signature_of(root, gitdir)
+    return Listing(generation, signature, _list(root, gitdir, signature))
+
+
+def signature_of(root: Path, gitdir: Path) -> tuple:
+    """What the set of ``root`` depends on: the user's index (path and stat), the cache's
+    exclude file and the root ``.gitignore`` (stat)."""
+    user = user_gitdir(root)
+    user_index = user / "index" if user is not None else None
+    return (user_index, _stat_key(user_index), _stat_key(gitdir / "exclude"),
+            _stat_key(root / ".gitignore"))
+
+
+def _list(root: Path, gitdir: Path, signature: tuple) -> frozenset[str]:
+    user_index, index_stat = signature[0], signature[1]
+    if index_stat is None:  # no index (no repository, or nothing staged yet): nothing to list
+        return frozenset()
+    env = cache_git_env(gitdir, root)
+    env["GIT_INDEX_FILE"] = str(user_index)
+    try:
+        proc = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--ignored", "--exclude-standard", "--stage"],
+            cwd=str(root), env=env, capture_output=True, timeout=_LIST_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("cannot list the tracked ignored files of %s (%s); ignored files are "
+                    "left out until its index changes", root, exc)
+        return frozenset()
+    if proc.returncode != 0:
+        log.warning("cannot list the tracked ignored files of %s (git exited %d: %s); "
+                    "ignored files are left out until its index changes", root,
+                    proc.returncode, proc.stderr.decode(errors="replace").strip()[-300:])
+        return frozenset()
+    paths = set()
+    for record in proc.stdout.split(b"\0"):
+        meta, tab, name = record.partition(b"\t")
+        if not tab or meta.startswith(_GITLINK_MODE):
+            continue
+        paths.add(os.fsdecode(name))
+    return frozenset(paths)
 
 
 def _stat_key(path: Path | None) -> tuple[int, int, int, int] | None:

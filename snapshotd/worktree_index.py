@@ -27,6 +27,9 @@ Promises:
 - The fast path rewrites only the trees on the changed paths (``trees.rewrite_tree``) and
   learns the change counts on the way; it declines (None) whenever only a full scan can be
   trusted.
+- A file the user's index began tracking while the rules ignore it (``git add -f``, nothing
+  written) is taken by the next capture up to ``SYNC_LIST_ENTRIES`` cached entries, else by
+  the next verification (no event names it).
 - A failure on the store's side (``store-write-failed``: told apart from an unreadable file by
   the error and by reading the file) raises ``StoreError`` and never skips the file: a
   checkpoint is never acknowledged without a change it was given.
@@ -79,6 +82,11 @@ log = logging.getLogger("snapshotd.store")
 # Files with an mtime this close to a capture may change again in the same clock tick with no
 # visible stat change: they are re-hashed at the next capture.
 RACY_WINDOW_NS = 50_000_000
+# Up to this many cached entries a fast-path capture lists the user's index again when it
+# changed (``git add -f`` of a file nobody wrote comes with no event): about 5 ms at 10,000
+# tracked files. Past it the listing (0.4 s at a million) waits for the next verification,
+# which lists off the worktree's lock (``prescan``).
+SYNC_LIST_ENTRIES = 20_000
 
 
 class WorktreeIndex:
@@ -160,12 +168,16 @@ class WorktreeIndex:
         self._unscanned = []
         return result
 
-    def capture_changed(self, paths: Iterable[str]) -> Capture | None:
+    def capture_changed(self, paths: Iterable[str], *,
+                        take_tracked: bool = False) -> Capture | None:
         """Update only ``paths`` (worktree-relative, as a watcher reported them) and write the
         tree: cost follows the change, not the tree. A path that is now a directory is crawled
         (a new directory's files may predate its watch); a vanished one drops every entry
-        under it. Returns None when only a full scan can be trusted (no cache loaded yet, or
-        an ignore file changed) — the caller then runs ``capture()``."""
+        under it. Tracked-but-ignored files the cache lacks are taken too when
+        ``take_tracked`` (a verification), or when the user's index changed and listing it is
+        cheap (``SYNC_LIST_ENTRIES``): no event names a file ``git add -f`` began tracking.
+        Returns None when only a full scan can be trusted (no cache loaded yet, or an ignore
+        file changed) — the caller then runs ``capture()``."""
         if self._index is None or self._repo is None:
             return None
         self._check_root()
@@ -211,6 +223,9 @@ class WorktreeIndex:
                     continue
                 structural |= self._changed_path(index, repo, rel, result, touched, files,
                                                  nested, taken)
+            if take_tracked or (len(index) <= SYNC_LIST_ENTRIES
+                                and self.tracked_ignored.stale()):
+                files.update(take_tracked_ignored(self, index, result, touched))
             self.workspace.capture({owner: set() if "" in paths else paths
                                     for owner, paths in nested.found.items()}, result)
         except StoreError:

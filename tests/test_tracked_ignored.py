@@ -13,7 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import git, make_git_worktree
+from conftest import Env, MakeDaemon, git, make_git_worktree
+from helpers import wait_for
+from snapshotd import worktree_index
+from snapshotd.config import load_config
+from snapshotd.prescan import Prescan
+from snapshotd.service import Service
 from snapshotd.store import Store
 from snapshotd.worktree_index import WorktreeIndex
 
@@ -198,3 +203,98 @@ def test_a_cache_primed_by_git_add_takes_them_too(tmp_path: Path) -> None:
     first = store.worktree(wt).capture()
     assert first.tree == git(wt, "rev-parse", "HEAD^{tree}").strip()
     assert in_tree(store, first.tree, "ign/kept.txt") == "tracked although ignored\n"
+
+
+def test_a_file_force_added_with_no_write_is_taken_and_is_not_drift(
+        sd_env: Env, tmp_path: Path, make_daemon: MakeDaemon) -> None:
+    """``git add -f`` of an ignored file nobody writes: no event names it (the file is not
+    written, and nothing inside ``.git`` is watched). The next capture takes it (a small tree's
+    fast path looks at the user's index when it changed); the verifications after it find no
+    drift, and the fast path stays on."""
+    wt = make_repo(tmp_path / "wt")
+    (wt / "ign" / "late.txt").write_text("ignored until force-added\n")
+    env = {"SNAPSHOTD_SETTLE_MS": "200", "SNAPSHOTD_MAX_WAIT_MS": "1000",
+           "SNAPSHOTD_VERIFY_INTERVAL_S": "1"}
+    daemon = make_daemon(sd_env, extra_env=env)
+    store = sd_env.home / "store.git"
+    with daemon.client() as c:
+        c.attempt_begin("fa", "n", str(wt))
+        first = c.snapshot(str(wt), run_id="fa", node_id="n")
+        assert first["tree"] == users_add_all(wt, tmp_path / "i0")
+        (wt / "src.txt").write_text("a write, so that the fast path has a baseline\n")
+        c.snapshot(str(wt), run_id="fa", node_id="n")
+        git(wt, "add", "-f", "ign/late.txt")
+        fast_before = c.status()["counters"]["fast_captures"]
+        taken = c.snapshot(str(wt), run_id="fa", node_id="n", tool_use_id="after-add")
+        assert c.status()["counters"]["fast_captures"] == fast_before + 1
+        assert taken["tree"] == users_add_all(wt, tmp_path / "i1")
+        assert git(wt, "--git-dir", str(store), "show", f"{taken['tree']}:ign/late.txt") == \
+            "ignored until force-added\n"
+        # A file captured while ignored, force-added later; then a write that settles, and the
+        # verifications after it judge.
+        (wt / "ign" / "later.txt").write_text("force-added after its write was seen\n")
+        c.snapshot(str(wt), run_id="fa", node_id="n")
+        git(wt, "add", "-f", "ign/later.txt")
+        verified = c.status()["watcher"]["verifications"]
+        (wt / "src.txt").write_text("a write that settles\n")
+        wait_for(lambda: c.status()["watcher"]["verifications"] >= verified + 2, timeout=30,
+                 what="two verifications after the force-add")
+        cps = c.list("fa")["checkpoints"]
+        assert git(wt, "--git-dir", str(store), "show", f"{cps[-1]['commit']}:ign/later.txt") \
+            == "force-added after its write was seen\n"
+        status = c.status()
+    [row] = [w for w in status["watched"] if w["path"] == str(wt)]
+    assert [g for g in sd_env.read_gaps() if g["reason"] == "watcher-drift"] == []
+    assert row["drifts"] == 0 and row["fast_path"] == "on"
+
+
+class _VouchingSource:
+    """A change source that vouches for no change at all and records drift
+    (``service.ChangeSource``): what the watcher says of a ``git add -f``."""
+
+    def __init__(self) -> None:
+        self.drifted: set[str] = set()
+
+    def take(self, root: Path, mode: str) -> set[str] | None:
+        return set()
+
+    def failed(self, root: Path) -> None:
+        pass
+
+    def drift(self, root: Path, found: set[str], reported: set[str]) -> None:
+        self.drifted |= found
+
+    def scanned(self, root: Path, seconds: float) -> None:
+        pass
+
+
+@pytest.mark.parametrize("verification", ["off the lock", "under the lock"])
+def test_past_the_listing_limit_the_verification_takes_a_force_added_file_without_drift(
+        sd_env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, verification: str) -> None:
+    """A tree too large to list the user's index on every change of it: the fast path leaves
+    the force-added file to the next verification, whose scan (off the worktree's lock, or a
+    full scan under it) takes it and calls nothing drift."""
+    monkeypatch.setattr(worktree_index, "SYNC_LIST_ENTRIES", 0)
+    wt = make_repo(tmp_path / "wt")
+    (wt / "ign" / "late.txt").write_text("ignored until force-added\n")
+    service = Service(sd_env.home, load_config(environ={}))
+    try:
+        service.snapshot({"cwd": str(wt), "run_id": "r", "node_id": "n"})
+        source = _VouchingSource()
+        service.change_source = source
+        git(wt, "add", "-f", "ign/late.txt")
+        with service.worktree_lock(wt):
+            fast = service.read_worktree(wt)
+        assert not fast.full_scan and in_tree(service.store, fast.tree, "ign/late.txt") is None
+        prescan = Prescan.run(service, wt) if verification == "off the lock" else None
+        if prescan is not None:
+            assert prescan.found == set()  # git's scans leave ignored files out
+        with service.worktree_lock(wt):
+            verified = service.read_worktree(wt, verify=True, prescan=prescan)
+        assert verified.full_scan == (prescan is None)
+        assert verified.tree == users_add_all(wt, tmp_path / "i")
+        assert in_tree(service.store, verified.tree, "ign/late.txt") == \
+            "ignored until force-added\n"
+        assert source.drifted == set()
+    finally:
+        service.close()
