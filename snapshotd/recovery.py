@@ -8,7 +8,8 @@ writes there):
 
 - the store's own files: a ``HEAD`` or ``config`` that is empty or does not parse, or a
   missing ``objects``/``refs`` directory, is rebuilt (``HEAD`` names no branch we use; the
-  config holds only the settings below), never trusted.
+  config holds only the settings below), never trusted; an ``info/attributes`` that is not
+  ``raw_bytes.STORE_ATTRIBUTES`` is rewritten, and the stat caches dropped.
 
 - lock files (``*.lock``) under ``refs/``, beside ``HEAD``/``config``/``packed-refs``, and in
   the stat caches' git dirs: a writer killed (or a power cut) between taking one and renaming
@@ -45,6 +46,7 @@ import pygit2
 
 from snapshotd.durable import boot_id, fsync_path, make_dirs, sync_dirs, sync_tree, write_file
 from snapshotd.loose_refs import is_spare, spare_in_use
+from snapshotd.raw_bytes import drop_stat_caches, ensure_raw_attributes
 
 log = logging.getLogger("snapshotd.recovery")
 
@@ -95,6 +97,7 @@ def ensure_store(home: Path) -> list[str]:
         repo = pygit2.init_repository(str(building), bare=True)
         _configure(repo.config)
         del repo
+        ensure_raw_attributes(building, fsync=False)
         sync_tree(building)
         if store.is_dir():
             store.rmdir()  # an empty directory: a store whose entries never reached the disk
@@ -102,6 +105,11 @@ def ensure_store(home: Path) -> list[str]:
         fsync_path(home)
     else:
         repaired = _repair_store(store)
+        if ensure_raw_attributes(store):
+            # Made before files were stored as their bytes, or damaged: the stat caches hold
+            # what the old rules made of some files; each worktree is read again.
+            repaired.append("info/attributes")
+            drop_stat_caches(home)
     make_dirs(home / "worktrees")
     return repaired
 

@@ -37,8 +37,9 @@ from pygit2.enums import DeltaStatus
 from snapshotd.durable import GIT_FSYNC_ARGS, sync_object_dirs
 from snapshotd.ignore_rules import cache_git_env
 from snapshotd.object_import import import_objects
+from snapshotd.raw_bytes import conversion_possible, converted_entries, spoil_sizes
 from snapshotd.scan_rules import DirNames
-from snapshotd.user_repo import CacheNode, SeedIndex, strip_index, user_gitdir
+from snapshotd.user_repo import CacheNode, SeedIndex, common_dir, strip_index, user_gitdir
 
 if TYPE_CHECKING:
     from snapshotd.store import Store
@@ -93,11 +94,31 @@ def seed_from_repository(root: Path, cache_gitdir: Path, store: Store) -> Seeded
         missing = [oid for oid in missing if oid not in trees]
         if missing and not import_objects(gitdir, store.path, missing, store.fsync):
             return None
+    _spoil_converted(root, gitdir, seed, store)
     tmp = cache_gitdir / "index.seed"
     tmp.write_bytes(seed.index_file(with_cache_tree=with_trees))
     os.replace(tmp, cache_gitdir / "index")
     shape = dir_shape(seed.nodes, seed.count) if seed.nodes else None
     return Seeded(uncommitted_paths(gitdir, seed, cache_gitdir), shape)
+
+
+def _spoil_converted(root: Path, gitdir: Path, seed: SeedIndex, store: Store) -> None:
+    """Spoil the stat data of the seed's entries whose blob is not the file's bytes (the user's
+    git converted it: line endings, a filter such as Git LFS's), so that the first capture
+    reads those files and stores them as they are (``raw_bytes``). Looked for only when the
+    user's repository can convert at all."""
+    try:
+        common = common_dir(gitdir)
+    except OSError:
+        common = gitdir
+    if not conversion_possible(root, gitdir, common, seed.entries):
+        return
+    with store.lock:
+        converted = converted_entries(seed.entries, store.repo.odb)
+    if converted:
+        seed.entries = spoil_sizes(seed.entries, converted)
+        log.info("seed of %s: %d file(s) whose staged blob is a converted form of the file "
+                 "(attributes or core.autocrlf) are read again", root, len(converted))
 
 
 def dir_shape(nodes: list[CacheNode], entries: int) -> dict[str, DirNames] | None:

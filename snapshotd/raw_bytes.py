@@ -1,0 +1,163 @@
+"""Files are stored as their bytes: no git attribute converts what a checkpoint holds.
+
+Owns the store's ``info/attributes`` (``ensure_raw_attributes``) and the seed's check for
+entries of the user's index whose blob is not the file's bytes (``converted_entries``).
+
+Why: git converts a file on its way into a blob when attributes or config ask it to:
+``text``/``text=auto`` turn CRLF into LF, ``eol``, ``ident``, ``working-tree-encoding``, and
+``filter`` drivers (Git LFS stores a pointer in place of the file). A checkpoint made that way
+restores different bytes than it was given, and a change of line endings alone is no change at
+all. Attributes in ``$GIT_COMMON_DIR/info/attributes`` win over every other source, for libgit2
+and for the git CLI alike, so one line there, ``* -text -crlf -eol -ident -filter
+-working-tree-encoding``, makes every capture path (the fast path, the full scan, the ``git add
+-A`` prime and deep scan, a verification's ``git diff-files``) store and compare raw bytes, and
+``core.autocrlf`` from the user's own configuration no longer applies (the files are binary to
+git).
+
+The seed (``seeding``) copies the user's index, whose blobs went through the user's
+conversions: an entry whose stat size differs from its blob's size was converted, and its stat
+data is spoiled (the size field changed) so the first capture's scan reads and stores the file
+itself. That check costs one object header read a file (7 s at a million), so it runs only
+when the user's repository can convert at all (``conversion_possible``: 50 ms at a million).
+
+Promises: the attributes file is written when the store is made, and rewritten at start-up
+when missing or changed; rewriting it drops every stat cache (each was filled under the old
+rules), so the next capture of each worktree reads its files again. Known limit: a conversion
+that keeps the size (a clean filter mapping bytes one to one) is not told apart by the seed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import struct
+from pathlib import Path
+
+import pygit2
+
+from snapshotd.durable import fsync_path, write_file
+
+log = logging.getLogger("snapshotd.store")
+
+STORE_ATTRIBUTES = (b"# written by snapshotd: every file is stored as its bytes, whatever the\n"
+                    b"# worktree's .gitattributes or core.autocrlf say (no line-ending, ident,\n"
+                    b"# encoding or filter conversion)\n"
+                    b"* -text -crlf -eol -ident -filter -working-tree-encoding\n")
+# Attribute names that make git convert a file on its way into a blob.
+_CONVERTING = re.compile(rb"\b(text|crlf|eol|ident|filter|working-tree-encoding)\b")
+_ENTRY_HEAD = struct.Struct(">36xI20sH")  # file size, object id, flags
+_U32 = struct.Struct(">I")
+_GITLINK_MODE_AT = 24
+_GITLINK = 0o160000
+
+
+def ensure_raw_attributes(store: Path, fsync: bool = True) -> bool:
+    """Make ``store``'s ``info/attributes`` hold ``STORE_ATTRIBUTES``; whether it had to be
+    written (a new store, one made before this rule, or a damaged file)."""
+    path = store / "info" / "attributes"
+    try:
+        if path.read_bytes() == STORE_ATTRIBUTES:
+            return False
+    except OSError:
+        pass
+    os.makedirs(path.parent, exist_ok=True)
+    write_file(path, STORE_ATTRIBUTES)
+    if fsync:
+        fsync_path(path.parent)
+    return True
+
+
+def drop_stat_caches(home: Path) -> list[str]:
+    """Remove every worktree's stat cache file under ``home`` (filled under other attribute
+    rules): each worktree's next capture starts its cache again. The ids of those dropped."""
+    dropped = []
+    try:
+        ids = sorted(os.listdir(home / "worktrees"))
+    except OSError:
+        return []
+    for wid in ids:
+        try:
+            os.unlink(home / "worktrees" / wid / "index")
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            log.warning("cannot drop the stat cache of %s (%s): files captured before may keep "
+                        "a converted form until they change", wid, exc)
+            continue
+        dropped.append(wid)
+    if dropped:
+        log.warning("the store now keeps every file as its bytes (no line-ending or filter "
+                    "conversion): %d stat cache(s) dropped, their worktrees are read again at "
+                    "their next capture", len(dropped))
+    return dropped
+
+
+def conversion_possible(root: Path, gitdir: Path, common: Path, entries: bytes) -> bool:
+    """Whether git in the user's repository (worktree ``root``, git dir ``gitdir``, common
+    dir ``common``; ``entries`` its index's entries) may convert a file on ``git add``:
+    ``core.autocrlf`` set, or an attributes source that names a converting attribute. A
+    tracked ``.gitattributes`` anywhere counts without being read (its name in ``entries``)."""
+    try:
+        config = pygit2.Repository(str(gitdir)).config
+        autocrlf = str(config["core.autocrlf"]).lower() if "core.autocrlf" in config else ""
+        attributes_file = config["core.attributesFile"] \
+            if "core.attributesFile" in config else None
+    except (pygit2.GitError, OSError, KeyError, ValueError):
+        return True  # cannot tell: check every entry
+    if autocrlf not in ("", "false", "no", "off", "0"):
+        return True
+    if b".gitattributes\0" in entries:
+        return True
+    xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config")
+    sources = [root / ".gitattributes", common / "info" / "attributes",
+               Path(os.path.expanduser(attributes_file)) if attributes_file
+               else Path(xdg) / "git" / "attributes", Path("/etc/gitattributes")]
+    for source in sources:
+        try:
+            text = source.read_bytes()
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return True
+        if _CONVERTING.search(text):
+            return True
+    return False
+
+
+def converted_entries(entries: bytes, odb: pygit2.Odb) -> list[int]:
+    """The offsets (in ``entries``, an index's header and entries, format 2 or 3, already
+    validated) of the size field of each entry whose blob in ``odb`` is not the size its stat
+    data records: git converted the file on its way in."""
+    offsets = []
+    version, count = struct.unpack_from(">II", entries, 4)
+    head = _ENTRY_HEAD.unpack_from
+    read_header = odb.read_header
+    Oid = pygit2.Oid  # noqa: N806 - a local name for the hot loop
+    off = 12
+    for _ in range(count):
+        size, oid, flags = head(entries, off)
+        extended = version >= 3 and bool(flags & 0x4000)
+        name_at = off + 62 + (2 if extended else 0)
+        name_len = flags & 0xFFF
+        nul = name_at + name_len if name_len < 0xFFF else entries.index(b"\0", name_at)
+        mode = _U32.unpack_from(entries, off + _GITLINK_MODE_AT)[0]
+        if mode != _GITLINK:
+            try:
+                blob_size = read_header(Oid(raw=oid))[1]
+            except (KeyError, ValueError, pygit2.GitError):
+                blob_size = -1
+            if blob_size != size:
+                offsets.append(off + 36)
+        off += (nul - off + 8) & ~7
+    return offsets
+
+
+def spoil_sizes(entries: bytes, offsets: list[int]) -> bytes:
+    """``entries`` with the size field at each of ``offsets`` changed, so that no file matches
+    its stat data and the next scan reads it."""
+    out = bytearray(entries)
+    for at in offsets:
+        size = _U32.unpack_from(out, at)[0]
+        _U32.pack_into(out, at, (size + 1) & 0xFFFFFFFF)
+    return bytes(out)

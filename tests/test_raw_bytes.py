@@ -1,0 +1,131 @@
+"""Files are stored as their bytes, whatever ``.gitattributes`` or the user's git config say: a
+checkpoint holds, and a restore writes back, exactly what the worktree held. Before, ``*
+text=auto`` turned CRLF into LF on the way in (a restore wrote LF, and a change of line endings
+alone was no checkpoint at all), and a seed from the user's index took a converted blob (a
+clean filter's output, Git LFS's pointer) for the file. The oracle is the git CLI reading the
+store (``git cat-file``) beside the file's bytes."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import Env, git, make_git_worktree
+from snapshotd.config import load_config
+from snapshotd.restore import restore_checkpoint
+from snapshotd.service import Service
+from snapshotd.store import Store
+
+ATTRIBUTES = "* text=auto\n*.bat text eol=crlf\n*.id ident\n*.dat filter=shrink\n"
+FILES = {
+    "win.txt": b"written on windows\r\nsecond line\r\n",
+    "mixed.txt": b"a\r\nb\nc\r\n",
+    "run.bat": b"@echo off\nexit 0\n",
+    "x.id": b"version $Id$\n",
+    "data.dat": b"axbxcx\n",
+    "plain.txt": b"nothing to convert\n",
+}
+
+
+@pytest.fixture
+def service(sd_env: Env) -> Iterator[Service]:
+    svc = Service(sd_env.home, load_config(environ={}))
+    try:
+        yield svc
+    finally:
+        svc.close()
+
+
+def converting_repo(root: Path) -> Path:
+    """A worktree whose attributes convert nearly every file, with a clean filter that drops
+    every ``x`` (the way Git LFS's filter swaps a file for a pointer)."""
+    wt = make_git_worktree(root)
+    git(wt, "config", "filter.shrink.clean", "tr -d x")
+    git(wt, "config", "filter.shrink.smudge", "cat")
+    (wt / ".gitattributes").write_text(ATTRIBUTES)
+    for name, data in FILES.items():
+        (wt / name).write_bytes(data)
+    return wt
+
+
+def stored(store: Path, tree: str, path: str) -> bytes:
+    return subprocess.run(["git", "--git-dir", str(store), "cat-file", "blob", f"{tree}:{path}"],
+                          capture_output=True, check=True).stdout
+
+
+def assert_raw(store: Path, tree: str, wt: Path) -> None:
+    for name in FILES:
+        assert stored(store, tree, name) == (wt / name).read_bytes(), name
+
+
+def test_every_capture_path_stores_the_bytes_and_a_restore_writes_them_back(
+        service: Service, sd_env: Env, tmp_path: Path) -> None:
+    wt = converting_repo(tmp_path / "wt")
+    store = sd_env.home / "store.git"
+    first = service.snapshot({"cwd": str(wt), "run_id": "r", "node_id": "n"})
+    assert_raw(store, first["tree"], wt)
+    # Line endings alone changed: a checkpoint of its own, holding the new bytes.
+    (wt / "win.txt").write_bytes(b"written on windows\nsecond line\n")
+    second = service.snapshot({"cwd": str(wt), "run_id": "r", "node_id": "n"})
+    assert not second["deduped"] and second["seq"] == 1
+    assert_raw(store, second["tree"], wt)
+    # The fast path's per-path update, too.
+    (wt / "mixed.txt").write_bytes(b"x\r\ny\r\n")
+    (wt / "data.dat").write_bytes(b"xxx\r\n")
+    fast = service.store.worktree(wt).capture_changed({"mixed.txt", "data.dat"})
+    assert fast is not None and not fast.full_scan
+    assert_raw(store, fast.tree, wt)
+    out = restore_checkpoint(service, run_id="r", node_id="n", seq=0, to=tmp_path / "out")
+    assert out["applied"]
+    for name, data in FILES.items():
+        assert (tmp_path / "out" / name).read_bytes() == data, name
+
+
+def test_a_seed_never_takes_a_converted_blob_for_the_file(
+        sd_env: Env, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The user's index names the blobs git made of the files (LF for CRLF, the filter's
+    output): those files are read again by the first capture; the others stay seeded."""
+    wt = converting_repo(tmp_path / "wt")
+    git(wt, "add", "-A")
+    git(wt, "commit", "-q", "-m", "base")
+    assert git(wt, "cat-file", "blob", "HEAD:data.dat") == "abc\n"  # the filter ran
+    store = Store(sd_env.home, recover=True)
+    with caplog.at_level(logging.INFO, logger="snapshotd.seeding"):
+        first = store.worktree(wt).capture()
+    assert_raw(store.path, first.tree, wt)
+    [seeded] = [r.getMessage() for r in caplog.records if "read again" in r.getMessage()]
+    # win.txt, mixed.txt (CRLF to LF), data.dat (filtered); x.id's $Id$ is collapsed on the
+    # way in, already so; run.bat and plain.txt are their blobs.
+    assert ": 3 file(s)" in seeded, seeded
+
+
+def test_a_repository_that_cannot_convert_is_seeded_whole(
+        sd_env: Env, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    wt = make_git_worktree(tmp_path / "wt")
+    (wt / ".gitattributes").write_text("*.md linguist-documentation\n")
+    (wt / "a.txt").write_bytes(b"crlf\r\n")  # no attribute converts it: its blob is itself
+    git(wt, "add", "-A")
+    store = Store(sd_env.home, recover=True)
+    with caplog.at_level(logging.INFO, logger="snapshotd.seeding"):
+        first = store.worktree(wt).capture()
+    assert stored(store.path, first.tree, "a.txt") == b"crlf\r\n"
+    assert not [r for r in caplog.records if "read again" in r.getMessage()]
+
+
+def test_a_store_made_before_the_rule_gets_it_and_reads_its_worktrees_again(
+        sd_env: Env, tmp_path: Path) -> None:
+    wt = converting_repo(tmp_path / "wt")
+    store = Store(sd_env.home, recover=True)
+    (store.path / "info" / "attributes").unlink()  # as a store made before
+    index = store.worktree(wt)
+    old = index.capture()
+    assert stored(store.path, old.tree, "win.txt") == b"written on windows\nsecond line\n"
+    assert index.persist()
+    again = Store(sd_env.home, recover=True)
+    assert "info/attributes" in again.recovery.repaired_files
+    assert_raw(again.path, again.worktree(wt).capture().tree, wt)
+    assert Store(sd_env.home, recover=True).recovery.repaired_files == []
