@@ -27,7 +27,8 @@ Promises:
   the value). ``allow_secrets`` exports anyway and lists them in ``secrets``. A file the base
   commit already holds byte for byte is not counted: the export carries it nowhere new.
 - Trees are exported as the checkpoints hold them: files the user's repository ignores but the
-  capture kept, or tracked files the capture skipped (``max_file_bytes``), are not reconciled.
+  capture kept, or tracked files the capture skipped (``max_file_bytes``), are not reconciled;
+  nor are files the user's attributes would convert (checkpoints hold bytes: ``raw_bytes``).
 """
 
 from __future__ import annotations
