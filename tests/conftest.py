@@ -379,6 +379,20 @@ def sd_env(tmp_path: Path, ledger_backend: str, request: pytest.FixtureRequest) 
 
 
 @pytest.fixture
+def service(sd_env: Env) -> Iterator[object]:
+    """The daemon's ``Service`` in process, on ``sd_env``'s home and ledger backend (no socket,
+    no watcher): for tests of what a capture or a verification does, with real parts."""
+    from snapshotd.config import load_config
+    from snapshotd.service import Service
+
+    svc = Service(sd_env.home, load_config(environ=sd_env.environ()))
+    try:
+        yield svc
+    finally:
+        svc.close()
+
+
+@pytest.fixture
 def short_dir() -> Iterator[Path]:
     """A private directory under /tmp for a socket: AF_UNIX paths are limited to 107 bytes,
     and pytest's ``tmp_path`` can be longer."""

@@ -343,3 +343,25 @@ def run_plugin(tmp_path: Path, plugin: Path, driver: str, *extra: str) -> list[d
     subprocess.run([node, str(tmp_path / "driver.mjs"), str(plugin), *extra], env=env,
                    check=True, timeout=60, capture_output=True)
     return [json.loads(line) for line in record.read_text().splitlines() if line.strip()]
+
+
+class DriftRecorder:
+    """A change source (``service.ChangeSource``) that records the drift a verification
+    reports; it vouches for ``vouch`` as the changed paths (None: for nothing, so captures scan
+    fully)."""
+
+    def __init__(self, vouch: set[str] | None = None) -> None:
+        self.vouch = vouch
+        self.drifted: set[str] = set()
+
+    def take(self, root: Path, mode: str) -> set[str] | None:
+        return None if self.vouch is None else set(self.vouch)
+
+    def failed(self, root: Path) -> None:
+        pass
+
+    def drift(self, root: Path, found: set[str], reported: set[str]) -> None:
+        self.drifted |= found
+
+    def scanned(self, root: Path, seconds: float) -> None:
+        pass

@@ -9,46 +9,16 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import Env, make_git_worktree
-from helpers import git
+from conftest import make_git_worktree
+from helpers import DriftRecorder, git
 from snapshotd import prescan
-from snapshotd.config import load_config
 from snapshotd.fastpath import DIRTY_LIMIT
 from snapshotd.prescan import Prescan
 from snapshotd.service import Service
-
-
-@pytest.fixture
-def service(sd_env: Env) -> Iterator[Service]:
-    svc = Service(sd_env.home, load_config(environ={}))
-    try:
-        yield svc
-    finally:
-        svc.close()
-
-
-class _NoEvents:
-    """A change source that vouches for nothing and records drift (``ChangeSource``)."""
-
-    def __init__(self) -> None:
-        self.drifted: set[str] = set()
-
-    def take(self, root: Path, mode: str) -> set[str] | None:
-        return None
-
-    def failed(self, root: Path) -> None:
-        pass
-
-    def drift(self, root: Path, found: set[str], reported: set[str]) -> None:
-        self.drifted |= found
-
-    def scanned(self, root: Path, seconds: float) -> None:
-        pass
 
 
 @pytest.fixture(params=["libgit2", "git"])
@@ -116,7 +86,7 @@ def test_it_never_writes_the_live_cache_file_while_it_scans(service: Service,
     # under the lock re-reads it and keeps its new stat data, so it is neither drift nor found
     # again.
     assert scan.found == ({"a.txt", "b.txt"} if scan_by == "git" else {"a.txt"})
-    source = _NoEvents()
+    source = DriftRecorder()
     with service.worktree_lock(wt):
         capture = scan.verify(service.store.worktree(wt), source, wt, reported={"a.txt"})
     assert capture is not None and source.drifted == set()

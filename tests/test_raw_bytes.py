@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import logging
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from conftest import Env, git, make_git_worktree
-from snapshotd.config import load_config
 from snapshotd.restore import restore_checkpoint
 from snapshotd.service import Service
 from snapshotd.store import Store
@@ -29,15 +27,6 @@ FILES = {
     "data.dat": b"axbxcx\n",
     "plain.txt": b"nothing to convert\n",
 }
-
-
-@pytest.fixture
-def service(sd_env: Env) -> Iterator[Service]:
-    svc = Service(sd_env.home, load_config(environ={}))
-    try:
-        yield svc
-    finally:
-        svc.close()
 
 
 def converting_repo(root: Path) -> Path:

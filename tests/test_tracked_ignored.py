@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import Env, MakeDaemon, git, make_git_worktree
-from helpers import wait_for
+from helpers import DriftRecorder, wait_for
 from snapshotd import worktree_index
-from snapshotd.config import load_config
 from snapshotd.prescan import Prescan
 from snapshotd.service import Service
 from snapshotd.store import Store
@@ -248,53 +247,30 @@ def test_a_file_force_added_with_no_write_is_taken_and_is_not_drift(
     assert row["drifts"] == 0 and row["fast_path"] == "on"
 
 
-class _VouchingSource:
-    """A change source that vouches for no change at all and records drift
-    (``service.ChangeSource``): what the watcher says of a ``git add -f``."""
-
-    def __init__(self) -> None:
-        self.drifted: set[str] = set()
-
-    def take(self, root: Path, mode: str) -> set[str] | None:
-        return set()
-
-    def failed(self, root: Path) -> None:
-        pass
-
-    def drift(self, root: Path, found: set[str], reported: set[str]) -> None:
-        self.drifted |= found
-
-    def scanned(self, root: Path, seconds: float) -> None:
-        pass
-
-
 @pytest.mark.parametrize("verification", ["off the lock", "under the lock"])
 def test_past_the_listing_limit_the_verification_takes_a_force_added_file_without_drift(
-        sd_env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, verification: str) -> None:
+        service: Service, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        verification: str) -> None:
     """A tree too large to list the user's index on every change of it: the fast path leaves
     the force-added file to the next verification, whose scan (off the worktree's lock, or a
     full scan under it) takes it and calls nothing drift."""
     monkeypatch.setattr(worktree_index, "SYNC_LIST_ENTRIES", 0)
     wt = make_repo(tmp_path / "wt")
     (wt / "ign" / "late.txt").write_text("ignored until force-added\n")
-    service = Service(sd_env.home, load_config(environ={}))
-    try:
-        service.snapshot({"cwd": str(wt), "run_id": "r", "node_id": "n"})
-        source = _VouchingSource()
-        service.change_source = source
-        git(wt, "add", "-f", "ign/late.txt")
-        with service.worktree_lock(wt):
-            fast = service.read_worktree(wt)
-        assert not fast.full_scan and in_tree(service.store, fast.tree, "ign/late.txt") is None
-        prescan = Prescan.run(service, wt) if verification == "off the lock" else None
-        if prescan is not None:
-            assert prescan.found == set()  # git's scans leave ignored files out
-        with service.worktree_lock(wt):
-            verified = service.read_worktree(wt, verify=True, prescan=prescan)
-        assert verified.full_scan == (prescan is None)
-        assert verified.tree == users_add_all(wt, tmp_path / "i")
-        assert in_tree(service.store, verified.tree, "ign/late.txt") == \
-            "ignored until force-added\n"
-        assert source.drifted == set()
-    finally:
-        service.close()
+    service.snapshot({"cwd": str(wt), "run_id": "r", "node_id": "n"})
+    source = DriftRecorder(vouch=set())
+    service.change_source = source
+    git(wt, "add", "-f", "ign/late.txt")
+    with service.worktree_lock(wt):
+        fast = service.read_worktree(wt)
+    assert not fast.full_scan and in_tree(service.store, fast.tree, "ign/late.txt") is None
+    prescan = Prescan.run(service, wt) if verification == "off the lock" else None
+    if prescan is not None:
+        assert prescan.found == set()  # git's scans leave ignored files out
+    with service.worktree_lock(wt):
+        verified = service.read_worktree(wt, verify=True, prescan=prescan)
+    assert verified.full_scan == (prescan is None)
+    assert verified.tree == users_add_all(wt, tmp_path / "i")
+    assert in_tree(service.store, verified.tree, "ign/late.txt") == \
+        "ignored until force-added\n"
+    assert source.drifted == set()
