@@ -113,8 +113,7 @@ def _spoil_converted(root: Path, gitdir: Path, seed: SeedIndex, store: Store) ->
         common = gitdir
     if not conversion_possible(root, gitdir, common, seed.entries):
         return
-    with store.lock:
-        converted = converted_entries(seed.entries, store.repo.odb)
+    converted = converted_entries(seed.entries, store.path)
     if converted:
         seed.entries = spoil_sizes(seed.entries, converted)
         log.info("seed of %s: %d file(s) whose staged blob is a converted form of the file "

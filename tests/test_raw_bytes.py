@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Env, git, make_git_worktree
+from snapshotd import raw_bytes
 from snapshotd.restore import restore_checkpoint
 from snapshotd.service import Service
 from snapshotd.store import Store
@@ -90,6 +91,22 @@ def test_a_seed_never_takes_a_converted_blob_for_the_file(
     # win.txt, mixed.txt (CRLF to LF), data.dat (filtered); x.id's $Id$ is collapsed on the
     # way in, already so; run.bat and plain.txt are their blobs.
     assert ": 3 file(s)" in seeded, seeded
+
+
+def test_when_git_cannot_tell_the_sizes_every_seeded_file_is_read(
+        sd_env: Env, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(raw_bytes, "_BATCH_CHECK", [str(tmp_path / "no-such-git")])
+    wt = converting_repo(tmp_path / "wt")
+    git(wt, "add", "-A")
+    store = Store(sd_env.home, recover=True)
+    with caplog.at_level(logging.INFO):
+        first = store.worktree(wt).capture()
+    assert_raw(store.path, first.tree, wt)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("cannot ask git for the seed's blob sizes" in m for m in messages), messages
+    [seeded] = [m for m in messages if "read again" in m and "seed of" in m]
+    assert f": {len(FILES) + 1} file(s)" in seeded, seeded  # .gitattributes too
 
 
 def test_a_repository_that_cannot_convert_is_seeded_whole(
