@@ -93,6 +93,20 @@ def test_a_seed_never_takes_a_converted_blob_for_the_file(
     assert ": 3 file(s)" in seeded, seeded
 
 
+def test_a_seed_from_a_repository_with_core_autocrlf_reads_its_crlf_files(
+        sd_env: Env, tmp_path: Path) -> None:
+    wt = make_git_worktree(tmp_path / "wt")
+    git(wt, "config", "core.autocrlf", "true")  # no attributes at all: the config converts
+    (wt / "dos.txt").write_bytes(b"one\r\ntwo\r\n")
+    (wt / "unix.txt").write_bytes(b"one\ntwo\n")
+    git(wt, "add", "-A")
+    assert git(wt, "cat-file", "blob", ":dos.txt") == "one\ntwo\n"
+    store = Store(sd_env.home, recover=True)
+    first = store.worktree(wt).capture()
+    assert stored(store.path, first.tree, "dos.txt") == b"one\r\ntwo\r\n"
+    assert stored(store.path, first.tree, "unix.txt") == b"one\ntwo\n"
+
+
 def test_when_git_cannot_tell_the_sizes_every_seeded_file_is_read(
         sd_env: Env, tmp_path: Path, caplog: pytest.LogCaptureFixture,
         monkeypatch: pytest.MonkeyPatch) -> None:
