@@ -4,7 +4,8 @@ would hide from a capture.
 Owns ``crawl`` (a directory that is new or was replaced wholesale, e.g. by ``git checkout``:
 every file under it the rules keep is taken, and cached entries under it that are gone are
 dropped), ``take_tracked_ignored`` (tracked-but-ignored files the cache does not hold: the
-full scan's share, and the fast path's once the user's index changed) and ``list_alias`` (a ``.git`` in another case, listed once a capture).
+full scan's share, and the fast path's once the user's index changed) and ``list_alias`` (a
+``.git`` in another case, listed once a capture).
 
 Promises: what ``git add -A`` in the user's repository would stage: an ignored file is left
 out unless the user's index tracks it (``tracked_ignored``), then it is taken even inside an

@@ -17,7 +17,7 @@ git).
 The seed (``seeding``) copies the user's index, whose blobs went through the user's
 conversions: an entry whose stat size differs from its blob's size was converted, and its stat
 data is spoiled (the size field changed) so the first capture's scan reads and stores the file
-itself. That check asks git for every blob's size (about 2 s at a million), so it runs only
+itself. That check asks git for every blob's size (2.5 s at a million), so it runs only
 when the user's repository can convert at all (``conversion_possible``: 50 ms at a million).
 
 Promises: the attributes file is written when the store is made, and rewritten at start-up
@@ -39,7 +39,7 @@ from pathlib import Path
 
 import pygit2
 
-from snapshotd.durable import fsync_path, write_file
+from snapshotd.durable import make_dirs, write_file
 
 log = logging.getLogger("snapshotd.store")
 
@@ -65,10 +65,8 @@ def ensure_raw_attributes(store: Path, fsync: bool = True) -> bool:
             return False
     except OSError:
         pass
-    os.makedirs(path.parent, exist_ok=True)
-    write_file(path, STORE_ATTRIBUTES)
-    if fsync:
-        fsync_path(path.parent)
+    make_dirs(path.parent)
+    write_file(path, STORE_ATTRIBUTES, sync=fsync)
     return True
 
 
@@ -133,7 +131,7 @@ def converted_entries(entries: bytes, store: Path) -> list[int]:
     """The offsets (in ``entries``, an index's header and entries, format 2 or 3, already
     validated) of the size field of each entry whose blob in ``store`` is not the size its
     stat data records: git converted the file on its way in. The blobs' sizes come from ``git
-    cat-file --batch-check`` in a process of its own (2.6 s in all at a million, where
+    cat-file --batch-check`` in a process of its own (2.5 s in all at a million, where
     libgit2's header reads in the daemon took 7 s); when git cannot say, every entry is taken
     as converted (each file is read again: slow, never wrong)."""
     at, sizes, ids = _entry_sizes(entries)
