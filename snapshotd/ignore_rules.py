@@ -85,11 +85,21 @@ def write_excludes(gitdir: Path, root: Path, sources: tuple, extra: tuple[str, .
     tmp = gitdir / "exclude.tmp"
     tmp.write_text("\n".join(lines) + "\n")
     os.replace(tmp, exclude_file)
+    # The user's global configuration applies to this git dir too (libgit2 and git read it):
+    # every setting that would change what a capture holds is pinned here, where the worktree
+    # config wins. ignoreCase drops one of two names differing in case; ignoreStat and a
+    # minimal checkStat hide changed files from a scan; autocrlf converts (raw_bytes).
     config = (
         "[core]\n"
         f"\texcludesFile = {_config_quote(str(exclude_file))}\n"
         "\tfilemode = true\n"
         "\tsymlinks = true\n"
+        "\tignoreCase = false\n"
+        "\tignoreStat = false\n"
+        "\tcheckStat = default\n"
+        "\ttrustctime = true\n"
+        "\tautocrlf = false\n"
+        "\tprecomposeUnicode = false\n"
     )
     (gitdir / "config.worktree").write_text(config)
 
