@@ -88,7 +88,9 @@ def write_excludes(gitdir: Path, root: Path, sources: tuple, extra: tuple[str, .
     # The user's global configuration applies to this git dir too (libgit2 and git read it):
     # every setting that would change what a capture holds is pinned here, where the worktree
     # config wins. ignoreCase drops one of two names differing in case; ignoreStat and a
-    # minimal checkStat hide changed files from a scan; autocrlf converts (raw_bytes).
+    # minimal checkStat hide changed files from a scan; autocrlf converts (raw_bytes); the
+    # protect* pair decides which names are ``invalid-path``; an fsmonitor would start a
+    # monitor daemon on the user's worktree for the ``git add -A`` prime.
     config = (
         "[core]\n"
         f"\texcludesFile = {_config_quote(str(exclude_file))}\n"
@@ -100,6 +102,10 @@ def write_excludes(gitdir: Path, root: Path, sources: tuple, extra: tuple[str, .
         "\ttrustctime = true\n"
         "\tautocrlf = false\n"
         "\tprecomposeUnicode = false\n"
+        "\tprotectNTFS = true\n"
+        "\tprotectHFS = false\n"
+        "\tfsmonitor = false\n"
+        "\tuntrackedCache = false\n"
     )
     (gitdir / "config.worktree").write_text(config)
 
