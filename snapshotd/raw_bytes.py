@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 import struct
 import subprocess
 import threading
@@ -57,16 +58,25 @@ _BATCH_CHECK = ["git"]
 
 
 def ensure_raw_attributes(store: Path, fsync: bool = True) -> bool:
-    """Make ``store``'s ``info/attributes`` hold ``STORE_ATTRIBUTES``; whether it had to be
-    written (a new store, one made before this rule, or a damaged file)."""
+    """Make ``store``'s ``info/attributes`` hold ``STORE_ATTRIBUTES``; whether it was written
+    (a new store, one made before this rule, or a damaged file: whatever stands at that name,
+    a directory included, is replaced). A failure to write it is logged at error and leaves
+    captures converting as git would: the daemon still starts and captures."""
     path = store / "info" / "attributes"
     try:
         if path.read_bytes() == STORE_ATTRIBUTES:
             return False
     except OSError:
         pass
-    make_dirs(path.parent)
-    write_file(path, STORE_ATTRIBUTES, sync=fsync)
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        make_dirs(path.parent)
+        write_file(path, STORE_ATTRIBUTES, sync=fsync)
+    except OSError as exc:
+        log.error("cannot write %s (%s): files whose attributes or core.autocrlf convert them "
+                  "are stored converted until it can be written (at the next start)", path, exc)
+        return False
     return True
 
 

@@ -149,3 +149,17 @@ def test_a_store_made_before_the_rule_gets_it_and_reads_its_worktrees_again(
     assert "info/attributes" in again.recovery.repaired_files
     assert_raw(again.path, again.worktree(wt).capture().tree, wt)
     assert Store(sd_env.home, recover=True).recovery.repaired_files == []
+
+
+def test_a_damaged_attributes_file_is_replaced_at_start_up(sd_env: Env, tmp_path: Path) -> None:
+    """Whatever stands at ``info/attributes`` (here a directory) is replaced by the rule."""
+    wt = converting_repo(tmp_path / "wt")
+    Store(sd_env.home, recover=True)
+    attributes = sd_env.home / "store.git" / "info" / "attributes"
+    attributes.unlink()
+    attributes.mkdir()
+    (attributes / "junk").write_text("x\n")
+    store = Store(sd_env.home, recover=True)
+    assert "info/attributes" in store.recovery.repaired_files
+    assert attributes.read_bytes() == raw_bytes.STORE_ATTRIBUTES
+    assert_raw(store.path, store.worktree(wt).capture().tree, wt)
