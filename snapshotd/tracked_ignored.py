@@ -72,10 +72,15 @@ class TrackedIgnored:
         self._current = None
 
     def stale(self) -> bool:
-        """Whether what the set depends on changed since it was listed, or it never was. The
-        user's index is no event source: a file ``git add -f`` began tracking while nothing
-        wrote it shows only here."""
-        return signature_of(self.root, self.gitdir) != self._signature
+        """Whether the user's index changed since the set was listed, or it never was: the
+        index is no event source, and a file ``git add -f`` began tracking while nothing wrote
+        it shows only here. One ``stat`` of the index the listing read (on every small tree's
+        fast-path capture: 3 us where the whole signature took 30); the rest of the signature
+        needs no look here: a changed exclude file or ``.gitignore`` sends the capture to a
+        full scan, and a ``.git`` replaced changes that index's stat or removes it."""
+        if self._signature is None:
+            return True
+        return _stat_key(self._signature[0]) != self._signature[1]
 
     def adopt(self, listing: Listing) -> None:
         """Take ``listing`` (made off the cache's lock by ``list_tracked_ignored``) as the set,
@@ -116,7 +121,6 @@ def list_tracked_ignored(root: Path, gitdir: Path, generation: int) -> Listing:
 def signature_of(root: Path, gitdir: Path) -> tuple:
     """What the set of ``root`` depends on: the user's index (path and stat), the cache's
     exclude file and the root ``.gitignore`` (stat)."""
-    # On every small tree's fast-path capture: names joined as strings (40 -> 30 us).
     user = user_gitdir(root)
     user_index = os.path.join(user, "index") if user is not None else None
     return (user_index, _stat_key(user_index), _stat_key(os.path.join(gitdir, "exclude")),
