@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from snapshotd.durable import GIT_FSYNC_ARGS, sync_dirs, write_all, write_new
-from snapshotd.user_repo import common_dir
+from snapshotd.user_repo import common_dir, open_regular, read_regular
 
 log = logging.getLogger("snapshotd.seeding")
 
@@ -75,7 +75,7 @@ def _names(idx: Path, most: int) -> bytes | None:
     """The raw object ids the pack index ``idx`` (version 2) lists, or None when it lists more
     than ``most`` (mostly objects we do not want: not worth reading) or cannot be read."""
     try:
-        with open(idx, "rb") as f:
+        with open_regular(idx) as f:
             header = f.read(_IDX_HEADER)
             if len(header) != _IDX_HEADER or header[:8] != _IDX_V2:
                 return None
@@ -119,7 +119,7 @@ def _take_pack(idx: Path, pack_dir: Path, fsync: bool) -> bool:
     try:
         for tmp in (tmp_pack, tmp_idx):
             tmp.unlink(missing_ok=True)  # a leftover of a run that died here
-        index = idx.read_bytes()
+        index = read_regular(idx)
         if not _index_whole(index) or not _copy_pack(pack, tmp_pack, index, fsync):
             log.warning("not copying %s into the store whole: its checksums do not match "
                         "(its objects go through git pack-objects)", pack)
@@ -149,7 +149,7 @@ def _copy_pack(pack: Path, dest: Path, index: bytes, fsync: bool) -> bool:
     ``index`` counts."""
     count = struct.unpack(">I", index[_IDX_HEADER - 4:_IDX_HEADER])[0]
     digest = hashlib.sha1()
-    with open(pack, "rb") as src:
+    with open_regular(pack) as src:
         size = os.fstat(src.fileno()).st_size
         head = src.read(12)
         if len(head) < 12 or head[:4] != b"PACK" \

@@ -32,6 +32,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import struct
 import subprocess
 import threading
@@ -55,6 +56,8 @@ _U32 = struct.Struct(">I")
 _GITLINK_MODE_AT = 24
 _GITLINK = 0o160000
 _BATCH_CHECK = ["git"]
+# A larger attributes file is not read: the seed checks every entry instead.
+_MAX_ATTRIBUTES_BYTES = 1 << 20
 
 
 def ensure_raw_attributes(store: Path, fsync: bool = True) -> bool:
@@ -126,15 +129,31 @@ def conversion_possible(root: Path, gitdir: Path, common: Path, entries: bytes) 
                Path(os.path.expanduser(attributes_file)) if attributes_file
                else Path(xdg) / "git" / "attributes", Path("/etc/gitattributes")]
     for source in sources:
-        try:
-            text = source.read_bytes()
-        except FileNotFoundError:
-            continue
-        except OSError:
-            return True
-        if _CONVERTING.search(text):
+        text = _read_attributes(source)
+        if text is None or _CONVERTING.search(text):
             return True
     return False
+
+
+def _read_attributes(path: Path) -> bytes | None:
+    """The text of attributes file ``path`` (b"" when there is none), or None when it cannot
+    be read safely: opened without blocking (a FIFO in a hostile tree must not stall the
+    capture), a regular file of at most ``_MAX_ATTRIBUTES_BYTES``, else its answer is unknown."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return b""
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_ATTRIBUTES_BYTES:
+            return None
+        return os.read(fd, _MAX_ATTRIBUTES_BYTES + 1)[:_MAX_ATTRIBUTES_BYTES]
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def converted_entries(entries: bytes, store: Path) -> list[int]:

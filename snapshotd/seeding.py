@@ -39,7 +39,15 @@ from snapshotd.ignore_rules import cache_git_env
 from snapshotd.object_import import import_objects
 from snapshotd.raw_bytes import conversion_possible, converted_entries, spoil_sizes
 from snapshotd.scan_rules import DirNames
-from snapshotd.user_repo import CacheNode, SeedIndex, common_dir, strip_index, user_gitdir
+from snapshotd.user_repo import (
+    CacheNode,
+    SeedIndex,
+    common_dir,
+    not_regular,
+    read_regular,
+    strip_index,
+    user_gitdir,
+)
 
 if TYPE_CHECKING:
     from snapshotd.store import Store
@@ -73,7 +81,19 @@ def seed_from_repository(root: Path, cache_gitdir: Path, store: Store) -> Seeded
     if gitdir is None:
         return None
     try:
-        seed = strip_index((gitdir / "index").read_bytes())
+        common = common_dir(gitdir)
+    except OSError:
+        return None
+    # What the seed and the git commands it runs in the user's repository read: a FIFO there
+    # (a hostile tree) would stall the capture for good; the cache is then built cold.
+    odd = not_regular(gitdir / "index", gitdir / "config", gitdir / "config.worktree",
+                      common / "config", common / "config.worktree")
+    if odd is not None:
+        log.warning("not seeding the stat cache of %s from its repository: %s is not a regular "
+                    "file", root, odd)
+        return None
+    try:
+        seed = strip_index(read_regular(gitdir / "index"))
     except (OSError, ValueError, struct.error):
         return None
     if seed is None:
@@ -94,7 +114,7 @@ def seed_from_repository(root: Path, cache_gitdir: Path, store: Store) -> Seeded
         missing = [oid for oid in missing if oid not in trees]
         if missing and not import_objects(gitdir, store.path, missing, store.fsync):
             return None
-    _spoil_converted(root, gitdir, seed, store)
+    _spoil_converted(root, gitdir, common, seed, store)
     tmp = cache_gitdir / "index.seed"
     tmp.write_bytes(seed.index_file(with_cache_tree=with_trees))
     os.replace(tmp, cache_gitdir / "index")
@@ -102,15 +122,12 @@ def seed_from_repository(root: Path, cache_gitdir: Path, store: Store) -> Seeded
     return Seeded(uncommitted_paths(gitdir, seed, cache_gitdir), shape)
 
 
-def _spoil_converted(root: Path, gitdir: Path, seed: SeedIndex, store: Store) -> None:
+def _spoil_converted(root: Path, gitdir: Path, common: Path, seed: SeedIndex,
+                     store: Store) -> None:
     """Spoil the stat data of the seed's entries whose blob is not the file's bytes (the user's
     git converted it: line endings, a filter such as Git LFS's), so that the first capture
     reads those files and stores them as they are (``raw_bytes``). Looked for only when the
     user's repository can convert at all."""
-    try:
-        common = common_dir(gitdir)
-    except OSError:
-        common = gitdir
     if not conversion_possible(root, gitdir, common, seed.entries):
         return
     converted = converted_entries(seed.entries, store.path)

@@ -131,6 +131,10 @@ def _list(root: Path, gitdir: Path, signature: tuple) -> frozenset[str]:
     user_index, index_stat = signature[0], signature[1]
     if index_stat is None:  # no index (no repository, or nothing staged yet): nothing to list
         return frozenset()
+    if not os.path.isfile(user_index):  # git would block on a FIFO there for good
+        log.warning("cannot list the tracked ignored files of %s (%s is not a regular file); "
+                    "ignored files are left out until its index changes", root, user_index)
+        return frozenset()
     env = cache_git_env(gitdir, root)
     env["GIT_INDEX_FILE"] = str(user_index)
     try:

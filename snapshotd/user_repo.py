@@ -11,11 +11,14 @@ Promises: nothing here writes into the user's repository; an index we do not ful
 (format 4, split or sparse, conflicts, SHA-256) is refused (None), never half-used;
 ``user_head`` never fails a capture: outside any repository, with an unborn HEAD or a repository
 libgit2 cannot read it gives None (the last logged at warning, since export then falls back to
-the HEAD at export time).
+the HEAD at export time). Files of the user's repository a capture reads are opened without
+blocking and only when regular (``open_regular``, ``not_regular``): a FIFO planted in ``.git``
+makes the seed give up, never wait.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import os
@@ -23,6 +26,7 @@ import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import pygit2
 
@@ -250,6 +254,39 @@ def common_dir(gitdir: Path) -> Path:
     ``gitdir``: the one its ``commondir`` file names (a linked worktree's), else itself.
     Raises ``OSError`` when that file is there but cannot be read."""
     return Path(_common_dir(os.fspath(gitdir)))
+
+
+def open_regular(path: Path | str) -> BinaryIO:
+    """``path`` opened for reading when it is a regular file, else ``OSError``. Opened without
+    blocking: a FIFO or a device in the user's repository (a hostile tree) must never stall a
+    capture, as a plain ``open`` of a FIFO does until a writer comes."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, f"{path} is not a regular file")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular(path: Path | str) -> bytes:
+    """The bytes of regular file ``path`` (``open_regular``)."""
+    with open_regular(path) as f:
+        return f.read()
+
+
+def not_regular(*paths: Path) -> Path | None:
+    """The first of ``paths`` that exists (followed through symlinks) and is not a regular
+    file: git reading it (the user's config, say) would block on a FIFO for good."""
+    for path in paths:
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            continue
+        if not stat.S_ISREG(mode):
+            return path
+    return None
 
 
 def _gitdir(dot_git: str) -> str | None:

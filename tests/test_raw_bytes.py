@@ -8,7 +8,9 @@ store (``git cat-file``) beside the file's bytes."""
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -163,3 +165,23 @@ def test_a_damaged_attributes_file_is_replaced_at_start_up(sd_env: Env, tmp_path
     assert "info/attributes" in store.recovery.repaired_files
     assert attributes.read_bytes() == raw_bytes.STORE_ATTRIBUTES
     assert_raw(store.path, store.worktree(wt).capture().tree, wt)
+
+
+def test_a_fifo_named_gitattributes_never_blocks_a_seeded_capture(
+        sd_env: Env, tmp_path: Path) -> None:
+    """The seed's look at the attributes files opens none that could block (a FIFO at the
+    root, in a hostile tree): the capture goes on and lists the FIFO as special."""
+    wt = make_git_worktree(tmp_path / "wt")
+    (wt / "a.txt").write_bytes(b"one\r\n")
+    git(wt, "add", "-A")
+    os.mkfifo(wt / ".gitattributes")
+    store = Store(sd_env.home, recover=True)
+    outcome: list[object] = []
+    worker = threading.Thread(target=lambda: outcome.append(store.worktree(wt).capture()),
+                              daemon=True)
+    worker.start()
+    worker.join(timeout=30)
+    assert outcome, "the capture blocked on the FIFO"
+    [capture] = outcome
+    assert stored(store.path, capture.tree, "a.txt") == b"one\r\n"
+    assert {"path": ".gitattributes", "reason": "special", "kind": "fifo"} in capture.skipped

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 from pathlib import Path
+
+import pytest
 
 from conftest import git, make_git_worktree
 from snapshotd.store import Store
@@ -167,3 +170,44 @@ def test_an_inconsistent_cache_tree_is_trusted_only_where_complete() -> None:
     assert [node[3] for node in nodes] == [None, None, None]
     assert rewritten == node(b"", -1, 1, None) + node(b"a", -1, 1, None) + node(b"b", -1, 0, None)
     assert valid_cache_tree(node(b"", 3, 2, b"\1" * 20)) is None  # subtrees missing
+
+
+@pytest.mark.parametrize("planted", ["index", "config", "pack"])
+def test_a_fifo_in_the_users_git_dir_never_stalls_the_first_capture(tmp_path: Path,
+                                                                      planted: str) -> None:
+    """A FIFO where the seed (or git run in the user's repository for it) reads: the index,
+    the config, a pack. Before, the first capture waited on it for good; now the seed gives
+    up or leaves that pack out, and the capture is exact."""
+    wt = make_repo(tmp_path / "wt", files=20)
+    git(wt, "gc", "-q")  # objects in a pack, as in a clone
+    # Read before the FIFO is planted: git itself would wait on it.
+    head_tree = git(wt, "rev-parse", "HEAD^{tree}").strip()
+    committed = git(wt, "ls-tree", "-r", "HEAD")
+    if planted == "pack":
+        [pack] = (wt / ".git" / "objects" / "pack").glob("pack-*.pack")
+        target = pack
+    else:
+        target = wt / ".git" / planted
+    target.unlink()
+    os.mkfifo(target)
+    store = Store(tmp_path / "home")
+    outcome: list[object] = []
+    worker = threading.Thread(target=lambda: outcome.append(store.worktree(wt).capture()),
+                              daemon=True)
+    worker.start()
+    worker.join(timeout=60)
+    if not outcome:  # release whoever waits on the FIFO (a reader gets end of file), then fail
+        try:
+            os.close(os.open(target, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:
+            pass  # nobody was waiting on it
+    assert outcome, f"the first capture stalled on a FIFO at .git/{planted}"
+    [capture] = outcome
+    if planted == "index":
+        # Unreadable, the index cannot say that the ignored tracked.log is tracked (git
+        # cannot either): the capture is the commit's files the rules let in, all of them.
+        captured = git(tmp_path, "--git-dir", str(store.path), "ls-tree", "-r", capture.tree)
+        assert captured.splitlines() == [line for line in committed.splitlines()
+                                         if not line.endswith("\ttracked.log")]
+    else:
+        assert capture.tree == head_tree
