@@ -32,7 +32,6 @@ import logging
 import os
 import re
 import shutil
-import stat
 import struct
 import subprocess
 import threading
@@ -42,6 +41,8 @@ from pathlib import Path
 import pygit2
 
 from snapshotd.durable import make_dirs, write_file
+from snapshotd.ignore_rules import cache_git_env
+from snapshotd.user_repo import open_regular
 
 log = logging.getLogger("snapshotd.store")
 
@@ -137,23 +138,16 @@ def conversion_possible(root: Path, gitdir: Path, common: Path, entries: bytes) 
 
 def _read_attributes(path: Path) -> bytes | None:
     """The text of attributes file ``path`` (b"" when there is none), or None when it cannot
-    be read safely: opened without blocking (a FIFO in a hostile tree must not stall the
-    capture), a regular file of at most ``_MAX_ATTRIBUTES_BYTES``, else its answer is unknown."""
+    be read safely (``user_repo.open_regular``: never a FIFO, which would stall the capture)
+    or is over ``_MAX_ATTRIBUTES_BYTES``: its answer is then unknown."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with open_regular(path) as f:
+            text = f.read(_MAX_ATTRIBUTES_BYTES + 1)
     except FileNotFoundError:
         return b""
     except OSError:
         return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_ATTRIBUTES_BYTES:
-            return None
-        return os.read(fd, _MAX_ATTRIBUTES_BYTES + 1)[:_MAX_ATTRIBUTES_BYTES]
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+    return text if len(text) <= _MAX_ATTRIBUTES_BYTES else None
 
 
 def converted_entries(entries: bytes, store: Path) -> list[int]:
@@ -202,10 +196,9 @@ def _blob_sizes(store: Path, ids: bytes, count: int) -> array | None:
         return array("q")
     request = ids.hex("\n", 20).encode() + b"\n"
     try:
-        proc = subprocess.Popen([*_BATCH_CHECK, "--git-dir", str(store), "cat-file",
-                                 "--batch-check=%(objectsize)"],
+        proc = subprocess.Popen([*_BATCH_CHECK, "cat-file", "--batch-check=%(objectsize)"],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env=_without_git_vars())
+                                stderr=subprocess.PIPE, env=cache_git_env(store))
     except OSError as exc:
         log.warning("cannot ask git for the seed's blob sizes (%s): every seeded file is read "
                     "again", exc)
@@ -223,12 +216,6 @@ def _blob_sizes(store: Path, ids: bytes, count: int) -> array | None:
                     "is read again", proc.returncode, err.decode(errors="replace").strip()[-300:])
         return None
     return array("q", (int(line) if line.isdigit() else -1 for line in lines))
-
-
-def _without_git_vars() -> dict[str, str]:
-    """The daemon's environment minus ``GIT_*`` (an inherited ``GIT_DIR`` or object directory
-    must not point the question elsewhere)."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
 
 
 def _feed(proc: subprocess.Popen, request: bytes) -> None:
