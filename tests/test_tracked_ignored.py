@@ -223,9 +223,13 @@ def test_a_file_force_added_with_no_write_is_taken_and_is_not_drift(
         (wt / "src.txt").write_text("a write, so that the fast path has a baseline\n")
         c.snapshot(str(wt), run_id="fa", node_id="n")
         git(wt, "add", "-f", "ign/late.txt")
-        fast_before = c.status()["counters"]["fast_captures"]
+        before = c.status()["counters"]
         taken = c.snapshot(str(wt), run_id="fa", node_id="n", tool_use_id="after-add")
-        assert c.status()["counters"]["fast_captures"] == fast_before + 1
+        # Taken by the fast path: no full scan since (the src.txt write settling may add a
+        # tier-2 fast capture of its own meanwhile, so the fast count is not exact).
+        after = c.status()["counters"]
+        assert after["full_scans"] == before["full_scans"]
+        assert after["fast_captures"] > before["fast_captures"]
         assert taken["tree"] == users_add_all(wt, tmp_path / "i1")
         assert git(wt, "--git-dir", str(store), "show", f"{taken['tree']}:ign/late.txt") == \
             "ignored until force-added\n"
