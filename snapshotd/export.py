@@ -48,7 +48,14 @@ from snapshotd.checkpoints import find_checkpoint, format_seqs, selection
 from snapshotd.commit_message import parse_trailers
 from snapshotd.errors import ServiceError, abs_path_field, bool_field, opt_int_field
 from snapshotd.store import SIGNATURE_EMAIL, SIGNATURE_NAME
-from snapshotd.user_repo import objects_dir, open_user_repo
+from snapshotd.user_repo import (
+    blocking_file,
+    common_dir,
+    discover_gitdir,
+    not_regular,
+    objects_dir,
+    open_user_repo,
+)
 from snapshotd.withhold import blob_at, chain_findings
 
 if TYPE_CHECKING:
@@ -210,6 +217,12 @@ def _carried_findings(service: Service, store: pygit2.Repository, tip: dict,
 
 def _open(path: Path) -> pygit2.Repository | None:
     try:
+        gitdir = discover_gitdir(path)
+        # libgit2 opens these with a blocking open: a FIFO among them (a hostile tree) would
+        # hold the request, and the thread serving it, for good.
+        odd = blocking_file(gitdir) if gitdir is not None else None
+        if odd is not None:
+            raise OSError(f"{odd} is not a regular file")
         return open_user_repo(path)
     except (pygit2.GitError, OSError) as exc:
         raise ServiceError(errors.NOT_FOUND, f"cannot open the repository at {path}: "
@@ -220,6 +233,10 @@ def _check_branch(user: pygit2.Repository, branch: str) -> str:
     ref = f"refs/heads/{branch}"
     if not pygit2.reference_is_valid_name(ref) or branch.startswith("-"):
         raise ServiceError(errors.BAD_REQUEST, f"{branch!r} is not a valid branch name")
+    odd = not_regular(common_dir(Path(user.path)) / ref)
+    if odd is not None:
+        raise ServiceError(errors.CONFLICT, f"cannot tell whether branch {branch!r} exists in "
+                           f"{user.workdir}: {odd} is not a regular file")
     if ref in user.references:
         raise ServiceError(errors.CONFLICT, f"branch {branch!r} already exists in "
                            f"{user.workdir}; choose a new name")

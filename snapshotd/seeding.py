@@ -42,7 +42,9 @@ from snapshotd.scan_rules import DirNames
 from snapshotd.user_repo import (
     CacheNode,
     SeedIndex,
+    blocking_file,
     common_dir,
+    head_commit,
     not_regular,
     read_regular,
     strip_index,
@@ -86,8 +88,10 @@ def seed_from_repository(root: Path, cache_gitdir: Path, store: Store) -> Seeded
         return None
     # What the seed and the git commands it runs in the user's repository read: a FIFO there
     # (a hostile tree) would stall the capture for good; the cache is then built cold.
-    odd = not_regular(gitdir / "index", gitdir / "config", gitdir / "config.worktree",
-                      common / "config", common / "config.worktree")
+    try:
+        odd = not_regular(gitdir / "index") or blocking_file(gitdir)
+    except OSError:
+        return None
     if odd is not None:
         log.warning("not seeding the stat cache of %s from its repository: %s is not a regular "
                     "file", root, odd)
@@ -177,8 +181,9 @@ def uncommitted_paths(gitdir: Path, seed: SeedIndex, cache_gitdir: Path) -> list
     index in ``cache_gitdir``) when HEAD is unborn or cannot be read."""
     try:
         repo = pygit2.Repository(str(gitdir))
-        if not repo.head_is_unborn:
-            tree = repo.head.peel(pygit2.Commit).tree
+        head = head_commit(gitdir)  # not libgit2's: it would block on a FIFO among the refs
+        if head is not None:
+            tree = repo[head].peel(pygit2.Commit).tree
             if _cache_tree_root(seed.cache_tree) == str(tree.id):
                 return []
             return [d.new_file.path for d in repo.index.diff_to_tree(tree).deltas

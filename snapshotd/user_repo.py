@@ -9,11 +9,13 @@ them read-only).
 
 Promises: nothing here writes into the user's repository; an index we do not fully understand
 (format 4, split or sparse, conflicts, SHA-256) is refused (None), never half-used;
-``user_head`` never fails a capture: outside any repository, with an unborn HEAD or a repository
-libgit2 cannot read it gives None (the last logged at warning, since export then falls back to
-the HEAD at export time). Files of the user's repository a capture reads are opened without
-blocking and only when regular (``open_regular``, ``not_regular``): a FIFO planted in ``.git``
-makes the seed give up, never wait.
+``user_head`` never fails a capture: outside any repository, with an unborn HEAD or a HEAD that
+cannot be read it gives None (the last logged at warning, since export then falls back to the
+HEAD at export time). Files of the user's repository are opened without blocking and only when
+regular (``open_regular``, ``not_regular``, ``blocking_file``): a FIFO planted in ``.git`` (a
+hostile tree) makes the seed give up and an export refuse, never wait. libgit2 and git open
+the config, ``HEAD``, ref files and ``packed-refs`` with a blocking ``open``, so HEAD is
+resolved here from those files (``head_commit``), not by libgit2.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import errno
 import hashlib
 import logging
 import os
+import re
 import stat
 import struct
 from dataclasses import dataclass
@@ -35,6 +38,10 @@ _U16 = struct.Struct(">H")
 # (at 60), in one call per entry.
 _ENTRY = struct.Struct(">24xI12x20sH")
 _GITLINK = 0o160000
+_OID_HEX = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+_MAX_SYMREF_DEPTH = 5  # libgit2's limit
+# Refs kept in each linked worktree's own git dir, not the common one (git's list).
+_PER_WORKTREE_REFS = ("refs/worktree/", "refs/bisect/", "refs/rewritten/")
 
 log = logging.getLogger("snapshotd.user_repo")
 
@@ -234,14 +241,78 @@ def user_head(root: Path) -> str | None:
     """The commit the HEAD of ``root``'s repository points at, or None (no repository, unborn
     HEAD, or unreadable: logged)."""
     try:
-        repo = open_user_repo(root)
-        if repo is None or repo.head_is_unborn:
-            return None
-        return str(repo.head.target)
-    except (pygit2.GitError, KeyError, ValueError, OSError) as exc:
+        gitdir = discover_gitdir(root)
+        return None if gitdir is None else head_commit(gitdir)
+    except (ValueError, OSError) as exc:
         log.warning("could not read the HEAD of the repository at %s (export will use the HEAD "
                     "at export time): %s", root, exc)
         return None
+
+
+def discover_gitdir(path: Path) -> Path | None:
+    """The git dir of the repository whose worktree holds ``path``: that of the first ``.git``
+    (a directory, or a ``gitdir:`` file) holding a ``HEAD``, from ``path`` up, not crossing
+    into another file system (git's default)."""
+    here = os.path.abspath(path)
+    try:
+        device = os.stat(here).st_dev
+    except OSError:
+        return None
+    while True:
+        gitdir = _gitdir(os.path.join(here, ".git"))
+        if gitdir is not None and os.path.lexists(os.path.join(gitdir, "HEAD")):
+            return Path(gitdir)
+        parent = os.path.dirname(here)
+        try:
+            if parent == here or os.stat(parent).st_dev != device:
+                return None
+        except OSError:
+            return None
+        here = parent
+
+
+def head_commit(gitdir: Path) -> str | None:
+    """The object id the HEAD of the repository at ``gitdir`` resolves to, through symbolic
+    refs, loose ref files and ``packed-refs``; None when its branch has no commit yet. Every
+    file is opened only when regular: raises ``NotRegularFile`` naming one that is not (a FIFO),
+    ``OSError`` for one that cannot be read, ``ValueError`` for content git would not write."""
+    common = common_dir(gitdir)
+    name = "HEAD"
+    for _ in range(_MAX_SYMREF_DEPTH):
+        own = name == "HEAD" or name.startswith(_PER_WORKTREE_REFS)
+        value = _loose_ref((gitdir if own else common) / name)
+        if value is None:
+            value = _packed_ref(common / "packed-refs", name)
+        if value is None:
+            return None
+        if not value.startswith("ref:"):
+            if _OID_HEX.fullmatch(value) is None:
+                raise ValueError(f"{name} holds {value[:80]!r}, not an object id")
+            return value
+        name = value[len("ref:"):].strip()
+        if not name.startswith("refs/") or not pygit2.reference_is_valid_name(name):
+            raise ValueError(f"a symbolic ref names {name[:80]!r}, not a ref")
+    raise ValueError(f"HEAD goes through more than {_MAX_SYMREF_DEPTH} symbolic refs")
+
+
+def blocking_file(gitdir: Path) -> Path | None:
+    """The first file of the repository at ``gitdir`` that git or libgit2 opens on the way to
+    its config, HEAD and objects which is there but not a regular file (a FIFO: such an open
+    waits for good), or None."""
+    common = common_dir(gitdir)
+    odd = not_regular(gitdir / "commondir", gitdir / "HEAD", gitdir / "config",
+                      gitdir / "config.worktree", common / "config", common / "config.worktree",
+                      common / "packed-refs", common / "shallow",
+                      common / "objects" / "info" / "alternates")
+    if odd is not None:
+        return odd
+    try:
+        head_commit(gitdir)
+    except NotRegularFile as exc:
+        return exc.path
+    except (OSError, ValueError):
+        pass  # not a file that blocks: whoever reads the repository reports it
+    return None
 
 
 def objects_dir(repo: pygit2.Repository) -> Path:
@@ -263,7 +334,7 @@ def open_regular(path: Path | str) -> BinaryIO:
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, f"{path} is not a regular file")
+            raise NotRegularFile(path)
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
@@ -286,6 +357,45 @@ def not_regular(*paths: Path) -> Path | None:
             continue
         if not stat.S_ISREG(mode):
             return path
+    return None
+
+
+class NotRegularFile(OSError):
+    """A file of the user's repository that is there but is not a regular file (a FIFO, a
+    device, a directory): ``path``."""
+
+    def __init__(self, path: Path | str) -> None:
+        super().__init__(errno.EINVAL, f"{path} is not a regular file")
+        self.path = Path(path)
+
+
+def _loose_ref(path: Path) -> str | None:
+    """The stripped text of loose ref file ``path``, or None when there is none (a directory
+    there holds refs below the name, not the ref itself)."""
+    try:
+        if stat.S_ISDIR(os.stat(path).st_mode):
+            return None
+        return read_regular(path).decode("ascii").strip()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path} is not a ref file") from exc
+
+
+def _packed_ref(packed_refs: Path, name: str) -> str | None:
+    """The id ``packed_refs`` gives ``name``, or None (no such line, or no such file)."""
+    try:
+        text = read_regular(packed_refs)
+    except FileNotFoundError:
+        return None
+    text += b"\n"  # a last line git always ends, written by hand without
+    wanted = b" " + name.encode() + b"\n"
+    at = text.find(wanted)
+    while at >= 0:
+        start = text.rfind(b"\n", 0, at) + 1
+        if not text.startswith((b"#", b"^"), start):
+            return text[start:at].decode("ascii", "replace")
+        at = text.find(wanted, at + 1)
     return None
 
 
