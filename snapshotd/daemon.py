@@ -41,7 +41,7 @@ OPTIONAL_PARTS = ("snapshotd.watcher", "snapshotd.restore", "snapshotd.engine",
                   "snapshotd.sdnotify", "snapshotd.metrics", "snapshotd.gc",
                   "snapshotd.replication", "snapshotd.blame", "snapshotd.export",
                   "snapshotd.bracket", "snapshotd.sessions", "snapshotd.purge",
-                  "snapshotd.http_hook", "snapshotd.hook_relay")
+                  "snapshotd.http_hook", "snapshotd.hook_relay", "snapshotd.fifo_guard")
 
 # libgit2 keeps every tree and commit it parses, up to 256 MiB per process by default: a full
 # walk of a million-file tree leaves over 100 MiB of trees behind that no capture reads again

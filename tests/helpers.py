@@ -15,6 +15,7 @@ import shutil
 import socket
 import struct
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import TypeVar
 
 import msgpack
 import psutil
+import pytest
 
 T = TypeVar("T")
 
@@ -365,3 +367,34 @@ class DriftRecorder:
 
     def scanned(self, root: Path, seconds: float) -> None:
         pass
+
+
+def release_fifo(target: Path) -> None:
+    """Let whoever waits on the FIFO go (a reader gets end of file), so a failing test ends."""
+    for _ in range(50):
+        try:
+            os.close(os.open(target, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:
+            return  # nobody is waiting on it
+
+
+def in_time(call, target: Path, seconds: float = 30.0):
+    """``call()``'s result, or a failure naming the FIFO when it has not returned in time."""
+    outcome: list[object] = []
+    worker = threading.Thread(target=lambda: outcome.append(_result(call)), daemon=True)
+    worker.start()
+    worker.join(timeout=seconds)
+    if not outcome:
+        release_fifo(target)
+        pytest.fail(f"stalled on a FIFO at {target}")
+    [result] = outcome
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
+def _result(call):
+    try:
+        return call()
+    except BaseException as exc:  # handed to the test's thread
+        return exc

@@ -9,12 +9,12 @@ the oracle is the git CLI, which read the repository before the FIFO was planted
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 
 import pytest
 
 from conftest import Env, MakeDaemon, git, make_git_worktree
+from helpers import in_time, release_fifo
 from snapshotd.user_repo import head_commit, user_head
 from snapshotd_client.client import SnapshotdError
 
@@ -43,37 +43,6 @@ def plant_fifo(target: Path) -> None:
     os.mkfifo(target)
 
 
-def release(target: Path) -> None:
-    """Let whoever waits on the FIFO go (a reader gets end of file), so a failing test ends."""
-    for _ in range(50):
-        try:
-            os.close(os.open(target, os.O_WRONLY | os.O_NONBLOCK))
-        except OSError:
-            return  # nobody is waiting on it
-
-
-def in_time(call, target: Path, seconds: float = 30.0):
-    """``call()``'s result, or a failure naming the FIFO when it has not returned in time."""
-    outcome: list[object] = []
-    worker = threading.Thread(target=lambda: outcome.append(_result(call)), daemon=True)
-    worker.start()
-    worker.join(timeout=seconds)
-    if not outcome:
-        release(target)
-        pytest.fail(f"stalled on a FIFO at {target}")
-    [result] = outcome
-    if isinstance(result, BaseException):
-        raise result
-    return result
-
-
-def _result(call):
-    try:
-        return call()
-    except BaseException as exc:  # handed to the test's thread
-        return exc
-
-
 @pytest.mark.parametrize("planted", sorted(PLANTED))
 def test_a_fifo_in_the_users_repository_never_stalls_the_first_checkpoint(
         sd_env: Env, tmp_path: Path, make_daemon: MakeDaemon, planted: str) -> None:
@@ -94,7 +63,7 @@ def test_a_fifo_in_the_users_repository_never_stalls_the_first_checkpoint(
         # The base is HEAD's commit where it can be read without the FIFO, else left out.
         assert (f"Snapshotd-Base: {head}" in body) == PLANTED[planted], body
     finally:
-        release(target)
+        release_fifo(target)
         daemon.stop()
 
 
@@ -116,7 +85,7 @@ def test_an_export_into_a_repository_with_a_fifo_fails_clearly(
             assert f"{planted} is not a regular file" in str(refused.value)
             assert c.ping()  # and the daemon serves on
     finally:
-        release(target)
+        release_fifo(target)
         daemon.stop()
 
 

@@ -1,0 +1,164 @@
+"""A FIFO planted where git or libgit2 reads a worktree (a ``.gitignore`` in any directory, a
+``.gitattributes``, the repository's ``info/attributes``) never stops the daemon. Both open
+those files with a blocking ``open``; libgit2 does it holding Python's interpreter lock, so
+before the guard a FIFO ``.gitignore`` froze the whole daemon (every worktree, the socket) at
+its first full scan, and one read by git (the first capture's ``git add -A``) held that
+capture and its worktree for good. The guards (``snapshotd.fifo_guard``) release such waits;
+the file reads as empty, as git takes a rules file it cannot read for an absent one.
+
+The daemon runs as a real subprocess; the oracle for the trees is the git CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from conftest import Env, MakeDaemon, git, make_git_worktree
+from helpers import in_time, release_fifo, wait_for
+from snapshotd import fifo_guard
+
+pytestmark = pytest.mark.skipif(fifo_guard.open_calls() is None,
+                                reason="the FIFO guard knows no open calls on this machine")
+
+# Where the FIFO is planted, and whether the worktree is a git repository.
+PLANTED = [(".gitignore", False), ("sub/.gitignore", True), ("sub/.gitattributes", False),
+           (".git/info/attributes", True)]
+
+
+def blocked_reader(path: Path) -> tuple[threading.Thread, list[bytes], int]:
+    """A thread of this process blocked opening FIFO ``path`` to read: (thread, what it read,
+    its native id)."""
+    got: list[bytes] = []
+    ids: list[int] = []
+
+    def read() -> None:
+        ids.append(threading.get_native_id())
+        with open(path, "rb") as f:
+            got.append(f.read())
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    wait_for(lambda: ids and fifo_guard.waiters([(os.getpid(), ids[0])]), timeout=10,
+             what="the reader waiting on the FIFO")
+    return thread, got, ids[0]
+
+
+def test_a_thread_and_a_child_waiting_on_a_fifo_are_found_and_released(tmp_path: Path) -> None:
+    fifo = tmp_path / ".gitignore"
+    os.mkfifo(fifo)
+    thread, got, tid = blocked_reader(fifo)
+    [waiter] = fifo_guard.waiters([(os.getpid(), tid)])
+    assert (waiter.path, waiter.for_writing) == (str(fifo), False)
+    assert fifo_guard.release(waiter)
+    thread.join(timeout=10)
+    assert got == [b""]  # end of file: nothing was written into it
+
+    # A writer waiting for a reader, and a child process (relative path, its own cwd).
+    ids: list[int] = []
+    opened: list[bool] = []
+
+    def write() -> None:
+        ids.append(threading.get_native_id())
+        with open(fifo, "wb"):
+            opened.append(True)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    wait_for(lambda: ids and fifo_guard.waiters([(os.getpid(), ids[0])]), timeout=10,
+             what="the writer waiting on the FIFO")
+    [waiter] = fifo_guard.waiters([(os.getpid(), ids[0])])
+    assert waiter.for_writing and fifo_guard.release(waiter)
+    writer.join(timeout=10)
+    assert opened == [True]
+
+    child = subprocess.Popen(["cat", ".gitignore"], cwd=tmp_path, stdout=subprocess.PIPE)
+    try:
+        wait_for(lambda: fifo_guard.waiters(fifo_guard.descendant_tasks(os.getpid())),
+                 timeout=10, what="cat waiting on the FIFO")
+        [waiter] = fifo_guard.waiters(fifo_guard.descendant_tasks(os.getpid()))
+        assert (waiter.pid, waiter.path) == (child.pid, str(fifo))
+        assert fifo_guard.release(waiter)
+        assert child.wait(timeout=10) == 0
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_fifo_swapped_for_a_file_is_not_opened(tmp_path: Path) -> None:
+    """The release opens only a FIFO: a name that is a regular file by then is left alone."""
+    fifo = tmp_path / "x"
+    os.mkfifo(fifo)
+    thread, got, tid = blocked_reader(fifo)
+    [waiter] = fifo_guard.waiters([(os.getpid(), tid)])
+    plain = tmp_path / "plain"
+    plain.write_text("kept\n")
+    assert not fifo_guard.release(fifo_guard.Waiter(waiter.pid, waiter.tid, str(plain), False))
+    assert plain.read_text() == "kept\n" and thread.is_alive()
+    assert fifo_guard.release(waiter)
+    thread.join(timeout=10)
+
+
+@pytest.mark.parametrize(("planted", "repo"), PLANTED)
+def test_a_fifo_where_git_reads_rules_never_stops_the_daemon(
+        sd_env: Env, tmp_path: Path, make_daemon: MakeDaemon, planted: str, repo: bool) -> None:
+    wt = tmp_path / "wt"
+    (wt / "sub").mkdir(parents=True)
+    (wt / "a.txt").write_text("a\n")
+    (wt / "sub" / "b.txt").write_text("b\n")
+    if repo:
+        make_git_worktree(wt)
+        git(wt, "add", "-A")
+        git(wt, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    target = wt / planted
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(target)
+    daemon = make_daemon(sd_env)
+    store = ["--git-dir", str(sd_env.home / "store.git")]
+    try:
+        with daemon.client(timeout=60) as c:
+            first = in_time(lambda: c.snapshot(str(wt), run_id="g", node_id="n"), target, 60)
+            assert git(wt, *store, "ls-tree", "-r", "--name-only", first["tree"]).split() == \
+                ["a.txt", "sub/b.txt"]
+            if not planted.startswith(".git/"):
+                assert {"path": planted, "reason": "special", "kind": "fifo"} in first["skipped"]
+            (wt / "sub" / "c.txt").write_text("c\n")
+            second = in_time(lambda: c.snapshot(str(wt), run_id="g", node_id="n"), target, 60)
+            assert git(wt, *store, "show", f"{second['tree']}:sub/c.txt") == "c\n"
+            guard = c.status()["fifo_guard"]
+        assert guard["releases"] >= 1 and guard["off"] == {}, guard
+        assert guard["last"]["path"] == str(target)
+    finally:
+        release_fifo(target)
+    assert daemon.stop() == 0  # the stop's own captures met the FIFO too, and went on
+
+
+def test_the_guard_process_ends_with_the_daemon(sd_env: Env, make_daemon: MakeDaemon) -> None:
+    daemon = make_daemon(sd_env)
+    pid = daemon.proc.pid
+
+    def guard_processes() -> list[int]:
+        found = []
+        for child in fifo_guard.descendant_tasks(pid):
+            try:
+                cmdline = Path(f"/proc/{child[0]}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"snapshotd.fifo_guard" in cmdline:
+                found.append(child[0])
+        return found
+
+    wait_for(guard_processes, timeout=20, what="the guard process")
+    [guard] = guard_processes()
+    daemon.kill9()
+
+    def ended() -> bool:
+        try:  # gone, or a zombie its new parent has not reaped yet
+            return Path(f"/proc/{guard}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        except OSError:
+            return True
+
+    wait_for(ended, timeout=10, what="the guard process to end with the daemon")
