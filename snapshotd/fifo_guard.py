@@ -87,17 +87,20 @@ class Guards:
         self.releases = 0
         self.last: dict | None = None
         self.off: dict[str, str] = {}
+        self._lock = threading.Lock()  # the two guards' reports arrive on two threads
 
     def start(self) -> None:
         if open_calls() is None:
-            self._turn_off("threads", f"no open system calls known for {platform.machine()}")
-            self._turn_off("children", self.off["threads"])
+            reason = f"no open system calls known for {platform.machine()}"
+            self._turn_off("threads", reason)
+            self._turn_off("children", reason)
             return
         threading.Thread(target=self._watch_children, name="fifo-guard", daemon=True).start()
         self._start_process()
 
     def summary(self) -> dict:
-        return {"releases": self.releases, "last": self.last, "off": dict(self.off)}
+        with self._lock:
+            return {"releases": self.releases, "last": self.last, "off": dict(self.off)}
 
     def _watch_children(self) -> None:
         own = os.getpid()
@@ -137,18 +140,22 @@ class Guards:
             elif report.get("released"):
                 self._count(report["released"])
         code = process.wait()
-        if "threads" not in self.off:
+        with self._lock:
+            reported = "threads" in self.off
+        if not reported:
             self._turn_off("threads", f"the guard process ended ({code})")
 
     def _count(self, waiter: dict) -> None:
-        self.releases += 1
-        self.last = {"path": waiter["path"], "pid": waiter["pid"], "at": time.time()}
+        with self._lock:
+            self.releases += 1
+            self.last = {"path": waiter["path"], "pid": waiter["pid"], "at": time.time()}
         log.warning("released a wait on the FIFO %s (process %d, thread %d): a file git reads "
                     "was a FIFO; it reads as empty", waiter["path"], waiter["pid"],
                     waiter["tid"])
 
     def _turn_off(self, guard: str, reason: str) -> None:
-        self.off[guard] = reason
+        with self._lock:
+            self.off[guard] = reason
         log.warning("the FIFO guard of the daemon's %s is off (%s): a FIFO planted where git "
                     "reads a worktree can hold its captures", guard, reason)
 
