@@ -48,14 +48,7 @@ from snapshotd.checkpoints import find_checkpoint, format_seqs, selection
 from snapshotd.commit_message import parse_trailers
 from snapshotd.errors import ServiceError, abs_path_field, bool_field, opt_int_field
 from snapshotd.store import SIGNATURE_EMAIL, SIGNATURE_NAME
-from snapshotd.user_repo import (
-    blocking_file,
-    common_dir,
-    discover_gitdir,
-    not_regular,
-    objects_dir,
-    open_user_repo,
-)
+from snapshotd.user_repo import common_dir, not_regular, objects_dir, open_user_repo
 from snapshotd.withhold import blob_at, chain_findings
 
 if TYPE_CHECKING:
@@ -217,12 +210,6 @@ def _carried_findings(service: Service, store: pygit2.Repository, tip: dict,
 
 def _open(path: Path) -> pygit2.Repository | None:
     try:
-        gitdir = discover_gitdir(path)
-        # libgit2 opens these with a blocking open: a FIFO among them (a hostile tree) would
-        # hold the request, and the thread serving it, for good.
-        odd = blocking_file(gitdir) if gitdir is not None else None
-        if odd is not None:
-            raise OSError(f"{odd} is not a regular file")
         return open_user_repo(path)
     except (pygit2.GitError, OSError) as exc:
         raise ServiceError(errors.NOT_FOUND, f"cannot open the repository at {path}: "

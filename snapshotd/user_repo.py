@@ -228,12 +228,16 @@ def valid_cache_tree(body: bytes) -> tuple[bytes, list[CacheNode]] | None:
 
 
 def open_user_repo(path: Path) -> pygit2.Repository | None:
-    """The non-bare repository whose worktree holds ``path``, or None (not in a repository).
-    Discovery stops at filesystem boundaries, as git's does by default."""
-    found = pygit2.discover_repository(str(path))
-    if found is None:
+    """The non-bare repository whose worktree holds ``path`` (``discover_gitdir``), or None
+    (not in a repository). Raises ``NotRegularFile`` when a file libgit2 would open on the way
+    is a FIFO or the like (``blocking_file``): its blocking open would wait for good."""
+    gitdir = discover_gitdir(path)
+    if gitdir is None:
         return None
-    repo = pygit2.Repository(found)
+    odd = blocking_file(gitdir)
+    if odd is not None:
+        raise NotRegularFile(odd)
+    repo = pygit2.Repository(str(gitdir))
     return None if repo.is_bare else repo
 
 

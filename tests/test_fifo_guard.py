@@ -151,14 +151,17 @@ def test_the_guard_process_ends_with_the_daemon(sd_env: Env, make_daemon: MakeDa
                 found.append(child[0])
         return found
 
-    wait_for(guard_processes, timeout=20, what="the guard process")
-    [guard] = guard_processes()
+    [guard] = wait_for(guard_processes, timeout=20, what="the guard process")
+    assert not ended_process(guard)
     daemon.kill9()
 
-    def ended() -> bool:
-        try:  # gone, or a zombie its new parent has not reaped yet
-            return Path(f"/proc/{guard}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-        except OSError:
-            return True
+    assert wait_for(lambda: ended_process(guard), timeout=10,
+                    what="the guard process to end with the daemon")
 
-    wait_for(ended, timeout=10, what="the guard process to end with the daemon")
+
+def ended_process(pid: int) -> bool:
+    """Whether process ``pid`` is gone, or a zombie its new parent has not reaped yet."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
