@@ -133,7 +133,9 @@ def add_file(wt: EntryTarget, index: pygit2.Index, path: str) -> None:
     the change. A name no tree can hold raises ``InvalidPath``, a file that changes size each
     time it is read ``FileChanging``, one whose content is not the size it reports
     ``SizeMismatch``; any other failure (the file cannot be read) is the caller's to report."""
-    first_short: tuple[int, int, int] | None = None  # the file's stat at the first short read
+    # The file's stat at each short read: a file rewritten without a pause can be back at the
+    # same one (two writes within a tick of the file system's clock), so all are compared.
+    seen: set[tuple[int, int, int] | None] = set()
     for attempt in range(1, CHANGING_TRIES + 1):
         try:
             odb_retry(index.add, path)
@@ -143,13 +145,13 @@ def add_file(wt: EntryTarget, index: pygit2.Index, path: str) -> None:
                 raise InvalidPath(path) from exc
             if changed_while_read(exc):
                 now = change_mark(wt.root / path)
+                seen.add(now)
                 if attempt < CHANGING_TRIES:
-                    first_short = first_short or now
                     continue
                 # Only a file seen to change is "changing"; one that stood still is read
                 # here: content of another size than its stat is the file's (a /sys file),
                 # the size read right is a store write failing with no OS reason.
-                if now != first_short:
+                if len(seen) > 1:
                     raise FileChanging(path, attempt) from exc
                 if now is not None and (got := readable_size(wt.root / path, now[0])) != now[0]:
                     raise SizeMismatch(path, now[0], got) from exc

@@ -18,9 +18,13 @@ import threading
 from pathlib import Path
 
 import pygit2
+import pytest
 
 from conftest import QUIET_WATCHER, Daemon, Env, MakeDaemon, make_git_worktree
 from helpers import wait_for
+from snapshotd import file_entry
+from snapshotd.full_scan import Capture
+from snapshotd.store import Store
 from snapshotd.store_errors import changed_while_read
 from snapshotd_client import SnapshotdError
 
@@ -141,3 +145,32 @@ def test_a_file_that_never_stops_changing_keeps_its_last_content_listed(
     after, gaps, captured = capture_after_the_writes(d, sd_env, wt, big)
     assert after["skipped"] == [] and gaps == []
     assert captured == big.read_bytes()
+
+
+def test_a_file_back_at_its_first_stat_after_changing_is_changing_not_the_store(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file rewritten without a pause, its size alternating, can show the very stat it had
+    at the first short read again at the last (two writes within one tick of the file
+    system's clock leave size, mtime and ctime alike). Before, only those two stats were
+    compared: "it stood still", the file read whole, and the short reads were taken for the
+    store failing, so the capture failed (``capture-failed: could not store big.txt``, seen in
+    a fresh-clone run). Any change seen between the reads makes it ``changing``. libgit2's
+    short read and the stats are played by seams in our own code: the timing of the real
+    race cannot be made on demand."""
+    wt = make_git_worktree(tmp_path / "wt")
+    big = wt / "big.txt"
+    big.write_text("a" * 100)
+    store = Store(tmp_path / "home")
+    cache = store.worktree(wt)
+    cache.capture()
+    marks = iter([(100, 1, 1), (200, 2, 2), (100, 1, 1)])
+
+    def short_read(*_args: object) -> None:
+        raise pygit2.GitError("failed to read file into stream: ")
+
+    monkeypatch.setattr(file_entry, "odb_retry", short_read)
+    monkeypatch.setattr(file_entry, "change_mark", lambda _path: next(marks))
+    result = Capture(tree="")
+    file_entry.update_path(cache, pygit2.Index(), "big.txt", result, [])
+    assert result.skipped == [{"path": "big.txt", "reason": "changing",
+                               "detail": str(file_entry.FileChanging("big.txt", 3))}]
