@@ -26,6 +26,11 @@ nothing else); only the daemon's tasks and its descendants are looked at; each r
 logged at warning with the path and counted in ``status`` (``fifo_guard``); a guard that cannot
 run (no such ``/proc`` files, not allowed to read them) is off, logged and shown in ``status``;
 the guard process ends with the daemon. Cost: docs/durability.md.
+
+The same guards watch a command that runs an op without a daemon (``backend.run_locally``:
+restore's capture, a diff against the worktree read the tree in that process), started before
+its first such op and kept for the process's life (one set for a long-lived MCP server); there
+a guard that cannot run is logged at info only, so a command on another system stays quiet.
 """
 
 from __future__ import annotations
@@ -60,13 +65,26 @@ _PR_SET_PDEATHSIG = 1
 _PR_SET_PTRACER = 0x59616D61
 _YAMA_SCOPE = "/proc/sys/kernel/yama/ptrace_scope"
 
+_started = threading.Lock()
+_guards: Guards | None = None
+
 
 def attach(service, server, config) -> None:  # noqa: ARG001 - the attach signature is fixed
-    guards = Guards()
     # Never stopped: a capture of the stop itself (the pending tier-2 windows) may meet a FIFO
     # too. The thread ends with the process, the guard process on the daemon's death.
-    server.on_ready.append(guards.start)
-    server.status_extras.append(lambda: {"fifo_guard": guards.summary()})
+    server.on_ready.append(guard_this_process)  # ready: the daemon's own parts are started
+    server.status_extras.append(lambda: {"fifo_guard": guard_this_process().summary()})
+
+
+def guard_this_process(*, in_daemon: bool = True) -> Guards:
+    """This process's guards, started at the first call (the daemon when it is ready; a command
+    that runs an op without a daemon, before the op) and kept for the process's life."""
+    global _guards
+    with _started:
+        if _guards is None:
+            _guards = Guards(off_level=logging.WARNING if in_daemon else logging.INFO)
+            _guards.start()
+        return _guards
 
 
 @dataclass(frozen=True)
@@ -81,9 +99,11 @@ class Waiter:
 
 
 class Guards:
-    """Both guards of a daemon, and what they did (``summary``)."""
+    """Both guards of a process (a daemon, or a command running an op itself), and what they
+    did (``summary``); a guard turned off is logged at ``off_level``."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, off_level: int = logging.WARNING) -> None:
+        self.off_level = off_level
         self.releases = 0
         self.last: dict | None = None
         self.off: dict[str, str] = {}
@@ -111,7 +131,7 @@ class Guards:
                     if release(waiter):
                         self._count(asdict(waiter))
             except Exception:  # noqa: BLE001 - a guard that dies must say so; the daemon goes on
-                log.exception("the FIFO guard of the daemon's child processes failed; off")
+                log.exception("the FIFO guard of this process's children failed; off")
                 self._turn_off("children", "failed (see the log)")
                 return
 
@@ -156,8 +176,8 @@ class Guards:
     def _turn_off(self, guard: str, reason: str) -> None:
         with self._lock:
             self.off[guard] = reason
-        log.warning("the FIFO guard of the daemon's %s is off (%s): a FIFO planted where git "
-                    "reads a worktree can hold its captures", guard, reason)
+        log.log(self.off_level, "the FIFO guard of this process's %s is off (%s): a FIFO "
+                "planted where git reads a worktree can hold its captures", guard, reason)
 
 
 def main(argv: list[str]) -> int:

@@ -11,7 +11,9 @@ The daemon runs as a real subprocess; the oracle for the trees is the git CLI.""
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -165,3 +167,39 @@ def ended_process(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
+
+
+def test_a_fifo_where_git_reads_rules_never_stops_a_command_run_without_a_daemon(
+        sd_env: Env, tmp_path: Path, make_daemon: MakeDaemon) -> None:
+    """Without a daemon a command runs the op itself (``backend.run_locally``); restore and a
+    diff against the worktree scan the tree there, so the guards must watch that process."""
+    wt = tmp_path / "wt"
+    wt.mkdir()
+    (wt / "a.txt").write_text("one\n")
+    daemon = make_daemon(sd_env)
+    with daemon.client(timeout=60) as c:
+        first = c.snapshot(str(wt), run_id="g", node_id="n")["seq"]
+        (wt / "a.txt").write_text("two\n")
+        c.snapshot(str(wt), run_id="g", node_id="n")
+    assert daemon.stop() == 0
+    target = wt / ".gitignore"
+    os.mkfifo(target)
+
+    def command(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "snapshotd", *args], env=sd_env.environ(),
+                              capture_output=True, text=True, timeout=120)
+
+    try:
+        diff = in_time(lambda: command("diff", "g", "--node", "n", "--seq", str(first),
+                                       "--worktree"), target, 60)
+        assert diff.returncode == 0, diff.stderr
+        assert "a.txt" in diff.stdout
+        restored = in_time(lambda: command("restore", "g", "--node", "n", "--seq", str(first),
+                                           "--force"),
+                           target, 60)
+        assert restored.returncode == 0, restored.stderr
+        assert (wt / "a.txt").read_text() == "one\n"
+        assert stat.S_ISFIFO(os.lstat(target).st_mode)  # an uncaptured file: never touched
+        assert "released a wait on the FIFO" in diff.stderr + restored.stderr
+    finally:
+        release_fifo(target)
