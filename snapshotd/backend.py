@@ -102,16 +102,16 @@ def run_op(op: str, fields: dict[str, Any], local: Callable[[Service], dict], *,
 def run_locally(home_path: Path, call: Callable[[Service], dict]) -> dict:
     """Open the home without a daemon (the caller holds its lock) and run ``call(service)``."""
     from snapshotd.config import load_config
-    from snapshotd.fifo_guard import guard_this_process
+    from snapshotd.fifo_guard import guarding
     from snapshotd.service import Service
 
-    # The op may read the worktree (restore's capture, a diff against it) as the daemon would.
-    guard_this_process(in_daemon=False)
-    service = Service(home_path, load_config())
-    try:
-        return call(service)
-    finally:
-        service.close()
+    # The op may read a worktree (restore's capture, a diff against it) as a daemon does.
+    with guarding():
+        service = Service(home_path, load_config())
+        try:
+            return call(service)
+        finally:
+            service.close()
 
 
 @dataclass

@@ -27,10 +27,9 @@ logged at warning with the path and counted in ``status`` (``fifo_guard``); a gu
 run (no such ``/proc`` files, not allowed to read them) is off, logged and shown in ``status``;
 the guard process ends with the daemon. Cost: docs/durability.md.
 
-The same guards watch a command that runs an op without a daemon (``backend.run_locally``:
-restore's capture, a diff against the worktree read the tree in that process), started before
-its first such op and kept for the process's life (one set for a long-lived MCP server); there
-a guard that cannot run is logged at info only, so a command on another system stays quiet.
+The same guards watch a command while it runs an op without a daemon (``guarding``, used by
+``backend.run_locally``: restore's capture and a diff against the worktree read the tree in that
+process); they end with the op, so a long-lived process (an MCP server) keeps none between ops.
 """
 
 from __future__ import annotations
@@ -47,7 +46,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
 log = logging.getLogger("snapshotd.fifo_guard")
@@ -65,26 +65,27 @@ _PR_SET_PDEATHSIG = 1
 _PR_SET_PTRACER = 0x59616D61
 _YAMA_SCOPE = "/proc/sys/kernel/yama/ptrace_scope"
 
-_started = threading.Lock()
-_guards: Guards | None = None
 
 
 def attach(service, server, config) -> None:  # noqa: ARG001 - the attach signature is fixed
+    guards = Guards()
     # Never stopped: a capture of the stop itself (the pending tier-2 windows) may meet a FIFO
     # too. The thread ends with the process, the guard process on the daemon's death.
-    server.on_ready.append(guard_this_process)  # ready: the daemon's own parts are started
-    server.status_extras.append(lambda: {"fifo_guard": guard_this_process().summary()})
+    server.on_ready.append(guards.start)
+    server.status_extras.append(lambda: {"fifo_guard": guards.summary()})
 
 
-def guard_this_process(*, in_daemon: bool = True) -> Guards:
-    """This process's guards, started at the first call (the daemon when it is ready; a command
-    that runs an op without a daemon, before the op) and kept for the process's life."""
-    global _guards
-    with _started:
-        if _guards is None:
-            _guards = Guards(off_level=logging.WARNING if in_daemon else logging.INFO)
-            _guards.start()
-        return _guards
+@contextmanager
+def guarding() -> Iterator[Guards]:
+    """Both guards over this process for the block's length: a command running an op without a
+    daemon. A guard that cannot run is logged at info only (a command on another system stays
+    quiet); releases are logged at warning."""
+    guards = Guards(off_level=logging.INFO)
+    guards.start()
+    try:
+        yield guards
+    finally:
+        guards.stop()
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,8 @@ class Guards:
         self.last: dict | None = None
         self.off: dict[str, str] = {}
         self._lock = threading.Lock()  # the two guards' reports arrive on two threads
+        self._stopping = threading.Event()
+        self._process: subprocess.Popen | None = None
 
     def start(self) -> None:
         if open_calls() is None:
@@ -118,14 +121,20 @@ class Guards:
         threading.Thread(target=self._watch_children, name="fifo-guard", daemon=True).start()
         self._start_process()
 
+    def stop(self) -> None:
+        """Both guards end: the thread at its next tick, the guard process now."""
+        self._stopping.set()
+        if self._process is not None:
+            self._process.terminate()
+            self._process.wait()
+
     def summary(self) -> dict:
         with self._lock:
             return {"releases": self.releases, "last": self.last, "off": dict(self.off)}
 
     def _watch_children(self) -> None:
         own = os.getpid()
-        while True:
-            time.sleep(CHILDREN_INTERVAL_S)
+        while not self._stopping.wait(CHILDREN_INTERVAL_S):
             try:
                 for waiter in waiters(descendant_tasks(own)):
                     if release(waiter):
@@ -144,6 +153,7 @@ class Guards:
         except OSError as exc:
             self._turn_off("threads", f"could not start the guard process: {exc}")
             return
+        self._process = process
         allow_reading(process.pid)
         threading.Thread(target=self._read_reports, args=(process,),
                          name="fifo-guard-reports", daemon=True).start()
@@ -162,7 +172,7 @@ class Guards:
         code = process.wait()
         with self._lock:
             reported = "threads" in self.off
-        if not reported:
+        if not reported and not self._stopping.is_set():
             self._turn_off("threads", f"the guard process ended ({code})")
 
     def _count(self, waiter: dict) -> None:

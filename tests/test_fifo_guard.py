@@ -141,24 +141,25 @@ def test_a_fifo_where_git_reads_rules_never_stops_the_daemon(
 def test_the_guard_process_ends_with_the_daemon(sd_env: Env, make_daemon: MakeDaemon) -> None:
     daemon = make_daemon(sd_env)
     pid = daemon.proc.pid
-
-    def guard_processes() -> list[int]:
-        found = []
-        for child in fifo_guard.descendant_tasks(pid):
-            try:
-                cmdline = Path(f"/proc/{child[0]}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if b"snapshotd.fifo_guard" in cmdline:
-                found.append(child[0])
-        return found
-
-    [guard] = wait_for(guard_processes, timeout=20, what="the guard process")
+    [guard] = wait_for(lambda: guard_processes(pid), timeout=20, what="the guard process")
     assert not ended_process(guard)
     daemon.kill9()
 
     assert wait_for(lambda: ended_process(guard), timeout=10,
                     what="the guard process to end with the daemon")
+
+
+def guard_processes(pid: int) -> list[int]:
+    """The guard processes among process ``pid``'s descendants."""
+    found = []
+    for child in fifo_guard.descendant_tasks(pid):
+        try:
+            cmdline = Path(f"/proc/{child[0]}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"snapshotd.fifo_guard" in cmdline:
+            found.append(child[0])
+    return found
 
 
 def ended_process(pid: int) -> bool:
@@ -167,6 +168,26 @@ def ended_process(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
+
+
+def test_guarding_releases_this_process_only_while_the_block_runs(tmp_path: Path) -> None:
+    fifo = tmp_path / ".gitignore"
+    os.mkfifo(fifo)
+    with fifo_guard.guarding() as guards:
+        thread, got, _tid = blocked_reader(fifo)
+        thread.join(timeout=20)
+        assert got == [b""]
+        # Counted once its report is read, just after the release.
+        assert wait_for(lambda: guards.summary()["releases"] == 1, timeout=10,
+                        what="the release counted")
+        assert guard_processes(os.getpid())
+    assert not guard_processes(os.getpid())  # ended with the block, not left to the process
+    thread, got, _tid = blocked_reader(fifo)
+    thread.join(timeout=2 * fifo_guard.CHILDREN_INTERVAL_S)
+    assert thread.is_alive()  # nothing watches now
+    assert guards.summary()["releases"] == 1
+    release_fifo(fifo)
+    thread.join(timeout=10)
 
 
 def test_a_fifo_where_git_reads_rules_never_stops_a_command_run_without_a_daemon(
