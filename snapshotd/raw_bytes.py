@@ -1,7 +1,8 @@
 """Files are stored as their bytes: no git attribute converts what a checkpoint holds.
 
-Owns the store's ``info/attributes`` (``ensure_raw_attributes``) and the seed's check for
-entries of the user's index whose blob is not the file's bytes (``converted_entries``).
+Owns the store's ``info/attributes`` (``ensure_raw_attributes``) and the seed's checks for
+entries of the user's index whose blob is not the file's bytes (``converted_entries``,
+``size_keeping_entries``).
 
 Why: git converts a file on its way into a blob when attributes or config ask it to:
 ``text``/``text=auto`` turn CRLF into LF, ``eol``, ``ident``, ``working-tree-encoding``, and
@@ -19,15 +20,18 @@ conversions: an entry whose stat size differs from its blob's size was converted
 data is spoiled (the size field changed) so the first capture's scan reads and stores the file
 itself. That check asks git for every blob's size (2.5 s at a million), so it runs only
 when the user's repository can convert at all (``conversion_possible``: 50 ms at a million).
+A filter or a working-tree encoding may keep the size (a one-to-one clean filter; Git LFS's
+pointer to a 128-byte file is 128 bytes), so when an attributes file names either, each entry
+with one specified is spoiled too (``size_keeping_entries``, git asked side by side).
 
 Promises: the attributes file is written when the store is made, and rewritten at start-up
 when missing or changed; rewriting it drops every stat cache (each was filled under the old
-rules), so the next capture of each worktree reads its files again. Known limit: a conversion
-that keeps the size (a clean filter mapping bytes one to one) is not told apart by the seed.
+rules), so the next capture of each worktree reads its files again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -36,13 +40,14 @@ import struct
 import subprocess
 import threading
 from array import array
+from collections.abc import Iterator
 from pathlib import Path
 
 import pygit2
 
 from snapshotd.durable import make_dirs, write_file
 from snapshotd.ignore_rules import cache_git_env
-from snapshotd.user_repo import open_regular
+from snapshotd.user_repo import NotRegularFile, open_regular
 
 log = logging.getLogger("snapshotd.store")
 
@@ -52,13 +57,22 @@ STORE_ATTRIBUTES = (b"# written by snapshotd: every file is stored as its bytes,
                     b"* -text -crlf -eol -ident -filter -working-tree-encoding\n")
 # Attribute names that make git convert a file on its way into a blob.
 _CONVERTING = re.compile(rb"\b(text|crlf|eol|ident|filter|working-tree-encoding)\b")
+# Those of them that may keep a file's size (the seed's size check cannot see them).
+_SIZE_KEEPING = re.compile(rb"\b(filter|working-tree-encoding)\b")
+# Every path but those with neither a filter nor an encoding specified (or only unset): one
+# pathspec each costs git about 0.3 s at a million paths.
+_SPECIFIED = (":(exclude,attr:!filter !working-tree-encoding)",
+              ":(exclude,attr:-filter !working-tree-encoding)")
 _ENTRY_HEAD = struct.Struct(">36xI20sH")  # file size, object id, flags
+_FLAGS = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _GITLINK_MODE_AT = 24
 _GITLINK = 0o160000
 _BATCH_CHECK = ["git"]
+_LS_FILES = ["git"]
 # A larger attributes file is not read: the seed checks every entry instead.
 _MAX_ATTRIBUTES_BYTES = 1 << 20
+_LIST_TIMEOUT_S = 600
 
 
 def ensure_raw_attributes(store: Path, fsync: bool = True) -> bool:
@@ -117,34 +131,90 @@ def conversion_possible(root: Path, gitdir: Path, common: Path, entries: bytes) 
     try:
         config = pygit2.Repository(str(gitdir)).config
         autocrlf = str(config["core.autocrlf"]).lower() if "core.autocrlf" in config else ""
-        attributes_file = config["core.attributesFile"] \
-            if "core.attributesFile" in config else None
     except (pygit2.GitError, OSError, KeyError, ValueError):
         return True  # cannot tell: check every entry
     if autocrlf not in ("", "false", "no", "off", "0"):
         return True
     if b".gitattributes\0" in entries:
         return True
+    return _attributes_name(attribute_sources(root, gitdir, common), _CONVERTING)
+
+
+def size_keeping_entries(root: Path, gitdir: Path, entries: bytes, scratch: Path,
+                         sources: list[Path] | None) -> list[int] | None:
+    """The offsets (as ``converted_entries``) of the size field of each entry a conversion
+    that may keep a file's size applies to: a ``filter`` (a clean filter may map bytes one to
+    one; Git LFS's pointer to a 128-byte file is 128 bytes) or a ``working-tree-encoding``
+    (UTF-16's form of a text may be as long as its UTF-8). The size check cannot see those.
+    Asked only when an attributes file (``sources``, None when unknown, and the tracked
+    ``.gitattributes`` read from the worktree) may name one, of git over ``entries`` written
+    to the index file ``scratch`` (``ls-files`` with attribute pathspecs: 0.6 s at a million);
+    None (logged) when git cannot say. A path that sets or unsets a filter without naming one
+    is read again too: slower, never wrong."""
+    nested = [root / os.fsdecode(entries[name_at:nul])
+              for _off, name_at, nul in _entry_spans(entries)
+              if entries.endswith(b".gitattributes", name_at, nul)
+              and (nul - name_at == 14 or entries[nul - 15] == 0x2F)] \
+        if b".gitattributes\0" in entries else []
+    # A FIFO where an attributes file belongs names nothing here: when another file names
+    # a filter, git meets it and waits for the guards to release it.
+    if sources is not None and not _attributes_name([*sources, *nested], _SIZE_KEEPING,
+                                                    odd_reads_empty=True):
+        return []
+    listed = _list_size_keeping(root, gitdir, entries, scratch)
+    if listed is None:
+        return None
+    return [at for at, name in _entry_paths(entries) if name in listed] if listed else []
+
+
+def all_entries(entries: bytes) -> list[int]:
+    """The offsets (as ``converted_entries``) of every entry's size field but gitlinks'."""
+    return [at for at, _name in _entry_paths(entries)]
+
+
+def attribute_sources(root: Path, gitdir: Path, common: Path) -> list[Path] | None:
+    """The attributes files git reads besides the tracked ones: the root's ``.gitattributes``,
+    ``info/attributes``, the user's (``core.attributesFile``) and the system's; None when the
+    user's configuration cannot be read."""
+    try:
+        config = pygit2.Repository(str(gitdir)).config
+        attributes_file = config["core.attributesFile"] \
+            if "core.attributesFile" in config else None
+    except (pygit2.GitError, OSError, KeyError, ValueError):
+        return None
     xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config")
-    sources = [root / ".gitattributes", common / "info" / "attributes",
-               Path(os.path.expanduser(attributes_file)) if attributes_file
-               else Path(xdg) / "git" / "attributes", Path("/etc/gitattributes")]
+    return [root / ".gitattributes", common / "info" / "attributes",
+            Path(os.path.expanduser(attributes_file)) if attributes_file
+            else Path(xdg) / "git" / "attributes", Path("/etc/gitattributes")]
+
+
+def _attributes_name(sources: list[Path] | None, names: re.Pattern[bytes], *,
+                     odd_reads_empty: bool = False) -> bool:
+    """Whether any of the attributes files ``sources`` may name one of ``names``: True too
+    when one cannot be read safely or the list is unknown (None); ``odd_reads_empty`` as
+    ``_read_attributes``."""
+    if sources is None:
+        return True
     for source in sources:
-        text = _read_attributes(source)
-        if text is None or _CONVERTING.search(text):
+        text = _read_attributes(source, odd_reads_empty=odd_reads_empty)
+        if text is None or names.search(text):
             return True
     return False
 
 
-def _read_attributes(path: Path) -> bytes | None:
+def _read_attributes(path: Path, *, odd_reads_empty: bool = False) -> bytes | None:
     """The text of attributes file ``path`` (b"" when there is none), or None when it cannot
     be read safely (``user_repo.open_regular``: never a FIFO, which would stall the capture)
-    or is over ``_MAX_ATTRIBUTES_BYTES``: its answer is then unknown."""
+    or is over ``_MAX_ATTRIBUTES_BYTES``: its answer is then unknown. With
+    ``odd_reads_empty``, one that is not a regular file is b"": git reads such a file as empty
+    (a FIFO once the daemon's guards release it), so it names nothing for git either."""
     try:
         with open_regular(path) as f:
             text = f.read(_MAX_ATTRIBUTES_BYTES + 1)
     except FileNotFoundError:
         return b""
+    except NotRegularFile:
+        return b"" if odd_reads_empty else None
     except OSError:
         return None
     return text if len(text) <= _MAX_ATTRIBUTES_BYTES else None
@@ -167,7 +237,7 @@ def converted_entries(entries: bytes, store: Path) -> list[int]:
 def _entry_sizes(entries: bytes) -> tuple[array, array, bytes]:
     """For each entry but gitlinks: where its size field is, that size; and their object ids,
     raw, one after another (arrays and one buffer: a million entries as objects would cost
-    the daemon 150 MB more)."""
+    the daemon 150 MB more). Its own loop, not ``_entry_spans``: 0.2 s less at a million."""
     at = array("q")
     sizes = array("q")
     ids = bytearray()
@@ -186,6 +256,55 @@ def _entry_sizes(entries: bytes) -> tuple[array, array, bytes]:
             ids += oid
         off += (nul - off + 8) & ~7
     return at, sizes, bytes(ids)
+
+
+def _entry_paths(entries: bytes) -> Iterator[tuple[int, bytes]]:
+    """For each entry but gitlinks: where its size field is, and its path."""
+    for off, name_at, nul in _entry_spans(entries):
+        yield off + 36, entries[name_at:nul]
+
+
+def _entry_spans(entries: bytes) -> Iterator[tuple[int, int, int]]:
+    """For each entry but gitlinks: where it starts, where its name starts and ends."""
+    version, count = struct.unpack_from(">II", entries, 4)
+    flags_of = _FLAGS.unpack_from
+    u32 = _U32.unpack_from
+    off = 12
+    for _ in range(count):
+        flags = flags_of(entries, off + 60)[0]
+        name_at = off + 62 + (2 if version >= 3 and flags & 0x4000 else 0)
+        name_len = flags & 0xFFF
+        nul = name_at + name_len if name_len < 0xFFF else entries.index(b"\0", name_at)
+        if u32(entries, off + _GITLINK_MODE_AT)[0] != _GITLINK:
+            yield off, name_at, nul
+        off += (nul - off + 8) & ~7
+
+
+def _list_size_keeping(root: Path, gitdir: Path, entries: bytes,
+                       scratch: Path) -> set[bytes] | None:
+    """The paths of ``entries`` whose filter or working-tree encoding is specified, by ``git
+    ls-files`` over them (written to ``scratch``) in the user's repository; None (logged)
+    when git cannot say."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_DIR=str(gitdir), GIT_WORK_TREE=str(root), GIT_INDEX_FILE=str(scratch),
+               GIT_OPTIONAL_LOCKS="0")
+    try:
+        scratch.write_bytes(entries + hashlib.sha1(entries).digest())
+        proc = subprocess.run([*_LS_FILES, "ls-files", "-z", "--", ".", *_SPECIFIED],
+                              cwd=str(root), env=env, capture_output=True,
+                              timeout=_LIST_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("cannot ask git which files a filter or encoding converts (%s): every "
+                    "seeded file is read again", exc)
+        return None
+    finally:
+        scratch.unlink(missing_ok=True)
+    if proc.returncode != 0:
+        log.warning("git could not tell which files a filter or encoding converts (exit %s: "
+                    "%s): every seeded file is read again", proc.returncode,
+                    proc.stderr.decode(errors="replace").strip()[-300:])
+        return None
+    return set(proc.stdout.split(b"\0")[:-1])
 
 
 def _blob_sizes(store: Path, ids: bytes, count: int) -> array | None:

@@ -26,6 +26,7 @@ import os
 import random
 import struct
 import subprocess
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +38,14 @@ from pygit2.enums import DeltaStatus
 from snapshotd.durable import GIT_FSYNC_ARGS, sync_object_dirs
 from snapshotd.ignore_rules import cache_git_env
 from snapshotd.object_import import import_objects
-from snapshotd.raw_bytes import conversion_possible, converted_entries, spoil_sizes
+from snapshotd.raw_bytes import (
+    all_entries,
+    attribute_sources,
+    conversion_possible,
+    converted_entries,
+    size_keeping_entries,
+    spoil_sizes,
+)
 from snapshotd.scan_rules import DirNames
 from snapshotd.user_repo import (
     CacheNode,
@@ -118,7 +126,7 @@ def seed_from_repository(root: Path, cache_gitdir: Path, store: Store) -> Seeded
         missing = [oid for oid in missing if oid not in trees]
         if missing and not import_objects(gitdir, store.path, missing, store.fsync):
             return None
-    _spoil_converted(root, gitdir, common, seed, store)
+    _spoil_converted(root, gitdir, common, seed, store, cache_gitdir / "index.attrs")
     tmp = cache_gitdir / "index.seed"
     tmp.write_bytes(seed.index_file(with_cache_tree=with_trees))
     os.replace(tmp, cache_gitdir / "index")
@@ -127,16 +135,36 @@ def seed_from_repository(root: Path, cache_gitdir: Path, store: Store) -> Seeded
 
 
 def _spoil_converted(root: Path, gitdir: Path, common: Path, seed: SeedIndex,
-                     store: Store) -> None:
+                     store: Store, scratch: Path) -> None:
     """Spoil the stat data of the seed's entries whose blob is not the file's bytes (the user's
     git converted it: line endings, a filter such as Git LFS's), so that the first capture
-    reads those files and stores them as they are (``raw_bytes``). Looked for only when the
+    reads those files and stores them as they are (``raw_bytes``): those whose blob's size is
+    not the file's, and those a filter or working-tree encoding applies to (a conversion that
+    may keep the size; ``scratch`` an index file for git meanwhile). Looked for only when the
     user's repository can convert at all."""
     if not conversion_possible(root, gitdir, common, seed.entries):
         return
-    converted = converted_entries(seed.entries, store.path)
+    # Two git processes, side by side: the blobs' sizes and the attributes.
+    kept: list[list[int]] = []
+
+    def ask_attributes() -> None:
+        try:
+            listed = size_keeping_entries(root, gitdir, seed.entries, scratch,
+                                          attribute_sources(root, gitdir, common))
+            kept.append(all_entries(seed.entries) if listed is None else listed)
+        except Exception:  # noqa: BLE001 - logged; every entry is then read again
+            log.exception("seed of %s: could not tell which files a filter or encoding "
+                          "converts; every seeded file is read again", root)
+
+    asking = threading.Thread(target=ask_attributes, name="seed-attributes")
+    asking.start()
+    try:
+        converted = set(converted_entries(seed.entries, store.path))
+    finally:
+        asking.join()
+    converted.update(kept[0] if kept else all_entries(seed.entries))
     if converted:
-        seed.entries = spoil_sizes(seed.entries, converted)
+        seed.entries = spoil_sizes(seed.entries, sorted(converted))
         log.info("seed of %s: %d file(s) whose staged blob is a converted form of the file "
                  "(attributes or core.autocrlf) are read again", root, len(converted))
 

@@ -185,3 +185,49 @@ def test_a_fifo_named_gitattributes_never_blocks_a_seeded_capture(
     [capture] = outcome
     assert stored(store.path, capture.tree, "a.txt") == b"one\r\n"
     assert {"path": ".gitattributes", "reason": "special", "kind": "fifo"} in capture.skipped
+
+
+def test_a_seed_never_takes_a_blob_a_size_keeping_conversion_made(
+        sd_env: Env, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A clean filter that maps bytes one to one (rot13 here) and a working-tree encoding whose
+    UTF-8 form happens to have the file's size leave blobs of the file's size but not its
+    bytes: the size check cannot see them, the attributes can. A filter named in a nested,
+    tracked ``.gitattributes`` counts as well as one at the root."""
+    wt = make_git_worktree(tmp_path / "wt")
+    git(wt, "config", "filter.rot.clean", "tr a-z n-za-m")
+    git(wt, "config", "filter.rot.smudge", "tr a-z n-za-m")
+    (wt / ".gitattributes").write_text("*.u16 working-tree-encoding=UTF-16LE\n")
+    (wt / "sub").mkdir()
+    (wt / "sub" / ".gitattributes").write_text("*.rot filter=rot\n")
+    files = {"sub/hello.rot": b"hello\n", "wide.u16": "a\u3042".encode("utf-16-le"),
+             "plain.txt": b"plain\n", "sub/other.txt": b"other\n"}
+    for name, data in files.items():
+        (wt / name).write_bytes(data)
+    git(wt, "add", "-A")
+    assert git(wt, "cat-file", "blob", ":sub/hello.rot") == "uryyb\n"  # the filter ran
+    assert git(wt, "cat-file", "-s", ":wide.u16") == "4\n"  # UTF-8, the file's size
+    store = Store(sd_env.home, recover=True)
+    with caplog.at_level(logging.INFO, logger="snapshotd.seeding"):
+        first = store.worktree(wt).capture()
+    for name, data in files.items():
+        assert stored(store.path, first.tree, name) == data, name
+    [seeded] = [r.getMessage() for r in caplog.records if "read again" in r.getMessage()]
+    assert ": 2 file(s)" in seeded, seeded  # hello.rot, wide.u16; the others stay seeded
+    assert not list(sd_env.home.rglob("index.attrs"))  # git's scratch index, gone
+
+
+def test_when_git_cannot_tell_the_attributes_every_seeded_file_is_read(
+        sd_env: Env, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(raw_bytes, "_LS_FILES", [str(tmp_path / "no-such-git")])
+    wt = converting_repo(tmp_path / "wt")  # its attributes name a filter
+    git(wt, "add", "-A")
+    store = Store(sd_env.home, recover=True)
+    with caplog.at_level(logging.INFO):
+        first = store.worktree(wt).capture()
+    assert_raw(store.path, first.tree, wt)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("cannot ask git which files a filter or encoding converts" in m
+               for m in messages), messages
+    [seeded] = [m for m in messages if "read again" in m and "seed of" in m]
+    assert f": {len(FILES) + 1} file(s)" in seeded, seeded  # .gitattributes too
