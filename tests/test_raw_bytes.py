@@ -109,10 +109,15 @@ def test_a_seed_from_a_repository_with_core_autocrlf_reads_its_crlf_files(
     assert stored(store.path, first.tree, "unix.txt") == b"one\ntwo\n"
 
 
-def test_when_git_cannot_tell_the_sizes_every_seeded_file_is_read(
+@pytest.mark.parametrize(("seam", "logged"), [
+    ("_BATCH_CHECK", "cannot ask git for the seed's blob sizes"),
+    ("_LS_FILES", "cannot ask git which files a filter or encoding converts")])
+def test_when_git_cannot_tell_every_seeded_file_is_read(
         sd_env: Env, tmp_path: Path, caplog: pytest.LogCaptureFixture,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(raw_bytes, "_BATCH_CHECK", [str(tmp_path / "no-such-git")])
+        monkeypatch: pytest.MonkeyPatch, seam: str, logged: str) -> None:
+    """Either check failing (the blobs' sizes; which files a filter or encoding converts: the
+    attributes name a filter) reads every seeded file again."""
+    monkeypatch.setattr(raw_bytes, seam, [str(tmp_path / "no-such-git")])
     wt = converting_repo(tmp_path / "wt")
     git(wt, "add", "-A")
     store = Store(sd_env.home, recover=True)
@@ -120,7 +125,7 @@ def test_when_git_cannot_tell_the_sizes_every_seeded_file_is_read(
         first = store.worktree(wt).capture()
     assert_raw(store.path, first.tree, wt)
     messages = [r.getMessage() for r in caplog.records]
-    assert any("cannot ask git for the seed's blob sizes" in m for m in messages), messages
+    assert any(logged in m for m in messages), messages
     [seeded] = [m for m in messages if "read again" in m and "seed of" in m]
     assert f": {len(FILES) + 1} file(s)" in seeded, seeded  # .gitattributes too
 
@@ -214,20 +219,3 @@ def test_a_seed_never_takes_a_blob_a_size_keeping_conversion_made(
     [seeded] = [r.getMessage() for r in caplog.records if "read again" in r.getMessage()]
     assert ": 2 file(s)" in seeded, seeded  # hello.rot, wide.u16; the others stay seeded
     assert not list(sd_env.home.rglob("index.attrs"))  # git's scratch index, gone
-
-
-def test_when_git_cannot_tell_the_attributes_every_seeded_file_is_read(
-        sd_env: Env, tmp_path: Path, caplog: pytest.LogCaptureFixture,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(raw_bytes, "_LS_FILES", [str(tmp_path / "no-such-git")])
-    wt = converting_repo(tmp_path / "wt")  # its attributes name a filter
-    git(wt, "add", "-A")
-    store = Store(sd_env.home, recover=True)
-    with caplog.at_level(logging.INFO):
-        first = store.worktree(wt).capture()
-    assert_raw(store.path, first.tree, wt)
-    messages = [r.getMessage() for r in caplog.records]
-    assert any("cannot ask git which files a filter or encoding converts" in m
-               for m in messages), messages
-    [seeded] = [m for m in messages if "read again" in m and "seed of" in m]
-    assert f": {len(FILES) + 1} file(s)" in seeded, seeded  # .gitattributes too
