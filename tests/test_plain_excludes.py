@@ -42,3 +42,26 @@ def test_default_excludes_survive_a_root_gitignore_and_a_restore(sd_env: Env,
             assert "node_modules/pkg/index.js" in files(sd_env, wt, third["commit"])
     finally:
         d.stop()
+
+
+def test_a_root_gitignore_that_never_ends_is_not_read_whole(sd_env: Env, tmp_path: Path) -> None:
+    """Our look at a plain directory's ``.gitignore`` (for re-included folders) once read the
+    whole file, following a symlink: any user could point it at a device that never ends
+    (``/dev/urandom`` here; ``/dev/zero`` filled gigabytes in seconds) and the capture read
+    until the daemon's memory ran out. git and libgit2 read no more than the file's stat size
+    (0 for a device), and neither follows a symlinked ``.gitignore`` in the tree."""
+    wt = tmp_path / "plain"
+    (wt / "node_modules").mkdir(parents=True)
+    (wt / "node_modules" / "x.js").write_text("x\n")
+    (wt / "app.js").write_text("v1\n")
+    (wt / ".gitignore").symlink_to("/dev/urandom")
+    d = Daemon(sd_env, extra_env=dict(QUIET_WATCHER)).start()
+    try:
+        with d.client(timeout=20) as c:
+            first = c.snapshot(str(wt), **RUN)
+        # The link is kept as a link; node_modules stays out: no rule re-included it.
+        assert files(sd_env, wt, first["commit"]) == {"app.js", ".gitignore"}
+        assert git(wt, "--git-dir", str(sd_env.home / "store.git"), "cat-file", "-p",
+                   f"{first['commit']}:.gitignore") == "/dev/urandom"
+    finally:
+        d.stop()
