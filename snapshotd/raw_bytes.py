@@ -36,6 +36,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import struct
 import subprocess
 import threading
@@ -161,10 +162,28 @@ def size_keeping_entries(root: Path, gitdir: Path, entries: bytes, scratch: Path
     if sources is not None and not _attributes_name([*sources, *nested], _SIZE_KEEPING,
                                                     odd_reads_empty=True):
         return []
+    # git reads a device at info/attributes (a link there is followed) until memory runs out.
+    device = _first_device([*(sources or []), *nested])
+    if device is not None:
+        log.warning("%s is a device, not a regular file: git is not asked which files a "
+                    "filter or encoding converts, and every seeded file is read again", device)
+        return None
     listed = _list_size_keeping(root, gitdir, entries, scratch)
     if listed is None:
         return None
     return [at for at, name in _entry_paths(entries) if name in listed] if listed else []
+
+
+def _first_device(paths: list[Path]) -> Path | None:
+    """The first of ``paths`` that is a device (followed through links)."""
+    for path in paths:
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            continue
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+            return path
+    return None
 
 
 def all_entries(entries: bytes) -> list[int]:

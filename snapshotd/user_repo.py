@@ -302,12 +302,13 @@ def head_commit(gitdir: Path) -> str | None:
 def blocking_file(gitdir: Path) -> Path | None:
     """The first file of the repository at ``gitdir`` that git or libgit2 opens on the way to
     its config, HEAD and objects which is there but not a regular file (a FIFO: such an open
-    waits for good), or None."""
+    waits for good; a device, a link to ``/dev/zero`` say: git reads ``info/attributes`` until
+    memory runs out), or None."""
     common = common_dir(gitdir)
     odd = not_regular(gitdir / "commondir", gitdir / "HEAD", gitdir / "config",
                       gitdir / "config.worktree", common / "config", common / "config.worktree",
                       common / "packed-refs", common / "shallow",
-                      common / "objects" / "info" / "alternates")
+                      common / "objects" / "info" / "alternates", common / "info" / "attributes")
     if odd is not None:
         return odd
     try:

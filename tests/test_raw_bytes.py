@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import subprocess
 import threading
 from pathlib import Path
@@ -219,3 +220,56 @@ def test_a_seed_never_takes_a_blob_a_size_keeping_conversion_made(
     [seeded] = [r.getMessage() for r in caplog.records if "read again" in r.getMessage()]
     assert ": 2 file(s)" in seeded, seeded  # hello.rot, wide.u16; the others stay seeded
     assert not list(sd_env.home.rglob("index.attrs"))  # git's scratch index, gone
+
+
+def capture_in_time(store: Store, wt: Path, seconds: float = 60):
+    """The worktree's capture, failing the test when it has not come back in ``seconds``."""
+    outcome: list[object] = []
+    worker = threading.Thread(target=lambda: outcome.append(store.worktree(wt).capture()),
+                              daemon=True)
+    worker.start()
+    worker.join(timeout=seconds)
+    assert outcome, "the capture did not come back: git read a device"
+    return outcome[0]
+
+
+def test_a_device_at_the_repositorys_info_attributes_is_never_read_by_git(
+        sd_env: Env, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """git follows a link at ``info/attributes`` (not one in the tree) and reads a device there
+    until memory runs out (the seed's ``git pack-objects`` did): the seed gives up, and the
+    first capture reads the tree itself."""
+    wt = converting_repo(tmp_path / "wt")
+    git(wt, "add", "-A")
+    info = wt / ".git" / "info" / "attributes"
+    info.parent.mkdir(exist_ok=True)
+    info.symlink_to("/dev/urandom")
+    store = Store(sd_env.home, recover=True)
+    with caplog.at_level(logging.INFO):
+        first = capture_in_time(store, wt)
+    assert_raw(store.path, first.tree, wt)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("not seeding" in m and f"{info} is not a regular file" in m
+               for m in messages), messages
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a device node takes root")
+def test_a_device_node_for_a_tracked_gitattributes_is_never_read_by_git(
+        sd_env: Env, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A tracked ``sub/.gitattributes`` replaced by a device node (which git would read until
+    memory ran out when asked about ``sub``'s files): git is not asked which files a filter
+    converts, and every seeded file is read again."""
+    wt = converting_repo(tmp_path / "wt")  # its attributes name a filter
+    (wt / "sub").mkdir()
+    (wt / "sub" / "c.txt").write_text("c\n")
+    (wt / "sub" / ".gitattributes").write_text("*.txt -text\n")
+    git(wt, "add", "-A")
+    (wt / "sub" / ".gitattributes").unlink()
+    os.mknod(wt / "sub" / ".gitattributes", 0o600 | stat.S_IFCHR, os.makedev(1, 9))
+    store = Store(sd_env.home, recover=True)
+    with caplog.at_level(logging.INFO):
+        first = capture_in_time(store, wt)
+    assert_raw(store.path, first.tree, wt)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("is a device, not a regular file" in m for m in messages), messages
+    [seeded] = [m for m in messages if "read again" in m and "seed of" in m]
+    assert f": {len(FILES) + 3} file(s)" in seeded, seeded  # both .gitattributes, c.txt
