@@ -20,6 +20,11 @@ to read the daemon's tasks by ``PR_SET_PTRACER`` where Yama asks for it) looks a
 threads and reports each release on its standard output; a thread in the daemon looks at the
 daemon's child processes (git), which it may read as their parent.
 
+The children guard also stops (``SIGKILL``, through a pidfd) a child holding a device open from
+a path outside ``/dev``: a device node in a user's tree where git reads rules (git reads a
+``.gitattributes`` line by line, and a device never ends); git opens no device but
+``/dev/null`` on purpose. What that child did fails, as it would on any error of git's.
+
 Promises: nothing is written into a FIFO and no other file is opened (the FIFO is reopened
 through an ``O_PATH`` descriptor checked to be a FIFO, so a name swapped meanwhile opens
 nothing else); only the daemon's tasks and its descendants are looked at; each release is
@@ -106,6 +111,7 @@ class Guards:
     def __init__(self, *, off_level: int = logging.WARNING) -> None:
         self.off_level = off_level
         self.releases = 0
+        self.stopped = 0
         self.last: dict | None = None
         self.off: dict[str, str] = {}
         self._lock = threading.Lock()  # the two guards' reports arrive on two threads
@@ -130,15 +136,20 @@ class Guards:
 
     def summary(self) -> dict:
         with self._lock:
-            return {"releases": self.releases, "last": self.last, "off": dict(self.off)}
+            return {"releases": self.releases, "stopped": self.stopped, "last": self.last,
+                    "off": dict(self.off)}
 
     def _watch_children(self) -> None:
         own = os.getpid()
         while not self._stopping.wait(CHILDREN_INTERVAL_S):
             try:
-                for waiter in waiters(descendant_tasks(own)):
+                tasks = descendant_tasks(own)
+                for waiter in waiters(tasks):
                     if release(waiter):
                         self._count(asdict(waiter))
+                for pid, path in device_readers({pid for pid, _tid in tasks}):
+                    if stop_reader(pid, path):
+                        self._count_stopped(pid, path)
             except Exception:  # noqa: BLE001 - a guard that dies must say so; the daemon goes on
                 log.exception("the FIFO guard of this process's children failed; off")
                 self._turn_off("children", "failed (see the log)")
@@ -182,6 +193,14 @@ class Guards:
         log.warning("released a wait on the FIFO %s (process %d, thread %d): a file git reads "
                     "was a FIFO; it reads as empty", waiter["path"], waiter["pid"],
                     waiter["tid"])
+
+    def _count_stopped(self, pid: int, path: str) -> None:
+        with self._lock:
+            self.stopped += 1
+            self.last = {"path": path, "pid": pid, "at": time.time()}
+        log.warning("stopped process %d, which read the device %s in a user's tree (a device "
+                    "where git reads rules, read without end); what it was doing fails and "
+                    "is done without it", pid, path)
 
     def _turn_off(self, guard: str, reason: str) -> None:
         with self._lock:
@@ -242,6 +261,55 @@ def release(waiter: Waiter) -> bool:
         return True
     finally:
         os.close(held)
+
+
+def device_readers(pids: Iterable[int]) -> list[tuple[int, str]]:
+    """``(pid, path)`` for each of ``pids`` holding a device open whose path is outside
+    ``/dev``: a device node in a user's tree. git and our children open no device but
+    ``/dev/null`` on purpose; one in the tree is a rules file read without end."""
+    found = []
+    for pid in pids:
+        path = _device_outside_dev(pid)
+        if path is not None:
+            found.append((pid, path))
+    return found
+
+
+def stop_reader(pid: int, path: str) -> bool:
+    """Kill process ``pid`` if it still holds the device ``path`` open (checked through a
+    pidfd, so a process that ended and whose id was taken again is never hit)."""
+    try:
+        handle = os.pidfd_open(pid)
+    except OSError:
+        return False  # ended meanwhile
+    try:
+        if _device_outside_dev(pid) != path:
+            return False
+        signal.pidfd_send_signal(handle, signal.SIGKILL)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(handle)
+
+
+def _device_outside_dev(pid: int) -> str | None:
+    fds = f"/proc/{pid}/fd"
+    try:
+        names = os.listdir(fds)
+    except OSError:
+        return None
+    for name in names:
+        try:
+            mode = os.stat(f"{fds}/{name}").st_mode
+            if not (stat.S_ISCHR(mode) or stat.S_ISBLK(mode)):
+                continue
+            path = os.readlink(f"{fds}/{name}")
+        except OSError:
+            continue
+        if not path.startswith("/dev/"):
+            return path
+    return None
 
 
 def descendant_tasks(pid: int) -> list[tuple[int, int]]:

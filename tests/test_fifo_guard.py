@@ -131,8 +131,9 @@ def test_a_fifo_where_git_reads_rules_never_stops_the_daemon(
             second = in_time(lambda: c.snapshot(str(wt), run_id="g", node_id="n"), target, 60)
             assert git(wt, *store, "show", f"{second['tree']}:sub/c.txt") == "c\n"
             guard = c.status()["fifo_guard"]
-        assert guard["releases"] >= 1 and guard["off"] == {}, guard
-        assert guard["last"]["path"] == str(target)
+        assert guard["off"] == {}, guard
+        if planted != ".git/info/attributes":  # the seed gives up there: nobody waits on it
+            assert guard["releases"] >= 1 and guard["last"]["path"] == str(target), guard
     finally:
         release_fifo(target)
     assert daemon.stop() == 0  # the stop's own captures met the FIFO too, and went on
@@ -224,3 +225,28 @@ def test_a_fifo_where_git_reads_rules_never_stops_a_command_run_without_a_daemon
         assert "released a wait on the FIFO" in diff.stderr + restored.stderr
     finally:
         release_fifo(target)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a device node takes root")
+def test_a_git_child_reading_a_device_node_in_the_tree_is_stopped(
+        sd_env: Env, tmp_path: Path, make_daemon: MakeDaemon) -> None:
+    """A device node named ``.gitattributes`` (``mknod``, by a root agent) is read by git line
+    by line without end: the first capture's ``git add -A`` of a plain directory grew to
+    13 GB in 26 s. The children guard stops a child that holds a device open from outside
+    ``/dev``; the capture goes on without git (libgit2 reads no more than the stat size, 0)."""
+    wt = tmp_path / "wt"
+    (wt / "sub").mkdir(parents=True)
+    (wt / "a.txt").write_text("a\n")
+    (wt / "sub" / "b.txt").write_text("b\n")
+    os.mknod(wt / ".gitattributes", 0o600 | stat.S_IFCHR, os.makedev(1, 9))  # urandom
+    daemon = make_daemon(sd_env)
+    store = ["--git-dir", str(sd_env.home / "store.git")]
+    with daemon.client(timeout=60) as c:
+        first = c.snapshot(str(wt), run_id="g", node_id="n")
+        guard = c.status()["fifo_guard"]
+    assert git(wt, *store, "ls-tree", "-r", "--name-only", first["tree"]).split() == \
+        ["a.txt", "sub/b.txt"]
+    assert {"path": ".gitattributes", "reason": "special", "kind": "char-device"} in \
+        first["skipped"]
+    assert guard["stopped"] >= 1 and guard["last"]["path"] == str(wt / ".gitattributes"), guard
+    assert daemon.stop() == 0
