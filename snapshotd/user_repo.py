@@ -40,6 +40,8 @@ _ENTRY = struct.Struct(">24xI12x20sH")
 _GITLINK = 0o160000
 _OID_HEX = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _MAX_SYMREF_DEPTH = 5  # libgit2's limit
+# git reads no larger .git file ("too large to be a .git file"); no ref file is near it.
+_MAX_GIT_FILE_BYTES = 1 << 20
 # Refs kept in each linked worktree's own git dir, not the common one (git's list).
 _PER_WORKTREE_REFS = ("refs/worktree/", "refs/bisect/", "refs/rewritten/")
 
@@ -380,7 +382,11 @@ def _loose_ref(path: Path) -> str | None:
     try:
         if stat.S_ISDIR(os.stat(path).st_mode):
             return None
-        return read_regular(path).decode("ascii").strip()
+        with open_regular(path) as f:  # a ref is a line: never read a sparse giant whole
+            data = f.read(_MAX_GIT_FILE_BYTES + 1)
+        if len(data) > _MAX_GIT_FILE_BYTES:
+            raise ValueError(f"{path} is not a ref file (over {_MAX_GIT_FILE_BYTES} bytes)")
+        return data.decode("ascii").strip()
     except (FileNotFoundError, NotADirectoryError):
         return None
     except UnicodeDecodeError as exc:
@@ -408,13 +414,15 @@ def _gitdir(dot_git: str) -> str | None:
     """``user_gitdir`` given the worktree's ``.git``: itself when a directory, the one a
     ``gitdir:`` file names, else None."""
     try:
-        mode = os.stat(dot_git).st_mode
-        if stat.S_ISDIR(mode):
+        st = os.stat(dot_git)
+        if stat.S_ISDIR(st.st_mode):
             return dot_git
-        if not stat.S_ISREG(mode):
+        # git refuses a larger one unread ("too large to be a .git file"); a sparse file of
+        # gigabytes must not be read on every capture's path.
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_GIT_FILE_BYTES:
             return None
-        with open(dot_git, encoding="utf-8") as f:
-            text = f.read().strip()
+        with open_regular(dot_git) as f:
+            text = f.read(_MAX_GIT_FILE_BYTES + 1).decode("utf-8").strip()
     except (OSError, ValueError):
         return None  # no .git, or one that cannot be read (ValueError: not UTF-8)
     if not text.startswith("gitdir:"):
@@ -428,6 +436,6 @@ def _common_dir(gitdir: str) -> str:
     common = os.path.join(gitdir, "commondir")
     if not os.path.isfile(common):
         return gitdir
-    with open(common, encoding="utf-8") as f:
-        named = f.read().strip()
+    with open_regular(common) as f:
+        named = f.read(_MAX_GIT_FILE_BYTES + 1).decode("utf-8").strip()
     return named if os.path.isabs(named) else os.path.join(gitdir, named)

@@ -9,9 +9,10 @@ import subprocess
 from pathlib import Path
 
 import pygit2
+import pytest
 
 from conftest import make_git_worktree
-from snapshotd.user_repo import strip_index
+from snapshotd.user_repo import head_commit, repo_info_exclude, strip_index, user_gitdir
 
 
 def _git(wt: Path, *args: str) -> str:
@@ -95,3 +96,37 @@ def test_intent_to_add_and_conflicts_are_refused(tmp_path: Path) -> None:
                    cwd=wt, capture_output=True)
     assert "U" in _git(wt, "status", "--porcelain")
     assert _seed(wt) is None
+
+
+def test_a_git_file_too_large_for_git_names_no_repository(tmp_path: Path) -> None:
+    """A ``.git`` file names its repository in a line; git refuses one over 1 MB ("too large to
+    be a .git file") without reading it. Ours read it whole on every capture's path: a sparse
+    ``.git`` of 3 GB took 25 s and 3 GB of memory a capture."""
+    real = make_git_worktree(tmp_path / "real")
+    wt = tmp_path / "wt"
+    wt.mkdir()
+    line = f"gitdir: {real / '.git'}\n".encode()
+    (wt / ".git").write_bytes(line)
+    assert user_gitdir(wt) == real / ".git"
+    (wt / ".git").write_bytes(line + b"\n" * (1 << 20))
+    refused = subprocess.run(["git", "rev-parse", "--git-dir"], cwd=wt, capture_output=True,
+                             text=True)
+    assert refused.returncode != 0 and "too large" in refused.stderr
+    assert user_gitdir(wt) is None
+    with open(wt / ".git", "r+b") as f:  # a sparse file of 1.5 GB: nothing is read of it
+        f.truncate(3 << 29)
+    assert user_gitdir(wt) is None and repo_info_exclude(wt) is None
+
+
+def test_a_giant_ref_file_is_no_ref_and_is_not_read_whole(tmp_path: Path) -> None:
+    """HEAD's branch file made a sparse 1.5 GB file: refused as no ref file (git says it is not
+    a valid ref), not read into memory."""
+    wt = make_git_worktree(tmp_path / "wt")
+    (wt / "a.txt").write_text("a\n")
+    _git(wt, "add", "-A")
+    _git(wt, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    assert head_commit(wt / ".git") == _git(wt, "rev-parse", "HEAD").strip()
+    with open(wt / ".git" / "refs" / "heads" / "main", "r+b") as f:
+        f.truncate(3 << 29)
+    with pytest.raises(ValueError, match="not a ref file"):
+        head_commit(wt / ".git")
