@@ -71,7 +71,6 @@ _PR_SET_PTRACER = 0x59616D61
 _YAMA_SCOPE = "/proc/sys/kernel/yama/ptrace_scope"
 
 
-
 def attach(service, server, config) -> None:  # noqa: ARG001 - the attach signature is fixed
     guards = Guards()
     # Never stopped: a capture of the stop itself (the pending tier-2 windows) may meet a FIFO
