@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pygit2
 
-from snapshotd.user_repo import open_regular, repo_info_exclude
+from snapshotd.user_repo import read_regular, repo_info_exclude
 
 DEFAULT_PLAIN_EXCLUDES = (
     "node_modules/",
@@ -155,21 +155,17 @@ def read_rules(path: Path, root: Path) -> str | None:
 def _reincluded(gitignore: Path) -> set[str]:
     """The names a ``.gitignore`` re-includes by a negation (``!node_modules/`` ->
     ``node_modules``). Read only when it is a regular file (through a symlink, as libgit2
-    reads it), at most ``MAX_RULES_BYTES`` of it: a FIFO would block, and a device that never
-    ends (a link to ``/dev/zero``) would be read until memory ran out."""
+    reads it) of at most ``MAX_RULES_BYTES``, as ``read_rules`` reads exclude files: a FIFO
+    would block, and a device that never ends (a link to ``/dev/zero``) would be read until
+    memory ran out."""
     try:
-        with open_regular(gitignore) as f:
-            data = f.read(MAX_RULES_BYTES + 1)
+        text = read_regular(gitignore, MAX_RULES_BYTES).decode(errors="replace")
     except FileNotFoundError:
         return set()
     except OSError as exc:
         log.warning("cannot read %s for re-included folders (the default excludes of a plain "
                     "directory all apply): %s", gitignore, exc)
         return set()
-    if len(data) > MAX_RULES_BYTES:
-        log.warning("%s is over %d bytes: only its first %d are looked at for re-included "
-                    "folders", gitignore, MAX_RULES_BYTES, MAX_RULES_BYTES)
-    text = data[:MAX_RULES_BYTES].decode(errors="replace")
     return {line.strip()[1:].strip("/") for line in text.splitlines()
             if line.strip().startswith("!")}
 

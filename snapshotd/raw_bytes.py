@@ -48,7 +48,7 @@ import pygit2
 
 from snapshotd.durable import make_dirs, write_file
 from snapshotd.ignore_rules import cache_git_env
-from snapshotd.user_repo import NotRegularFile, open_regular
+from snapshotd.user_repo import NotRegularFile, read_regular
 
 log = logging.getLogger("snapshotd.store")
 
@@ -124,11 +124,12 @@ def drop_stat_caches(home: Path) -> list[str]:
     return dropped
 
 
-def conversion_possible(root: Path, gitdir: Path, common: Path, entries: bytes) -> bool:
-    """Whether git in the user's repository (worktree ``root``, git dir ``gitdir``, common
-    dir ``common``; ``entries`` its index's entries) may convert a file on ``git add``:
-    ``core.autocrlf`` set, or an attributes source that names a converting attribute. A
-    tracked ``.gitattributes`` anywhere counts without being read (its name in ``entries``)."""
+def conversion_possible(gitdir: Path, entries: bytes, sources: list[Path] | None) -> bool:
+    """Whether git in the user's repository (git dir ``gitdir``; ``entries`` its index's
+    entries; ``sources`` its attributes files, ``attribute_sources``) may convert a file on
+    ``git add``: ``core.autocrlf`` set, or an attributes source that names a converting
+    attribute. A tracked ``.gitattributes`` anywhere counts without being read (its name in
+    ``entries``)."""
     try:
         config = pygit2.Repository(str(gitdir)).config
         autocrlf = str(config["core.autocrlf"]).lower() if "core.autocrlf" in config else ""
@@ -138,7 +139,7 @@ def conversion_possible(root: Path, gitdir: Path, common: Path, entries: bytes) 
         return True
     if b".gitattributes\0" in entries:
         return True
-    return _attributes_name(attribute_sources(root, gitdir, common), _CONVERTING)
+    return _attributes_name(sources, _CONVERTING)
 
 
 def size_keeping_entries(root: Path, gitdir: Path, entries: bytes, scratch: Path,
@@ -223,20 +224,18 @@ def _attributes_name(sources: list[Path] | None, names: re.Pattern[bytes], *,
 
 def _read_attributes(path: Path, *, odd_reads_empty: bool = False) -> bytes | None:
     """The text of attributes file ``path`` (b"" when there is none), or None when it cannot
-    be read safely (``user_repo.open_regular``: never a FIFO, which would stall the capture)
+    be read safely (``user_repo.read_regular``: never a FIFO, which would stall the capture)
     or is over ``_MAX_ATTRIBUTES_BYTES``: its answer is then unknown. With
     ``odd_reads_empty``, one that is not a regular file is b"": git reads such a file as empty
     (a FIFO once the daemon's guards release it), so it names nothing for git either."""
     try:
-        with open_regular(path) as f:
-            text = f.read(_MAX_ATTRIBUTES_BYTES + 1)
+        return read_regular(path, _MAX_ATTRIBUTES_BYTES)
     except FileNotFoundError:
         return b""
     except NotRegularFile:
         return b"" if odd_reads_empty else None
-    except OSError:
+    except OSError:  # FileTooLarge among them
         return None
-    return text if len(text) <= _MAX_ATTRIBUTES_BYTES else None
 
 
 def converted_entries(entries: bytes, store: Path) -> list[int]:

@@ -142,16 +142,15 @@ def _spoil_converted(root: Path, gitdir: Path, common: Path, seed: SeedIndex,
     not the file's, and those a filter or working-tree encoding applies to (a conversion that
     may keep the size; ``scratch`` an index file for git meanwhile). Looked for only when the
     user's repository can convert at all."""
-    if not conversion_possible(root, gitdir, common, seed.entries):
+    sources = attribute_sources(root, gitdir, common)
+    if not conversion_possible(gitdir, seed.entries, sources):
         return
     # Two git processes, side by side: the blobs' sizes and the attributes.
-    kept: list[list[int]] = []
+    kept: list[list[int] | None] = []
 
     def ask_attributes() -> None:
         try:
-            listed = size_keeping_entries(root, gitdir, seed.entries, scratch,
-                                          attribute_sources(root, gitdir, common))
-            kept.append(all_entries(seed.entries) if listed is None else listed)
+            kept.append(size_keeping_entries(root, gitdir, seed.entries, scratch, sources))
         except Exception:  # noqa: BLE001 - logged; every entry is then read again
             log.exception("seed of %s: could not tell which files a filter or encoding "
                           "converts; every seeded file is read again", root)
@@ -162,7 +161,8 @@ def _spoil_converted(root: Path, gitdir: Path, common: Path, seed: SeedIndex,
         converted = set(converted_entries(seed.entries, store.path))
     finally:
         asking.join()
-    converted.update(kept[0] if kept else all_entries(seed.entries))
+    listed = kept[0] if kept else None
+    converted.update(all_entries(seed.entries) if listed is None else listed)
     if converted:
         seed.entries = spoil_sizes(seed.entries, sorted(converted))
         log.info("seed of %s: %d file(s) whose staged blob is a converted form of the file "

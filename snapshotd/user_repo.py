@@ -348,10 +348,16 @@ def open_regular(path: Path | str) -> BinaryIO:
         raise
 
 
-def read_regular(path: Path | str) -> bytes:
-    """The bytes of regular file ``path`` (``open_regular``)."""
+def read_regular(path: Path | str, limit: int | None = None) -> bytes:
+    """The bytes of regular file ``path`` (``open_regular``); with ``limit``, ``FileTooLarge``
+    when it holds more, never read past it (a sparse file of gigabytes costs nothing to make)."""
     with open_regular(path) as f:
-        return f.read()
+        if limit is None:
+            return f.read()
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise FileTooLarge(path, limit)
+    return data
 
 
 def not_regular(*paths: Path) -> Path | None:
@@ -376,21 +382,24 @@ class NotRegularFile(OSError):
         self.path = Path(path)
 
 
+class FileTooLarge(OSError):
+    """A file over the most ``read_regular`` was to read of it."""
+
+    def __init__(self, path: Path | str, limit: int) -> None:
+        super().__init__(errno.EFBIG, f"{path} is over {limit} bytes")
+
+
 def _loose_ref(path: Path) -> str | None:
     """The stripped text of loose ref file ``path``, or None when there is none (a directory
     there holds refs below the name, not the ref itself)."""
     try:
         if stat.S_ISDIR(os.stat(path).st_mode):
             return None
-        with open_regular(path) as f:  # a ref is a line: never read a sparse giant whole
-            data = f.read(_MAX_GIT_FILE_BYTES + 1)
-        if len(data) > _MAX_GIT_FILE_BYTES:
-            raise ValueError(f"{path} is not a ref file (over {_MAX_GIT_FILE_BYTES} bytes)")
-        return data.decode("ascii").strip()
+        return read_regular(path, _MAX_GIT_FILE_BYTES).decode("ascii").strip()
     except (FileNotFoundError, NotADirectoryError):
         return None
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{path} is not a ref file") from exc
+    except (FileTooLarge, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path} is not a ref file ({exc})") from exc
 
 
 def _packed_ref(packed_refs: Path, name: str) -> str | None:
@@ -414,17 +423,15 @@ def _gitdir(dot_git: str) -> str | None:
     """``user_gitdir`` given the worktree's ``.git``: itself when a directory, the one a
     ``gitdir:`` file names, else None."""
     try:
-        st = os.stat(dot_git)
-        if stat.S_ISDIR(st.st_mode):
+        mode = os.stat(dot_git).st_mode
+        if stat.S_ISDIR(mode):
             return dot_git
-        # git refuses a larger one unread ("too large to be a .git file"); a sparse file of
-        # gigabytes must not be read on every capture's path.
-        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_GIT_FILE_BYTES:
-            return None
-        with open_regular(dot_git) as f:
-            text = f.read(_MAX_GIT_FILE_BYTES + 1).decode("utf-8").strip()
+        if not stat.S_ISREG(mode):
+            return None  # never opened: a device's open may do something
+        # git refuses a larger one unread ("too large to be a .git file").
+        text = read_regular(dot_git, _MAX_GIT_FILE_BYTES).decode("utf-8").strip()
     except (OSError, ValueError):
-        return None  # no .git, or one that cannot be read (ValueError: not UTF-8)
+        return None  # no .git, one too large (OSError), or not UTF-8
     if not text.startswith("gitdir:"):
         return None
     named = text[len("gitdir:"):].strip()
@@ -436,6 +443,5 @@ def _common_dir(gitdir: str) -> str:
     common = os.path.join(gitdir, "commondir")
     if not os.path.isfile(common):
         return gitdir
-    with open_regular(common) as f:
-        named = f.read(_MAX_GIT_FILE_BYTES + 1).decode("utf-8").strip()
+    named = read_regular(common, _MAX_GIT_FILE_BYTES).decode("utf-8").strip()
     return named if os.path.isabs(named) else os.path.join(gitdir, named)
