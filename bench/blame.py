@@ -3,7 +3,7 @@
 Builds, through a real daemon, an attempt of ``--checkpoints`` captures (default 500) of a
 worktree holding a ``--lines``-line file (default 2,000) and a few others; every checkpoint
 changes, inserts or deletes a few lines of the file. Then measures, in the same run:
-- ``blame_library_ms``: ``snapshotd.blame.blame_commit`` on the store (libgit2 blame + trailers);
+- ``blame_library_ms``: ``snapshotd.features.review.blame.blame_commit`` on the store (libgit2 blame + trailers);
 - ``blame_op_ms``: the daemon's ``blame`` op (``elapsed_ms``: ledger lookup + blame);
 - ``blame_cli_ms``: ``snapshotd blame --json`` end to end (process start to exit);
 - peer ``git_blame_first_parent_ms``: ``git blame --first-parent`` on the store's chain.
@@ -57,8 +57,8 @@ def build(daemon: DaemonProc, wt: Path, lines: int, checkpoints: int) -> str:
 
 
 def measure(daemon: DaemonProc, commit: str, rounds: int) -> dict:
-    from snapshotd.blame import blame_commit
-    from snapshotd.store import Store
+    from snapshotd.features.review.blame import blame_commit
+    from snapshotd.store.store import Store
 
     repo = Store(daemon.home).reader()
     lib, op, cli, peer = [], [], [], []

@@ -32,8 +32,8 @@ from pathlib import Path
 import pygit2
 
 from bench.tree import cached_tree
-from snapshotd.notifier import InotifyNotifier
-from snapshotd.user_repo import strip_index
+from snapshotd.core.user_repo import strip_index
+from snapshotd.watch.notifier import InotifyNotifier
 
 
 def run(wt: Path, watch_dirs: int) -> dict:

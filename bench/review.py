@@ -4,7 +4,7 @@ worktree.
 On a generated ``--files`` tree (default 100,000; ``bench.common.make_tree``), a daemon captures
 a first checkpoint and then ``--checkpoints`` tool calls (default 50), each changing one file and
 adding another. Then, in the same run:
-- ``show``: ``snapshotd.history.show_checkpoint`` of a middle checkpoint (patch included) through
+- ``show``: ``snapshotd.features.review.history.show_checkpoint`` of a middle checkpoint (patch included) through
   ``backend.read_home`` (opening the ledger and the store is counted), and the same with
   ``--stat`` only;
 - ``log --stat``: ``log_run`` over every checkpoint of the run, each with its diffstat;
@@ -64,8 +64,8 @@ def timed(fn: Callable[[], object], rounds: int) -> list[float]:
 
 def ours(home: Path, seq: int, rounds: int) -> dict:
     """The in-process figures: the history functions on the home opened for reading."""
-    from snapshotd.backend import read_home
-    from snapshotd.history import log_run, show_checkpoint
+    from snapshotd.features.review.history import log_run, show_checkpoint
+    from snapshotd.ops.backend import read_home
 
     def show(patch: bool) -> dict:
         return read_home(lambda v: show_checkpoint(v, run_id=RUN, node_id=NODE, seq=seq,

@@ -3,7 +3,7 @@
 Every tier-1 capture with a change runs ``trees.rewrite_tree`` over the directories on the
 changed paths and writes each new tree; with sixteen agents on two cores that work is done one
 capture after another, so its CPU time is the burst's. Measured per side (each side's own
-``snapshotd.trees`` and ``snapshotd.loose``, in a process of its own, run from its checkout),
+``snapshotd.store.trees`` and ``snapshotd.store.loose``, in a process of its own, run from its checkout),
 interleaved round by round, on two shapes:
 
 - ``narrow``: 10 directories of 100 files two levels down (``dir3/sub/file042.txt``);
@@ -85,8 +85,8 @@ def main() -> None:
 def measure(shape: str, kind: str, steps: int, parent: Path) -> dict:
     """One side's medians (this process's ``snapshotd``), checked against libgit2's own
     ``write_tree`` of the whole index at the end."""
-    from snapshotd import trees
-    from snapshotd.loose import StoredObjects
+    from snapshotd.store import trees
+    from snapshotd.store.loose import StoredObjects
 
     work = Path(tempfile.mkdtemp(prefix="sdrewrite", dir=parent))
     try:

@@ -46,7 +46,7 @@ def tell_daemon(event: str, fields: Mapping[str, Any], *, deadline: float, budge
     from .client import Client, DaemonUnavailable, SnapshotdError
 
     # The hook's parent is the agent, or a shell the agent ran the hook's command with: the
-    # daemon walks up from it past shells (snapshotd.sessions.agent_process).
+    # daemon walks up from it past shells (snapshotd.features.sessions.agent_process).
     request = {"event": event, "cwd": fields["cwd"], "fallback": fields["fallback"],
                "agent_pid": os.getppid()}
     client = Client(timeout=budget_ms / 1000.0, deadline=deadline)

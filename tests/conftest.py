@@ -382,8 +382,8 @@ def sd_env(tmp_path: Path, ledger_backend: str, request: pytest.FixtureRequest) 
 def service(sd_env: Env) -> Iterator[object]:
     """The daemon's ``Service`` in process, on ``sd_env``'s home and ledger backend (no socket,
     no watcher): for tests of what a capture or a verification does, with real parts."""
-    from snapshotd.config import load_config
-    from snapshotd.service import Service
+    from snapshotd.core.config import load_config
+    from snapshotd.service.service import Service
 
     svc = Service(sd_env.home, load_config(environ=sd_env.environ()))
     try:

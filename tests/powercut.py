@@ -80,7 +80,7 @@ class Rig:
         env.update(SNAPSHOTD_HOME=str(self.home), SNAPSHOTD_SOCKET=str(self.socket),
                    SNAPSHOTD_AUTOSTART="0", XDG_CONFIG_HOME=str(self.root / "config"),
                    SNAPSHOTD_DURABILITY=self.durability, **QUIET_WATCHER,
-                   # Every cut is a reboot: the seq marks apply after one (snapshotd.seqmarks).
+                   # Every cut is a reboot: the seq marks apply after one (snapshotd.service.seqmarks).
                    SNAPSHOTD_BOOT_ID=f"powercut-boot-{self.fs.cuts}")
         env.update(self.extra_env)
         return env

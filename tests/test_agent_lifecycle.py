@@ -233,7 +233,7 @@ def test_kiro_session_is_abandoned_when_its_agent_dies(world: tuple[Env, Daemon]
         proc.stdin.write(b"\n".join(json.dumps(p).encode() for p in (spawn, prompt)))
         proc.stdin.close()
         # Both hooks have returned before the agent dies: a hook still running then would be an
-        # orphan's, whose start names no owner (snapshotd.sessions.agent_process).
+        # orphan's, whose start names no owner (snapshotd.features.sessions.agent_process).
         assert proc.stdout.readline() == b"hooks done\n"
         [row] = attempts(env, run_id)
         assert (row["state"], row["owner_pid"]) == ("active", proc.pid)

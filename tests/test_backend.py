@@ -1,4 +1,4 @@
-"""``snapshotd.backend.run_op``: the daemon when one answers, else the home under its lock.
+"""``snapshotd.ops.backend.run_op``: the daemon when one answers, else the home under its lock.
 
 Real daemon, real home lock (``flock`` on ``<home>/daemon.lock``), real ledger; the op's local
 twin records whether it ran, so a test sees which path was taken.
@@ -22,8 +22,8 @@ from conftest import (
     make_git_worktree,
     run_hook,
 )
-from snapshotd import backend
-from snapshotd.errors import NOT_FOUND, ServiceError
+from snapshotd.core.errors import NOT_FOUND, ServiceError
+from snapshotd.ops import backend
 
 RUN = "claude-sess-1"
 
@@ -55,7 +55,7 @@ def restore_fields(run_id: str) -> dict:
 
 
 def restore_locally(ran: list[str]):  # noqa: ANN201 - the op's local twin, recording its call
-    from snapshotd.restore import restore_checkpoint
+    from snapshotd.features.restore.restore import restore_checkpoint
 
     def local(service):  # noqa: ANN001, ANN202
         ran.append("local")

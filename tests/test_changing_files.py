@@ -22,10 +22,10 @@ import pytest
 
 from conftest import QUIET_WATCHER, Daemon, Env, MakeDaemon, make_git_worktree
 from helpers import wait_for
-from snapshotd import file_entry
-from snapshotd.full_scan import Capture
-from snapshotd.store import Store
-from snapshotd.store_errors import changed_while_read
+from snapshotd.capture import file_entry
+from snapshotd.capture.full_scan import Capture
+from snapshotd.store.errors import changed_while_read
+from snapshotd.store.store import Store
 from snapshotd_client import SnapshotdError
 
 RUN = {"run_id": "changing", "node_id": "n"}

@@ -57,4 +57,4 @@ def test_a_command_loads_only_its_own_module() -> None:
     others = {f"snapshotd.cli.{target.split(':')[0]}" for target in COMMANDS} - {
         "snapshotd.cli.show", "snapshotd.cli.common"}
     assert loaded & others == set()
-    assert {"snapshotd.daemon", "snapshotd.http_hook", "http.server"} & loaded == set()
+    assert {"snapshotd.daemon.daemon", "snapshotd.daemon.http_hook", "http.server"} & loaded == set()

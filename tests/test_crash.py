@@ -25,7 +25,7 @@ from conftest import (
     run_hook,
 )
 from helpers import wait_windows_recovered
-from snapshotd.faults import CRASH_EXIT_STATUS
+from snapshotd.core.faults import CRASH_EXIT_STATUS
 from snapshotd_client import SnapshotdError
 
 CAPTURE_POINTS = ["after-blobs", "after-tree", "after-commit", "after-ref", "after-row",

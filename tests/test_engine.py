@@ -26,7 +26,7 @@ from conftest import (
     run_hook,
 )
 from helpers import wait_for
-from snapshotd.engine import ALIVE, GONE, ZOMBIE, owner_state
+from snapshotd.features.engine import ALIVE, GONE, ZOMBIE, owner_state
 
 FAKE_AGENT = textwrap.dedent("""
     # A stand-in for a coding agent: each "tool call" writes a file, then runs the after-tool

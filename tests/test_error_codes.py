@@ -3,7 +3,7 @@
 and the client exposes them.
 
 (a) walks the AST of every module under ``snapshotd/``: the code of every ``ServiceError(...)``
-and of every error reply the server builds must be a constant from ``snapshotd.errors`` or
+and of every error reply the server builds must be a constant from ``snapshotd.core.errors`` or
 ``snapshotd_client.protocol`` whose value is in ``ERROR_CODES`` (never a string literal); a code
 passed on from a caught error (``exc.code``) was checked where it was raised.
 """
@@ -17,16 +17,18 @@ from pathlib import Path
 import pytest
 
 import snapshotd
-from snapshotd import errors
+from snapshotd.core import errors
 from snapshotd_client import protocol
 
 PKG = Path(snapshotd.__file__).parent
 DOC = PKG.parent / "docs" / "protocol.md"
-CODE_MODULES = {"snapshotd.errors": errors, "snapshotd_client.protocol": protocol}
+# The modules defining the codes, and the package faces exporting them.
+CODE_MODULES = {"snapshotd.core.errors": errors, "snapshotd.core": errors,
+                "snapshotd_client.protocol": protocol, "snapshotd_client": protocol}
 MODULES = sorted(PKG.rglob("*.py"))
 # The front ends' path to the daemon speaks for the client when the daemon goes away mid-request,
 # so it may raise the client-side codes too; nothing in the daemon may.
-CLIENT_SIDE = {"snapshotd/backend.py"}
+CLIENT_SIDE = {"snapshotd/ops/backend.py"}
 
 
 # -- (a) the daemon raises only the constants ------------------------------------------------------
@@ -70,8 +72,8 @@ def test_every_code_the_daemon_raises_is_a_protocol_constant(path: Path) -> None
 
 def test_the_checker_catches_literals_and_unknown_constants() -> None:
     source = '''
-from snapshotd import errors
-from snapshotd.errors import ServiceError, NOT_FOUND
+from snapshotd.core import errors
+from snapshotd.core.errors import ServiceError, NOT_FOUND
 
 def _error(req_id, code, message):
     return {"id": req_id, "ok": False, "error": {"code": code, "message": message}}

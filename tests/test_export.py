@@ -132,8 +132,8 @@ def test_export_outside_a_repository(sd_env: Env, daemon: Daemon, tmp_path: Path
 
 
 def test_the_mcp_twin_exports(sd_env: Env, daemon: Daemon, tmp_path: Path) -> None:
-    from snapshotd.errors import ServiceError
-    from snapshotd.mcp_ops import Operations
+    from snapshotd.core.errors import ServiceError
+    from snapshotd.ops.mcp_ops import Operations
 
     wt = tmp_path / "wt"
     commits = build_history(wt, count=8)

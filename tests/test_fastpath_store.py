@@ -9,8 +9,8 @@ from random import Random
 
 from conftest import git, make_git_worktree
 from helpers import Workload, full_tree
-from snapshotd.store import Store
-from snapshotd.trees import compute_tree_changes, tree_changes
+from snapshotd.store.store import Store
+from snapshotd.store.trees import compute_tree_changes, tree_changes
 
 STEPS = 250
 SEED = 8

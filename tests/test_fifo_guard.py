@@ -3,7 +3,7 @@
 those files with a blocking ``open``; libgit2 does it holding Python's interpreter lock, so
 before the guard a FIFO ``.gitignore`` froze the whole daemon (every worktree, the socket) at
 its first full scan, and one read by git (the first capture's ``git add -A``) held that
-capture and its worktree for good. The guards (``snapshotd.fifo_guard``) release such waits;
+capture and its worktree for good. The guards (``snapshotd.daemon.fifo_guard``) release such waits;
 the file reads as empty, as git takes a rules file it cannot read for an absent one.
 
 The daemon runs as a real subprocess; the oracle for the trees is the git CLI."""
@@ -21,7 +21,7 @@ import pytest
 
 from conftest import Env, MakeDaemon, git, make_git_worktree
 from helpers import in_time, release_fifo, wait_for
-from snapshotd import fifo_guard
+from snapshotd.daemon import fifo_guard
 
 pytestmark = pytest.mark.skipif(fifo_guard.open_calls() is None,
                                 reason="the FIFO guard knows no open calls on this machine")
@@ -158,7 +158,7 @@ def guard_processes(pid: int) -> list[int]:
             cmdline = Path(f"/proc/{child[0]}/cmdline").read_bytes()
         except OSError:
             continue
-        if b"snapshotd.fifo_guard" in cmdline:
+        if b"snapshotd.daemon.fifo_guard" in cmdline:
             found.append(child[0])
     return found
 

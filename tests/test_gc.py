@@ -243,7 +243,7 @@ def test_object_writes_retry_when_gc_removes_their_directory_mid_write() -> None
     other failure is not."""
     import pygit2
 
-    from snapshotd.store_errors import ODB_TRIES, odb_retry
+    from snapshotd.store.errors import ODB_TRIES, odb_retry
 
     vanished = pygit2.GitError("failed to rename lockfile to '/h/store.git/objects/39/cbbd1e': "
                                "No such file or directory")
@@ -281,9 +281,9 @@ def test_an_unreadable_gc_journal_is_dropped_with_a_warning(
         sd_env: Env, caplog: pytest.LogCaptureFixture) -> None:
     import logging
 
-    from snapshotd.config import load_config
-    from snapshotd.gc import recover_journal
-    from snapshotd.service import Service
+    from snapshotd.core.config import load_config
+    from snapshotd.features.gc import recover_journal
+    from snapshotd.service.service import Service
 
     service = Service(sd_env.home, load_config(environ={}))
     try:

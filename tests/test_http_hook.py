@@ -1,4 +1,4 @@
-"""The loopback HTTP hook endpoint (snapshotd.http_hook), driven with real Claude Code payloads
+"""The loopback HTTP hook endpoint (snapshotd.daemon.http_hook), driven with real Claude Code payloads
 against a real daemon: accepted with the token, refused without it, with a wrong one or with a
 foreign Host header, a failed capture still answered 2xx with its gap, a slow capture answered
 within the hook budget, and a stopped daemon refusing the connection at once."""

@@ -1,4 +1,4 @@
-"""The HTTP hook's threads (``snapshotd.http_hook.Deadlines`` and ``Workers``): each request's
+"""The HTTP hook's threads (``snapshotd.daemon.http_hook.Deadlines`` and ``Workers``): each request's
 late reply runs at its deadline unless the capture answered first, several slow captures at once
 are each answered within the hook budget by a real daemon, and connections one after another are
 served by the same worker thread."""
@@ -15,7 +15,7 @@ from test_http_hook import HTTP_ENV, _auth, _checkpoints, _endpoint, _post
 
 from conftest import Env, claude_payload, make_git_worktree
 from helpers import wait_for
-from snapshotd.http_hook import Deadlines
+from snapshotd.daemon.http_hook import Deadlines
 
 
 def test_deadlines_run_in_order_and_cancelled_ones_never() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from conftest import QUIET_WATCHER, Env, MakeDaemon, make_git_worktree
 from helpers import wait_for
-from snapshotd.settle import QUIET_VERIFY_GAP_S
+from snapshotd.watch.settle import QUIET_VERIFY_GAP_S
 
 WORKTREES = 20
 

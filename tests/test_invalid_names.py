@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from conftest import git, make_git_worktree
-from snapshotd.store import Store
+from snapshotd.store.store import Store
 
 INVALID = (".GIT/config", "sub/.Git/x", ".git. /w", "deeper/.gIt/y.txt")
 # What a capture lists: a .git in another case once, with all it holds; other names one by one.

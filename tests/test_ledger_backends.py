@@ -29,8 +29,8 @@ from conftest import (
     run_hook,
 )
 from helpers import open_markers, wait_for, wait_windows_recovered
-from snapshotd.keys import AttemptKey
-from snapshotd.ledger import (
+from snapshotd.core.keys import AttemptKey
+from snapshotd.ledger.ledger import (
     ACTIVE,
     SCHEMA_VERSION,
     Attempt,
@@ -134,7 +134,7 @@ def test_ledger_path_is_still_sqlite(tmp_path: Path) -> None:
 
 
 def test_open_ledger_follows_the_configuration(tmp_path: Path, pg_url: str) -> None:  # noqa: F811
-    from snapshotd.config import load_config
+    from snapshotd.core.config import load_config
 
     home = tmp_path / "home"
     default = open_ledger(home, load_config(environ={}, path=tmp_path / "none.toml"))
@@ -161,7 +161,7 @@ def test_unreachable_postgresql_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_bad_ledger_url_is_a_config_error(tmp_path: Path) -> None:
-    from snapshotd.config import ConfigError, load_config
+    from snapshotd.core.config import ConfigError, load_config
 
     with pytest.raises(ConfigError, match="ledger_url"):
         load_config(environ={"SNAPSHOTD_LEDGER_URL": "mysql://x"}, path=tmp_path / "none")

@@ -1,4 +1,4 @@
-"""The ledger's read cache (``snapshotd.ledger_cache``): answers from memory are never older than
+"""The ledger's read cache (``snapshotd.ledger.cache``): answers from memory are never older than
 the last commit, made by this ledger or by another connection, and a stale answer can never
 attribute a capture to an attempt that is no longer active. Real SQLite files, a real daemon; a
 shared PostgreSQL ledger is read from the database every time."""
@@ -15,9 +15,9 @@ import pytest
 from conftest_pg import pg_cluster, pg_url  # noqa: F401 - fixtures used by name
 
 from conftest import Daemon, Env, make_git_worktree
-from snapshotd.keys import AttemptKey
-from snapshotd.ledger import ACTIVE, Ledger, SeqConflict
-from snapshotd.ledger_cache import ReadCache
+from snapshotd.core.keys import AttemptKey
+from snapshotd.ledger.cache import ReadCache
+from snapshotd.ledger.ledger import ACTIVE, Ledger, SeqConflict
 from snapshotd_client.client import SnapshotdError
 
 

@@ -18,8 +18,8 @@ import pytest
 from conftest_pg import PgCluster
 
 from conftest import Daemon, Env, make_git_worktree
-from snapshotd.keys import AttemptKey
-from snapshotd.ledger import Ledger, LedgerError, LedgerUnavailable
+from snapshotd.core.keys import AttemptKey
+from snapshotd.ledger.ledger import Ledger, LedgerError, LedgerUnavailable
 
 KEY = AttemptKey("run", "node", 0, 1)
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from snapshotd.loose import StoredObjects, commit_bytes, stored_zlib, write_stored
-from snapshotd.store import Store
-from snapshotd.trees import known_file_count, rewrite_tree
+from snapshotd.store.loose import StoredObjects, commit_bytes, stored_zlib, write_stored
+from snapshotd.store.store import Store
+from snapshotd.store.trees import known_file_count, rewrite_tree
 
 
 def _wide_tree(repo: pygit2.Repository, entries: int) -> bytes:

@@ -1,4 +1,4 @@
-"""``snapshotd.loose_refs``: an attempt ref moved through a spare file of its own, read back by
+"""``snapshotd.store.loose_refs``: an attempt ref moved through a spare file of its own, read back by
 the git CLI (``git rev-parse``, ``git for-each-ref``, ``git fsck``) as the independent oracle;
 no inode made or freed once warm, a spare linked to a ref never written, a ref that is not
 loose left to libgit2, and what an interrupted move leaves removed at start."""
@@ -13,11 +13,11 @@ import pygit2
 import pytest
 
 from helpers import git
-from snapshotd.commit_message import CheckpointMeta
-from snapshotd.keys import AttemptKey
-from snapshotd.loose_refs import OLD_SUFFIX, SPARE_SUFFIX, LooseRefMover
-from snapshotd.recovery import remove_stale_locks
-from snapshotd.store import Store
+from snapshotd.core.commit_message import CheckpointMeta
+from snapshotd.core.keys import AttemptKey
+from snapshotd.store.loose_refs import OLD_SUFFIX, SPARE_SUFFIX, LooseRefMover
+from snapshotd.store.recovery import remove_stale_locks
+from snapshotd.store.store import Store
 
 REF = "refs/snapshotd/runs/r/n/0/1"
 

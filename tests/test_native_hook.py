@@ -36,7 +36,7 @@ from conftest import (
     make_git_worktree,
 )
 from helpers import wait_for
-from snapshotd.native_hook import BuildError, build, c_string
+from snapshotd.daemon.native_hook import BuildError, build, c_string
 from snapshotd_client.hook import RELAYED_ENV, route, started_at
 
 CC = shutil.which(os.environ.get("CC") or "cc")

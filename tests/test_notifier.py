@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from snapshotd.notifier import (
+from snapshotd.watch.notifier import (
     ADDED,
     DELETED,
     MODIFIED,
@@ -176,7 +176,7 @@ def test_a_kernel_queue_overflow_is_reported_for_every_root(root: Path, tmp_path
 
 def test_the_watch_limit_is_raised_at_start_and_on_the_next_read(
         root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import snapshotd.faults as faults
+    import snapshotd.core.faults as faults
 
     fault = tmp_path / "faults"
     monkeypatch.setattr(faults, "_FAULT_FILE", str(fault))

@@ -1,4 +1,4 @@
-"""Cookie round trips of one notifier group (``snapshotd.notifiergroup``), on real kernel
+"""Cookie round trips of one notifier group (``snapshotd.watch.notifier_group``), on real kernel
 watches: a ``sync`` proves every event queued before it was dispatched, whether its cookie is a
 new file or (inotify) one sent before whose round trip came back; cookies sent again never
 leave a directory entry behind per sync, and one that did not come back is never sent again."""
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from snapshotd.notifiergroup import NotifierGroup
+from snapshotd.watch.notifier_group import NotifierGroup
 
 
 class Seen:

@@ -1,4 +1,4 @@
-"""A verification's scan off the worktree's lock (snapshotd.prescan): what it finds, and when it
+"""A verification's scan off the worktree's lock (snapshotd.watch.prescan): what it finds, and when it
 declines so that the verification scans fully under the lock instead.
 
 In-process, with a real store, ledger and worktree (no watcher: ``Prescan.run`` needs only the
@@ -15,10 +15,10 @@ import pytest
 
 from conftest import make_git_worktree
 from helpers import DriftRecorder, git
-from snapshotd import prescan
-from snapshotd.fastpath import DIRTY_LIMIT
-from snapshotd.prescan import Prescan
-from snapshotd.service import Service
+from snapshotd.service.service import Service
+from snapshotd.watch import prescan
+from snapshotd.watch.fastpath import DIRTY_LIMIT
+from snapshotd.watch.prescan import Prescan
 
 
 @pytest.fixture(params=["libgit2", "git"])

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from conftest import Env, git, make_git_worktree
-from snapshotd import raw_bytes
-from snapshotd.restore import restore_checkpoint
-from snapshotd.service import Service
-from snapshotd.store import Store
+from snapshotd.capture import raw_bytes
+from snapshotd.features.restore.restore import restore_checkpoint
+from snapshotd.service.service import Service
+from snapshotd.store.store import Store
 
 ATTRIBUTES = "* text=auto\n*.bat text eol=crlf\n*.id ident\n*.dat filter=shrink\n"
 FILES = {

@@ -13,8 +13,8 @@ import pytest
 
 import powerfs
 from powerfs import PowerFS
-from snapshotd import durable
-from snapshotd.recovery import recover_home
+from snapshotd.core import durable
+from snapshotd.store.recovery import recover_home
 
 
 def git(store: Path, *args: str, stdin: bytes | None = None) -> str:

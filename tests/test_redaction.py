@@ -23,7 +23,7 @@ import pytest
 
 from conftest import QUIET_WATCHER, Daemon, Env, MakeDaemon, git, make_git_worktree
 from helpers import wait_for
-from snapshotd.config import RedactingFilter, load_config, redact_text, redact_url
+from snapshotd.core.config import RedactingFilter, load_config, redact_text, redact_url
 
 REMOTE_SECRET = "s3cret-Remote-PW"
 LEDGER_SECRET = "s3cret-Ledger-PW"

@@ -364,7 +364,7 @@ def test_handoff_manifest_round_trip(hosts: tuple[Host, Host], remote: Path,
     assert proc.returncode != 0 and "digest" in proc.stderr
     assert list(wt_b.iterdir()) == []
     # A resealed manifest naming a commit that exists nowhere is refused too.
-    from snapshotd.replication import manifest_digest
+    from snapshotd.features.replication.replication import manifest_digest
 
     forged = dict(manifest, checkpoint=dict(cp, commit="1" * 40))
     forged["digest"] = manifest_digest(forged)

@@ -473,9 +473,9 @@ def test_progress_op_and_bar(sd_env: Env, daemon: Daemon, tmp_path: Path) -> Non
 
 
 def test_python_api_for_engines(sd_env: Env, tmp_path: Path) -> None:
-    from snapshotd.config import load_config
-    from snapshotd.restore import restore_checkpoint
-    from snapshotd.service import Service, ServiceError
+    from snapshotd.core.config import load_config
+    from snapshotd.features.restore.restore import restore_checkpoint
+    from snapshotd.service.service import Service, ServiceError
 
     wt = tmp_path / "wt"
     wt.mkdir()

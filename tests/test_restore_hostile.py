@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from conftest import Daemon, Env, git, make_git_worktree
-from snapshotd.config import load_config
-from snapshotd.errors import ServiceError
-from snapshotd.restore import restore_checkpoint
-from snapshotd.service import Service
+from snapshotd.core.config import load_config
+from snapshotd.core.errors import ServiceError
+from snapshotd.features.restore.restore import restore_checkpoint
+from snapshotd.service.service import Service
 
 NAME = b"caf\xe9.txt"  # Latin-1 bytes: not UTF-8
 DIR = b"d\xff\xfe"
@@ -112,7 +112,7 @@ def test_to_refuses_a_component_that_became_a_link_after_resolution(sd_env: Env,
     outside.mkdir()
     base = tmp_path / "base"
     (base / "sub").mkdir(parents=True)
-    from snapshotd.restore_apply import open_confined
+    from snapshotd.features.restore.apply import open_confined
 
     os.close(open_confined(base / "sub", create=False))
     (base / "sub").rmdir()
@@ -316,7 +316,7 @@ def test_text_that_is_not_utf8_travels_as_an_extension_and_comes_back_the_same()
 
 def test_a_reply_that_cannot_fit_keeps_the_undo_and_says_so(
         caplog: pytest.LogCaptureFixture) -> None:
-    from snapshotd.restore import fit_reply
+    from snapshotd.features.restore.restore import fit_reply
 
     result = {"run_id": "r", "node_id": "n", "iteration": 0, "attempt": 1, "seq": 0,
               "commit": "c" * 40, "mode": "in-place", "dry_run": False, "applied": True,

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import git, make_git_worktree
-from snapshotd.secrets import (
+from snapshotd.capture.seeding import index_paths
+from snapshotd.core.secrets import (
     SCAN_MAX_BYTES,
     find_secrets,
     may_name_secret_files,
@@ -22,8 +23,7 @@ from snapshotd.secrets import (
     secret_file_kind,
     secret_files_among,
 )
-from snapshotd.seeding import index_paths
-from snapshotd.store import Store
+from snapshotd.store.store import Store
 
 TOKEN = "sk-proj-Vx8Kq2Lm7Np4Rt9Ws3Yz6Ab1Cd5Ef0Gh"  # made up, in the shape of an OpenAI key
 PRIVATE_KEY = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAAS\n-----END PRIVATE KEY-----\n"

@@ -22,8 +22,8 @@ import pytest
 from test_secrets import IN_CONTEXT, TOKENS, assert_clean
 
 from conftest import Daemon, Env
-from snapshotd.config import RedactingFilter
-from snapshotd.gaps import GapSpool
+from snapshotd.core.config import RedactingFilter
+from snapshotd.service.gaps import GapSpool
 from snapshotd_client.gaps import append_gap, make_gap
 
 RUN, NODE = "surf-run", "surf-node"
@@ -70,7 +70,7 @@ def test_both_gap_writers_hide_each_kind(kind: str, tmp_path: Path) -> None:
 
 def test_captured_files_are_scanned_for_each_kind_and_review_replies_stay_clean(
         sd_env: Env, daemon: Daemon, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from snapshotd.mcp_ops import Operations
+    from snapshotd.ops.mcp_ops import Operations
 
     wt = tmp_path / "wt"
     wt.mkdir()

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from conftest import Daemon, Env, git, make_git_worktree, run_hook
-from snapshotd.config import RedactingFilter, redact_text
-from snapshotd.gaps import GapSpool
-from snapshotd.secrets import redact_secrets
+from snapshotd.core.config import RedactingFilter, redact_text
+from snapshotd.core.secrets import redact_secrets
+from snapshotd.service.gaps import GapSpool
 from snapshotd_client.gaps import append_gap, make_gap
 
 # kind -> a made-up token of that kind, as it would appear in a command line or a message.
@@ -133,7 +133,7 @@ def bash_payload(wt: Path, tool_use_id: str, command: str) -> dict:
 
 def test_no_token_leaves_in_clear_through_any_surface(sd_env: Env, daemon: Daemon,
                                                       tmp_path: Path) -> None:
-    from snapshotd.mcp_ops import Operations
+    from snapshotd.ops.mcp_ops import Operations
 
     wt = make_git_worktree(tmp_path / "wt")
     (wt / "a.txt").write_text("one\n")
@@ -183,7 +183,7 @@ def cli_listing(env: Env) -> dict:
 
 def test_a_file_that_cannot_be_scanned_is_logged(tmp_path: Path,
                                                  caplog: pytest.LogCaptureFixture) -> None:
-    from snapshotd.secrets import scan_file
+    from snapshotd.core.secrets import scan_file
 
     with caplog.at_level(logging.WARNING, logger="snapshotd.secrets"):
         assert scan_file(tmp_path / "gone.txt") == []

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from conftest import git, make_git_worktree
-from snapshotd.store import Store
-from snapshotd.user_repo import valid_cache_tree
+from snapshotd.core.user_repo import valid_cache_tree
+from snapshotd.store.store import Store
 
 
 def make_repo(root: Path, files: int = 300) -> Path:

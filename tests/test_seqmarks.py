@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from snapshotd.keys import AttemptKey
-from snapshotd.seqmarks import SeqMarks
+from snapshotd.core.keys import AttemptKey
+from snapshotd.service.seqmarks import SeqMarks
 
 KEY = AttemptKey("run", "node", 0, 1)
 

@@ -17,12 +17,13 @@ from pathlib import Path
 import pytest
 
 from conftest import Daemon, Env
-from snapshotd import engine, metrics
-from snapshotd.config import load_config
-from snapshotd.daemon import OPTIONAL_PARTS, attach_optional_parts
-from snapshotd.listener import bind_socket
-from snapshotd.server import LAYERS, Server
-from snapshotd.service import Service
+from snapshotd.core.config import load_config
+from snapshotd.daemon import metrics
+from snapshotd.daemon.daemon import OPTIONAL_PARTS, attach_optional_parts
+from snapshotd.daemon.listener import bind_socket
+from snapshotd.daemon.server import LAYERS, Server
+from snapshotd.features import engine
+from snapshotd.service.service import Service
 
 
 @pytest.fixture
@@ -127,8 +128,8 @@ def test_a_part_that_is_not_installed_is_logged_and_shown_in_status(
     server = make_server("parts")
     with caplog.at_level(logging.WARNING, logger="snapshotd"):
         summary = attach_optional_parts(server.service, server, server.service.config,
-                                        parts=("snapshotd.no_such_part", "snapshotd.metrics"))
-    assert summary == {"attached": ["snapshotd.metrics"], "missing": ["snapshotd.no_such_part"]}
+                                        parts=("snapshotd.no_such_part", "snapshotd.daemon.metrics"))
+    assert summary == {"attached": ["snapshotd.daemon.metrics"], "missing": ["snapshotd.no_such_part"]}
     assert any("snapshotd.no_such_part is not installed" in r.getMessage()
                for r in caplog.records)
     status = server.handler("status")({})  # type: ignore[misc]

@@ -1,4 +1,4 @@
-"""The control socket's connection threads (``snapshotd.server``, ``snapshotd.workers``): kept
+"""The control socket's connection threads (``snapshotd.daemon.server``, ``snapshotd.daemon.workers``): kept
 for the next connection, a burst past the handler slots waits rather than fails, a frame
 dribbled in never outlives the idle timeout, a stop wakes every idle connection, an acceptor
 that fails stops the daemon cleanly, and a stop that hangs past its limit still ends the
@@ -18,7 +18,7 @@ import pytest
 
 from conftest import QUIET_WATCHER, Daemon, Env, MakeDaemon, make_git_worktree
 from helpers import connect_raw, recv_frame, send_frame, wait_for
-from snapshotd.server import STOP_GRACE_S
+from snapshotd.daemon.server import STOP_GRACE_S
 from snapshotd_client import Client
 
 

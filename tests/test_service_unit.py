@@ -91,7 +91,7 @@ def test_socket_activation_adopts_the_passed_socket_and_serves_a_client(
 def test_listen_fds_ignores_variables_meant_for_another_process_and_unsets_them() -> None:
     code = (
         "import os, json\n"
-        "from snapshotd.activation import listen_fds\n"
+        "from snapshotd.daemon.activation import listen_fds\n"
         "os.environ.update(LISTEN_FDS='1', LISTEN_PID=str(os.getppid()))\n"
         "a = listen_fds()\n"
         "left = [k for k in ('LISTEN_FDS', 'LISTEN_PID') if k in os.environ]\n"

@@ -19,7 +19,7 @@ from test_fastpath_store import full_tree
 
 from conftest import QUIET_WATCHER, Daemon, Env, make_git_worktree
 from helpers import wait_for
-from snapshotd.server import STOP_GRACE_S, STOP_HOOKS_S
+from snapshotd.daemon.server import STOP_GRACE_S, STOP_HOOKS_S
 
 RUN = {"run_id": "special", "node_id": "n"}
 

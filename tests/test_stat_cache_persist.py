@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from snapshotd.store import Store
+from snapshotd.store.store import Store
 
 
 def test_a_stat_cache_that_cannot_be_written_is_logged(tmp_path: Path,

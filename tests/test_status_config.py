@@ -281,7 +281,7 @@ def test_status_shows_a_watched_worktree_that_went_missing_as_degraded(
         c.attempt_begin("deg", "impl", str(wt))
         c.snapshot(str(wt), run_id="deg", node_id="impl")
         if "watched" not in c.status():
-            pytest.skip("this build has no watcher (snapshotd.watcher), so nothing degrades")
+            pytest.skip("this build has no watcher (snapshotd.watch.watcher), so nothing degrades")
     shutil.rmtree(wt)
 
     def degraded_row() -> dict | None:

@@ -11,9 +11,9 @@ import pygit2
 import pytest
 
 from conftest import Daemon, Env, git
-from snapshotd.commit_message import CheckpointMeta
-from snapshotd.keys import AttemptKey
-from snapshotd.store import CACHE_REF_PREFIX, Store, StoreError, worktree_id
+from snapshotd.core.commit_message import CheckpointMeta
+from snapshotd.core.keys import AttemptKey
+from snapshotd.store.store import CACHE_REF_PREFIX, Store, StoreError, worktree_id
 
 KEY = AttemptKey("r", "n", 0, 1)
 

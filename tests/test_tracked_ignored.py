@@ -15,11 +15,11 @@ import pytest
 
 from conftest import Env, MakeDaemon, git, make_git_worktree
 from helpers import DriftRecorder, wait_for
-from snapshotd import worktree_index
-from snapshotd.prescan import Prescan
-from snapshotd.service import Service
-from snapshotd.store import Store
-from snapshotd.worktree_index import WorktreeIndex
+from snapshotd.capture import stat_cache as worktree_index
+from snapshotd.capture.stat_cache import WorktreeIndex
+from snapshotd.service.service import Service
+from snapshotd.store.store import Store
+from snapshotd.watch.prescan import Prescan
 
 
 def users_add_all(wt: Path, scratch: Path) -> str:

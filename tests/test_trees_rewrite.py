@@ -13,9 +13,9 @@ from random import Random
 import pygit2
 import pytest
 
-from snapshotd import trees
-from snapshotd.loose import StoredObjects
-from snapshotd.trees import TreeShapeChanged, compute_tree_changes, rewrite_tree
+from snapshotd.store import trees
+from snapshotd.store.loose import StoredObjects
+from snapshotd.store.trees import TreeShapeChanged, compute_tree_changes, rewrite_tree
 
 BLOB = pygit2.GIT_FILEMODE_BLOB
 EXEC = pygit2.GIT_FILEMODE_BLOB_EXECUTABLE

@@ -136,8 +136,8 @@ FIRST_PAINT_HANG_S = 10.0
 
 
 def test_first_paint_of_a_long_run(browser, sd_env: Env, wt: Path) -> None:
-    from snapshotd.config import load_config
-    from snapshotd.service import Service
+    from snapshotd.core.config import load_config
+    from snapshotd.service.service import Service
 
     service = Service(sd_env.home, load_config(environ=sd_env.environ()))
     try:
@@ -167,7 +167,7 @@ def test_first_paint_of_a_long_run(browser, sd_env: Env, wt: Path) -> None:
 
 
 def test_gaps_tree_and_blame(browser, ui: UiServer, sd_env: Env) -> None:
-    from snapshotd.gaps import GapSpool
+    from snapshotd.service.gaps import GapSpool
 
     GapSpool(sd_env.gaps).record(reason="timeout", detail="no answer in 2000 ms", run_id="r",
                                  node_id="n", tool_use_id="toolu_9")

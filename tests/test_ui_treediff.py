@@ -1,4 +1,4 @@
-"""``snapshotd.ui.treediff`` against libgit2's full tree diff (``snapshotd.diff.render_trees``)
+"""``snapshotd.ui.treediff`` against libgit2's full tree diff (``snapshotd.features.review.diff.render_trees``)
 on random trees in a real bare repository: same files, counts and patch text."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from snapshotd.diff import render_trees
+from snapshotd.features.review.diff import render_trees
 from snapshotd.ui.treediff import diff_trees
 
 

@@ -12,7 +12,7 @@ import pygit2
 import pytest
 
 from conftest import make_git_worktree
-from snapshotd.user_repo import head_commit, repo_info_exclude, strip_index, user_gitdir
+from snapshotd.core.user_repo import head_commit, repo_info_exclude, strip_index, user_gitdir
 
 
 def _git(wt: Path, *args: str) -> str:

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import Env, MakeDaemon, git, make_git_worktree
 from helpers import in_time, release_fifo
-from snapshotd.user_repo import head_commit, user_head
+from snapshotd.core.user_repo import head_commit, user_head
 from snapshotd_client.client import SnapshotdError
 
 # Where in ``.git`` a FIFO is planted, and whether HEAD's commit can still be read around it

@@ -1,5 +1,5 @@
-"""A long verification scan never lands among an agent's tool calls (snapshotd.settle), and
-when one runs, a tool call does not wait for it (snapshotd.prescan: the scan is off the lock).
+"""A long verification scan never lands among an agent's tool calls (snapshotd.watch.settle), and
+when one runs, a tool call does not wait for it (snapshotd.watch.prescan: the scan is off the lock).
 
 A verification used to hold the worktree's lock for a full stat scan: at a million files about
 nine seconds, measured, and a tool call's capture of that worktree waited all of it (past the
@@ -65,7 +65,7 @@ def test_a_slow_verification_waits_for_a_quiet_worktree_and_still_finds_drift(
 
 def test_a_tool_call_during_a_verification_scan_neither_waits_nor_is_drift(
         sd_env: Env, tmp_path: Path, make_daemon: MakeDaemon) -> None:
-    """A verification's stat scan runs off the worktree's lock (``snapshotd.prescan``): a tool
+    """A verification's stat scan runs off the worktree's lock (``snapshotd.watch.prescan``): a tool
     call that comes while it runs is captured at once, not after the scan (it waited all of it:
     nine seconds at a million files). And what the agent wrote meanwhile is not drift, though
     the scan finds it and the watcher's paths were taken before or beside it (drift turns the

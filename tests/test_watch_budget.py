@@ -13,7 +13,7 @@ import pytest
 
 from conftest import QUIET_WATCHER, Env, make_git_worktree
 from helpers import full_tree, git, wait_for
-from snapshotd.notifier import (
+from snapshotd.watch.notifier import (
     InotifyNotifier,
     WatchLimitError,
     set_max_watches,

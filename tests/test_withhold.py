@@ -129,7 +129,7 @@ def _chain(repo: Any, messages: list[str], onto: str | None = None) -> list[str]
 def test_a_rewritten_chain_is_walked_again(tmp_path: Path) -> None:
     import pygit2
 
-    from snapshotd.withhold import Withholder, release
+    from snapshotd.features.withhold import Withholder, release
 
     repo = pygit2.init_repository(str(tmp_path / "r.git"), bare=True)
     mark = 'Snapshotd-Secrets: [{"path":"k.txt","line":1,"kind":"openai"}]'

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import QUIET_WATCHER, Daemon, Env, git, make_git_worktree
 from helpers import wait_for
-from snapshotd.ignore_rules import read_rules
+from snapshotd.capture.ignore_rules import read_rules
 
 RUN = {"run_id": "ws", "node_id": "n"}
 

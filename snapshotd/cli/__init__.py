@@ -1,13 +1,5 @@
-"""The ``snapshotd`` command line: one module per command group.
-
-Promises: every command has ``--help``; read commands take ``--json``; errors go to
-stderr with a non-zero exit and a sentence that says what to do.
-
-A command's module is imported only when that command runs (``COMMANDS``): ``snapshotd show``
-does not load the HTTP server, the service installer or the daemon, and ``snapshotd serve``
-does not load the review commands. Each start costs what its command needs (agents' runners
-call the CLI often, and so does the test suite).
-"""
+"""The ``snapshotd`` command line, one module per command group; every command has ``--help``,
+read commands take ``--json``, errors go to stderr as a sentence that says what to do."""
 
 from __future__ import annotations
 
@@ -17,7 +9,10 @@ import click
 
 from snapshotd import __version__
 
-# Command name -> "module:attribute" under snapshotd.cli.
+# Command name -> "module:attribute" under snapshotd.cli. A command's module is imported only
+# when that command runs: ``snapshotd show`` does not load the HTTP server, the service installer
+# or the daemon, and ``snapshotd serve`` not the review commands, so each start costs what its
+# command needs (agents' runners call the CLI often, and so does the test suite).
 COMMANDS: dict[str, str] = {
     "attempt": "attempt:attempt",
     "blame": "blame:blame",

@@ -1,6 +1,6 @@
 """``snapshotd attempt begin | end``: open and close attempts, for engines and scripts.
 
-Owns the command-line face of the thin engine (``snapshotd.engine``): ``begin`` registers an
+Owns the command-line face of the thin engine (``snapshotd.features.engine``): ``begin`` registers an
 attempt on a worktree (superseding the one active there), ``end`` flushes, records the final
 pointer and the end time, and stops watching.
 

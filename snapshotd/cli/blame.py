@@ -1,8 +1,8 @@
 """``snapshotd blame RUN --node X PATH``: which checkpoint (tool call) introduced each line.
 
 Owns the command line of blame. Through the daemon when one answers, else directly on the home
-(``snapshotd.blame.run_blame``); ``--json`` prints the documented shape
-(``snapshotd.blame.public_shape``).
+(``snapshotd.features.review.blame.run_blame``); ``--json`` prints the documented shape
+(``snapshotd.features.review.blame.public_shape``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def blame(run_id: str, path: str, node_id: str, seq: int | None, iteration: int 
     """Show every line of PATH (relative to the worktree, or absolute inside it) at a
     checkpoint with the checkpoint and tool call that introduced it. Lines written outside the
     agent's tool calls (tier 2, before-tool captures) are marked with '*'."""
-    from snapshotd.blame import outside_tool_call, public_shape, run_blame
+    from snapshotd.features.review.blame import outside_tool_call, public_shape, run_blame
 
     if os.path.isabs(path):
         path = os.path.normpath(path)

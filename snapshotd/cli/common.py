@@ -66,7 +66,7 @@ def fail(message: str, code: int = 1) -> None:
 def ledger_failure(exc: Exception, doing: str = "read") -> None:
     """Fail on a ledger error: a damaged ledger's own sentence (what, where, ``snapshotd
     repair``), else "the ledger cannot be <doing>: ..."."""
-    from snapshotd.ledger import LedgerDamaged
+    from snapshotd.ledger.ledger import LedgerDamaged
 
     if isinstance(exc, LedgerDamaged):
         fail(str(exc))
@@ -76,8 +76,8 @@ def ledger_failure(exc: Exception, doing: str = "read") -> None:
 def read_ledger_or_fail(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """``fn(*args, **kwargs)`` reading the configured ledger directly, without a daemon; a bad
     ledger configuration or a ledger error printed as a sentence (``ledger_failure``), exit 1."""
-    from snapshotd.config import ConfigError
-    from snapshotd.ledger import LedgerError
+    from snapshotd.core.config import ConfigError
+    from snapshotd.ledger.ledger import LedgerError
 
     try:
         return fn(*args, **kwargs)
@@ -123,10 +123,10 @@ def run_op(home: Path | None, sock: Path | None, op: str, fields: dict[str, Any]
            local: Callable[[Any], dict], *, timeout: float = 60.0,
            via_daemon: Callable[[Client], dict] | None = None,
            require_ledger: bool = True) -> dict:
-    """``snapshotd.backend.run_op`` (the daemon when one answers, else the home directly under
+    """``snapshotd.ops.backend.run_op`` (the daemon when one answers, else the home directly under
     its lock), its failures printed as a sentence: a bad config exits 2, anything else 1."""
-    from snapshotd import backend
-    from snapshotd.ledger import LedgerError
+    from snapshotd.ledger.ledger import LedgerError
+    from snapshotd.ops import backend
 
     try:
         return call_or_fail(backend.run_op, op, fields, local, home=home, socket=sock,
@@ -141,9 +141,9 @@ def call_or_fail(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """``fn(*args, **kwargs)``, its failure printed as one sentence: a bad configuration exits
     2; a refused op (``ServiceError``) exits 1 with ``message (code)``, or, when the home holds
     nothing or its daemon is silent, with the option that names another home or socket."""
-    from snapshotd import backend
-    from snapshotd.config import ConfigError
-    from snapshotd.errors import ServiceError
+    from snapshotd.core.config import ConfigError
+    from snapshotd.core.errors import ServiceError
+    from snapshotd.ops import backend
 
     try:
         return fn(*args, **kwargs)

@@ -1,7 +1,7 @@
 """``snapshotd diff RUN --node X --seq A``: what changed, as a git-style patch.
 
 Owns the command line of diff. Through the daemon when one answers (a ``--worktree`` diff then
-captures the worktree under its lock), else directly on the home (``snapshotd.backend``).
+captures the worktree under its lock), else directly on the home (``snapshotd.ops.backend``).
 A patch or file list too large for one reply is rendered from the two tree ids the reply names,
 reading the store (``backend.complete_diff``).
 """
@@ -13,7 +13,6 @@ from typing import Any
 
 import click
 
-from snapshotd.backend import complete_diff
 from snapshotd.cli.common import (
     attempt_options,
     call_or_fail,
@@ -22,6 +21,7 @@ from snapshotd.cli.common import (
     run_op,
     shown,
 )
+from snapshotd.ops.backend import complete_diff
 
 # A --worktree diff captures the worktree first.
 DIFF_TIMEOUT_S = 3600.0
@@ -54,7 +54,7 @@ def diff(run_id: str, node_id: str, seq: int, to_seq: int | None, worktree: bool
                               "attempt": attempt, "patch": want_patch}
 
     def direct(service: Any) -> dict:
-        from snapshotd.diff import diff_checkpoints
+        from snapshotd.features.review.diff import diff_checkpoints
 
         return diff_checkpoints(service, **fields)
 

@@ -1,7 +1,7 @@
 """``snapshotd export RUN --node X (--branch NAME [--squash] [--repo DIR] | --patches DIR)``.
 
 Owns the command line of export: the agent's checkpoints as commits on a new branch of the
-user's repository, or as a ``git am``-able series (``snapshotd.export``). Through the daemon
+user's repository, or as a ``git am``-able series (``snapshotd.features.review.export``). Through the daemon
 when one answers, else directly on the home. An export that would write an unreleased secret is
 refused (``secret-held``) unless ``--allow-secrets``, which then says on stderr what went out.
 """
@@ -43,7 +43,7 @@ def export(run_id: str, node_id: str, from_seq: int | None, to_seq: int | None,
     tree, the config or an existing branch. Refused, before anything is written, when a file
     it would write holds a secret finding that was not released (see `snapshotd push
     --release`), unless --allow-secrets."""
-    from snapshotd.export import run_export
+    from snapshotd.features.review.export import run_export
 
     if (branch is None) == (patches is None):
         raise click.UsageError("give --branch NAME or --patches DIR, one of the two")

@@ -1,6 +1,6 @@
 """``snapshotd fetch RUN``: bring a run's checkpoints from the configured remote.
 
-Owns the command-line face of ``snapshotd.fetch.fetch_run``: the run's attempt refs are
+Owns the command-line face of ``snapshotd.features.replication.fetch.fetch_run``: the run's attempt refs are
 fetched (git checks every object), verified against the ledger, adopted only forward, and the
 ledger rows rebuilt from their commit trailers, so ``snapshots``, ``restore`` and ``diff`` then
 work on this host. Through the daemon when one answers, else directly on the home.
@@ -27,7 +27,7 @@ def fetch(run_id: str, home: Path | None, socket_: Path | None, as_json: bool) -
     """Fetch RUN's checkpoints from the configured remote into the local store."""
 
     def direct(service: object) -> dict:
-        from snapshotd.fetch import fetch_run
+        from snapshotd.features.replication.fetch import fetch_run
 
         return fetch_run(service, run_id)  # type: ignore[arg-type]
 

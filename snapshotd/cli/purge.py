@@ -1,6 +1,6 @@
 """``snapshotd purge RUN PATH``: take a path out of every checkpoint of a run (docs/secrets.md).
 
-Owns the command-line face of ``snapshotd.purge``: through the daemon when one answers, else on
+Owns the command-line face of ``snapshotd.features.purge``: through the daemon when one answers, else on
 the home directly under the daemon's lock.
 
 Promises: exits 0 with what was rewritten (``--json``: the result map); 1 with a sentence on
@@ -33,7 +33,7 @@ def purge(run_id: str, path: str, home: Path | None, socket_: Path | None,
     """Remove PATH (worktree-relative) from every checkpoint of RUN."""
 
     def direct(service: object) -> dict:
-        from snapshotd.purge import purge_op, recover_journal
+        from snapshotd.features.purge import purge_op, recover_journal
 
         recover_journal(service)  # type: ignore[arg-type]
         return purge_op(service, {"run_id": run_id, "path": path})  # type: ignore[arg-type]

@@ -1,4 +1,4 @@
-"""``snapshotd repair``: rebuild a damaged ledger from the store (``snapshotd.ledger_repair``).
+"""``snapshotd repair``: rebuild a damaged ledger from the store (``snapshotd.features.repair``).
 
 Owns the command's surface: the report as text or ``--json``, ``--dry-run``, and the exit
 status (0: repaired, or nothing to repair; 1: refused, e.g. a daemon runs; 2: bad configuration).
@@ -31,9 +31,9 @@ def repair(dry_run: bool, home: Path | None, as_json: bool) -> None:
     Stop the daemon first. The rebuilt ledger holds every attempt with a ref in the store and
     one row per checkpoint on its chain (seq, commit, label, tool call id, ...).
     """
-    from snapshotd.config import load_config
-    from snapshotd.ledger import LedgerError
-    from snapshotd.ledger_repair import repair_ledger
+    from snapshotd.core.config import load_config
+    from snapshotd.features.repair import repair_ledger
+    from snapshotd.ledger.ledger import LedgerError
 
     home_path = resolve_home(home)
     try:

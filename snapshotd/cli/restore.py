@@ -1,6 +1,6 @@
 """``snapshotd restore RUN --node X``: bring a worktree (or a new directory) back to a checkpoint.
 
-Owns the command line of restore. It runs through ``snapshotd.backend.run_op``: in the daemon
+Owns the command line of restore. It runs through ``snapshotd.ops.backend.run_op``: in the daemon
 when one answers on the socket (so the restore is serialized with captures of that worktree),
 else directly on the home under the daemon's own home lock.
 
@@ -19,7 +19,6 @@ from typing import Any
 
 import click
 
-from snapshotd.backend import with_location
 from snapshotd.cli.common import (
     attempt_options,
     daemon_client,
@@ -28,6 +27,7 @@ from snapshotd.cli.common import (
     run_op,
     shown,
 )
+from snapshotd.ops.backend import with_location
 from snapshotd_client import SnapshotdError
 
 # Restores with at least this many paths get a progress bar on a terminal.
@@ -75,7 +75,7 @@ def restore(run_id: str, node_id: str, seq: int | None, iteration: int | None,
 def run_restore(home: Path | None, socket_: Path | None, fields: dict,
                 *, show_bar: bool) -> dict:
     """The restore through the daemon (paging a dry-run's plan) or directly on the home."""
-    from snapshotd.restore import restore_checkpoint
+    from snapshotd.features.restore.restore import restore_checkpoint
 
     def direct(service: Any) -> dict:
         bar = _Bar(show_bar)

@@ -1,6 +1,6 @@
 """``snapshotd runs``: every run the ledger knows, newest activity last.
 
-Owns the table of the run summary (``snapshotd.listing.collect_runs``): per run its nodes,
+Owns the table of the run summary (``snapshotd.service.listing.collect_runs``): per run its nodes,
 attempts (by state), checkpoints, gaps (and how many are unresolved), worktrees and last
 activity. Reads the configured ledger (SQLite WAL or PostgreSQL, both safe beside a running
 daemon) and the gap spool; needs no daemon.
@@ -29,7 +29,7 @@ from snapshotd.cli.common import (
 def runs(home: Path | None, as_json: bool) -> None:
     """List runs with their node and attempt counts, worktrees and last activity."""
     home_path = resolve_home(home)
-    from snapshotd.listing import collect_runs
+    from snapshotd.service.listing import collect_runs
 
     try:
         summary = read_ledger_or_fail(collect_runs, home_path)

@@ -1,9 +1,9 @@
 """``snapshotd show RUN --node X --seq N``: what one checkpoint changed, with its tool call.
 
 Owns the command line of show, and what the review commands share: ``read_only`` (run a
-``snapshotd.history`` function on the home opened for reading, failures printed as a sentence)
+``snapshotd.features.review.history`` function on the home opened for reading, failures printed as a sentence)
 and ``describe_call`` (one line for a tool call). It reads the ledger and the store directly
-(``snapshotd.backend.read_home``), with or without a daemon. A checkpoint's secret findings are
+(``snapshotd.ops.backend.read_home``), with or without a daemon. A checkpoint's secret findings are
 shown as ``SECRET path:line kind`` lines (never the value).
 """
 
@@ -41,7 +41,7 @@ def show(run_id: str, node_id: str, seq: int | None, iteration: int | None,
          attempt: int | None, fmt: str, home: Path | None, as_json: bool) -> None:
     """Show what checkpoint --seq changed against the previous checkpoint of its attempt (the
     first one against the empty tree), with its tool call and the gaps around it."""
-    from snapshotd.history import show_checkpoint
+    from snapshotd.features.review.history import show_checkpoint
 
     result = read_only(home, lambda view: show_checkpoint(
         view, run_id=run_id, node_id=node_id, seq=seq, iteration=iteration, attempt=attempt,
@@ -69,12 +69,12 @@ def show(run_id: str, node_id: str, seq: int | None, iteration: int | None,
 
 
 def read_only(home: Path | None, call: Callable[[Any], dict]) -> dict:
-    """``call(view)`` on the home opened for reading (``snapshotd.backend.read_home``), its
+    """``call(view)`` on the home opened for reading (``snapshotd.ops.backend.read_home``), its
     failures printed as a sentence: a bad config exits 2, anything else 1."""
     import pygit2
 
-    from snapshotd import backend
-    from snapshotd.ledger import LedgerError
+    from snapshotd.ledger.ledger import LedgerError
+    from snapshotd.ops import backend
 
     try:
         return call_or_fail(backend.read_home, call, home=home)
@@ -93,7 +93,7 @@ def describe_call(cp: dict) -> str:
 
 
 def echo_change(result: dict, fmt: str) -> None:
-    """A change (``snapshotd.diff.render_trees``'s fields) as a patch, stat or name-status."""
+    """A change (``snapshotd.features.review.diff.render_trees``'s fields) as a patch, stat or name-status."""
     if fmt == "stat":
         click.echo(result["stat"], nl=False)
     elif fmt == "name-status":

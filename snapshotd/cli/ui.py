@@ -37,7 +37,7 @@ def ui(home: Path | None, socket_: Path | None, port: int, no_browser: bool,
             fail(f"the web app needs starlette and uvicorn, which are not installed; install "
                  f"them with `{INSTALL_HINT}`")
         raise
-    from snapshotd.daemon import setup_logging
+    from snapshotd.daemon.daemon import setup_logging
 
     setup_logging(log_level)
     try:

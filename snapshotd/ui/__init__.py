@@ -1,7 +1,11 @@
-"""The local web app of ``snapshotd ui``: runs, timelines, checkpoints, diffs, gaps, restore.
+"""The local web app of ``snapshotd ui`` (runs, timelines, checkpoints, diffs, gaps, restore): an
+optional part (``pip install 'snapshotd[ui]'``) that nothing below the front ends imports."""
 
-An optional part (``pip install 'snapshotd[ui]'``: starlette and uvicorn); the core never
-imports this package. ``app`` holds the routes and the server, ``security`` the token, Host and
-CSRF guard, ``data`` the read-only views, ``actions`` restore/export/blame, ``gap_help`` what
-each gap reason means, ``screenshots`` the script that renders docs/ui.md's pictures.
-"""
+# ``app``: the routes and the server; ``security``: the token, Host and CSRF guard; ``data``: the
+# read-only views; ``actions``: restore/export/blame; ``gap_help``: what each gap reason means;
+# ``screenshots``: the script that renders docs/ui.md's pictures.
+
+from snapshotd.faces import face
+
+__all__, __getattr__, __dir__ = face(__name__, {
+})

@@ -1,6 +1,6 @@
 """The web app's actions: restore and export with a preview first, and blame.
 
-Owns ``restore``, ``export`` and ``blame``, each over ``snapshotd.mcp_ops.Operations`` (daemon
+Owns ``restore``, ``export`` and ``blame``, each over ``snapshotd.ops.mcp_ops.Operations`` (daemon
 or local, the CLI's path).
 
 Promises:
@@ -17,9 +17,9 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from snapshotd import errors
-from snapshotd.errors import ServiceError, id_field
-from snapshotd.mcp_ops import Operations
+from snapshotd.core import errors
+from snapshotd.core.errors import ServiceError, id_field
+from snapshotd.ops.mcp_ops import Operations
 
 PLAN_SHOWN = 500
 

@@ -7,7 +7,7 @@ any two checkpoints of the store (across attempts too), the tree and a file at a
 
 Promises:
 - Reads only: the ledger (safe beside a running daemon), the spool and a per-call handle on the
-  store (``Store.reader``); restore and export go through ``snapshotd.mcp_ops`` instead.
+  store (``Store.reader``); restore and export go through ``snapshotd.ops.mcp_ops`` instead.
 - Diffs are computed from tree ids by ``snapshotd.ui.treediff``, which skips every subtree the
   two sides share, so their cost follows the difference, not the size of the worktree.
 - A selection that names nothing is ``ServiceError(not-found)`` saying what exists; patches and
@@ -20,12 +20,13 @@ from pathlib import Path
 
 import pygit2
 
-from snapshotd import errors, listing
-from snapshotd.checkpoints import empty_tree, find_checkpoint, selection
-from snapshotd.commit_message import parse_trailers
-from snapshotd.errors import ServiceError
-from snapshotd.gaps import GapSpool
-from snapshotd.store import Store
+from snapshotd.core import errors
+from snapshotd.core.commit_message import parse_trailers
+from snapshotd.core.errors import ServiceError
+from snapshotd.service import listing
+from snapshotd.service.checkpoints import empty_tree, find_checkpoint, selection
+from snapshotd.service.gaps import GapSpool
+from snapshotd.store.store import Store
 from snapshotd.ui.gap_help import help_for
 from snapshotd.ui.treediff import diff_trees
 from snapshotd_client.paths import gaps_path

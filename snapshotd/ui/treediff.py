@@ -1,6 +1,6 @@
 """The web app's diff of two store trees, walking only the subtrees that differ.
 
-Owns ``diff_trees``: the same shape as ``snapshotd.diff.render_trees`` (``files``, ``stats``,
+Owns ``diff_trees``: the same shape as ``snapshotd.features.review.diff.render_trees`` (``files``, ``stats``,
 ``patch``) at a cost that follows the difference. libgit2's tree-to-tree diff reads every entry
 of both trees (about 0.3 s for a 100,000-file worktree on a small machine, whatever changed);
 here a subtree whose id is the same on both sides is skipped unread, and each changed file's

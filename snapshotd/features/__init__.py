@@ -1,0 +1,7 @@
+"""What the daemon does with checkpoints beyond taking them: restore, review, replication,
+retention, purge, the engine, agent sessions and ledger repair."""
+
+from snapshotd.faces import face
+
+__all__, __getattr__, __dir__ = face(__name__, {
+})

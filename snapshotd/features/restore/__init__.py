@@ -1,0 +1,7 @@
+"""Restore: a worktree, or a fresh directory, brought back to a checkpoint, planned
+first and written confined and atomic per file."""
+
+from snapshotd.faces import face
+
+__all__, __getattr__, __dir__ = face(__name__, {
+})

@@ -1,0 +1,483 @@
+"""Restore's filesystem writer: carry a plan out, confined to its target and atomic per file.
+
+Owns ``apply_in_place`` (a ``Plan`` applied to a worktree: deletions, emptied directories, every
+write staged under a temporary name and renamed into place) and ``materialize`` (every entry of a
+checkpoint written into a new or empty directory), with the descriptor-relative directory walk
+both use (``DirWalker``) and their durability barriers. ``snapshotd.features.restore.restore`` decides what to
+apply; this module only writes.
+
+Promises:
+- Every directory is entered with ``O_NOFOLLOW | O_DIRECTORY`` relative to its parent's
+  descriptor, files are created with ``O_EXCL | O_NOFOLLOW`` and renames and unlinks name an entry
+  of a directory descriptor: nothing is ever written through a symlink, nothing outside the
+  target. A symlink where the checkpoint has a directory is replaced by a real directory (the link
+  itself, never what it points to); a file there raises ``Obstacle``.
+- In place, each file switches from old to new content atomically (temp name in its own
+  directory, then ``rename``); a failure part-way removes the temporary files (a temp file that
+  cannot be removed is logged at warning). The exec bit follows the checkpoint; a replaced regular
+  file keeps its other permission bits.
+- Up to ``SMALL_PLAN`` writes, each file and touched directory is fsynced; above it, two
+  ``syncfs`` barriers (before the first rename, after the last).
+- The target itself is entered from ``/`` one component at a time with ``O_NOFOLLOW``
+  (``open_confined``): callers pass a resolved path, and a component that has become a link since
+  raises ``OSError`` before anything is created below it.
+- ``materialize`` into a new directory builds it under a hidden sibling name and renames it into
+  place after a ``syncfs``: it appears whole or not at all. Into an existing empty directory, a
+  failure takes back what was created (what cannot be removed is logged at warning).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import itertools
+import logging
+import os
+import shutil
+import stat
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pygit2
+
+from snapshotd.core import faults
+from snapshotd.core.durable import write_all
+from snapshotd.features.restore.plan import MODE_EXEC, MODE_LINK, Plan, Write
+
+log = logging.getLogger("snapshotd.restore")
+
+Progress = Callable[[int, int], None]
+
+# Up to this many writes, each file and directory is fsynced on its own; above it, two
+# filesystem-wide barriers (before and after the renames) cost less than one fsync per file.
+SMALL_PLAN = 64
+TMP_PREFIX = b".snapshotd-restore-"
+# Threads writing a large materialization (file creation dominates; see materialize).
+MATERIALIZE_WORKERS = 4
+
+_tmp_counter = itertools.count()
+
+
+class Obstacle(Exception):
+    """Something that is not a directory stands where the restore needs one."""
+
+
+def apply_in_place(repo: pygit2.Repository, root: Path, plan: Plan,
+                   progress: Progress | None) -> None:
+    """Apply ``plan`` to the worktree at ``root`` (the caller holds the worktree lock).
+
+    Raises ``OSError`` or ``Obstacle`` when it stops part-way; the files renamed so far stay.
+    """
+    kept = {p for p, _ in plan.kept}
+    writes = [w for w in plan.writes if w.path not in kept]
+    run = _InPlace(repo, root, writes, progress, total=len(writes) + len(plan.deletes))
+    try:
+        # Deletions first, so directories can replace files and links (and vice versa).
+        emptied = run.delete(plan.deletes)
+        run.remove_emptied(emptied)
+        run.stage()
+        run.rename_staged()
+        run.sync_touched()
+    finally:
+        run.close()
+    _tick(progress, run.total, run.total)
+
+
+def materialize(reader: Callable[[], pygit2.Repository], target: Path, entries: list[Write],
+                progress: Progress | None, timings: dict[str, float]) -> None:
+    """Write every entry under ``target``, a new directory (made whole, by rename) or an existing
+    empty one; ``reader`` opens a store handle for each writing thread.
+
+    ``target`` is a resolved absolute path: it is entered from ``/`` without following links
+    (``open_confined``), so a component that has become a link since raises ``OSError``."""
+    try:
+        root_fd = open_confined(target, create=False)
+    except FileNotFoundError:
+        _materialize_new(reader, target, entries, progress, timings)
+        return
+    try:
+        _write_all(reader, root_fd, entries, progress, timings)
+    except BaseException:
+        # Into an existing empty directory: take back what we created, leave it empty.
+        for top in sorted({w.path.partition(b"/")[0] for w in entries}):
+            remove_entry(root_fd, top, target / os.fsdecode(top))
+        raise
+    finally:
+        os.close(root_fd)
+
+
+def open_confined(path: Path, *, create: bool) -> int:
+    """A descriptor on the directory at absolute ``path``, entered from ``/`` one component at a
+    time with ``O_NOFOLLOW``: a component that is a link raises ``OSError`` (``ELOOP``), one that
+    is a file ``NotADirectoryError``; a missing one is created when ``create``, else
+    ``FileNotFoundError``. The caller closes the descriptor."""
+    raw = os.fsencode(path)
+    if not raw.startswith(b"/"):
+        raise ValueError(f"{path} is not an absolute path")
+    fd = os.open(b"/", DirWalker.FLAGS)
+    try:
+        for part in raw.split(b"/"):
+            if part in (b"", b"."):
+                continue
+            if part == b"..":
+                raise ValueError(f"{path} is not a resolved path")
+            try:
+                child = os.open(part, DirWalker.FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                try:
+                    os.mkdir(part, 0o777, dir_fd=fd)
+                except FileExistsError:
+                    pass  # made by someone else since the open: entering it checks what it is
+                child = os.open(part, DirWalker.FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def remove_entry(dir_fd: int, name: bytes, shown: Path) -> None:
+    """Remove the file, link or directory tree ``name`` of ``dir_fd`` that a failed restore
+    created (never following a link); what cannot be removed is logged at warning."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if stat.S_ISDIR(st.st_mode):
+            shutil.rmtree(name, dir_fd=dir_fd)
+        else:
+            os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        log.warning("restore: could not remove %s after a failed restore: %s", shown, exc)
+
+
+class DirWalker:
+    """Directory descriptors below a root, opened one component at a time with ``O_NOFOLLOW``.
+
+    Keeps the chain of the last directory open, so paths processed in sorted order reuse it.
+    """
+
+    FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+    def __init__(self, root_fd: int) -> None:
+        self.root_fd = root_fd
+        self.chain: list[tuple[bytes, int]] = []
+        self.touched: set[bytes] = set()
+
+    def open_dir(self, rel: bytes, *, create: bool) -> int | None:
+        """A descriptor on directory ``rel`` (``b""`` is the root), or None when it is absent
+        (or not a directory) and ``create`` is false. Owned by the walker: do not close it."""
+        parts = rel.split(b"/") if rel else []
+        n = 0
+        while n < len(self.chain) and n < len(parts) and self.chain[n][0] == parts[n]:
+            n += 1
+        self._truncate(n)
+        fd = self.chain[-1][1] if self.chain else self.root_fd
+        for i in range(n, len(parts)):
+            child = self._child(fd, parts[i], b"/".join(parts[:i + 1]), create)
+            if child is None:
+                return None
+            self.chain.append((parts[i], child))
+            fd = child
+        return fd
+
+    def close(self) -> None:
+        self._truncate(0)
+
+    def _truncate(self, n: int) -> None:
+        while len(self.chain) > n:
+            os.close(self.chain.pop()[1])
+
+    def _child(self, parent: int, name: bytes, rel: bytes, create: bool) -> int | None:
+        try:
+            return os.open(name, self.FLAGS, dir_fd=parent)
+        except FileNotFoundError:
+            if not create:
+                return None
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
+            if not create:
+                return None
+            st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+            if not stat.S_ISLNK(st.st_mode):
+                raise Obstacle(f"{os.fsdecode(rel)!r} is a file where the checkpoint has a "
+                               "directory") from None
+            # A symlink where the checkpoint has a directory: replace the link itself.
+            os.unlink(name, dir_fd=parent)
+        try:
+            os.mkdir(name, 0o777, dir_fd=parent)
+        except FileExistsError:
+            pass  # made by someone else since the open: entering it below checks what it is
+        self.touched.add(rel.rpartition(b"/")[0])
+        return os.open(name, self.FLAGS, dir_fd=parent)
+
+
+# -- in place ------------------------------------------------------------------------------------
+
+
+class _InPlace:
+    """One in-place application: its descriptors, progress and the temp files not yet renamed."""
+
+    def __init__(self, repo: pygit2.Repository, root: Path, writes: list[Write],
+                 progress: Progress | None, *, total: int) -> None:
+        self.repo = repo
+        self.writes = writes
+        self.progress = progress
+        self.total = total
+        self.done = 0
+        self.small = len(writes) <= SMALL_PLAN
+        self.root_fd = open_confined(root, create=False)
+        self.walker = DirWalker(self.root_fd)
+        self.staged: list[tuple[bytes, bytes, bytes]] = []  # (dir, temp name, final name)
+
+    def delete(self, deletes: list[bytes]) -> set[bytes]:
+        """Unlink the captured files the checkpoint lacks; returns every directory above them."""
+        emptied: set[bytes] = set()
+        for path in sorted(deletes, reverse=True):
+            parent, _, name = path.rpartition(b"/")
+            fd = self.walker.open_dir(parent, create=False)
+            if fd is not None:
+                try:
+                    os.unlink(name, dir_fd=fd)
+                    self.walker.touched.add(parent)
+                except FileNotFoundError:
+                    pass  # already gone: the state the plan wants
+                except (IsADirectoryError, PermissionError) as exc:
+                    if exc.errno not in (errno.EISDIR, errno.EPERM):
+                        raise
+                    # Captured as a file, a directory now: it is not ours to remove.
+            emptied.update(_ancestors(path))
+            self._step()
+        self.walker.close()
+        return emptied
+
+    def remove_emptied(self, emptied: set[bytes]) -> None:
+        """Directories the deletions emptied go too (what git does), deepest first; those the
+        writes need stay."""
+        needed = {p for w in self.writes for p in _ancestors(w.path)}
+        for d in sorted(emptied - needed, key=lambda p: p.count(b"/"), reverse=True):
+            parent, _, name = d.rpartition(b"/")
+            fd = self.walker.open_dir(parent, create=False)
+            if fd is None:
+                continue
+            try:
+                os.rmdir(name, dir_fd=fd)
+                self.walker.touched.add(parent)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT, errno.ENOTDIR):
+                    raise
+        self.walker.close()
+
+    def stage(self) -> None:
+        """Write every file under a temporary name in its own directory."""
+        for w in self.writes:
+            parent, _, name = w.path.rpartition(b"/")
+            fd = self.walker.open_dir(parent, create=True)
+            assert fd is not None
+            tmp = _temp_name()
+            self.staged.append((parent, tmp, name))  # first: a half-written temp is removed
+            _write_entry(self.repo, fd, tmp, w, fsync=self.small, like=name)
+            self._step()
+        if self.staged and not self.small:
+            _sync_fs(self.root_fd)  # the data of every temp file is durable before any rename
+
+    def rename_staged(self) -> None:
+        """Rename into place: each file switches from old to new content atomically."""
+        for renamed, (parent, tmp, name) in enumerate(self.staged):
+            if renamed == len(self.staged) // 2:
+                faults.crash_point("restore-mid")  # test seam: die half-way through the renames
+            fd = self.walker.open_dir(parent, create=False)
+            if fd is None:
+                raise Obstacle(f"directory {os.fsdecode(parent)!r} vanished during the restore")
+            try:
+                os.rename(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+            except OSError as exc:
+                if exc.errno not in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+                raise Obstacle(f"{os.fsdecode(parent + b'/' + name if parent else name)!r} "
+                               "became a directory during the restore") from exc
+            self.walker.touched.add(parent)
+        self.staged.clear()
+        self.walker.close()
+
+    def sync_touched(self) -> None:
+        """Make the renames durable: every touched directory, or one filesystem barrier."""
+        if self.small:
+            for d in sorted(self.walker.touched):
+                fd = self.walker.open_dir(d, create=False)
+                if fd is not None:
+                    os.fsync(fd)
+        elif self.walker.touched:
+            _sync_fs(self.root_fd)
+
+    def close(self) -> None:
+        """Remove the temp files of a failure part-way, close every descriptor."""
+        for parent, tmp, _name in self.staged:
+            where = os.fsdecode(parent + b"/" + tmp if parent else tmp)
+            try:
+                fd = self.walker.open_dir(parent, create=False)
+                if fd is None:
+                    log.warning("restore: the directory of the temporary file %s is gone or no "
+                                "longer a directory; the file is left where it went", where)
+                    continue
+                os.unlink(tmp, dir_fd=fd)
+            except FileNotFoundError:
+                pass  # never created: the failure came before its write
+            except (OSError, Obstacle) as exc:
+                log.warning("restore: could not remove the temporary file %s: %s", where, exc)
+        self.staged.clear()
+        self.walker.close()
+        os.close(self.root_fd)
+
+    def _step(self) -> None:
+        self.done += 1
+        _tick(self.progress, self.done, self.total)
+
+
+# -- into a directory ----------------------------------------------------------------------------
+
+
+def _materialize_new(reader: Callable[[], pygit2.Repository], target: Path,
+                     entries: list[Write], progress: Progress | None,
+                     timings: dict[str, float]) -> None:
+    """Build ``target`` under a hidden sibling name and rename it into place once durable."""
+    parent_fd = open_confined(target.parent, create=True)
+    try:
+        name = os.fsencode(target.name)
+        staging = b".%s.snapshotd-%d-%d" % (name, os.getpid(), next(_tmp_counter))
+        os.mkdir(staging, 0o777, dir_fd=parent_fd)
+        try:
+            root_fd = os.open(staging, DirWalker.FLAGS, dir_fd=parent_fd)
+            try:
+                _write_all(reader, root_fd, entries, progress, timings)
+            finally:
+                os.close(root_fd)
+            # The directory appears whole, or not at all.
+            os.rename(staging, name, src_dir_fd=parent_fd, dst_dir_fd=parent_fd)
+        except BaseException:
+            remove_entry(parent_fd, staging, target.parent / os.fsdecode(staging))
+            raise
+        os.fsync(parent_fd)
+    finally:
+        os.close(parent_fd)
+
+
+def _write_all(reader: Callable[[], pygit2.Repository], root_fd: int, entries: list[Write],
+               progress: Progress | None, timings: dict[str, float]) -> None:
+    """Write every entry straight to its name in the empty directory ``root_fd``, then one sync
+    barrier.
+
+    Large trees are written by several threads, each on its own contiguous run of the sorted
+    entries (so mostly its own directories): file creation is the cost, and the kernel runs
+    creations in different directories in parallel while the GIL is released."""
+    total = len(entries)
+    workers = min(MATERIALIZE_WORKERS, max(1, total // 1000))
+    chunks = [entries[i * total // workers:(i + 1) * total // workers] for i in range(workers)]
+    done = [0] * workers
+    lock = threading.Lock()
+
+    def write_chunk(k: int) -> None:
+        # A repository object per thread: libgit2 objects are not shared across threads here.
+        repo = reader()
+        walker = DirWalker(root_fd)
+        try:
+            for i, w in enumerate(chunks[k], 1):
+                parent, _, name = w.path.rpartition(b"/")
+                fd = walker.open_dir(parent, create=True)
+                assert fd is not None
+                _write_entry(repo, fd, name, w, fsync=False)
+                if progress is not None and i % 200 == 0:
+                    with lock:
+                        done[k] = i
+                        _tick(progress, sum(done) // 200 * 200, total)
+        finally:
+            walker.close()
+
+    if workers == 1:
+        write_chunk(0)
+    else:
+        with ThreadPoolExecutor(workers, thread_name_prefix="snapshotd-restore") as pool:
+            for future in [pool.submit(write_chunk, k) for k in range(workers)]:
+                future.result()
+    synced = time.perf_counter()
+    _sync_fs(root_fd)
+    timings["sync_ms"] = round((time.perf_counter() - synced) * 1000, 3)
+    _tick(progress, total, total)
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+
+def _write_entry(repo: pygit2.Repository, dir_fd: int, name: bytes, w: Write, *, fsync: bool,
+                 like: bytes | None = None) -> None:
+    """Create ``name`` in ``dir_fd`` as the checkpoint's blob or link (never following links)."""
+    data = repo.odb.read(w.oid)[1]
+    if w.mode == MODE_LINK:
+        os.symlink(data, name, dir_fd=dir_fd)
+        return
+    mode = 0o777 if w.mode == MODE_EXEC else 0o666
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 mode, dir_fd=dir_fd)
+    try:
+        if like is not None:
+            _keep_permissions(fd, dir_fd, like, executable=w.mode == MODE_EXEC)
+        write_all(fd, data)
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _keep_permissions(fd: int, dir_fd: int, name: bytes, *, executable: bool) -> None:
+    """A file that replaces an existing regular file keeps its permission bits (as an editor
+    would); only the exec bits follow the checkpoint, where read is allowed (as git does)."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return  # nothing there to keep: the new file has the checkpoint's default mode
+    if not stat.S_ISREG(st.st_mode):
+        return
+    perms = stat.S_IMODE(st.st_mode) & 0o7777 & ~0o111
+    if executable:
+        perms |= (perms & 0o444) >> 2
+    os.fchmod(fd, perms)
+
+
+def _ancestors(path: bytes) -> Iterator[bytes]:
+    parent = path.rpartition(b"/")[0]
+    while parent:
+        yield parent
+        parent = parent.rpartition(b"/")[0]
+
+
+def _temp_name() -> bytes:
+    return TMP_PREFIX + f"{os.getpid()}-{next(_tmp_counter)}-{os.urandom(3).hex()}.tmp".encode()
+
+
+def _tick(progress: Progress | None, done: int, total: int) -> None:
+    if progress is not None and (done % 200 == 0 or done == total):
+        progress(done, total)
+
+
+_libc: ctypes.CDLL | bool | None = None
+
+
+def _sync_fs(fd: int) -> None:
+    """Flush the filesystem holding ``fd`` (``syncfs``), falling back to a global ``sync``."""
+    global _libc
+    if _libc is None:
+        try:
+            _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        except OSError:
+            _libc = False
+    syncfs = getattr(_libc, "syncfs", None) if _libc else None
+    if syncfs is None or syncfs(fd) != 0:
+        os.sync()

@@ -1,0 +1,449 @@
+"""Restore: bring a worktree, or a fresh directory, back to a checkpoint, precisely and confined.
+
+Owns ``restore_checkpoint`` (the one implementation behind the ``restore`` op, the CLI with or
+without a daemon, and the engine's ``attempt begin --resume``), the printed ``undo_command`` and
+``end_command``, ``page_plan`` and the daemon ops ``restore``, ``restore_progress`` and ``diff``
+(``attach``). It drives three modules: ``snapshotd.service.checkpoints`` finds the checkpoint,
+``snapshotd.features.restore.plan`` computes what differs, ``snapshotd.features.restore.apply`` writes it
+(docs/restore.md).
+
+Promises:
+- In place, a restore runs under the worktree's lock (so it is serialized with captures of that
+  worktree), first takes a safety checkpoint of the current state (source ``restore``, tier 1) and
+  returns the exact command that undoes it.
+- Safety rule: the safety checkpoint is recorded in the attempt whose checkpoint is restored, even
+  when that attempt has ended; so target, safety checkpoint and undo live in one commit chain and
+  the undo is ``snapshotd restore RUN --node X --iteration I --attempt A --seq <safety> --force``.
+  (The engine's resume into a directory of its own records it in the new attempt instead.)
+- While an attempt is working on the worktree (active, and not an agent session idle between
+  turns), an in-place restore is refused (``conflict``) unless forced; the message carries an
+  ``attempt end`` command line the CLI accepts.
+- Only what differs is touched: the plan is a tree-to-tree diff of the worktree's current capture
+  against the checkpoint, so its cost follows the difference, not the tree.
+- Writes are confined and atomic per file, and a checkpoint path that would leave the target is
+  refused before anything is written (``snapshotd.features.restore.apply``, ``snapshotd.features.restore.plan``).
+- Ignored and other uncaptured files are never deleted or altered; where one stands in the way of
+  a checkpoint path, that path is left as it is and reported in ``kept``. ``.git``, HEAD, the index
+  and branches of the user's repository are never touched.
+- In place, a worktree whose recorded (resolved) path now resolves elsewhere through a link is
+  refused before anything is created, captured or written.
+- ``to=DIR`` materializes into a new or empty directory (a new one appears whole, by rename). DIR
+  is resolved once, must lie outside the home and the store, and is then entered without
+  following links (docs/restore.md, "--to DIR"). ``dry_run`` computes the plan and changes
+  nothing (no safety checkpoint either).
+- The ``restore`` op's reply always fits one frame: paged by entries and bytes, and an applied
+  restore's ``undo_command`` is returned even when the plan has to be left out (``fit_reply``).
+- Default target: the newest agent-made checkpoint of the newest attempt of the node
+  (``snapshotd.service.checkpoints.find_checkpoint``); safety checkpoints are restored by naming their seq
+  (the printed undo command does).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import threading
+import time
+from pathlib import Path
+
+import msgpack
+import pygit2
+
+from snapshotd.core import errors
+from snapshotd.core.errors import ServiceError, abs_path_field, bool_field
+from snapshotd.core.keys import AttemptKey
+from snapshotd.features.replication.replication import ensure_commit
+from snapshotd.features.restore.apply import (
+    Obstacle,
+    Progress,
+    apply_in_place,
+    materialize,
+    open_confined,
+)
+from snapshotd.features.restore.plan import Plan, check_paths, obstacles, plan_trees, walk_tree
+from snapshotd.features.review.diff import diff_checkpoints
+from snapshotd.ledger.ledger import Attempt
+from snapshotd.service.checkpoints import (
+    checkpoint_tree,
+    current_tree_of,
+    empty_tree,
+    find_checkpoint,
+    selection,
+)
+from snapshotd.service.service import Service, SnapshotRequest
+from snapshotd_client import protocol
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from snapshotd.core.config import Config
+    from snapshotd.daemon.server import Server
+
+log = logging.getLogger("snapshotd.restore")
+
+# Replies stay well under the 1 MiB frame: plans and lists beyond these are paged or truncated
+# (entries, and bytes of path and reason: 5,000 paths of 4 KiB would not fit).
+WIRE_PLAN_LIMIT = 5000
+WIRE_PLAN_BYTES = 640 * 1024
+WIRE_KEPT_BYTES = 128 * 1024
+
+
+# -- public entry --------------------------------------------------------------------------------
+
+
+def restore_checkpoint(service: Service, *, run_id: str, node_id: str, seq: int | None = None,
+                       iteration: int | None = None, attempt: int | None = None,
+                       to: Path | None = None, dry_run: bool = False, force: bool = False,
+                       progress: Progress | None = None, into: Attempt | None = None) -> dict:
+    """Restore one checkpoint in place (default) or into ``to``; see the module docstring.
+
+    ``into`` (the engine's resume into a directory of its own): restore in place into that
+    attempt's worktree instead, with the safety checkpoint recorded in that attempt.
+
+    Raises ``ServiceError`` with code ``not-found`` (names the runs, nodes, attempts or seqs that
+    exist), ``conflict`` (an attempt is active on the worktree and ``force`` is false),
+    ``bad-id``, ``bad-request`` or ``restore-failed``.
+    """
+    started = time.perf_counter()
+    run_id, node_id, seq, iteration, attempt = selection(run_id, node_id, seq, iteration, attempt)
+    cp = find_checkpoint(service.ledger, run_id, node_id, seq=seq, iteration=iteration,
+                         attempt=attempt)
+    key = AttemptKey(run_id, node_id, cp["iteration"], cp["attempt"])
+    owner = service.ledger.get_attempt(key)
+    if owner is None:
+        raise ServiceError(errors.NOT_FOUND, f"attempt {key} is not in the ledger")
+    # Restore anywhere: a checkpoint this store lacks is fetched and checked against the row.
+    ensure_commit(service, cp["commit"], cp["tree"], ref=key.ref)
+    repo = service.store.reader()
+    target_tree = checkpoint_tree(repo, cp)
+    result: dict = {
+        "run_id": run_id, "node_id": node_id, "iteration": cp["iteration"],
+        "attempt": cp["attempt"], "seq": cp["seq"], "commit": cp["commit"], "tree": cp["tree"],
+        "source": cp["source"], "label": cp["label"], "dry_run": dry_run, "applied": False,
+        "safety": None, "undo_command": None, "kept": [], "timings": {}, "scan": None,
+    }
+    if to is not None:
+        result.update(_restore_to(service, repo, target_tree, Path(to), cp,
+                                  dry_run=dry_run, progress=progress))
+    else:
+        result.update(_restore_in_place(service, repo, into or owner, cp, target_tree,
+                                        dry_run=dry_run, force=force, progress=progress))
+    result["counts"] = {op: sum(1 for p in result["plan"] if p["op"] == op) for op in "AMD"}
+    result["elapsed_ms"] = _ms(started)
+    return result
+
+
+def undo_command(run_id: str, node_id: str, iteration: int, attempt: int, seq: int) -> str:
+    """The ``snapshotd restore`` command line that restores seq ``seq`` of that attempt."""
+    return " ".join(["snapshotd", "restore", shlex.quote(run_id), "--node", shlex.quote(node_id),
+                     "--iteration", str(iteration), "--attempt", str(attempt), "--seq", str(seq),
+                     "--force"])
+
+
+def end_command(key: AttemptKey) -> str:
+    """The ``snapshotd attempt end`` command line that ends ``key`` as cancelled."""
+    return " ".join(["snapshotd", "attempt", "end", "--run", shlex.quote(key.run_id),
+                     "--node", shlex.quote(key.node_id), "--iteration", str(key.iteration),
+                     "--attempt", str(key.attempt), "--status", "cancelled"])
+
+
+def page_plan(result: dict, offset: object = None, limit: object = None) -> dict:
+    """Cut ``plan`` and ``kept`` to what fits in one reply frame; ``plan_total`` tells the rest."""
+    out = dict(result)
+    plan = result["plan"]
+    start = offset if isinstance(offset, int) and not isinstance(offset, bool) and offset > 0 else 0
+    size = limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else 0
+    size = min(size or WIRE_PLAN_LIMIT, WIRE_PLAN_LIMIT)
+    out["plan"] = _within(plan[start:start + size], WIRE_PLAN_BYTES)
+    out["plan_offset"] = start
+    out["plan_total"] = len(plan)
+    out["plan_truncated"] = start + len(out["plan"]) < len(plan)
+    out["kept"] = _within(result["kept"][:WIRE_PLAN_LIMIT], WIRE_KEPT_BYTES)
+    out["kept_total"] = len(result["kept"])
+    return out
+
+
+def fit_reply(result: dict) -> dict:
+    """``result`` if its reply frame can be encoded, else the same without ``plan`` and
+    ``kept`` (and ``reply_trimmed`` saying why): a restore that was applied always gets its
+    ``undo_command`` back to the caller."""
+    try:
+        protocol.encode_frame({"id": 0, "ok": True, "result": result})
+        return result
+    except (ValueError, TypeError) as exc:
+        reason = str(exc)
+    log.warning("restore: the reply did not fit one frame (%s); sent without the plan", reason)
+    out = {k: v for k, v in result.items() if not isinstance(v, (list, dict)) or k in
+           ("safety", "counts", "timings")}
+    out.update(plan=[], kept=[], plan_truncated=True, reply_trimmed=reason)
+    try:
+        protocol.encode_frame({"id": 0, "ok": True, "result": out})
+    except (ValueError, TypeError):
+        keep = ("run_id", "node_id", "iteration", "attempt", "seq", "commit", "mode",
+                "dry_run", "applied", "undo_command")
+        out = {k: result.get(k) for k in keep} | {"plan": [], "kept": [], "plan_truncated": True,
+                                                   "reply_trimmed": reason}
+    return out
+
+
+# -- daemon ops ----------------------------------------------------------------------------------
+
+
+def attach(service: Service, server: Server, config: Config) -> None:
+    """Register the ``restore``, ``restore_progress`` and ``diff`` ops on the daemon's server."""
+    board = _ProgressBoard()
+
+    def restore_op(fields: dict) -> dict:
+        token = fields.get("progress_token")
+        if token is not None and (not isinstance(token, str) or len(token) > 100):
+            raise ServiceError(errors.BAD_REQUEST, "progress_token must be a short string")
+        if isinstance(fields.get("to"), msgpack.ExtType):
+            raise ServiceError(errors.BAD_REQUEST, "to is a path that is not UTF-8, which a "
+                               "request cannot carry (docs/protocol.md); name a directory whose "
+                               "path is UTF-8")
+        to = abs_path_field(fields, "to")
+        try:
+            result = restore_checkpoint(
+                service, run_id=fields.get("run_id"), node_id=fields.get("node_id"),
+                seq=fields.get("seq"), iteration=fields.get("iteration"),
+                attempt=fields.get("attempt"), to=to, dry_run=bool_field(fields, "dry_run"),
+                force=bool_field(fields, "force"),
+                progress=board.callback(token) if token else None)
+        finally:
+            if token:
+                board.finish(token)
+        return fit_reply(page_plan(result, fields.get("plan_offset"), fields.get("plan_limit")))
+
+    def progress_op(fields: dict) -> dict:
+        token = fields.get("progress_token")
+        if not isinstance(token, str):
+            raise ServiceError(errors.BAD_REQUEST, "progress_token must be a string")
+        return board.get(token)
+
+    def diff_op(fields: dict) -> dict:
+        return diff_checkpoints(
+            service, run_id=fields.get("run_id"), node_id=fields.get("node_id"),
+            seq=fields.get("seq"), to_seq=fields.get("to_seq"),
+            worktree=bool_field(fields, "worktree"), iteration=fields.get("iteration"),
+            attempt=fields.get("attempt"), patch=fields.get("patch", True) is not False,
+            wire=True)
+
+    server.register("restore", restore_op)
+    server.register("restore_progress", progress_op)
+    server.register("diff", diff_op)
+
+
+class _ProgressBoard:
+    """In-flight restores' progress, keyed by a client-chosen token (``restore_progress`` op)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._boards: dict[str, dict] = {}
+
+    def callback(self, token: str) -> Progress:
+        def report(done: int, total: int) -> None:
+            with self._lock:
+                self._boards[token] = {"done": done, "total": total, "finished": False}
+        return report
+
+    def finish(self, token: str) -> None:
+        with self._lock:
+            board = self._boards.get(token)
+            if board is not None:
+                board["finished"] = True
+            # Finished boards are kept briefly for the last poll; cap the table's size.
+            if len(self._boards) > 256:
+                for stale in [t for t, b in self._boards.items() if b["finished"]][:128]:
+                    del self._boards[stale]
+
+    def get(self, token: str) -> dict:
+        with self._lock:
+            board = self._boards.get(token)
+            return dict(board) if board else {"done": 0, "total": None, "finished": False}
+
+
+# -- in place ------------------------------------------------------------------------------------
+
+
+def _restore_in_place(service: Service, repo: pygit2.Repository, owner: Attempt, cp: dict,
+                      target_tree: pygit2.Tree, *, dry_run: bool, force: bool,
+                      progress: Progress | None) -> dict:
+    root = Path(owner.worktree)
+    if not root.is_absolute():
+        raise ServiceError(errors.RESTORE_FAILED, f"attempt {owner.key} has no usable worktree "
+                           f"path ({owner.worktree!r}); restore it with --to DIR instead")
+    _refuse_links(root)
+    if not dry_run and not force:
+        _refuse_active(service, root)
+    timings: dict[str, float] = {}
+    with service.worktree_lock(root):
+        if not dry_run and not force:
+            _refuse_active(service, root)  # again under the lock: a begin may have raced us
+        t0 = time.perf_counter()
+        current_tree, safety, scan = _current_state(service, repo, owner, cp, root,
+                                                    dry_run=dry_run)
+        timings["capture_ms"] = _ms(t0)
+        t0 = time.perf_counter()
+        plan = plan_trees(repo, repo[current_tree].peel(pygit2.Tree), target_tree)
+        check_paths(plan, cp)
+        plan.kept = obstacles(root, plan)
+        timings["plan_ms"] = _ms(t0)
+        t0 = time.perf_counter()
+        if not dry_run and (plan.writes or plan.deletes):
+            _apply(repo, root, plan, progress, owner, cp, safety)
+        timings["apply_ms"] = _ms(t0)
+    out: dict = {"target": str(root), "mode": "in-place", "plan": plan.as_list(),
+                 "kept": plan.kept_list(), "applied": not dry_run, "timings": timings,
+                 "scan": scan}
+    if safety is not None:
+        k = owner.key
+        out["safety"] = {"seq": safety["seq"], "commit": safety["commit"], "run_id": k.run_id,
+                         "node_id": k.node_id, "iteration": k.iteration, "attempt": k.attempt,
+                         "deduped": safety.get("deduped", False),
+                         "scan": safety.get("scan")}
+        out["undo_command"] = undo_command(k.run_id, k.node_id, k.iteration, k.attempt,
+                                           safety["seq"])
+    return out
+
+
+def _current_state(service: Service, repo: pygit2.Repository, owner: Attempt, cp: dict,
+                   root: Path, *, dry_run: bool) -> tuple[str, dict | None, str | None]:
+    """The worktree's tree now, the safety checkpoint that recorded it (None on a dry run) and
+    how it was read (``fast``/``full``; None for a missing worktree on a dry run)."""
+    missing = not os.path.lexists(root)
+    if not missing and (root.is_symlink() or not root.is_dir()):
+        raise ServiceError(errors.RESTORE_FAILED, f"{root} is no longer a directory; restore "
+                           "with --to DIR instead")
+    if missing and dry_run:
+        return empty_tree(repo), None, None
+    if missing:
+        try:
+            os.close(open_confined(root, create=True))
+        except OSError as exc:
+            raise ServiceError(errors.RESTORE_FAILED, f"could not recreate the worktree {root} "
+                               f"without following a link: {exc}; nothing was changed") from exc
+    if dry_run:
+        tree, scan = current_tree_of(service, root)
+        return tree, None, scan
+    safety = _safety_checkpoint(service, owner, cp)
+    return safety["tree"], safety, safety.get("scan")
+
+
+def _apply(repo: pygit2.Repository, root: Path, plan: Plan, progress: Progress | None,
+           owner: Attempt, cp: dict, safety: dict | None) -> None:
+    """Apply the plan; a failure part-way names the safety checkpoint and its undo command."""
+    try:
+        apply_in_place(repo, root, plan, progress)
+    except (OSError, Obstacle) as exc:
+        k = owner.key
+        undo = (undo_command(k.run_id, k.node_id, k.iteration, k.attempt, safety["seq"])
+                if safety else None)
+        raise ServiceError(errors.RESTORE_FAILED, f"restore of seq {cp['seq']} into {root} "
+                           f"stopped part-way: {exc}" + (
+                               f"; the previous state is safety checkpoint seq "
+                               f"{safety['seq']}: `{undo}` brings it back" if safety else "")
+                           ) from exc
+
+
+def _refuse_active(service: Service, root: Path) -> None:
+    # An agent session that waits for its user (idle) is not working: restoring then cannot
+    # fight it. One that works still refuses.
+    active = [a for a in service.ledger.active_attempts(str(root)) if a.working]
+    if active:
+        a = active[-1]
+        raise ServiceError(
+            errors.CONFLICT, f"attempt {a.key} is active on {root}; restoring under a working "
+            f"agent would fight it. End it first (`{end_command(a.key)}`), or pass --force")
+
+
+def _safety_checkpoint(service: Service, owner: Attempt, cp: dict) -> dict:
+    """Capture the current state into the restored attempt (caller holds the worktree lock)."""
+    current = service.ledger.get_attempt(owner.key) or owner
+    req = SnapshotRequest(cwd=Path(owner.worktree), tier=1, source="restore",
+                          label=f"before restore of seq {cp['seq']}",
+                          run_id=owner.key.run_id, node_id=owner.key.node_id,
+                          iteration=owner.key.iteration, attempt=owner.key.attempt)
+    try:
+        # capture_locked: capture_attempt() would take the worktree lock we already hold.
+        return service.capture_locked(current, req, time.perf_counter())
+    except ServiceError as exc:
+        raise ServiceError(errors.RESTORE_FAILED, f"could not take the safety checkpoint of "
+                           f"{owner.worktree}, so nothing was changed: {exc.message}") from exc
+
+
+# -- into another directory ----------------------------------------------------------------------
+
+
+def _restore_to(service: Service, repo: pygit2.Repository, tree: pygit2.Tree, to: Path, cp: dict,
+                *, dry_run: bool, progress: Progress | None) -> dict:
+    t0 = time.perf_counter()
+    target = _resolve_to_target(to, service)
+    entries = list(walk_tree(repo, tree))
+    plan = Plan(writes=entries)
+    check_paths(plan, cp)
+    timings = {"plan_ms": _ms(t0)}
+    out = {"target": str(target), "mode": "to", "plan": plan.as_list(), "applied": not dry_run,
+           "timings": timings}
+    if dry_run:
+        return out
+    t0 = time.perf_counter()
+    try:
+        materialize(service.store.reader, target, entries, progress, timings)
+    except (OSError, Obstacle) as exc:
+        raise ServiceError(errors.RESTORE_FAILED, f"could not materialize seq {cp['seq']} into "
+                           f"{target}: {exc} (a component of the path that is a link or not a "
+                           "directory is never followed; what was created is taken back)"
+                           ) from exc
+    timings["apply_ms"] = _ms(t0)
+    return out
+
+
+def _resolve_to_target(to: Path, service: Service) -> Path:
+    """The ``--to`` directory, resolved once: the links the caller's path goes through are
+    followed now, and the result must be new or empty and outside the home and the store.
+    From here on it is entered without following any link (``open_confined``)."""
+    target = Path(os.path.realpath(os.path.abspath(to)))
+    for name, place in (("snapshotd home", service.home), ("store", service.store.path)):
+        real = Path(os.path.realpath(place))
+        if target == real or real in target.parents:
+            shown = f"{to} (which resolves to {target})" if str(target) != str(to) else str(to)
+            raise ServiceError(errors.BAD_REQUEST, f"--to {shown} is inside the {name} {real}; "
+                               "choose a directory elsewhere")
+    if os.path.lexists(target):
+        if not target.is_dir():
+            raise ServiceError(errors.BAD_REQUEST, f"--to {target} exists and is not a "
+                               "directory; name a new or empty directory")
+        if any(os.scandir(target)):
+            raise ServiceError(errors.BAD_REQUEST, f"--to {target} is not empty; name a new or "
+                               "empty directory (a restore into another directory never "
+                               "overwrites)")
+    return target
+
+
+def _refuse_links(root: Path) -> None:
+    """Worktrees are recorded resolved: one that now resolves elsewhere goes through a link
+    made since, and following it would read and write a directory that is not the worktree."""
+    real = os.path.realpath(root)
+    if real != str(root):
+        raise ServiceError(errors.RESTORE_FAILED, f"the worktree {root} now resolves to {real} "
+                           "through a symbolic link; nothing was changed (restore into a "
+                           "directory of your choice with --to DIR)")
+
+
+def _within(rows: list[dict], budget: int) -> list[dict]:
+    """The leading rows whose paths and reasons fit in ``budget`` bytes (at least one row)."""
+    used = 0
+    for n, row in enumerate(rows):
+        used += 16 + len(row["path"].encode("utf-8", "surrogateescape")) + len(
+            row.get("reason", "").encode("utf-8", "surrogateescape"))
+        if used > budget and n:
+            return rows[:n]
+    return rows
+
+
+def _ms(t0: float) -> float:
+    return round((time.perf_counter() - t0) * 1000, 3)
+
+
+__all__ = ["WIRE_PLAN_LIMIT", "attach", "end_command", "fit_reply", "page_plan",
+           "restore_checkpoint", "undo_command"]

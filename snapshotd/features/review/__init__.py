@@ -1,0 +1,7 @@
+"""Review: diffs, history (show, log, find), blame, export and the captures before tool
+calls."""
+
+from snapshotd.faces import face
+
+__all__, __getattr__, __dir__ = face(__name__, {
+})

@@ -1,0 +1,190 @@
+"""Blame: which checkpoint (so which tool call) introduced each line of a file.
+
+Owns ``blame_checkpoint`` (behind the ``blame`` op, ``snapshotd blame`` and the MCP tool),
+``blame_commit`` (the store-only part: libgit2's blame over one attempt's commit chain, each hunk
+mapped to its checkpoint through the commit trailers), ``run_blame`` (the front ends' one call:
+daemon or local, with a reply too large for a frame completed from the store) and ``attach``.
+
+Promises:
+- Every line of PATH at checkpoint N (default: the attempt's newest) carries the checkpoint that
+  introduced it: ``seq``, ``tool_use_id``, ``label``, ``tier`` and ``source``. A line present
+  since the attempt's first checkpoint (its oldest kept one, after retention) is that
+  checkpoint's; a line that came in through a tier-2 capture or a before-tool capture (source
+  ``outside``), or was found by a restore's safety checkpoint (source ``restore``), was written
+  outside the agent's tool calls (``outside_tool_call``).
+- The chain of an attempt is linear, so this is ``git blame --first-parent`` on the store; it
+  reads only the store's objects and one ledger lookup, and writes nothing.
+- Result (``public_shape``): ``{"path", "seq", "lines": [{"line", "text", "seq", "tool_use_id",
+  "label", "tier", "source"}]}`` (lines numbered from 1, text without its newline).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+import pygit2
+from pygit2.enums import BlameFlag
+
+from snapshotd.core import errors
+from snapshotd.core.commit_message import parse_trailers
+from snapshotd.core.errors import ServiceError
+from snapshotd.ops import backend
+from snapshotd.service.checkpoints import find_checkpoint, selection
+
+if TYPE_CHECKING:
+    from snapshotd.core.config import Config
+    from snapshotd.daemon.server import Server
+    from snapshotd.service.service import Service
+
+# A reply over this many bytes of line text leaves the lines out; the client blames from the
+# store itself (the frame limit is 1 MiB).
+WIRE_TEXT_LIMIT = 512 * 1024
+LINE_KEYS = ("line", "text", "seq", "tool_use_id", "label", "tier", "source")
+BLAME_TIMEOUT_S = 120.0
+
+
+# -- public entry --------------------------------------------------------------------------------
+
+
+def run_blame(fields: dict[str, Any], *, home: Path | None = None,
+              socket: Path | None = None) -> dict:
+    """Blame through the daemon when one answers, else on the home directly; a reply whose
+    lines were left out (too large for a frame) is completed here from the store."""
+
+    def local(service: Service) -> dict:
+        return blame_checkpoint(service, **fields)
+
+    result = backend.run_op("blame", fields, local, home=home, socket=socket,
+                            timeout=BLAME_TIMEOUT_S)
+    if result.get("lines_omitted"):
+        from snapshotd.store.store import Store
+
+        store_path = Path(result["store"])
+        if store_path.name != "store.git" or not (store_path / "HEAD").exists():
+            raise ServiceError(errors.NOT_FOUND, f"the store {store_path} named by the daemon's "
+                                                 "reply is not readable here")
+        repo = Store(store_path.parent).reader()
+        result = dict(result, lines=blame_commit(repo, result["commit"], result["path"]))
+        result.pop("lines_omitted")
+    return result
+
+
+def blame_checkpoint(service: Service, *, run_id: object, node_id: object, path: object,
+                     seq: object = None, iteration: object = None, attempt: object = None,
+                     wire: bool = False) -> dict:
+    """Blame ``path`` at checkpoint ``seq`` (default the newest) of the selected attempt."""
+    started = time.perf_counter()
+    run, node, s, i, a = selection(run_id, node_id, seq, iteration, attempt)
+    cp = find_checkpoint(service.ledger, run, node, seq=s, iteration=i, attempt=a)
+    rel = _relative(path, cp["worktree"])
+    repo = service.store.reader()
+    lines = blame_commit(repo, cp["commit"], rel)
+    out: dict[str, Any] = {
+        "path": rel, "seq": cp["seq"], "lines": lines, "run_id": run, "node_id": node,
+        "iteration": cp["iteration"], "attempt": cp["attempt"], "commit": cp["commit"],
+        "store": str(service.store.path)}
+    if wire and sum(len(x["text"]) for x in lines) > WIRE_TEXT_LIMIT:
+        out["lines"] = []
+        out["lines_omitted"] = True
+    out["elapsed_ms"] = round((time.perf_counter() - started) * 1000, 3)
+    return out
+
+
+def blame_commit(repo: pygit2.Repository, commit: str, path: str) -> list[dict]:
+    """Every line of ``path`` in ``commit`` with the checkpoint (by its trailers) that
+    introduced it; ``not-found`` when the commit has no such file."""
+    tip = repo[commit].peel(pygit2.Commit)
+    try:
+        entry = tip.tree[path]
+    except KeyError:
+        raise ServiceError(errors.NOT_FOUND, f"{path} is not in checkpoint "
+                           f"{parse_trailers(tip.message).get('Snapshotd-Seq', '?')} "
+                           f"({commit[:12]})") from None
+    if entry.type_str != "blob":
+        raise ServiceError(errors.BAD_REQUEST, f"{path} is a directory in that checkpoint; "
+                           "name a file")
+    texts = split_lines(repo[entry.id].peel(pygit2.Blob).data)
+    if not texts:
+        return []
+    blame = repo.blame(path, flags=BlameFlag.FIRST_PARENT, newest_commit=tip.id)
+    origins: dict[pygit2.Oid, dict] = {}
+    lines: list[dict] = []
+    for hunk in blame:
+        oid = hunk.final_commit_id
+        origin = origins.get(oid)
+        if origin is None:
+            origin = origins[oid] = _origin(repo, oid)
+        start = hunk.final_start_line_number
+        for n in range(start, start + hunk.lines_in_hunk):
+            lines.append(dict(origin, line=n, text=texts[n - 1]))
+    return lines
+
+
+def split_lines(data: bytes) -> list[str]:
+    """A file's lines as git blame counts them (a last line without newline counts)."""
+    if not data:
+        return []
+    parts = data.split(b"\n")
+    if parts[-1] == b"":
+        parts.pop()
+    return [p.decode("utf-8", "replace") for p in parts]
+
+
+def outside_tool_call(line: dict) -> bool:
+    """Whether a blamed line came in outside the agent's tool calls (tier 2, a before-tool
+    capture, a restore's safety checkpoint)."""
+    return line.get("tier") == 2 or line.get("source") in ("outside", "watch", "restore")
+
+
+def public_shape(result: dict) -> dict:
+    """The documented JSON of a blame: ``path``, ``seq`` and ``lines`` with their seven keys."""
+    return {"path": result["path"], "seq": result["seq"],
+            "lines": [{k: x.get(k) for k in LINE_KEYS} for x in result["lines"]]}
+
+
+def attach(service: Service, server: Server, config: Config) -> None:
+    """Register the ``blame`` op on the daemon's server."""
+
+    def blame_op(fields: dict) -> dict:
+        return blame_checkpoint(service, run_id=fields.get("run_id"),
+                                node_id=fields.get("node_id"), path=fields.get("path"),
+                                seq=fields.get("seq"), iteration=fields.get("iteration"),
+                                attempt=fields.get("attempt"), wire=True)
+
+    server.register("blame", blame_op)
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+
+def _origin(repo: pygit2.Repository, oid: pygit2.Oid) -> dict:
+    trailers = parse_trailers(repo[oid].peel(pygit2.Commit).message)
+    try:
+        seq: int | None = int(trailers["Snapshotd-Seq"])
+        tier: int | None = int(trailers.get("Snapshotd-Tier", "1"))
+    except (KeyError, ValueError):
+        seq = tier = None  # not a checkpoint commit: a store written by something else
+    return {"seq": seq, "tool_use_id": trailers.get("Snapshotd-Tool-Use-Id"),
+            "label": trailers.get("Snapshotd-Label"), "tier": tier,
+            "source": trailers.get("Snapshotd-Source")}
+
+
+def _relative(path: object, worktree: str) -> str:
+    """``path`` as a store path: relative to the worktree (an absolute path must lie in it),
+    normalized, never leaving it."""
+    if not isinstance(path, str) or not path or "\0" in path:
+        raise ServiceError(errors.BAD_REQUEST, "path must be a non-empty file path")
+    p = PurePosixPath(path)
+    if p.is_absolute():
+        try:
+            p = p.relative_to(PurePosixPath(worktree))
+        except ValueError:
+            raise ServiceError(errors.BAD_REQUEST, f"{path} is not inside the attempt's "
+                               f"worktree {worktree}") from None
+    parts = [x for x in p.parts if x not in ("", ".")]
+    if not parts or ".." in parts:
+        raise ServiceError(errors.BAD_REQUEST, f"path {path!r} must name a file inside the "
+                           "worktree")
+    return "/".join(parts)

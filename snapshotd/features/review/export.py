@@ -1,0 +1,369 @@
+"""Export: an attempt's checkpoints as commits in the user's own repository, or as patches.
+
+Owns ``export_checkpoints`` (behind the ``export`` op, ``snapshotd export`` and the MCP tool),
+``run_export`` (the front ends' one call: daemon or local) and ``attach``.
+
+Promises:
+- One commit per checkpoint in (``from_seq``, ``to_seq``] of one attempt (default: every kept
+  checkpoint up to the newest agent-made one), or one commit with ``squash``. A checkpoint
+  whose tree equals the previous exported tree (its parent's) gives no commit and is listed in
+  ``skipped``. Each commit's message is the tool call's label with ``Snapshotd-Run``,
+  ``-Node``, ``-Iteration``, ``-Attempt``, ``-Seq`` and ``-Tool-Use-Id`` trailers (squash: the
+  tool calls listed in the body, ``Snapshotd-Seqs``).
+- The first commit's parent is the commit the user's HEAD pointed at when the attempt began
+  (the ``Snapshotd-Base`` trailer of its first checkpoint); when that is unknown or not in the
+  target repository, HEAD now; in a repository with no commit, none (``base_source`` says
+  which).
+- ``branch``: only objects and ``refs/heads/NAME`` are written into the repository (the
+  worktree's, or ``repo``): never its HEAD, index, working tree, config or an existing ref; an
+  existing NAME is refused (``conflict``) before anything is written.
+- ``patches``: a ``git am``-able series (``git format-patch`` output) in a new or empty
+  directory, made in a scratch repository that borrows the user's objects read-only; works for
+  any worktree (outside a repository the series starts from the empty tree).
+- Nothing carries a secret off unnoticed: when a tree the export would write holds a file
+  whose content a checkpoint of the attempt was marked for (``Snapshotd-Secrets``) and that
+  the release file (``snapshotd.features.withhold``) does not release, the export is refused
+  (``secret-held``) before anything is written, naming each finding as path:line kind (never
+  the value). ``allow_secrets`` exports anyway and lists them in ``secrets``. A file the base
+  commit already holds byte for byte is not counted: the export carries it nowhere new.
+- Trees are exported as the checkpoints hold them: files the user's repository ignores but the
+  capture kept, or tracked files the capture skipped (``max_file_bytes``), are not reconciled;
+  nor are files the user's attributes would convert (checkpoints hold bytes: ``raw_bytes``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pygit2
+
+from snapshotd.core import errors
+from snapshotd.core.commit_message import parse_trailers
+from snapshotd.core.errors import ServiceError, abs_path_field, bool_field, opt_int_field
+from snapshotd.core.user_repo import common_dir, not_regular, objects_dir, open_user_repo
+from snapshotd.features.withhold import blob_at, chain_findings
+from snapshotd.ops import backend
+from snapshotd.service.checkpoints import find_checkpoint, format_seqs, selection
+from snapshotd.store.store import SIGNATURE_EMAIL, SIGNATURE_NAME
+
+if TYPE_CHECKING:
+    from snapshotd.core.config import Config
+    from snapshotd.daemon.server import Server
+    from snapshotd.service.service import Service
+
+log = logging.getLogger("snapshotd.export")
+
+EXPORT_TIMEOUT_S = 900.0
+FORMAT_PATCH_TIMEOUT_S = 600.0
+MAX_FINDINGS_NAMED = 20
+_GITLINK = 0o160000
+
+
+# -- public entry --------------------------------------------------------------------------------
+
+
+def run_export(fields: dict[str, Any], *, home: Path | None = None,
+               socket: Path | None = None) -> dict:
+    """Export through the daemon when one answers, else on the home directly."""
+
+    def local(service: Service) -> dict:
+        return export_fields(service, fields)
+
+    return backend.run_op("export", fields, local, home=home, socket=socket,
+                          timeout=EXPORT_TIMEOUT_S)
+
+
+def export_fields(service: Service, fields: dict) -> dict:
+    """``export_checkpoints`` on a request's fields, validated."""
+    branch = fields.get("branch")
+    if branch is not None and (not isinstance(branch, str) or not branch):
+        raise ServiceError(errors.BAD_REQUEST, "branch must be a branch name")
+    return export_checkpoints(
+        service, run_id=fields.get("run_id"), node_id=fields.get("node_id"),
+        from_seq=opt_int_field(fields, "from_seq", 0), to_seq=fields.get("to_seq"),
+        iteration=fields.get("iteration"), attempt=fields.get("attempt"), branch=branch,
+        squash=bool_field(fields, "squash"), repo=abs_path_field(fields, "repo"),
+        patches=abs_path_field(fields, "patches"),
+        allow_secrets=bool_field(fields, "allow_secrets"))
+
+
+def export_checkpoints(service: Service, *, run_id: object, node_id: object,
+                       from_seq: int | None = None, to_seq: object = None,
+                       iteration: object = None, attempt: object = None,
+                       branch: str | None = None, squash: bool = False,
+                       repo: Path | None = None, patches: Path | None = None,
+                       allow_secrets: bool = False) -> dict:
+    """Export checkpoints (``from_seq``, ``to_seq``] as ``branch`` or into ``patches``."""
+    started = time.perf_counter()
+    if (branch is None) == (patches is None):
+        raise ServiceError(errors.BAD_REQUEST, "name a new branch (--branch) or a directory "
+                           "for patches (--patches), one of the two")
+    run, node, to, i, a = selection(run_id, node_id, to_seq, iteration, attempt)
+    tip = find_checkpoint(service.ledger, run, node, seq=to, iteration=i, attempt=a)
+    rows = _rows(service, tip, from_seq)
+    store = service.store.reader()
+    user_path = repo or Path(tip["worktree"])
+    user = _open(user_path)
+    out: dict[str, Any] = {"run_id": run, "node_id": node, "iteration": tip["iteration"],
+                           "attempt": tip["attempt"], "from_seq": from_seq, "to_seq": tip["seq"],
+                           "squash": squash, "repo": user.workdir if user else None}
+    if branch is not None:
+        if user is None:
+            raise ServiceError(errors.NOT_FOUND, f"{user_path} is not in a git repository; "
+                               "pass --repo DIR, or write patches with --patches DIR")
+        ref = _check_branch(user, branch)
+        base, out["base_source"] = _base(store, tip["commit"], user)
+        out.update(_secrets_check(service, store, tip, rows, squash, base, user, allow_secrets))
+        commits, skipped = _write_commits(store, user, rows, base, squash)
+        if not commits:
+            raise ServiceError(errors.NOT_FOUND, "nothing to export: every checkpoint in the "
+                               "range has the tree of the base commit")
+        try:
+            user.references.create(ref, pygit2.Oid(hex=commits[-1]["commit"]), force=False)
+        except (pygit2.GitError, ValueError) as exc:
+            raise ServiceError(errors.CONFLICT, f"could not create {ref}: {exc}") from exc
+        out.update(branch=branch, ref=ref)
+    else:
+        assert patches is not None
+        base, out["base_source"] = _base(store, tip["commit"], user)
+        out.update(_secrets_check(service, store, tip, rows, squash, base, user, allow_secrets))
+        commits, skipped, files = _write_patches(store, user, rows, base, squash, patches)
+        out.update(patches=str(patches), files=files)
+    out.update(base=base, commits=commits, skipped=skipped,
+               elapsed_ms=round((time.perf_counter() - started) * 1000, 3))
+    return out
+
+
+def attach(service: Service, server: Server, config: Config) -> None:
+    """Register the ``export`` op on the daemon's server."""
+    server.register("export", lambda fields: export_fields(service, fields))
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+
+def _rows(service: Service, tip: dict, from_seq: int | None) -> list[dict]:
+    """The kept checkpoints of ``tip``'s attempt in (from_seq, tip], oldest first."""
+    if from_seq is not None and from_seq >= tip["seq"]:
+        raise ServiceError(errors.BAD_REQUEST, f"--from-seq {from_seq} must be below the last "
+                           f"exported checkpoint, seq {tip['seq']}")
+    rows = sorted((c for c in service.ledger.checkpoints(tip["run_id"], tip["node_id"])
+                   if c["iteration"] == tip["iteration"] and c["attempt"] == tip["attempt"]
+                   and not c.get("pruned_at") and c["seq"] <= tip["seq"]
+                   and (from_seq is None or c["seq"] > from_seq)), key=lambda c: c["seq"])
+    if not rows:
+        raise ServiceError(errors.NOT_FOUND, f"no kept checkpoint in ({from_seq}, {tip['seq']}]")
+    return rows
+
+
+def _secrets_check(service: Service, store: pygit2.Repository, tip: dict, rows: list[dict],
+                   squash: bool, base: str | None, user: pygit2.Repository | None,
+                   allow: bool) -> dict:
+    """The reply's ``secrets`` (the unreleased findings the export would write); refused with
+    ``secret-held`` unless ``allow``. Runs before anything is written."""
+    found = _carried_findings(service, store, tip, [rows[-1]] if squash else rows, base, user)
+    if found and not allow:
+        named = "; ".join(f"seq {f['seq']} {f['path']}:{f['line']} {f['kind']} "
+                          f"(commit {f['commit']})" for f in found[:MAX_FINDINGS_NAMED])
+        more = (f"; and {len(found) - MAX_FINDINGS_NAMED} more"
+                if len(found) > MAX_FINDINGS_NAMED else "")
+        raise ServiceError(errors.SECRET_HELD, (
+            f"not exported: {len(found)} unreleased secret finding(s) in what it would write: "
+            f"{named}{more}. Review them; then release each with `snapshotd push --release "
+            "COMMIT` or `--release-path PATH` (the release file replication reads), take the "
+            "file out with `snapshotd purge`, or export anyway with --allow-secrets"))
+    if found:
+        log.warning("exported %d unreleased secret finding(s) of %s/%s (--allow-secrets): %s",
+                    len(found), tip["run_id"], tip["node_id"],
+                    ", ".join(f"{f['path']}:{f['line']} {f['kind']}" for f in found))
+    return {"secrets": found, "allowed_secrets": bool(found)}
+
+
+def _carried_findings(service: Service, store: pygit2.Repository, tip: dict,
+                      chosen: list[dict], base: str | None, user: pygit2.Repository | None
+                      ) -> list[dict]:
+    """The attempt's unreleased findings whose file, byte for byte, is in a tree the export
+    writes and not in the base's tree. A finding made before the range counts too: an
+    unchanged file keeps its token in every later checkpoint, though only the checkpoint that
+    changed it was scanned and marked."""
+    findings = chain_findings(store, tip["commit"], service.home)
+    if not findings:
+        return []
+    trees = [store[r["commit"]].peel(pygit2.Commit).tree for r in chosen]
+    base_tree = user[base].peel(pygit2.Commit).tree if base and user is not None else None
+    carried = []
+    for f in findings:
+        blob = f.pop("blob")
+        # A mark naming no file of its tree (an unreadable trailer) cannot be matched: held.
+        if blob is not None and (not any(blob_at(t, f["path"]) == blob for t in trees)
+                                 or (base_tree is not None
+                                     and blob_at(base_tree, f["path"]) == blob)):
+            continue
+        carried.append(f)
+    return carried
+
+
+def _open(path: Path) -> pygit2.Repository | None:
+    try:
+        return open_user_repo(path)
+    except (pygit2.GitError, OSError) as exc:
+        raise ServiceError(errors.NOT_FOUND, f"cannot open the repository at {path}: "
+                           f"{exc}") from exc
+
+
+def _check_branch(user: pygit2.Repository, branch: str) -> str:
+    ref = f"refs/heads/{branch}"
+    if not pygit2.reference_is_valid_name(ref) or branch.startswith("-"):
+        raise ServiceError(errors.BAD_REQUEST, f"{branch!r} is not a valid branch name")
+    odd = not_regular(common_dir(Path(user.path)) / ref)
+    if odd is not None:
+        raise ServiceError(errors.CONFLICT, f"cannot tell whether branch {branch!r} exists in "
+                           f"{user.workdir}: {odd} is not a regular file")
+    if ref in user.references:
+        raise ServiceError(errors.CONFLICT, f"branch {branch!r} already exists in "
+                           f"{user.workdir}; choose a new name")
+    return ref
+
+
+def _base(store: pygit2.Repository, tip: str, user: pygit2.Repository | None
+          ) -> tuple[str | None, str]:
+    """The export's base commit and where it came from: ``recorded`` (the user's HEAD when
+    the attempt began), ``head`` (HEAD now), or ``none``."""
+    recorded = None
+    commit = store[tip].peel(pygit2.Commit)
+    while True:
+        recorded = parse_trailers(commit.message).get("Snapshotd-Base") or recorded
+        if not commit.parents:
+            break
+        commit = commit.parents[0]
+    if user is None:
+        return None, "none"
+    if recorded is not None and user.odb.exists(recorded):
+        return recorded, "recorded"
+    if user.head_is_unborn:
+        return None, "none"
+    return str(user.head.target), "head"
+
+
+def _write_commits(store: pygit2.Repository, target: pygit2.Repository, rows: list[dict],
+                   base: str | None, squash: bool) -> tuple[list[dict], list[int]]:
+    """The export's commits written into ``target`` (objects copied from the store first),
+    oldest first, and the seqs that gave none (same tree as their parent)."""
+    parent = base
+    parent_tree = str(target[base].peel(pygit2.Commit).tree_id) if base else None
+    committer = _committer(target)
+    chosen = [rows[-1]] if squash else rows
+    commits: list[dict] = []
+    skipped: list[int] = []
+    for row in chosen:
+        source = store[row["commit"]].peel(pygit2.Commit)
+        tree = str(source.tree_id)
+        if tree == parent_tree:
+            skipped.append(row["seq"])
+            continue
+        _copy_tree(store, target, source.tree_id)
+        author = pygit2.Signature(SIGNATURE_NAME, SIGNATURE_EMAIL, source.commit_time,
+                                  source.commit_time_offset)
+        message = _squash_message(rows) if squash else _message(row)
+        oid = target.create_commit(None, author, committer or author, message,
+                                   pygit2.Oid(hex=tree),
+                                   [pygit2.Oid(hex=parent)] if parent else [])
+        commits.append({"seq": row["seq"] if not squash else [r["seq"] for r in rows],
+                        "commit": str(oid), "tree": tree, "subject": message.split("\n", 1)[0]})
+        parent, parent_tree = str(oid), tree
+    return commits, skipped
+
+
+def _write_patches(store: pygit2.Repository, user: pygit2.Repository | None, rows: list[dict],
+                   base: str | None, squash: bool, directory: Path
+                   ) -> tuple[list[dict], list[int], list[str]]:
+    """The series as ``git format-patch`` files in ``directory`` (new or empty)."""
+    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+        raise ServiceError(errors.CONFLICT, f"{directory} exists and is not an empty directory")
+    with tempfile.TemporaryDirectory(prefix="snapshotd-export-") as scratch_dir:
+        pygit2.init_repository(scratch_dir, bare=True)
+        if user is not None:
+            # Read-only borrowing: the scratch repository reads the base's objects in place.
+            (Path(scratch_dir) / "objects" / "info" / "alternates").write_text(
+                f"{objects_dir(user)}\n")
+        scratch = pygit2.Repository(scratch_dir)
+        commits, skipped = _write_commits(store, scratch, rows, base, squash)
+        if not commits:
+            raise ServiceError(errors.NOT_FOUND, "nothing to export: every checkpoint in the "
+                               "range has the tree of the base commit")
+        directory.mkdir(parents=True, exist_ok=True)
+        span = [f"{base}..{commits[-1]['commit']}"] if base else ["--root", commits[-1]["commit"]]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+        env["GIT_DIR"] = scratch_dir
+        try:
+            done = subprocess.run(["git", "format-patch", "--no-color", "-o", str(directory),
+                                   *span], env=env, cwd=scratch_dir, capture_output=True,
+                                  text=True, timeout=FORMAT_PATCH_TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ServiceError(errors.INTERNAL, f"git format-patch could not run: {exc}") from exc
+        if done.returncode != 0:
+            raise ServiceError(errors.INTERNAL, f"git format-patch failed: "
+                               f"{done.stderr.strip()[:500]}")
+    files = [line.strip() for line in done.stdout.splitlines() if line.strip()]
+    return commits, skipped, files
+
+
+def _copy_tree(src: pygit2.Repository, dst: pygit2.Repository, root: pygit2.Oid) -> None:
+    """Write the objects of tree ``root`` that ``dst`` lacks, children before their tree (an
+    interrupted copy never leaves a tree whose entries are missing)."""
+    stack: list[tuple[pygit2.Oid, bool]] = [(root, False)]
+    while stack:
+        oid, expanded = stack.pop()
+        if dst.odb.exists(oid):
+            continue
+        obj = src[oid]
+        if isinstance(obj, pygit2.Tree) and not expanded:
+            stack.append((oid, True))
+            stack.extend((e.id, False) for e in obj if e.filemode != _GITLINK)
+            continue
+        kind, data = src.odb.read(oid)[:2]
+        dst.odb.write(kind, data)
+
+
+def _committer(target: pygit2.Repository) -> pygit2.Signature | None:
+    """The repository's configured identity, or None (the author's is used)."""
+    try:
+        return target.default_signature
+    except (KeyError, pygit2.GitError, ValueError):
+        return None
+
+
+def _message(row: dict) -> str:
+    subject = _one_line(row.get("label") or "") or f"snapshotd: {row['source']} seq {row['seq']}"
+    return subject + "\n\n" + _trailers(row, [("Snapshotd-Seq", str(row["seq"]))])
+
+
+def _squash_message(rows: list[dict]) -> str:
+    last = rows[-1]
+    subject = (f"snapshotd: {last['run_id']}/{last['node_id']} checkpoints "
+               f"{format_seqs([r['seq'] for r in rows])}")
+    body = "".join(f"- seq {r['seq']}: {_one_line(r.get('label') or '') or r['source']}"
+                   + (f" [{r['tool_use_id']}]" if r.get("tool_use_id") else "") + "\n"
+                   for r in rows)
+    return (subject + "\n\n" + body + "\n"
+            + _trailers(last, [("Snapshotd-Seqs", format_seqs([r["seq"] for r in rows]))],
+                        tool=False))
+
+
+def _trailers(row: dict, seq: list[tuple[str, str]], *, tool: bool = True) -> str:
+    pairs = [("Snapshotd-Run", row["run_id"]), ("Snapshotd-Node", row["node_id"]),
+             ("Snapshotd-Iteration", str(row["iteration"])),
+             ("Snapshotd-Attempt", str(row["attempt"])), *seq]
+    if tool and row.get("tool_use_id"):
+        pairs.append(("Snapshotd-Tool-Use-Id", _one_line(row["tool_use_id"])))
+    return "".join(f"{k}: {v}\n" for k, v in pairs)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())[:200]

@@ -1,0 +1,167 @@
+"""Agent sessions: the ``session`` op, which turns an agent's own lifecycle events into states.
+
+Owns the ``session`` op (docs/protocol.md, "Ops"; docs/agents.md, "Session lifecycle"): a hook
+reports that an agent session started (``start``), began a turn (``working``), ended its turn and
+waits for its user (``idle``) or ended (``end``). Owns the choice of the process that owns a
+session's attempt (``agent_process``): the hook's parent, or, when that is a shell or launcher that
+ran the hook's command, its nearest ancestor that is not one.
+
+Promises:
+- The attempt concerned is the one the session's tool calls go to: the zero-setup attempt its
+  ``fallback`` names (``Attribution.session_attempt``). A session never touches another session's
+  attempt, and ``start`` never supersedes anything.
+- While an attempt registered by ``attempt_begin`` (``snapshotd exec``, an engine) is active on
+  the worktree, that attempt owns the folder: the event changes nothing and the reply names it.
+- ``start`` registers the session's attempt owned by the agent's process, so the engine's liveness
+  marks it ``abandoned`` once that process is gone. An attempt of the session still active under
+  another owner (the session resumed in a new process) ends ``superseded`` and the session goes on
+  in the next attempt number. It then takes a baseline capture (source ``hook``, label ``session
+  start``): a baseline that fails is a gap, never a failed start.
+- ``working`` and ``idle`` set the attempt's ``idle_since`` (an idle attempt can be restored
+  without ``force``); either registers the attempt first when the daemon never saw the start.
+- ``end`` flushes pending tier-2 work and ends the attempt ``finished`` through the
+  ``attempt_end`` op's chain; an ended or missing attempt is left as it is.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import psutil
+
+from snapshotd.core import errors
+from snapshotd.core.config import Config
+from snapshotd.core.errors import ServiceError, opt_int_field
+from snapshotd.daemon.server import Server
+from snapshotd.ledger.ledger import ACTIVE, Attempt
+from snapshotd.service.request import SnapshotRequest
+from snapshotd.service.service import Service
+
+log = logging.getLogger("snapshotd.sessions")
+
+EVENTS = ("start", "working", "idle", "end")
+# Processes that stand between an agent and its hook without being the agent: the shell that
+# runs the hook's command line (Claude Code and Gemini CLI run it through one), and launchers.
+LAUNCHERS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish", "tcsh", "csh",
+                       "busybox", "env", "nice", "nohup", "timeout", "stdbuf", "setsid"})
+# How many launchers the walk up from the hook's parent goes through at most.
+_MAX_LAUNCHERS = 8
+
+
+def attach(service: Service, server: Server, config: Config) -> None:
+    """Register the ``session`` op on the daemon's server."""
+    sessions = Sessions(service, server)
+    server.register("session", sessions.session)
+
+
+class Sessions:
+    """The ``session`` op's handler."""
+
+    def __init__(self, service: Service, server: Server | None = None) -> None:
+        self.service = service
+        self.server = server
+
+    def session(self, fields: dict) -> dict:
+        """One lifecycle event of an agent session; the reply describes its attempt."""
+        event = fields.get("event")
+        if event not in EVENTS:
+            raise ServiceError(errors.BAD_REQUEST, f"event must be one of {', '.join(EVENTS)}")
+        agent_pid = opt_int_field(fields, "agent_pid", 1)
+        req = SnapshotRequest.from_fields({
+            "cwd": fields.get("cwd"), "source": "hook", "fallback": fields.get("fallback"),
+            "label": f"session {event}"})
+        if req.fallback is None:
+            raise ServiceError(errors.BAD_REQUEST, "fallback (the session's run) is required")
+        registered = self.service.attribution.active_for(req.cwd, registered_only=True)
+        if registered is not None:
+            return _reply(event, registered, registered=True)
+        if event == "end":
+            return self._end(req)
+        if event == "start":
+            return self._start(req, agent_process(agent_pid) if agent_pid else None)
+        attempt = self.service.attribution.session_attempt(req)
+        self.service.route_tier2(attempt)
+        self.service.ledger.set_attempt_idle(attempt.key, event == "idle")
+        return _reply(event, self._reread(attempt))
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _start(self, req: SnapshotRequest, owner: int | None) -> dict:
+        attribution = self.service.attribution
+        attempt = attribution.session_attempt(req, owner_pid=owner)
+        if owner is not None and attempt.owner_pid != owner:
+            # Begun earlier under another process (or none we could name): liveness must now
+            # follow the agent that runs the session, so the session goes on in a new attempt.
+            self._supersede(attempt)
+            attempt = attribution.session_attempt(req, owner_pid=owner, renew=True)
+        self.service.route_tier2(attempt)
+        self.service.ledger.set_attempt_idle(attempt.key, False)
+        baseline = None
+        try:
+            baseline = self.service.capture_attempt(attempt, tier=1, source="hook",
+                                                    label="session start", require_active=True)
+        except ServiceError as exc:  # its gap is written; the session is registered anyway
+            log.warning("baseline capture of %s failed: %s", attempt.key, exc.message)
+        reply = _reply("start", self._reread(attempt))
+        reply["baseline_seq"] = baseline["seq"] if baseline else None
+        return reply
+
+    def _end(self, req: SnapshotRequest) -> dict:
+        fb = req.fallback
+        assert fb is not None
+        attempt = self.service.attribution.newest_attempt(fb["run_id"], fb["node_id"],
+                                                          fb["iteration"])
+        if attempt is None:  # never registered (no daemon then): nothing to end
+            return {"event": "end", "run_id": fb["run_id"], "node_id": fb["node_id"],
+                    "iteration": fb["iteration"], "attempt": None, "state": None}
+        if attempt.state == ACTIVE:
+            end = self.server.handler("attempt_end") if self.server is not None else None
+            fields = {**attempt.key.as_dict(), "status": "finished"}
+            (end or self.service.attempt_end)(fields)
+        return _reply("end", self._reread(attempt))
+
+    def _supersede(self, attempt: Attempt) -> None:
+        service = self.service
+        with service.worktree_lock(Path(attempt.worktree)):
+            current = service.ledger.get_attempt(attempt.key)
+            if current is None or current.state != ACTIVE:
+                return
+            head = service.store.head(current.key)
+            service.ledger.set_attempt_state(current.key, "superseded", ended=True,
+                                             final_commit=str(head.id) if head else None)
+            ended = service.ledger.get_attempt(current.key)
+        if ended is not None:
+            service.announce_inactive(ended)
+
+    def _reread(self, attempt: Attempt) -> Attempt:
+        return self.service.ledger.get_attempt(attempt.key) or attempt
+
+
+def agent_process(pid: int) -> int | None:
+    """The agent process behind a hook whose parent is ``pid``: ``pid`` itself, or, when that is
+    a shell or launcher (``LAUNCHERS``) that ran the hook's command, its nearest ancestor that is
+    not one. None when there is none to name (gone, pid 1, this daemon): the attempt then has no
+    owner and liveness leaves it alone."""
+    try:
+        proc: psutil.Process | None = psutil.Process(pid)
+        for _ in range(_MAX_LAUNCHERS):
+            if proc is None or proc.pid <= 1 or proc.pid == os.getpid():
+                return None
+            if proc.name().lstrip("-") not in LAUNCHERS:
+                return proc.pid
+            proc = proc.parent()
+    except psutil.Error as exc:
+        log.warning("cannot name the agent process behind pid %d: %s", pid, exc)
+        return None
+    log.warning("no agent process found within %d launchers above pid %d", _MAX_LAUNCHERS, pid)
+    return None
+
+
+def _reply(event: str, attempt: Attempt, *, registered: bool = False) -> dict:
+    out = attempt.key.as_dict()
+    out.update(event=event, worktree=attempt.worktree, state=attempt.state,
+               idle=attempt.idle_since is not None, owner_pid=attempt.owner_pid,
+               registered=registered)
+    return out

@@ -1,0 +1,7 @@
+"""The ledger: rows for worktrees, attempts, checkpoints and tool calls, on SQLite or
+PostgreSQL. Never reads or writes the store."""
+
+from snapshotd.faces import face
+
+__all__, __getattr__, __dir__ = face(__name__, {
+})

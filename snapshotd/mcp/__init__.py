@@ -1,0 +1,6 @@
+"""The MCP server: ``snapshotd mcp`` serves the read, review and restore tools over stdio."""
+
+from snapshotd.faces import face
+
+__all__, __getattr__, __dir__ = face(__name__, {
+})

@@ -1,0 +1,7 @@
+"""The one operations surface the front ends (CLI, MCP, UI) call: each op through the daemon
+when one answers, else on the home directly."""
+
+from snapshotd.faces import face
+
+__all__, __getattr__, __dir__ = face(__name__, {
+})

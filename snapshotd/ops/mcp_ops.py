@@ -1,0 +1,248 @@
+"""The operations behind the MCP tools, as plain calls with no MCP SDK in sight.
+
+Owns what each tool of ``snapshotd mcp`` does: ``list_runs``, ``list_checkpoints``,
+``diff_checkpoint``, ``restore_checkpoint``, ``list_gaps``, ``status``, the review reads
+``show_checkpoint``, ``log_checkpoints``, ``find_path`` and ``blame_file``, and
+``export_checkpoints`` (``snapshotd.features.review.history``, ``snapshotd.features.review.blame``, ``snapshotd.features.review.export``), plus the
+restore progress board the restore tool polls. ``snapshotd.mcp.server`` wraps them as tools.
+
+Promises:
+- Diff and restore go through ``snapshotd.ops.backend.run_op``, the path the CLI uses: in the daemon
+  when one answers (serialized with the captures of that worktree, under every rule of the
+  ``restore`` op: the refusal while an attempt is active unless ``force``, the safety checkpoint,
+  confinement to the target), else directly on the home under the daemon's home lock.
+- ``list_checkpoints`` asks the daemon and reads the ledger when none answers; ``list_runs`` and
+  ``list_gaps`` read the ledger and the gap spool (``snapshotd.service.listing``); the review reads open
+  the home for reading (``snapshotd.ops.backend.read_home``), as their CLI twins do.
+- Results carry the fields of the matching CLI ``--json`` output. Every failure a caller can
+  act on is a ``ServiceError`` (or the client's ``DaemonUnavailable``) whose message says what
+  to do.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from snapshotd.core.errors import BAD_REQUEST, ServiceError, id_field
+from snapshotd.features.review.blame import public_shape, run_blame
+from snapshotd.features.review.export import run_export
+from snapshotd.ops import backend
+from snapshotd.service import listing
+from snapshotd_client import Client, DaemonUnavailable, SnapshotdError
+from snapshotd_client.paths import home_dir, socket_path
+
+if TYPE_CHECKING:
+    from snapshotd.service.service import Service
+
+# Daemon round trips: listing and status are quick; a diff captures the worktree (stat scan);
+# a restore may write a whole tree.
+QUICK_TIMEOUT_S = 30.0
+DIFF_TIMEOUT_S = 120.0
+RESTORE_TIMEOUT_S = 900.0
+PROGRESS_TIMEOUT_S = 5.0
+DEFAULT_PATCH_BYTES = 100_000
+DEFAULT_PLAN_LIMIT = 1000
+
+
+class Operations:
+    """The operations on one home and socket (both default the way the CLI's do)."""
+
+    def __init__(self, *, home: Path | None = None, socket: Path | None = None) -> None:
+        self._home = home
+        self._socket = socket
+
+    @property
+    def home(self) -> Path:
+        return (self._home or home_dir()).expanduser()
+
+    @property
+    def socket(self) -> Path:
+        return socket_path(self._socket)
+
+    def list_runs(self, *, limit: int | None = None) -> dict:
+        rows = listing.collect_runs(self.home)
+        total = len(rows)
+        if limit is not None:
+            rows = rows[-limit:]
+        return {"runs": rows, "total": total, "truncated": len(rows) < total}
+
+    def list_checkpoints(self, *, run_id: str, node_id: str | None = None,
+                         attempt: int | None = None, limit: int | None = None) -> dict:
+        run_id = id_field("run_id", run_id)
+        if node_id is not None:
+            node_id = id_field("node_id", node_id)
+        try:
+            # Every page (a long run's listing does not fit one reply frame), then cut below.
+            result = backend.request_pages("list", socket=self.socket, timeout=QUICK_TIMEOUT_S,
+                                           run_id=run_id, node_id=node_id, attempt=attempt)
+            result["source"] = "daemon"
+        except DaemonUnavailable:
+            result = listing.list_from_ledger(self.home, run_id, node_id, attempt)
+            result["source"] = "ledger"
+        if not result.get("checkpoints") and not result.get("gaps"):
+            listing.require_known_run(self.home, run_id)
+        checkpoints = result.get("checkpoints") or []
+        result["checkpoints_total"] = len(checkpoints)
+        if limit is not None and len(checkpoints) > limit:
+            result["checkpoints"] = checkpoints[-limit:]
+        result["truncated"] = len(result["checkpoints"]) < len(checkpoints)
+        return result
+
+    def diff_checkpoint(self, *, run_id: str, node_id: str, seq: int, to_seq: int | None = None,
+                        worktree: bool = False, iteration: int | None = None,
+                        attempt: int | None = None, patch: bool = True,
+                        max_patch_bytes: int = DEFAULT_PATCH_BYTES) -> dict:
+        run_id = id_field("run_id", run_id)
+        node_id = id_field("node_id", node_id)
+        if to_seq is not None and worktree:
+            raise ServiceError(BAD_REQUEST, "compare with to_seq or with worktree=true, not both")
+        fields = {"run_id": run_id, "node_id": node_id, "seq": seq, "to_seq": to_seq,
+                  "worktree": worktree, "iteration": iteration, "attempt": attempt,
+                  "patch": patch}
+
+        def local(service: Service) -> dict:
+            from snapshotd.features.review.diff import diff_checkpoints
+
+            return diff_checkpoints(service, **fields)
+
+        result = backend.run_op("diff", fields, local, home=self._home, socket=self._socket,
+                                timeout=DIFF_TIMEOUT_S)
+        if patch and result.get("patch_omitted"):
+            # Too large for one reply frame: rendered here from the two trees, then cut to
+            # what the caller asked for. A cut file list (files_total) stays cut.
+            result = dict(result, patch=backend.complete_diff(result, True)["patch"])
+            result.pop("patch_omitted", None)
+        return _cut_patch(result, max_patch_bytes)
+
+    def show_checkpoint(self, *, run_id: str, node_id: str, seq: int | None = None,
+                        iteration: int | None = None, attempt: int | None = None,
+                        patch: bool = True, max_patch_bytes: int = DEFAULT_PATCH_BYTES) -> dict:
+        from snapshotd.features.review.history import show_checkpoint
+
+        result = backend.read_home(lambda view: show_checkpoint(
+            view, run_id=run_id, node_id=node_id, seq=seq, iteration=iteration,
+            attempt=attempt, patch=patch), home=self._home)
+        return _cut_patch(result, max_patch_bytes)
+
+    def log_checkpoints(self, *, run_id: str, node_id: str | None = None,
+                        iteration: int | None = None, attempt: int | None = None,
+                        path: str | None = None, since: str | None = None,
+                        pickaxe: str | None = None, patch: bool = False, limit: int | None = None,
+                        root: bool = False, max_patch_bytes: int = DEFAULT_PATCH_BYTES) -> dict:
+        from snapshotd.features.review.history import log_run
+
+        result = backend.read_home(lambda view: log_run(
+            view, run_id=run_id, node_id=node_id, iteration=iteration, attempt=attempt,
+            path=path, since=since, pickaxe=pickaxe, patch=patch, limit=limit, root=root),
+            home=self._home)
+        result["entries"] = [_cut_patch(e, max_patch_bytes) for e in result["entries"]]
+        return result
+
+    def find_path(self, *, path: str, cwd: str | None = None, since: str | None = None,
+                  limit: int | None = None) -> dict:
+        from snapshotd.features.review.history import find_path
+
+        return backend.read_home(lambda view: find_path(view, path=path, cwd=cwd, since=since,
+                                                        limit=limit), home=self._home)
+
+    def restore_checkpoint(self, *, run_id: str, node_id: str, seq: int | None = None,
+                           dry_run: bool = True, to_dir: str | None = None,
+                           iteration: int | None = None, attempt: int | None = None,
+                           force: bool = False, plan_limit: int = DEFAULT_PLAN_LIMIT,
+                           progress_token: str | None = None) -> dict:
+        run_id = id_field("run_id", run_id)
+        node_id = id_field("node_id", node_id)
+        to = _absolute_dir(to_dir)
+        fields = {"run_id": run_id, "node_id": node_id, "seq": seq, "iteration": iteration,
+                  "attempt": attempt, "to": to, "dry_run": dry_run, "force": force}
+
+        def local(service: Service) -> dict:
+            from snapshotd.features.restore.restore import page_plan, restore_checkpoint
+
+            result = restore_checkpoint(service, run_id=run_id, node_id=node_id, seq=seq,
+                                        iteration=iteration, attempt=attempt,
+                                        to=Path(to) if to else None, dry_run=dry_run,
+                                        force=force)
+            return page_plan(result, 0, plan_limit)
+
+        result = backend.run_op("restore", dict(fields, plan_limit=plan_limit,
+                                                progress_token=progress_token),
+                                local, home=self._home, socket=self._socket,
+                                timeout=RESTORE_TIMEOUT_S)
+        if result.get("undo_command") and (self._home is not None or self._socket is not None):
+            result["undo_command"] = backend.with_location(result["undo_command"], self._home,
+                                                           self._socket)
+        return result
+
+    def restore_progress(self, token: str) -> dict:
+        """The daemon's progress board for an in-flight restore (empty if it cannot say: a
+        restore running without a daemon, or an older daemon)."""
+        try:
+            with Client(self.socket, timeout=PROGRESS_TIMEOUT_S) as client:
+                return client.request("restore_progress", progress_token=token)
+        except SnapshotdError:
+            return {}
+
+    def blame_file(self, *, run_id: str, node_id: str, path: str, seq: int | None = None,
+                   iteration: int | None = None, attempt: int | None = None,
+                   first_line: int = 1, last_line: int | None = None) -> dict:
+        """``snapshotd blame --json``, cut to lines ``first_line``..``last_line``."""
+        fields = {"run_id": run_id, "node_id": node_id, "path": path, "seq": seq,
+                  "iteration": iteration, "attempt": attempt}
+        result = public_shape(run_blame(fields, home=self._home, socket=self._socket))
+        result["lines"] = [x for x in result["lines"] if x["line"] >= first_line
+                           and (last_line is None or x["line"] <= last_line)]
+        return result
+
+    def export_checkpoints(self, *, run_id: str, node_id: str, branch: str | None = None,
+                           patches_dir: str | None = None, squash: bool = False,
+                           repo_dir: str | None = None, from_seq: int | None = None,
+                           to_seq: int | None = None, iteration: int | None = None,
+                           attempt: int | None = None) -> dict:
+        """``snapshotd export --json``. Never with ``allow_secrets``: the agent being captured
+        does not decide that a secret leaves the host; a person releases it after review."""
+        fields = {"run_id": run_id, "node_id": node_id, "branch": branch, "squash": squash,
+                  "repo": _absolute_dir(repo_dir), "patches": _absolute_dir(patches_dir),
+                  "from_seq": from_seq, "to_seq": to_seq, "iteration": iteration,
+                  "attempt": attempt}
+        return run_export(fields, home=self._home, socket=self._socket)
+
+    def list_gaps(self, *, run_id: str | None = None, unresolved_only: bool = False,
+                  limit: int | None = None) -> dict:
+        if run_id is not None:
+            run_id = id_field("run_id", run_id)
+        return listing.list_gaps(self.home, run_id, unresolved_only=unresolved_only, limit=limit)
+
+    def status(self) -> dict:
+        try:
+            info = backend.request("status", socket=self.socket, timeout=QUICK_TIMEOUT_S)
+        except DaemonUnavailable:
+            return {"running": False, "socket": str(self.socket),
+                    "message": f"no daemon is running on {self.socket}; start it with "
+                               "`snapshotd serve` or `snapshotd install-service`"}
+        info["running"] = True
+        return info
+
+
+def _absolute_dir(to_dir: str | None) -> str | None:
+    if to_dir is None:
+        return None
+    expanded = os.path.expanduser(to_dir)
+    if not to_dir or "\0" in to_dir or not os.path.isabs(expanded):
+        raise ServiceError(BAD_REQUEST, f"to_dir must be an absolute path, not {to_dir!r}")
+    return os.path.normpath(expanded)
+
+
+def _cut_patch(result: dict, max_patch_bytes: int) -> dict:
+    text = result.get("patch")
+    result["patch_truncated"] = False
+    if isinstance(text, str):
+        data = text.encode("utf-8", "surrogatepass")
+        if len(data) > max_patch_bytes:
+            result["patch"] = data[:max_patch_bytes].decode("utf-8", "ignore")
+            result["patch_truncated"] = True
+            result["patch_bytes"] = len(data)
+    return result
+

@@ -1,0 +1,127 @@
+"""The ``snapshot`` op's request: its wire fields, validated into a ``SnapshotRequest``.
+
+Owns the checks a capture request passes before anything is attributed or captured (cwd, tier,
+source, ids, label and tool call id, the zero-setup ``fallback``), and ``gap_fields``: which run,
+node, attempt and worktree a gap about a request names when it is recorded.
+
+Promises: ``SnapshotRequest.from_fields`` either returns a request whose every field can be used
+verbatim (ref names, trailers, ledger rows) or raises ``ServiceError`` with ``bad-request`` or
+``bad-id``; ``full`` is never set from the wire. A request's ``label`` and ``tool_use_id`` never
+hold a token ``secrets.redact_secrets`` finds (however the request was made): this is the one
+point where labels enter the system, so commit messages, ledger rows, listings, MCP replies and
+exports built from them never show one.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from snapshotd.core import errors
+from snapshotd.core.errors import ServiceError, id_field, int_field
+from snapshotd.core.secrets import redact_secrets
+from snapshotd.ledger.ledger import Attempt
+
+if TYPE_CHECKING:
+    from snapshotd.watch.prescan import Prescan
+
+SOURCES = ("hook", "wrap", "watch", "restore", "cli", "outside")
+MAX_TEXT_BYTES = 1000
+
+
+@dataclass
+class SnapshotRequest:
+    cwd: Path
+    tier: int = 1
+    source: str = "wrap"
+    run_id: str | None = None
+    node_id: str | None = None
+    iteration: int = 0
+    attempt: int | None = None
+    label: str | None = None
+    tool_use_id: str | None = None
+    fallback: dict | None = None
+    full: bool = False  # internal: force a full stat scan (never set from the wire)
+    prescan: Prescan | None = None  # internal: a verification's off-lock scan
+
+    def __post_init__(self) -> None:
+        # A hook's label is the start of a shell command: ``export OPENAI_API_KEY=sk-…`` is as
+        # common there as in a terminal.
+        if self.label:
+            self.label = redact_secrets(self.label)
+        if self.tool_use_id:
+            self.tool_use_id = redact_secrets(self.tool_use_id)
+
+    @classmethod
+    def from_fields(cls, fields: dict) -> SnapshotRequest:
+        """Validate a request's fields; raises ServiceError(bad-request | bad-id)."""
+        cwd = fields.get("cwd")
+        if not isinstance(cwd, str) or not cwd or "\0" in cwd:
+            raise ServiceError(errors.BAD_REQUEST, "cwd must be a non-empty path string")
+        if not os.path.isabs(cwd):
+            raise ServiceError(errors.BAD_REQUEST, f"cwd must be an absolute path, got {cwd!r}")
+        tier = int_field(fields, "tier", 1, 1)
+        if tier not in (1, 2):
+            raise ServiceError(errors.BAD_REQUEST, f"tier must be 1 or 2, got {tier}")
+        source = fields.get("source", "wrap")
+        if source not in SOURCES:
+            raise ServiceError(errors.BAD_REQUEST,
+                               f"source must be one of {', '.join(SOURCES)}")
+        req = cls(cwd=Path(cwd), tier=tier, source=source)
+        run_id, node_id = fields.get("run_id"), fields.get("node_id")
+        if (run_id is None) != (node_id is None):
+            raise ServiceError(errors.BAD_REQUEST,
+                               "run_id and node_id go together: name both or neither")
+        if run_id is not None:
+            req.run_id = id_field("run_id", run_id)
+            req.node_id = id_field("node_id", node_id)
+        req.iteration = int_field(fields, "iteration", 0, 0)
+        if fields.get("attempt") is not None:
+            req.attempt = int_field(fields, "attempt", 1, 1)
+        for name in ("label", "tool_use_id"):
+            value = fields.get(name)
+            if value is not None:
+                setattr(req, name, redact_secrets(_text_field(name, value)))
+        fallback = fields.get("fallback")
+        if fallback is not None:
+            req.fallback = _fallback(fallback)
+        return req
+
+
+def gap_fields(req: SnapshotRequest, attempt: Attempt | None) -> dict:
+    """What a gap about ``req`` names: the attempt it was attributed to, else what the request
+    (or its zero-setup fallback) proposed."""
+    key = attempt.key if attempt else None
+    fb = req.fallback or {}
+    return {
+        "run_id": key.run_id if key else (req.run_id or fb.get("run_id")),
+        "node_id": key.node_id if key else (req.node_id or fb.get("node_id")),
+        "iteration": key.iteration if key else req.iteration,
+        "attempt": key.attempt if key else (req.attempt or fb.get("attempt")),
+        "worktree": attempt.worktree if attempt else str(fb.get("worktree") or req.cwd),
+        "tier": req.tier, "source": req.source, "tool_use_id": req.tool_use_id,
+    }
+
+
+def _text_field(name: str, value: object) -> str:
+    if not isinstance(value, str) or len(value.encode()) > MAX_TEXT_BYTES or "\0" in value:
+        raise ServiceError(errors.BAD_REQUEST,
+                           f"{name} must be a string under {MAX_TEXT_BYTES} bytes")
+    return value
+
+
+def _fallback(fallback: object) -> dict:
+    if not isinstance(fallback, dict):
+        raise ServiceError(errors.BAD_REQUEST, "fallback must be a map")
+    wt = fallback.get("worktree")
+    if not isinstance(wt, str) or not os.path.isabs(wt) or "\0" in wt:
+        raise ServiceError(errors.BAD_REQUEST, "fallback.worktree must be an absolute path")
+    return {
+        "run_id": id_field("fallback.run_id", fallback.get("run_id")),
+        "node_id": id_field("fallback.node_id", fallback.get("node_id")),
+        "iteration": int_field(fallback, "iteration", 0, 0),
+        "attempt": int_field(fallback, "attempt", 1, 1),
+        "worktree": wt,
+    }
