@@ -1,8 +1,9 @@
 """``snapshot-hook``: the agents' hook (tier 1, ``hook``): Claude Code, Codex, Gemini and more.
 
-Owns: reading the agent's hook payload from stdin, telling the agent apart, deriving the tool
-call id and label, choosing the attribution (docs/protocol.md, "Attribution order"), asking the
-daemon for a capture within one time budget, starting the daemon on first use
+Owns: reading the agent's hook payload from stdin, routing it (``snapshotd_client.agents``, one
+module per agent, tells the agent apart and puts its payload in Claude Code's shape), deriving the
+tool call id and label, choosing the attribution (docs/protocol.md, "Attribution order"), asking
+the daemon for a capture within one time budget, starting the daemon on first use
 (``try_autostart``), and recording a gap when it could not get a checkpoint. After a tool call it
 asks for a capture; on a session's lifecycle events (``SESSION_EVENTS``: start, a turn begun, a
 turn ended, end) it tells the daemon instead (``snapshotd_client.lifecycle``; docs/agents.md,
@@ -60,12 +61,10 @@ MAX_TIMEOUT_MS = 120_000
 GAP_DETAIL_MAX = 2000
 GAP_FIELD_MAX = 1024
 LABEL_PART_MAX = 60
-_PATCH_PREFIXES = ("*** Update File: ", "*** Add File: ", "*** Delete File: ")
 # An agent session's lifecycle events and what each tells the daemon (docs/agents.md has the table
-# per agent); snapshotd_client.agents.LIFECYCLE renames the other agents' events to these.
+# per agent): each agent module's LIFECYCLE (snapshotd_client.agents) renames its events to these.
 SESSION_EVENTS = {"SessionStart": "start", "UserPromptSubmit": "working", "BeforeAgent": "working",
                   "Stop": "idle", "AfterAgent": "idle", "SessionEnd": "end"}
-_GEMINI_EVENTS = ("AfterTool", "BeforeTool", "BeforeAgent", "AfterAgent")
 # What the capture leaves of the budget for writing a gap (at most a tenth of the budget).
 _GAP_RESERVE_S = 0.05
 # A lock file written this recently belongs to a daemon still starting up.
@@ -148,7 +147,7 @@ def route(payload: dict[str, Any]) -> tuple[dict[str, Any], str]:
     capture), ``"session"`` (a lifecycle event) or ``"snapshot"`` (the after-tool capture)."""
     from .agents import normalize
 
-    payload = normalize(payload) or payload  # Copilot, Qwen, Cline, Cursor, ...: agents.py
+    payload = normalize(payload) or payload  # Copilot, Qwen, Cline, Cursor, ...: agents/
     event = payload.get("hook_event_name")
     if event in BEFORE_TOOL_EVENTS:
         return payload, "before_tool"
@@ -228,50 +227,22 @@ class _JsonContext:
 
 
 def detect_agent(payload: Mapping[str, Any]) -> str:
-    """``gemini``, ``codex`` or ``claude``, told from the payload alone (or the agent a payload
-    normalized by ``snapshotd_client.agents`` names).
+    """The agent of a payload in Claude Code's shape: the one a normalized payload names, else
+    ``gemini``, ``codex`` or ``claude`` (``snapshotd_client.agents.agent_of``)."""
+    from .agents import agent_of
 
-    Gemini is checked first: it also sets ``CLAUDE_PROJECT_DIR`` for compatibility, so the
-    environment cannot tell it apart; its event names can, and for the events it shares with
-    Claude Code (``SessionStart``, ``SessionEnd``) the ``timestamp`` every Gemini payload has.
-    Codex puts a ``turn_id`` in every event of a turn; its ``SessionStart`` has none, but its
-    transcript is a ``rollout-*.jsonl`` under ``.codex``.
-    """
-    named = payload.get("snapshotd_agent")  # a payload snapshotd_client.agents normalized
-    if isinstance(named, str) and named:
-        return named
-    event = payload.get("hook_event_name")
-    if event in _GEMINI_EVENTS or (event in ("SessionStart", "SessionEnd")
-                                   and "timestamp" in payload):
-        return "gemini"
-    transcript = payload.get("transcript_path")
-    if "turn_id" in payload or (isinstance(transcript, str) and (
-            "/.codex/" in transcript or os.path.basename(transcript).startswith("rollout-"))):
-        return "codex"
-    return "claude"
+    return agent_of(payload)
 
 
 def tool_use_id_for(payload: Mapping[str, Any], agent: str) -> str | None:
-    """The payload's ``tool_use_id``; for Gemini, which has none, a stable derived one, so a
-    retried hook for the same call stays idempotent."""
+    """The payload's ``tool_use_id``; for an agent that sends none but whose module derives a
+    stable one (Gemini), that one, so a retried hook for the same call stays idempotent."""
     given = payload.get("tool_use_id")
     if isinstance(given, str) and given:
         return given
-    if agent != "gemini":
-        # No timestamp to tell two identical calls apart: a derived id could merge them.
-        return None
-    import hashlib
-    import json
+    from .agents import derived_tool_use_id
 
-    parts = [
-        _text(payload.get("session_id")),
-        _text(payload.get("timestamp")),
-        _text(payload.get("tool_name")),
-        json.dumps(payload.get("tool_input"), sort_keys=True, ensure_ascii=False,
-                   separators=(",", ":"), default=str),
-    ]
-    digest = hashlib.sha256("\0".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
-    return "gemini-" + digest[:24]
+    return derived_tool_use_id(payload, agent)
 
 
 def label_for(payload: Mapping[str, Any]) -> str | None:
@@ -284,7 +255,10 @@ def label_for(payload: Mapping[str, Any]) -> str | None:
     part = ""
     if tool == "apply_patch":
         patch = tool_input.get("command") or tool_input.get("input") or tool_input.get("patch")
-        part = _patch_paths(patch)[:LABEL_PART_MAX] if isinstance(patch, str) else ""
+        if isinstance(patch, str):
+            from .agents.codex import patch_paths
+
+            part = patch_paths(patch)[:LABEL_PART_MAX]
     if not part:
         for key in ("file_path", "notebook_path", "path"):
             value = tool_input.get(key)
@@ -551,9 +525,9 @@ def _cut(value: Any, limit: int) -> Any:
 
 
 def _worktree_guess(payload: Mapping[str, Any], agent: str, env: Mapping[str, str]) -> str:
-    names = (("GEMINI_PROJECT_DIR", "CLAUDE_PROJECT_DIR") if agent == "gemini"
-             else ("CLAUDE_PROJECT_DIR",))
-    for name in names:
+    from .agents import project_dir_env
+
+    for name in project_dir_env(agent):
         if env.get(name):
             return env[name]
     cwd = payload.get("cwd")
@@ -636,17 +610,6 @@ def _env_int(raw: str | None, default: int | None) -> int | str | None:
     if text.isascii() and text.isdigit() and len(text) <= 19 and int(text) < 1 << 63:
         return int(text)
     return _cut(raw, 100)
-
-
-def _patch_paths(patch: str) -> str:
-    paths: list[str] = []
-    for line in patch.splitlines():
-        for prefix in _PATCH_PREFIXES:
-            if line.startswith(prefix):
-                path = line[len(prefix):].strip()
-                if path and path not in paths:
-                    paths.append(path)
-    return ", ".join(paths)
 
 
 def _one_line(text: str) -> str:
