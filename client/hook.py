@@ -4,11 +4,12 @@ Owns: reading the agent's hook payload from stdin, routing it (``snapshotd_clien
 module per agent, tells the agent apart and puts its payload in Claude Code's shape), deriving the
 tool call id and label, choosing the attribution (docs/protocol.md, "Attribution order"), asking
 the daemon for a capture within one time budget, starting the daemon on first use
-(``try_autostart``), and recording a gap when it could not get a checkpoint. After a tool call it
-asks for a capture; on a session's lifecycle events (``SESSION_EVENTS``: start, a turn begun, a
-turn ended, end) it tells the daemon instead (``snapshotd_client.lifecycle``; docs/agents.md,
-"Session lifecycle"). Before a tool call (``BEFORE_TOOL_EVENTS``) it asks for a bracketing
-capture the daemon answers as a no-op unless ``bracket = true`` (docs/review.md, "Bracket").
+(``try_autostart``: ``snapshotd_client.autostart``), and recording a gap when it could not get a
+checkpoint. After a tool call it asks for a capture; on a session's lifecycle events
+(``SESSION_EVENTS``: start, a turn begun, a turn ended, end) it tells the daemon instead
+(``snapshotd_client.lifecycle``; docs/agents.md, "Session lifecycle"). Before a tool call
+(``BEFORE_TOOL_EVENTS``) it asks for a bracketing capture the daemon answers as a no-op unless
+``bracket = true`` (docs/review.md, "Bracket").
 
 Promises:
 - exits 0 and prints nothing, whatever happens, but for the one line of context a session's
@@ -34,8 +35,9 @@ Promises:
 - never leaves a child holding the agent's stdout/stderr (Gemini waits for them to close).
 
 Runs after every tool call, so it imports only what the path taken needs: module level is
-``os``/``sys``/``time``; the client, hashlib and subprocess are imported when used, and the
-payload is parsed by ``json``'s C scanner without ``json`` itself (which imports ``re``).
+``os``/``sys``/``time``; the client, the detected agent's module, hashlib and the autostart are
+imported when used, and the payload is parsed by ``json``'s C scanner without ``json`` itself
+(which imports ``re``).
 """
 
 from __future__ import annotations
@@ -67,8 +69,6 @@ SESSION_EVENTS = {"SessionStart": "start", "UserPromptSubmit": "working", "Befor
                   "Stop": "idle", "AfterAgent": "idle", "SessionEnd": "end"}
 # What the capture leaves of the budget for writing a gap (at most a tenth of the budget).
 _GAP_RESERVE_S = 0.05
-# A lock file written this recently belongs to a daemon still starting up.
-_LOCK_FRESH_S = 30.0
 # Before-tool events (Claude Code and Codex, Gemini): a bracketing capture, see _before_tool.
 BEFORE_TOOL_EVENTS = ("PreToolUse", "BeforeTool")
 # The environment variables the hook reads to attribute a payload; snapshot-hook-native sends
@@ -319,68 +319,11 @@ def before_tool_fields(payload: Mapping[str, Any], env: Mapping[str, str]) -> di
 
 
 def try_autostart(socket_path: str, deadline: float, argv: list[str] | None = None) -> bool:
-    """Start the daemon when none answers; True once its socket accepts connections.
+    """Start the daemon when none answers; True once its socket accepts connections
+    (``snapshotd_client.autostart``, loaded only when no daemon answered)."""
+    from .autostart import start_daemon
 
-    Off when ``SNAPSHOTD_AUTOSTART=0``. Runs ``<this python> -m snapshotd serve`` (``argv``
-    overrides, for tests) as a separate process: the daemon is never imported here. The child
-    gets its own session and /dev/null for stdin/stdout/stderr, so it holds neither the agent's
-    terminal nor its pipes, and cwd ``/`` so it pins no project directory.
-    """
-    if os.environ.get("SNAPSHOTD_AUTOSTART") == "0":
-        return False
-    if argv is None:
-        if not sys.executable:
-            return False
-        argv = [sys.executable, "-m", "snapshotd", "serve"]
-    import subprocess
-
-    env = dict(os.environ)
-    # Pin the daemon to the socket this hook will poll, and make path settings survive cwd "/".
-    env["SNAPSHOTD_SOCKET"] = socket_path
-    for name in ("SNAPSHOTD_HOME", "SNAPSHOTD_GAPS", "SNAPSHOTD_CONFIG"):
-        if env.get(name):
-            env[name] = os.path.abspath(os.path.expanduser(env[name]))
-    try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, cwd="/", env=env,
-                                start_new_session=True, close_fds=True)
-    except OSError:
-        return False
-    # Leave part of the budget for the capture itself once the daemon is up.
-    margin = min(1.0, 0.25 * max(0.0, deadline - time.monotonic()))
-    give_up = deadline - margin
-    while time.monotonic() < give_up:
-        if _accepts(socket_path, give_up):
-            return True
-        if proc.poll() is not None and proc.returncode != 0 and not _daemon_starting():
-            # It failed (not installed, bad config): one last look, then stop burning the
-            # agent's time. (One that lost the start race to another hook's daemon leaves that
-            # winner starting up: we keep polling for it until the deadline.)
-            return _accepts(socket_path, give_up)
-        time.sleep(0.02)
-    return False
-
-
-
-def _daemon_starting() -> bool:
-    """Whether another daemon for this home has just taken its lock (it writes its pid into
-    ``<home>/daemon.lock`` once it holds it) and is alive: the winner of a start race, still
-    opening its store. An old lock of a live daemon that does not answer on our socket does
-    not count: waiting for it would only cost the agent its whole hook budget."""
-    from .paths import home_dir_str
-
-    lock = os.path.join(home_dir_str(), "daemon.lock")
-    try:
-        if time.time() - os.stat(lock).st_mtime > _LOCK_FRESH_S:
-            return False
-        with open(lock, "rb") as f:
-            pid = int(f.read(32).split()[0])
-        os.kill(pid, 0)
-    except PermissionError:  # alive, under another uid: not a daemon of ours starting
-        return False
-    except (OSError, ValueError, IndexError):
-        return False
-    return True
+    return start_daemon(socket_path, deadline, argv)
 
 
 def _capture(fields: dict[str, Any], gaps: _GapWriter, *, deadline: float,
@@ -532,20 +475,6 @@ def _worktree_guess(payload: Mapping[str, Any], agent: str, env: Mapping[str, st
             return env[name]
     cwd = payload.get("cwd")
     return cwd if isinstance(cwd, str) and cwd else os.getcwd()
-
-
-def _accepts(socket_path: str, give_up: float) -> bool:
-    import socket
-
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.settimeout(max(0.01, min(0.2, give_up - time.monotonic())))
-        sock.connect(socket_path)
-        return True
-    except OSError:
-        return False
-    finally:
-        sock.close()
 
 
 def _read_stdin(deadline: float) -> bytes | None:
