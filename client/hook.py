@@ -1,13 +1,15 @@
 """``snapshot-hook``: the agents' hook (tier 1, ``hook``): Claude Code, Codex, Gemini and more.
 
-Owns: reading the agent's hook payload from stdin, telling the agent apart, deriving the tool
-call id and label, choosing the attribution (docs/protocol.md, "Attribution order"), asking the
-daemon for a capture within one time budget, starting the daemon on first use
-(``try_autostart``), and recording a gap when it could not get a checkpoint. After a tool call it
-asks for a capture; on a session's lifecycle events (``SESSION_EVENTS``: start, a turn begun, a
-turn ended, end) it tells the daemon instead (``snapshotd_client.lifecycle``; docs/agents.md,
-"Session lifecycle"). Before a tool call (``BEFORE_TOOL_EVENTS``) it asks for a bracketing
-capture the daemon answers as a no-op unless ``bracket = true`` (docs/review.md, "Bracket").
+Owns: reading the agent's hook payload from stdin, routing it (``snapshotd_client.agents``, one
+module per agent, tells the agent apart and puts its payload in Claude Code's shape), deriving the
+tool call id and label, choosing the attribution (docs/protocol.md, "Attribution order"), asking
+the daemon for a capture within one time budget, starting the daemon on first use
+(``try_autostart``: ``snapshotd_client.autostart``), and recording a gap when it could not get a
+checkpoint. After a tool call it asks for a capture; on a session's lifecycle events
+(``SESSION_EVENTS``: start, a turn begun, a turn ended, end) it tells the daemon instead
+(``snapshotd_client.lifecycle``; docs/agents.md, "Session lifecycle"). Before a tool call
+(``BEFORE_TOOL_EVENTS``) it asks for a bracketing capture the daemon answers as a no-op unless
+``bracket = true`` (docs/review.md, "Bracket").
 
 Promises:
 - exits 0 and prints nothing, whatever happens, but for the one line of context a session's
@@ -33,8 +35,9 @@ Promises:
 - never leaves a child holding the agent's stdout/stderr (Gemini waits for them to close).
 
 Runs after every tool call, so it imports only what the path taken needs: module level is
-``os``/``sys``/``time``; the client, hashlib and subprocess are imported when used, and the
-payload is parsed by ``json``'s C scanner without ``json`` itself (which imports ``re``).
+``os``/``sys``/``time``; the client, the detected agent's module, hashlib and the autostart are
+imported when used, and the payload is parsed by ``json``'s C scanner without ``json`` itself
+(which imports ``re``).
 """
 
 from __future__ import annotations
@@ -60,16 +63,12 @@ MAX_TIMEOUT_MS = 120_000
 GAP_DETAIL_MAX = 2000
 GAP_FIELD_MAX = 1024
 LABEL_PART_MAX = 60
-_PATCH_PREFIXES = ("*** Update File: ", "*** Add File: ", "*** Delete File: ")
 # An agent session's lifecycle events and what each tells the daemon (docs/agents.md has the table
-# per agent); snapshotd_client.agents.LIFECYCLE renames the other agents' events to these.
+# per agent): each agent module's LIFECYCLE (snapshotd_client.agents) renames its events to these.
 SESSION_EVENTS = {"SessionStart": "start", "UserPromptSubmit": "working", "BeforeAgent": "working",
                   "Stop": "idle", "AfterAgent": "idle", "SessionEnd": "end"}
-_GEMINI_EVENTS = ("AfterTool", "BeforeTool", "BeforeAgent", "AfterAgent")
 # What the capture leaves of the budget for writing a gap (at most a tenth of the budget).
 _GAP_RESERVE_S = 0.05
-# A lock file written this recently belongs to a daemon still starting up.
-_LOCK_FRESH_S = 30.0
 # Before-tool events (Claude Code and Codex, Gemini): a bracketing capture, see _before_tool.
 BEFORE_TOOL_EVENTS = ("PreToolUse", "BeforeTool")
 # The environment variables the hook reads to attribute a payload; snapshot-hook-native sends
@@ -148,7 +147,7 @@ def route(payload: dict[str, Any]) -> tuple[dict[str, Any], str]:
     capture), ``"session"`` (a lifecycle event) or ``"snapshot"`` (the after-tool capture)."""
     from .agents import normalize
 
-    payload = normalize(payload) or payload  # Copilot, Qwen, Cline, Cursor, ...: agents.py
+    payload = normalize(payload) or payload  # Copilot, Qwen, Cline, Cursor, ...: agents/
     event = payload.get("hook_event_name")
     if event in BEFORE_TOOL_EVENTS:
         return payload, "before_tool"
@@ -228,50 +227,22 @@ class _JsonContext:
 
 
 def detect_agent(payload: Mapping[str, Any]) -> str:
-    """``gemini``, ``codex`` or ``claude``, told from the payload alone (or the agent a payload
-    normalized by ``snapshotd_client.agents`` names).
+    """The agent of a payload in Claude Code's shape: the one a normalized payload names, else
+    ``gemini``, ``codex`` or ``claude`` (``snapshotd_client.agents.agent_of``)."""
+    from .agents import agent_of
 
-    Gemini is checked first: it also sets ``CLAUDE_PROJECT_DIR`` for compatibility, so the
-    environment cannot tell it apart; its event names can, and for the events it shares with
-    Claude Code (``SessionStart``, ``SessionEnd``) the ``timestamp`` every Gemini payload has.
-    Codex puts a ``turn_id`` in every event of a turn; its ``SessionStart`` has none, but its
-    transcript is a ``rollout-*.jsonl`` under ``.codex``.
-    """
-    named = payload.get("snapshotd_agent")  # a payload snapshotd_client.agents normalized
-    if isinstance(named, str) and named:
-        return named
-    event = payload.get("hook_event_name")
-    if event in _GEMINI_EVENTS or (event in ("SessionStart", "SessionEnd")
-                                   and "timestamp" in payload):
-        return "gemini"
-    transcript = payload.get("transcript_path")
-    if "turn_id" in payload or (isinstance(transcript, str) and (
-            "/.codex/" in transcript or os.path.basename(transcript).startswith("rollout-"))):
-        return "codex"
-    return "claude"
+    return agent_of(payload)
 
 
 def tool_use_id_for(payload: Mapping[str, Any], agent: str) -> str | None:
-    """The payload's ``tool_use_id``; for Gemini, which has none, a stable derived one, so a
-    retried hook for the same call stays idempotent."""
+    """The payload's ``tool_use_id``; for an agent that sends none but whose module derives a
+    stable one (Gemini), that one, so a retried hook for the same call stays idempotent."""
     given = payload.get("tool_use_id")
     if isinstance(given, str) and given:
         return given
-    if agent != "gemini":
-        # No timestamp to tell two identical calls apart: a derived id could merge them.
-        return None
-    import hashlib
-    import json
+    from .agents import derived_tool_use_id
 
-    parts = [
-        _text(payload.get("session_id")),
-        _text(payload.get("timestamp")),
-        _text(payload.get("tool_name")),
-        json.dumps(payload.get("tool_input"), sort_keys=True, ensure_ascii=False,
-                   separators=(",", ":"), default=str),
-    ]
-    digest = hashlib.sha256("\0".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
-    return "gemini-" + digest[:24]
+    return derived_tool_use_id(payload, agent)
 
 
 def label_for(payload: Mapping[str, Any]) -> str | None:
@@ -284,7 +255,10 @@ def label_for(payload: Mapping[str, Any]) -> str | None:
     part = ""
     if tool == "apply_patch":
         patch = tool_input.get("command") or tool_input.get("input") or tool_input.get("patch")
-        part = _patch_paths(patch)[:LABEL_PART_MAX] if isinstance(patch, str) else ""
+        if isinstance(patch, str):
+            from .agents.codex import patch_paths
+
+            part = patch_paths(patch)[:LABEL_PART_MAX]
     if not part:
         for key in ("file_path", "notebook_path", "path"):
             value = tool_input.get(key)
@@ -345,68 +319,11 @@ def before_tool_fields(payload: Mapping[str, Any], env: Mapping[str, str]) -> di
 
 
 def try_autostart(socket_path: str, deadline: float, argv: list[str] | None = None) -> bool:
-    """Start the daemon when none answers; True once its socket accepts connections.
+    """Start the daemon when none answers; True once its socket accepts connections
+    (``snapshotd_client.autostart``, loaded only when no daemon answered)."""
+    from .autostart import start_daemon
 
-    Off when ``SNAPSHOTD_AUTOSTART=0``. Runs ``<this python> -m snapshotd serve`` (``argv``
-    overrides, for tests) as a separate process: the daemon is never imported here. The child
-    gets its own session and /dev/null for stdin/stdout/stderr, so it holds neither the agent's
-    terminal nor its pipes, and cwd ``/`` so it pins no project directory.
-    """
-    if os.environ.get("SNAPSHOTD_AUTOSTART") == "0":
-        return False
-    if argv is None:
-        if not sys.executable:
-            return False
-        argv = [sys.executable, "-m", "snapshotd", "serve"]
-    import subprocess
-
-    env = dict(os.environ)
-    # Pin the daemon to the socket this hook will poll, and make path settings survive cwd "/".
-    env["SNAPSHOTD_SOCKET"] = socket_path
-    for name in ("SNAPSHOTD_HOME", "SNAPSHOTD_GAPS", "SNAPSHOTD_CONFIG"):
-        if env.get(name):
-            env[name] = os.path.abspath(os.path.expanduser(env[name]))
-    try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, cwd="/", env=env,
-                                start_new_session=True, close_fds=True)
-    except OSError:
-        return False
-    # Leave part of the budget for the capture itself once the daemon is up.
-    margin = min(1.0, 0.25 * max(0.0, deadline - time.monotonic()))
-    give_up = deadline - margin
-    while time.monotonic() < give_up:
-        if _accepts(socket_path, give_up):
-            return True
-        if proc.poll() is not None and proc.returncode != 0 and not _daemon_starting():
-            # It failed (not installed, bad config): one last look, then stop burning the
-            # agent's time. (One that lost the start race to another hook's daemon leaves that
-            # winner starting up: we keep polling for it until the deadline.)
-            return _accepts(socket_path, give_up)
-        time.sleep(0.02)
-    return False
-
-
-
-def _daemon_starting() -> bool:
-    """Whether another daemon for this home has just taken its lock (it writes its pid into
-    ``<home>/daemon.lock`` once it holds it) and is alive: the winner of a start race, still
-    opening its store. An old lock of a live daemon that does not answer on our socket does
-    not count: waiting for it would only cost the agent its whole hook budget."""
-    from .paths import home_dir_str
-
-    lock = os.path.join(home_dir_str(), "daemon.lock")
-    try:
-        if time.time() - os.stat(lock).st_mtime > _LOCK_FRESH_S:
-            return False
-        with open(lock, "rb") as f:
-            pid = int(f.read(32).split()[0])
-        os.kill(pid, 0)
-    except PermissionError:  # alive, under another uid: not a daemon of ours starting
-        return False
-    except (OSError, ValueError, IndexError):
-        return False
-    return True
+    return start_daemon(socket_path, deadline, argv)
 
 
 def _capture(fields: dict[str, Any], gaps: _GapWriter, *, deadline: float,
@@ -551,27 +468,13 @@ def _cut(value: Any, limit: int) -> Any:
 
 
 def _worktree_guess(payload: Mapping[str, Any], agent: str, env: Mapping[str, str]) -> str:
-    names = (("GEMINI_PROJECT_DIR", "CLAUDE_PROJECT_DIR") if agent == "gemini"
-             else ("CLAUDE_PROJECT_DIR",))
-    for name in names:
+    from .agents import project_dir_env
+
+    for name in project_dir_env(agent):
         if env.get(name):
             return env[name]
     cwd = payload.get("cwd")
     return cwd if isinstance(cwd, str) and cwd else os.getcwd()
-
-
-def _accepts(socket_path: str, give_up: float) -> bool:
-    import socket
-
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.settimeout(max(0.01, min(0.2, give_up - time.monotonic())))
-        sock.connect(socket_path)
-        return True
-    except OSError:
-        return False
-    finally:
-        sock.close()
 
 
 def _read_stdin(deadline: float) -> bytes | None:
@@ -636,17 +539,6 @@ def _env_int(raw: str | None, default: int | None) -> int | str | None:
     if text.isascii() and text.isdigit() and len(text) <= 19 and int(text) < 1 << 63:
         return int(text)
     return _cut(raw, 100)
-
-
-def _patch_paths(patch: str) -> str:
-    paths: list[str] = []
-    for line in patch.splitlines():
-        for prefix in _PATCH_PREFIXES:
-            if line.startswith(prefix):
-                path = line[len(prefix):].strip()
-                if path and path not in paths:
-                    paths.append(path)
-    return ", ".join(paths)
 
 
 def _one_line(text: str) -> str:

@@ -4,11 +4,11 @@ Owns ``tell_daemon``: one ``session`` request (docs/protocol.md, "Ops") for a li
 hook has read (``start``, ``working``, ``idle``, ``end``; ``snapshotd_client.hook.SESSION_EVENTS``
 maps the agents' event names), with one autostart of the daemon (never for an ``end``), and on a
 ``start`` the one line of context the agent reads from the hook's stdout, in the shape that agent
-reads (``CONTEXT_SHAPES``).
+reads (its module's ``CONTEXT_SHAPE``, ``snapshotd_client.agents``).
 
 Promises: returns within the deadline it is given; every failure the daemon did not record
 itself is handed to ``write_gap`` exactly once; writes to ``stdout`` only a start's context,
-once, and nothing for an agent that reads none from this hook (``CONTEXT_SHAPES``: ``None``).
+once, and nothing for an agent that reads none from this hook (``CONTEXT_SHAPE``: ``None``).
 Imports only the stdlib and the client (the hook's budget), ``json`` only to print that context.
 """
 
@@ -20,20 +20,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import Any
-
-
-# How each agent reads a session start's context from its hook's stdout: Claude Code's
-# ``hookSpecificOutput`` JSON (also read by Codex, Gemini CLI, Qwen Code and Goose), Copilot
-# CLI's top-level ``additionalContext``, Cursor's ``additional_context``, or plain text (Kiro
-# adds an agentSpawn hook's stdout to the agent's context as it is). ``None``: print nothing,
-# because the agent reads something else there (Cline's hook scripts print its
-# ``{"cancel": false}``) or discards it (the OpenCode and Amp plugins). An agent not named here
-# (any other that sends the normalized shape) gets Claude Code's shape.
-CONTEXT_SHAPES: dict[str, str | None] = {
-    "claude": "claude", "codex": "claude", "gemini": "claude", "qwen": "claude",
-    "goose": "claude", "copilot": "copilot", "cursor": "cursor", "kiro": "text",
-    "cline": None, "opencode": None, "amp": None,
-}
 
 
 def tell_daemon(event: str, fields: Mapping[str, Any], *, deadline: float, budget_ms: int,
@@ -77,10 +63,16 @@ def context_line(result: Mapping[str, Any]) -> str:
 
 
 def context_output(result: Mapping[str, Any], agent: str) -> str | None:
-    """What the hook prints for ``agent`` on a session's start (``CONTEXT_SHAPES``), or None."""
+    """What the hook prints for ``agent`` on a session's start, or None: in the shape its module
+    names (``agents.context_shape``): Claude Code's ``hookSpecificOutput`` JSON (also read by Codex,
+    Gemini CLI, Qwen Code, Goose and any agent without a module), Copilot CLI's top-level
+    ``additionalContext``, Cursor's ``additional_context``, plain ``text`` (Kiro), or nothing
+    (``None``: Cline's hook scripts print Cline's own answer, the plugins discard the output)."""
     import json
 
-    shape = CONTEXT_SHAPES.get(agent, "claude")
+    from .agents import context_shape
+
+    shape = context_shape(agent)
     line = context_line(result)
     if shape == "copilot":
         return json.dumps({"additionalContext": line})

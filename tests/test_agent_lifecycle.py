@@ -8,8 +8,9 @@ with an owner process, a tool call checkpoints into the same run, a restore whil
 refused, a turn's end makes it idle, the end finishes it, and the finished or idle attempt
 restores without ``--force``. An agent with no end event (Kiro) is ``abandoned`` once its
 process is gone. The OpenCode and Amp plugins, run under node, forward the lifecycle events the
-parser reads (``snapshotd_client.agents.LIFECYCLE``); the OpenCode plugin, running the real hook,
-owns the sessions it starts, abandoned when its process is killed."""
+parser reads (each agent module's ``LIFECYCLE``, ``snapshotd_client.agents``); the OpenCode
+plugin, running the real hook, owns the sessions it starts, abandoned when its process is killed.
+"""
 
 from __future__ import annotations
 
@@ -27,9 +28,8 @@ import pytest
 
 from conftest import REPO, Daemon, Env, load_payloads, make_git_worktree
 from helpers import run_plugin
-from snapshotd_client.agents import LIFECYCLE, normalize
+from snapshotd_client.agents import AGENTS, NAMES, context_shape, lifecycle, normalize
 from snapshotd_client.hook import SESSION_EVENTS
-from snapshotd_client.lifecycle import CONTEXT_SHAPES
 
 H = "<harness>/proj"
 NODE = shutil.which("node")
@@ -120,7 +120,7 @@ def attempts(env: Env, run_id: str) -> list[dict]:
 
 def context_of(agent: str, stdout: bytes) -> str | None:
     """The context line a session start printed, read as ``agent`` reads it."""
-    shape = CONTEXT_SHAPES[agent]
+    shape = context_shape(agent)
     if shape is None:
         assert stdout == b""
         return None
@@ -135,7 +135,7 @@ def context_of(agent: str, stdout: bytes) -> str | None:
     return doc["hookSpecificOutput"]["additionalContext"]
 
 
-@pytest.mark.parametrize("agent", sorted(LIFECYCLE))
+@pytest.mark.parametrize("agent", sorted(AGENTS))
 def test_lifecycle_payloads_map_to_the_hooks_events(agent: str) -> None:
     extra = ["cline/session-lifecycle-vscode.ndjson"] if agent == "cline" else []
     relatives = [f"{agent}/session-lifecycle.ndjson", *extra]
@@ -151,9 +151,24 @@ def test_lifecycle_payloads_map_to_the_hooks_events(agent: str) -> None:
     expected = expected + (CLINE_VSCODE_EVENTS if agent == "cline" else [])
     assert told == expected + (["end"] if agent in END_FROM_DOCS else [])
     # Every kind of event the agent has is in its payloads (Amp and Kiro have no end event).
-    assert set(told) == {SESSION_EVENTS[e] for e in LIFECYCLE[agent].values()}
+    assert set(told) == {SESSION_EVENTS[e] for e in lifecycle(agent).values()}
     tool = normalize(tool_call(agent, Path("/p"), fields["session_id"]))
     assert tool is not None and tool["hook_event_name"] == "PostToolUse"
+
+
+@pytest.mark.parametrize("agent", NAMES)
+def test_every_agent_module_names_the_hooks_events_and_a_context_shape(agent: str) -> None:
+    # Each agent's module (snapshotd_client.agents.<agent>) renames its lifecycle events only to
+    # names the hook reads, and says how the agent reads a start's context.
+    table = lifecycle(agent)
+    assert table and set(table.values()) <= set(SESSION_EVENTS)
+    assert context_shape(agent) in ("claude", "copilot", "cursor", "text", None)
+
+
+def test_an_agent_without_a_module_gets_claude_codes_shape_and_loads_nothing() -> None:
+    # A plugin's snapshotd_agent may name anything: no module outside the registry is loaded.
+    for name in ("other", "common", "os", "__init__", "", ["claude"]):
+        assert context_shape(name) == "claude" and lifecycle(name) == {}
 
 
 def test_copilot_events_are_told_apart_by_their_fields() -> None:
@@ -165,7 +180,7 @@ def test_copilot_events_are_told_apart_by_their_fields() -> None:
     assert normalize({"sessionId": 7, "prompt": None})["session_id"]
 
 
-@pytest.mark.parametrize("agent", sorted(LIFECYCLE))
+@pytest.mark.parametrize("agent", sorted(AGENTS))
 def test_start_tool_call_idle_end(agent: str, world: tuple[Env, Daemon], tmp_path: Path) -> None:
     env, _ = world
     wt = make_git_worktree(tmp_path / "proj")

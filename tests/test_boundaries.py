@@ -146,9 +146,7 @@ def test_no_module_uses_another_modules_privates() -> None:
 
 def test_modules_and_functions_stay_small() -> None:
     offenders: list[str] = []
-    for name, path in MODULES.items():
-        if not name.startswith("snapshotd."):
-            continue
+    for path in MODULES.values():  # the daemon's modules and the client's (snapshotd_client)
         lines = len(path.read_text().splitlines())
         if lines > MAX_MODULE_LINES:
             offenders.append(f"{path}: {lines} lines (max {MAX_MODULE_LINES})")
