@@ -1,20 +1,17 @@
-"""snapshotd's thin client (import name ``snapshotd_client``): stdlib + msgpack only.
+"""snapshotd's thin client (import name ``snapshotd_client``, stdlib + msgpack only): all an
+agent process needs to talk to the daemon, and the ``snapshot-hook`` run after every tool call."""
 
-Owns everything an agent process needs to talk to the daemon: the wire format
-(``snapshotd_client.protocol``), the connection (``Client``), the in-process tool wrapper
-(``wrap``), the gap spool (``snapshotd_client.gaps``) and the CLI agents' after-tool hook
-(``snapshotd_client.hook``, the ``snapshot-hook`` console script).
-
-Promises:
-- never imports the daemon, click, pygit2, watchfiles or psutil, so the hook, which runs after
-  every tool call, loads in a few milliseconds;
-- talks only to the current user's daemon: a socket in a directory that is not the user's or is
-  writable by group/others, a socket file or a listener of another uid is refused
-  (``SocketUntrusted``, gap reason ``socket-untrusted``);
-- every capture asked for and not checkpointed is a gap, written once (by the daemon when it can
-  attribute it, here otherwise), and writing it never waits past the caller's deadline;
-- the hook always exits 0, silently, within its bounded ``SNAPSHOTD_HOOK_TIMEOUT_MS``.
-"""
+# Owns the wire format (``protocol``), the connection (``Client``), the in-process tool wrapper
+# (``wrap``), the gap spool (``gaps``), the agents' hook (``hook``) and each agent's payloads
+# (``agents``). Promises:
+# - never imports the daemon, click, pygit2, watchfiles or psutil, so the hook, which runs after
+#   every tool call, loads in a few milliseconds;
+# - talks only to the current user's daemon: a socket in a directory that is not the user's or
+#   is writable by group/others, a socket file or a listener of another uid is refused
+#   (``SocketUntrusted``, gap reason ``socket-untrusted``);
+# - every capture asked for and not checkpointed is a gap, written once (by the daemon when it
+#   can attribute it, here otherwise), and writing it never waits past the caller's deadline;
+# - the hook always exits 0, silently, within its bounded ``SNAPSHOTD_HOOK_TIMEOUT_MS``.
 
 from __future__ import annotations
 

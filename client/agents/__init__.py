@@ -1,18 +1,18 @@
-"""The agents ``snapshot-hook`` serves, one module each, and the registry the hook reads them by.
+"""The agents ``snapshot-hook`` serves, one module each, and the registry the hook reads them
+by: names, detection from a payload, and loading only the detected agent's module."""
 
-Owns the agents' names, telling them apart from a payload (``detect``, ``agent_of``) and loading
-the one module of the agent found (``module``). Each agent module (``claude``, ``codex``,
-``gemini``, ``copilot``, ``qwen``, ``cline``, ``opencode``, ``cursor``, ``goose``, ``amp``,
-``kiro``) owns that agent's ``LIFECYCLE`` (its lifecycle events, renamed to the Claude Code names
-``hook.SESSION_EVENTS`` reads), its ``CONTEXT_SHAPE`` (how it reads a start's context) and, for
-the agents of ``AGENTS``, ``normalize`` (its payload in Claude Code's shape, which the hook reads).
-
-Promises: ``normalize`` returns ``None`` for Claude Code, Codex and Gemini payloads (read as they
-are) and never raises on odd input; a payload already naming ``snapshotd_agent`` is taken as it
-is; every normalized payload names a session; ``module`` loads only the agents named in
-``NAMES``, so a plugin's ``snapshotd_agent`` picks no other module. Imports nothing at module
-level: the hook loads at most the one module of the agent it detected.
-"""
+# Owns the agents' names, telling them apart from a payload (``detect``, ``agent_of``) and loading
+# the one module of the agent found (``module``). Each agent module (``claude``, ``codex``,
+# ``gemini``, ``copilot``, ``qwen``, ``cline``, ``opencode``, ``cursor``, ``goose``, ``amp``,
+# ``kiro``) owns that agent's ``LIFECYCLE`` (its lifecycle events, renamed to the Claude Code names
+# ``hook.SESSION_EVENTS`` reads), its ``CONTEXT_SHAPE`` (how it reads a start's context) and, for
+# the agents of ``AGENTS``, ``normalize`` (its payload in Claude Code's shape, which the hook reads).
+#
+# Promises: ``normalize`` returns ``None`` for Claude Code, Codex and Gemini payloads (read as they
+# are) and never raises on odd input; a payload already naming ``snapshotd_agent`` is taken as it
+# is; every normalized payload names a session; ``module`` loads only the agents named in
+# ``NAMES``, so a plugin's ``snapshotd_agent`` picks no other module. Imports nothing at module
+# level: the hook loads at most the one module of the agent it detected.
 
 from __future__ import annotations
 
