@@ -9,6 +9,7 @@ printed, instead of in review.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 from typing import NamedTuple
 
@@ -235,6 +236,16 @@ def test_every_face_names_real_public_names() -> None:
                 offenders.append(f"{MODULES[package].relative_to(ROOT)}: {exported} is not a "
                                  f"public name of {module}")
     _report(offenders)
+
+
+def test_every_package_is_installed() -> None:
+    """pyproject.toml lists packages by name (the client's folder is not its import name): a
+    package missing there would be left out of every install but pass every test here."""
+    listed = set(re.search(r"^packages = \[(.*?)\]", (ROOT / "pyproject.toml").read_text(),
+                           re.M | re.S).group(1).replace('"', "").replace(",", " ").split())
+    _report([f"{MODULES[package].relative_to(ROOT)}: not in pyproject.toml's packages"
+             for package in sorted(PACKAGES - listed)]
+            + [f"pyproject.toml lists {name}, which is no package" for name in sorted(listed - PACKAGES)])
 
 
 def test_every_package_says_what_it_is() -> None:
