@@ -17,14 +17,19 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-_LAZY = {"Client": "client", "DaemonTimeout": "client", "DaemonUnavailable": "client",
-         "SnapshotdError": "client", "SocketUntrusted": "client", "wrap": "wrap"}
+# The package's face (the same shape as snapshotd's, snapshotd/faces.py, which the client may
+# not import): module -> the public names it gives the package, each loaded on first use.
+FACE: dict[str, tuple[str, ...]] = {
+    "client": ("Client", "DaemonTimeout", "DaemonUnavailable", "SnapshotdError", "SocketUntrusted"),
+    "wrap": ("wrap",),
+}
+_HOME = {name: module for module, names in FACE.items() for name in names}
 
 
 def __getattr__(name: str) -> object:
     # Lazy (PEP 562): ``snapshot-hook`` imports ``snapshotd_client.hook`` after every tool call
     # and must not pay for the wrapper's imports.
-    module = _LAZY.get(name)
+    module = _HOME.get(name)
     if module is None:
         raise AttributeError(f"module 'snapshotd_client' has no attribute {name!r}")
     from importlib import import_module
@@ -33,5 +38,5 @@ def __getattr__(name: str) -> object:
     globals()[name] = value
     return value
 
-__all__ = ["Client", "DaemonTimeout", "DaemonUnavailable", "SnapshotdError", "SocketUntrusted",
-           "__version__", "wrap"]
+
+__all__ = sorted(["__version__", *_HOME])

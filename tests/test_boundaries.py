@@ -66,13 +66,12 @@ PACKAGES = {name for name, path in MODULES.items() if path.name == "__init__.py"
 
 
 def _face(package: str) -> dict[str, str]:
-    """A package's exported name -> the module defining it, from its ``face(...)`` table."""
+    """A package's exported name -> the module defining it, from its ``FACE`` table."""
     out: dict[str, str] = {}
-    for node in ast.walk(TREES[package]):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                and node.func.id == "face" and len(node.args) == 2
-                and isinstance(node.args[1], ast.Dict)):
-            for key, value in zip(node.args[1].keys, node.args[1].values, strict=True):
+    for node in TREES[package].body:
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and node.target.id == "FACE" and isinstance(node.value, ast.Dict)):
+            for key, value in zip(node.value.keys, node.value.values, strict=True):
                 assert isinstance(key, ast.Constant) and isinstance(value, ast.Tuple), package
                 for element in value.elts:
                     assert isinstance(element, ast.Constant), package

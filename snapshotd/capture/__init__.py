@@ -3,5 +3,6 @@ the user's repository, and what a capture may read."""
 
 from snapshotd.faces import face
 
-__all__, __getattr__, __dir__ = face(__name__, {
-})
+FACE: dict[str, tuple[str, ...]] = {
+}
+__all__, __getattr__, __dir__ = face(__name__, FACE)

@@ -3,5 +3,6 @@ secrets detection and the reading of a user's repository. Imports nothing else o
 
 from snapshotd.faces import face
 
-__all__, __getattr__, __dir__ = face(__name__, {
-})
+FACE: dict[str, tuple[str, ...]] = {
+}
+__all__, __getattr__, __dir__ = face(__name__, FACE)

@@ -3,5 +3,6 @@ when one answers, else on the home directly."""
 
 from snapshotd.faces import face
 
-__all__, __getattr__, __dir__ = face(__name__, {
-})
+FACE: dict[str, tuple[str, ...]] = {
+}
+__all__, __getattr__, __dir__ = face(__name__, FACE)

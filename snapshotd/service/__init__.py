@@ -3,5 +3,6 @@ or kept as a gap; listing and checkpoint lookup."""
 
 from snapshotd.faces import face
 
-__all__, __getattr__, __dir__ = face(__name__, {
-})
+FACE: dict[str, tuple[str, ...]] = {
+}
+__all__, __getattr__, __dir__ = face(__name__, FACE)

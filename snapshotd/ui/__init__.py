@@ -7,5 +7,6 @@ optional part (``pip install 'snapshotd[ui]'``) that nothing below the front end
 
 from snapshotd.faces import face
 
-__all__, __getattr__, __dir__ = face(__name__, {
-})
+FACE: dict[str, tuple[str, ...]] = {
+}
+__all__, __getattr__, __dir__ = face(__name__, FACE)
