@@ -256,9 +256,9 @@ def label_for(payload: Mapping[str, Any]) -> str | None:
     if tool == "apply_patch":
         patch = tool_input.get("command") or tool_input.get("input") or tool_input.get("patch")
         if isinstance(patch, str):
-            from .agents.codex import patch_paths
+            from .agents import patched_paths
 
-            part = patch_paths(patch)[:LABEL_PART_MAX]
+            part = patched_paths(patch)[:LABEL_PART_MAX]
     if not part:
         for key in ("file_path", "notebook_path", "path"):
             value = tool_input.get(key)

@@ -120,6 +120,14 @@ def module(name: object) -> ModuleType | None:
     return sys.modules[full]
 
 
+def patched_paths(patch: str) -> str:
+    """The paths an ``apply_patch`` patch names (a checkpoint's label), read as Codex's module
+    reads them; loads that module only when a patch is seen."""
+    codex = module("codex")
+    assert codex is not None  # "codex" is one of NAMES
+    return codex.patch_paths(patch)
+
+
 def lifecycle(name: object) -> dict[str, str]:
     """``name``'s lifecycle events and the hook's name for each (empty for an unknown agent)."""
     found = module(name)
