@@ -1,26 +1,18 @@
 """The Python client of the snapshotd daemon: one Unix-socket connection, many requests.
 
-Owns request/reply exchange over the v1 wire protocol (docs/protocol.md) and the mapping of
-every way it can fail onto ``SnapshotdError`` codes:
-- ``daemon-unavailable`` (``DaemonUnavailable``): nothing accepts on the socket, or the daemon
-  went away without replying;
-- ``timeout`` (``DaemonTimeout``): no complete reply within the client's timeout/deadline;
-- ``protocol-error``: the reply broke the wire format or did not echo the request id;
-- ``frame-too-large``: the request itself is over the frame limit (never sent);
-- ``socket-untrusted`` (``SocketUntrusted``): the socket is not certainly the user's own daemon's
-  (``paths.socket_problem`` before connecting; on Linux the listener's uid from ``SO_PEERCRED``
-  after): nothing is sent to it;
-- any daemon error code, with ``remote=True``, for an ``ok: false`` reply, including a refusal
-  (``busy``, ``forbidden``) the daemon sent before it read the request.
-``SnapshotdError.daemon_recorded`` tells whether the daemon wrote the gap for a failed snapshot
-(``protocol.daemon_records_gap``); when it is False, the caller writes it.
+Owns request/reply exchange over the v1 wire protocol (docs/protocol.md) and the mapping of every
+way it can fail onto ``SnapshotdError`` codes: ``daemon-unavailable`` (``DaemonUnavailable``),
+``timeout`` (``DaemonTimeout``), ``protocol-error``, ``frame-too-large`` (never sent),
+``socket-untrusted`` (``SocketUntrusted``: not certainly the user's own daemon, by
+``paths.socket_problem`` before connecting and ``SO_PEERCRED`` after; nothing is sent), and any
+daemon code with ``remote=True``; what each means: docs/protocol.md, "Error codes".
+``SnapshotdError.daemon_recorded`` tells whether the daemon wrote the gap for a failed snapshot.
 
 Promises: talks only to a listener of the current user. Connects lazily, keeps the connection
 across requests and reconnects once when the daemon closed it between calls; after a failure
 mid-request the connection is dropped (the stream may be out of step), never reused. Safe to
 share between threads (requests are serialized) and across ``fork`` (a child opens its own
-connection). Imports only the stdlib and msgpack (on first use: a request is sent before msgpack
-is imported, see ``protocol``).
+connection). Imports only the stdlib and msgpack (on first use: see ``protocol``).
 """
 
 from __future__ import annotations

@@ -2,22 +2,15 @@
 
 Owns the record's shape (``make_gap``), the torn-line-free append (``append_gap``) and a tolerant
 reader (``read_gaps``). The daemon imports these: there is one definition of the format.
-
 Promises:
 - A record is one line of compact JSON with exactly the keys ``ts, run_id, node_id, iteration,
   attempt, worktree, tier, source, tool_use_id, reason, detail``; ``ts`` is ISO-8601 UTC with
   milliseconds and a ``Z``.
 - ``append_gap`` writes the whole line with one ``write`` on an ``O_APPEND`` descriptor, under
-  ``flock(LOCK_EX)`` when it can get the lock by its ``deadline`` (a ``time.monotonic()`` value;
-  default ``LOCK_WAIT_S`` from the call). It never waits past the deadline: a lock held longer
-  (a stuck or hostile process of the same user) does not cost the record, which then goes out in
-  one unlocked ``O_APPEND`` write. Linux keeps such a write whole and contiguous for a regular
-  file on a local file system (the inode is locked for the whole write), so concurrent writers
-  still do not interleave; only a write the kernel splits (network file systems, a signal or a
-  full disk mid-write) could be torn, and ``read_gaps`` skips a torn line.
-- ``append_gap`` refuses (``OSError``) a spool that is not a regular file, and never blocks on
-  opening one (a FIFO without a reader fails at once). It raises ``OSError`` if the spool cannot
-  be written; callers decide whether that matters.
+  ``flock(LOCK_EX)`` when it gets the lock by its ``deadline`` (default ``LOCK_WAIT_S``), else in
+  one unlocked ``O_APPEND`` write: never waits past it, never loses the record (why a write stays
+  whole: docs/protocol.md, "Gap records"). It refuses (``OSError``) a spool that is not a regular
+  file, never blocks opening one, and raises ``OSError`` if it cannot be written.
 - ``read_gaps`` never fails on a damaged spool: a torn or invalid line is skipped.
 """
 

@@ -1,43 +1,18 @@
 """``snapshot-hook``: the agents' hook (tier 1, ``hook``): Claude Code, Codex, Gemini and more.
 
-Owns: reading the agent's hook payload from stdin, routing it (``snapshotd_client.agents``, one
-module per agent, tells the agent apart and puts its payload in Claude Code's shape), deriving the
-tool call id and label, choosing the attribution (docs/protocol.md, "Attribution order"), asking
-the daemon for a capture within one time budget, starting the daemon on first use
-(``try_autostart``: ``snapshotd_client.autostart``), and recording a gap when it could not get a
-checkpoint. After a tool call it asks for a capture; on a session's lifecycle events
-(``SESSION_EVENTS``: start, a turn begun, a turn ended, end) it tells the daemon instead
-(``snapshotd_client.lifecycle``; docs/agents.md, "Session lifecycle"). Before a tool call
-(``BEFORE_TOOL_EVENTS``) it asks for a bracketing capture the daemon answers as a no-op unless
-``bracket = true`` (docs/review.md, "Bracket").
-
-Promises:
-- exits 0 and prints nothing, whatever happens, but for the one line of context a session's
-  start gives the agent (``hookSpecificOutput.additionalContext``, JSON on stdout): stdout and
-  stderr are pointed at /dev/null first thing, so not even a warning at interpreter exit can
-  reach the agent (exit 2 + stderr would be fed to the model);
-- returns within ``SNAPSHOTD_HOOK_TIMEOUT_MS`` of starting, covering stdin, connect, daemon
-  start, send, reply and the gap's write (the capture stops ``_GAP_RESERVE_S`` short, and the
-  spool's lock is never waited for past the deadline); with no daemon and autostart off, in a
-  few tens of ms;
-- every outcome that is not a checkpoint is a gap, written exactly once: the hook writes it for
-  every failure the daemon records no gap for (``protocol.NO_DAEMON_GAP_CODES``: refusals,
-  ``busy``, ``shutting-down``, ``internal``, unknown codes), for timeouts, an unreachable or
-  untrusted socket (``socket-untrusted``), a bad payload and its own bugs; the daemon writes the
-  ones it attributes. A gap names the attempt the capture was meant for and the payload's
-  ``cwd`` (never the hook's own), with over-long fields cut;
-- every setting it reads is bounded: ``SNAPSHOTD_HOOK_TIMEOUT_MS`` is clamped to
-  ``MIN_TIMEOUT_MS..MAX_TIMEOUT_MS`` and text that is not a positive decimal integer means
-  ``DEFAULT_TIMEOUT_MS``, either noted in the detail of any gap written; ``SNAPSHOTD_ITERATION``
-  and ``SNAPSHOTD_ATTEMPT`` are sent as integers only when the protocol can carry them, else as
-  text the daemon refuses (a gap); ``SNAPSHOTD_AUTOSTART=0`` turns autostart off, any other value
-  leaves it on;
-- never leaves a child holding the agent's stdout/stderr (Gemini waits for them to close).
-
-Runs after every tool call, so it imports only what the path taken needs: module level is
-``os``/``sys``/``time``; the client, the detected agent's module, hashlib and the autostart are
-imported when used, and the payload is parsed by ``json``'s C scanner without ``json`` itself
-(which imports ``re``).
+Owns reading the agent's payload from stdin, routing it (``agents``: one module per agent),
+the tool call id and label, the attribution (docs/protocol.md), one time budget for the capture,
+autostart (``autostart``), and a gap when no checkpoint came; lifecycle events go to
+``lifecycle``, before-tool events ask for a bracketing capture. Promises (each in full:
+docs/agents.md, "snapshot-hook's promises"):
+- exits 0 and prints nothing but a session start's one context line: stdout and stderr point at
+  /dev/null first thing (exit 2 + stderr would be fed to the model);
+- returns within ``SNAPSHOTD_HOOK_TIMEOUT_MS`` of starting, gap write included;
+- every outcome that is not a checkpoint is a gap, exactly once (the hook's for what the daemon
+  records no gap for, timeouts, unreachable or untrusted sockets, bad payloads, its own bugs),
+  naming the intended attempt and the payload's ``cwd``, over-long fields cut;
+- every setting it reads is bounded (timeout clamped, integers checked, ``SNAPSHOTD_AUTOSTART=0``);
+- never leaves a child holding the agent's stdout/stderr; imports only what its path needs.
 """
 
 from __future__ import annotations

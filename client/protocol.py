@@ -2,21 +2,17 @@
 
 Owns the frame layout (4-byte big-endian body length + one msgpack map), the frame size limit,
 the error-code vocabulary and the validation of the ids and counters that end up in ref names,
-trailers and ledger rows.
-
-Promises:
+trailers and ledger rows. Promises:
 - ``encode_frame`` never produces a frame the peer must refuse (it raises ``ValueError`` first).
 - ``read_frame`` returns exactly one decoded map, ``None`` on a clean end of stream, and raises
   ``ProtocolError`` (with ``.code``) for anything else; it never reads past the frame it returns.
 - Text that is not UTF-8 (a ``str`` with surrogate escapes, as ``os.fsdecode`` makes of a file
   name) is packed as an ``EXT_FS_TEXT`` value and read back by ``read_frame`` as the same ``str``.
 - ``validate_id`` / ``validate_int`` accept a value only if the daemon can use it verbatim.
-
-Imports only the stdlib and msgpack: the hook loads this module after every tool call. msgpack
-itself (with ``datetime`` and ``collections`` behind it, several milliseconds) is imported on
-first use: until then, requests of plain types are packed here, byte for byte as
-``msgpack.packb`` packs them, so the hook can send its request first and import msgpack while
-the daemon captures (``Client`` calls ``preload_codec`` between sending and reading).
+Imports only the stdlib and msgpack, the latter on first use: until then requests of plain types
+are packed here byte for byte as ``msgpack.packb`` does, so the hook sends first and imports
+msgpack while the daemon captures (``Client`` calls ``preload_codec`` between sending and
+reading; the cost: docs/performance.md, "client/protocol.py").
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The layout holds: the import rule of docs/architecture.md, no cycle, no private of another
-module, no giant module or function.
+module, no giant module, function or module docstring.
 
 Walks the source with ``ast`` (imports inside functions and under ``TYPE_CHECKING`` count), so a
 boundary broken by a later change fails here with the offending file and line, all of them
@@ -18,6 +18,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 80
+# A module's docstring says what it owns and promises; measurements live in docs/performance.md
+# and longer explanations in the doc page the module belongs to.
+MAX_DOCSTRING_LINES = 15
 
 # The layers, lowest first (docs/architecture.md, "The import rule"): a package imports only
 # from a lower layer or from itself; two layers of one rank (store and ledger, watch and
@@ -299,6 +302,18 @@ def test_modules_and_functions_stay_small() -> None:
                 if length > MAX_FUNCTION_LINES:
                     offenders.append(f"{MODULES[name].relative_to(ROOT)}:{node.lineno} "
                                      f"{node.name}: {length} lines (max {MAX_FUNCTION_LINES})")
+    _report(offenders)
+
+
+def test_module_docstrings_stay_short() -> None:
+    offenders: list[str] = []
+    for name, tree in TREES.items():
+        doc = ast.get_docstring(tree, clean=False)
+        where = MODULES[name].relative_to(ROOT)
+        if doc is None:
+            offenders.append(f"{where}: no module docstring")
+        elif (lines := len(doc.splitlines())) > MAX_DOCSTRING_LINES:
+            offenders.append(f"{where}: docstring of {lines} lines (max {MAX_DOCSTRING_LINES})")
     _report(offenders)
 
 

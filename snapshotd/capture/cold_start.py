@@ -2,19 +2,17 @@
 
 Owns ``prime_cold``: fill a worktree's empty cache from the worktree's own git index when it
 has one (``seeding.seed_from_repository``: its objects copied, only the files that differ from
-it hashed by the scan that follows), else with ``git add -A`` (``seeding.prime_with_git_add``:
-several times faster than libgit2 cold; the files the user's repository tracks although an
-ignore rule matches them, which it leaves out, are taken by that scan); and ``listed_paths``,
-every path of a cache read from its index file.
-
+it hashed by the scan that follows), else with ``git add -A`` (``seeding.prime_with_git_add``;
+the files the user's repository tracks although an ignore rule matches them, which it leaves
+out, are taken by that scan); and ``listed_paths``, every path of a cache read from its index.
 Promises:
 - What is primed is only a start: the full scan that follows compares every file with it, so a
-  seed that is stale or a ``git add`` that missed a file cannot make a checkpoint wrong.
+  seed that is stale or a ``git add`` that missed a file cannot make a checkpoint wrong; a
+  seeded index libgit2 refuses is removed, never used.
 - ``Primed.unscanned`` names the paths the secret scan must read (those the user's HEAD does not
   vouch for, or every path ``git add`` took); ``Primed.shape`` the seeded directories, for the
   one scan that follows the seed. A cache that could be primed neither way stays empty
   (``unscanned`` None): that scan hashes every file through libgit2.
-- A seeded index libgit2 refuses is removed, never used.
 """
 
 from __future__ import annotations

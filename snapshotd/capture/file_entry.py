@@ -1,10 +1,7 @@
 """One worktree file into a stat cache: hashed and counted, or listed with the reason why not.
 
-Owns ``update_path``, what every capture path (the full scan, the fast path, its crawl) does
-with one file, and ``add_file``, libgit2's add of it with the retries of a file that changes
-while it is read and the reading of what a failure was. Split from ``worktree_index``, whose
-promises these keep:
-
+Owns ``update_path``, what every capture path (full scan, fast path, crawl) does with one file,
+and ``add_file``, libgit2's add of it, retrying a file that changes while read. Promises:
 - A FIFO, socket or device is never opened (``special``); a credential file is left out unless
   the worktree captures them (``secret``); a file over the size limit is left out
   (``too-large``); a name no tree can hold is left out (``invalid-path``). Each is listed.

@@ -1,23 +1,15 @@
 """The full scan of a worktree into its stat cache: libgit2's diff of the index against the
-worktree, applied entry by entry.
+worktree (untracked files and directories too), applied entry by entry.
 
-Owns ``full_scan`` and ``Capture`` (what a capture found). The scan is libgit2's
-``diff_to_workdir`` with untracked files and directories; around it:
-
-- a cached file libgit2 cannot open (its permissions) would fail the whole diff: it is held
-  out of the index during the diff and settled alone after it, keeping its last captured
-  content while it stays unreadable (listed ``unreadable``);
-- a cached file the diff no longer finds is deleted, unless the directory holding it cannot be
-  listed (then the content is kept and the directory listed ``unreadable``) or it is now a
-  FIFO, socket or device (deleted and listed ``special``);
-- a tree nested deeper than libgit2 walks is scanned by git (``deep_scan``);
-- what the diff never reports, a new FIFO, socket or device and a never-captured directory
-  it cannot list, is found by one walk of directory entries after it (``list_unseen``) and
-  listed (``special`` / ``unreadable``) as the fast path lists it. No cheaper source exists
-  on a full scan (the watcher's events are the fast path's); measured at 10,000 files the
-  walk costs about what the diff does, paid by full scans only (docs/durability.md). Right
-  after a seed, the seeded directories (``seeding.dir_shape``) spare the look at each entry
-  wherever a directory holds exactly its seeded names.
+Owns ``full_scan`` and ``Capture`` (what a capture found). Around the diff: a cached file
+libgit2 cannot open would fail the whole diff, so it is held out and settled alone after it
+(kept, listed ``unreadable``); a cached file the diff no longer finds is deleted, unless its
+directory cannot be listed (kept; the directory listed ``unreadable``) or it is now a FIFO,
+socket or device (deleted, listed ``special``); a tree nested deeper than libgit2 walks is
+scanned by git (``deep_scan``); what the diff never reports (a new special file, a
+never-captured directory it cannot list) is found by one walk after it (``list_unseen``),
+listed as the fast path lists it, sparing each entry's look where a seeded directory
+(``seeding.dir_shape``) holds exactly its seeded names (cost: docs/performance.md).
 
 Promises: a scan never silently drops a file it could not see, never opens a special file, and
 fails (``StoreError``) rather than leave out a change the store could not take.

@@ -7,15 +7,12 @@ which the git CLI sees a stat cache's git dir, with those same rules.
 
 Promises: the exclude list is the user's global excludes file, the worktree repository's
 ``info/exclude`` (for a nested repository or a submodule, the one of the git dir its ``.git``
-points at; each read only if safe, see ``read_rules``), the daemon's configured excludes, and, in a plain directory (no ``.git``),
-``DEFAULT_PLAIN_EXCLUDES``; ``exclude_sources`` changes whenever any of those would (a file's
-mtime, or whether ``.git`` exists), so a cache knows to rewrite it.
-
-The defaults are ours, not the user's: a plain directory keeps them when it gains a root
-``.gitignore`` (losing them would capture ``node_modules/`` into the next checkpoint, and a
-restore of an earlier one would then delete it). A root ``.gitignore`` that re-includes one
-(``!node_modules/``) turns that one off: libgit2, unlike git, lets no ``.gitignore`` negation
-override a directory the exclude file names, so the default is left out instead.
+points at; each read only if safe, see ``read_rules``), the daemon's configured excludes, and,
+in a plain directory (no ``.git``), ``DEFAULT_PLAIN_EXCLUDES``; ``exclude_sources`` changes
+whenever any of those would (a file's mtime, or whether ``.git`` exists), so a cache knows to
+rewrite it. The defaults stay when a plain directory gains a root ``.gitignore``; a negation
+there (``!node_modules/``) turns that one off, since libgit2 lets no ``.gitignore`` negation
+override the exclude file (why: docs/durability.md, "What a capture holds").
 """
 
 from __future__ import annotations

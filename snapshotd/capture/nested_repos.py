@@ -1,27 +1,18 @@
 """Nested repositories of one worktree, captured whole: each with a stat cache of its own, its
 tree grafted into the worktree's tree at its path.
 
-Owns ``Workspace``: the nested repositories a worktree's scans found (a directory below the
-root holding its own ``.git``, dir or ``gitdir:`` file, none of whose files the worktree's own
-cache holds; see ``scan_rules.NestedRepos``), one stat cache for each (a ``WorktreeIndex`` whose
-git dir is ``<worktree cache>/nested/<id>/`` and whose workdir is the nested repository), the
-tree each last captured, and the grafting of those trees into the worktree's tree; and
-``WorkspaceMatcher``, the watcher's ignore filter that answers for a path inside a nested
-repository by that repository's rules.
-
-Promises:
-- A nested repository's files are captured under its own rules (its ``.gitignore`` files, its
-  own ``info/exclude``, the user's global excludes and the daemon's exclude list; see
-  ``ignore_rules``), never the worktree's ``.gitignore`` rules; the worktree's rules decide
-  only whether the nested repository is captured at all. Nested within nested recurses (each
-  nested cache has a ``Workspace`` of its own).
-- No ``.git`` and no gitlink ever enters a tree; nothing is written into a nested repository
-  (its index and objects are only read, to seed its cache).
-- The worktree's full scan scans every nested repository in full (stat-cached); its fast path
-  hands each nested repository only the paths reported inside it (that cache's own fast path,
-  which may decline to its own full scan). A nested repository that is gone or no longer
-  holds its ``.git`` is not guessed at: ``intact`` says so, and the fast path declines to a
-  full scan.
+Owns ``Workspace``: the nested repositories a worktree's scans found (``scan_rules.NestedRepos``),
+one stat cache for each (git dir ``<worktree cache>/nested/<id>/``, workdir the nested
+repository), the tree each last captured and their grafting into the worktree's tree; and
+``WorkspaceMatcher``, the watcher's ignore filter, answering for a path inside a nested
+repository by that repository's rules. Promises:
+- A nested repository's files are captured under its own rules (see ``ignore_rules``), never the
+  worktree's ``.gitignore``, which decides only whether it is captured at all; nested within
+  nested recurses (each nested cache has a ``Workspace`` of its own).
+- No ``.git`` and no gitlink ever enters a tree; nothing is written into a nested repository.
+- The full scan scans every nested repository in full (stat-cached); the fast path hands each
+  only the paths reported inside it. One that is gone or lost its ``.git`` is not guessed at:
+  ``intact`` says so, and the fast path declines to a full scan.
 """
 
 from __future__ import annotations

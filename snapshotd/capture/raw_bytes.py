@@ -1,28 +1,14 @@
 """Files are stored as their bytes: no git attribute converts what a checkpoint holds.
 
-Owns the store's ``info/attributes`` (``ensure_raw_attributes``) and the seed's checks for
-entries of the user's index whose blob is not the file's bytes (``converted_entries``,
-``size_keeping_entries``).
-
-Why: git converts a file on its way into a blob when attributes or config ask it to:
-``text``/``text=auto`` turn CRLF into LF, ``eol``, ``ident``, ``working-tree-encoding``, and
-``filter`` drivers (Git LFS stores a pointer in place of the file). A checkpoint made that way
-restores different bytes than it was given, and a change of line endings alone is no change at
-all. Attributes in ``$GIT_COMMON_DIR/info/attributes`` win over every other source, for libgit2
-and for the git CLI alike, so one line there, ``* -text -crlf -eol -ident -filter
--working-tree-encoding``, makes every capture path (the fast path, the full scan, the ``git add
--A`` prime and deep scan, a verification's ``git diff-files``) store and compare raw bytes, and
-``core.autocrlf`` from the user's own configuration no longer applies (the files are binary to
-git).
-
-The seed (``seeding``) copies the user's index, whose blobs went through the user's
-conversions: an entry whose stat size differs from its blob's size was converted, and its stat
-data is spoiled (the size field changed) so the first capture's scan reads and stores the file
-itself. That check asks git for every blob's size (2.5 s at a million), so it runs only
-when the user's repository can convert at all (``conversion_possible``: 50 ms at a million).
-A filter or a working-tree encoding may keep the size (a one-to-one clean filter; Git LFS's
-pointer to a 128-byte file is 128 bytes), so when an attributes file names either, each entry
-with one specified is spoiled too (``size_keeping_entries``, git asked side by side).
+Owns the store's ``info/attributes`` (``ensure_raw_attributes``: one line,
+``* -text -crlf -eol -ident -filter -working-tree-encoding``, which wins over every other
+source for libgit2 and the git CLI alike, so every capture path stores and compares raw bytes
+and the user's ``core.autocrlf`` no longer applies) and the seed's checks for entries of the
+user's index whose blob is not the file's bytes: an entry whose stat size differs from its
+blob's (``converted_entries``, asked only when the user's repository can convert at all:
+``conversion_possible``), or one with a filter or working-tree encoding, which may keep the size
+(``size_keeping_entries``). Such an entry's stat data is spoiled so the first scan stores the
+file itself. Why, and the cost: docs/durability.md ("Bytes, not conversions"), performance.md.
 
 Promises: the attributes file is written when the store is made, and rewritten at start-up
 when missing or changed; rewriting it drops every stat cache (each was filled under the old

@@ -1,25 +1,15 @@
 """What a capture may read from a worktree, and how a failed read is told apart from a failed write.
 
 Owns the per-path rules every capture path (the full scan, the crawl of a new directory and the
-fast path) applies before it hashes a file, so the three agree:
-
-- only regular files and symlinks are content: a FIFO, a socket or a device is never opened (a
-  FIFO would block the reading thread forever) and is listed as skipped, reason ``special``;
-- a path inside a nested repository (a directory below the root holding its own ``.git``, none
-  of whose files the worktree's own cache holds) is not the worktree's cache's to capture: the
-  repository's directory is named (``NestedRepos.found`` / ``NestedRepos.note``, or listed as skipped with reason
-  ``nested-repository`` by a scan) and captured whole by a cache of its own
-  (``nested_repos``);
-- a path libgit2 could not open because of its permissions is named (``unreadable_path``);
-- a path whose directory cannot be listed is named by that directory (``hidden_by``), and a
-  path read from an index, not found by walking, is read only through real directories
-  (``real_parents``);
-- a ``.git`` in another case is listed, never entered (``git_dir_alias``);
-- whether a file can in fact be read (``source_readable``), which tells a store failure from an
-  unreadable source when the error alone does not, and whether it changed between two looks
-  (``change_mark``), which tells a file rewritten while it was read from a store failure;
-- what a diff of the worktree never reports (``list_unseen``): a FIFO, socket or device that
-  is not in the cache, and a directory that cannot be listed and was never captured.
+fast path) applies before it hashes a file, so the three agree: only regular files and symlinks
+are content (a FIFO, socket or device is never opened, listed ``special``); a path inside a
+nested repository is named by that repository (``NestedRepos.found`` / ``note``, or listed
+``nested-repository``) and captured whole by its own cache (``nested_repos``); a path libgit2
+could not open is named (``unreadable_path``), one whose directory cannot be listed by that
+directory (``hidden_by``), and a path read from an index is read only through real directories
+(``real_parents``); a ``.git`` in another case is listed, never entered (``git_dir_alias``);
+``source_readable`` and ``change_mark`` tell a store failure from an unreadable or rewritten
+file; ``list_unseen``, what a diff never reports (uncached special files, unlistable new directories).
 
 Promises: nothing here reads more than one byte of a file, and nothing opens one so that it
 can block (FIFOs are opened non-blocking, never followed through a symlink).

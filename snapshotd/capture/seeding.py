@@ -3,20 +3,16 @@
 Owns the first fill of an empty stat cache. A git worktree's cache is seeded from its
 repository's index: its entries with their stat data (so only files that differ are hashed
 afterwards), and the blobs they name and the trees its cache-tree vouches for, brought into the
-store by ``object_import`` (the user's packs that mostly hold them copied whole, the rest
-copied as one pack). Anything else is primed by running ``git add -A`` into the cache's own
-git dir (several times faster than libgit2 cold).
-
-A seed also says which of its files the secret scan must read (``seed_from_repository``'s
-list): only those whose staged content the user's HEAD commit does not hold. A file of the
-user's own committed history is already in their repository, wherever they push it; reading
-every seeded file would cost the first capture a read of the whole tree (docs/secrets.md).
+store by ``object_import``. Anything else is primed by ``git add -A`` into the cache's own git
+dir (faster than libgit2 cold: docs/performance.md). A seed also says which files the secret
+scan must read (``seed_from_repository``'s list): only those whose staged content the user's
+HEAD does not hold, since committed history is already wherever the user pushes it
+(docs/secrets.md).
 
 Promises: objects are copied into the store's own files, never borrowed through alternates (the
 user's own gc could delete objects we depend on); the user's repository is only read; a seed
 that cannot be done safely (an index we do not understand, an object that cannot be copied) is
-refused, never half-done; when the HEAD commit cannot be read, every seeded file is to be
-scanned.
+refused, never half-done; when the HEAD commit cannot be read, every seeded file is scanned.
 """
 
 from __future__ import annotations

@@ -1,42 +1,18 @@
 """One worktree's stat cache, and the captures that use it.
 
-Owns ``WorktreeIndex``: the git index of a worktree kept in memory, its git dir under
-``<home>/worktrees/<id>/`` (which shares the store's objects and refs through a ``commondir``
-file, as ``git worktree`` does, so libgit2 honours ignore rules for that worktree with its own
-``core.excludesFile``), the full capture (``capture``: a stat scan of the whole tree, see
-``full_scan``) and the fast path (``capture_changed``: only the paths a watcher reported). An
-empty cache is started by ``cold_start`` (seeded from the user's index, or ``git add -A``).
-
-Promises:
-- A capture is the worktree's tree as ``git add -A`` would stage it: ``.gitignore`` files
-  (nested too), the worktree's own ``info/exclude``, the user's global excludes, the daemon's
-  exclude list, and, in a plain directory (no ``.git``), a default list of dependency and
-  cache folders (see ``ignore_rules``). No ``.git`` is ever captured, nor any gitlink: each
-  nested repository or submodule is captured whole under its own rules by a cache of its own,
-  its tree grafted in at its path (``nested_repos``).
-- The full scan and the fast path agree on what they leave out, and list it on the capture's
-  ``skipped``: FIFOs, sockets and devices (``special``, never opened), files over the size
-  limit, paths that cannot be read (``unreadable``: a file or a
-  directory captured before keeps its last captured content; see ``scan_rules``), and names
-  git refuses in a tree (``invalid-path``: a ``.git`` in another case once, with all it holds).
-- Credential files (``secrets.secret_file_kind``) are not captured unless ``secret_files`` is
-  ``capture`` for this worktree (``Store.secret_policy``): each is listed as skipped with
-  reason ``secret``.
-- Unchanged files are never re-hashed; a file written within the racy window of a capture is
-  re-hashed at the next full scan.
-- The fast path rewrites only the trees on the changed paths (``trees.rewrite_tree``) and
-  learns the change counts on the way; it declines (None) whenever only a full scan can be
-  trusted.
-- A file the user's index began tracking while the rules ignore it (``git add -f``, nothing
-  written) is taken by the next capture up to ``SYNC_LIST_ENTRIES`` cached entries, else by
-  the next verification (no event names it).
-- A failure on the store's side (``store-write-failed``: told apart from an unreadable file by
-  the error and by reading the file) raises ``StoreError`` and never skips the file: a
-  checkpoint is never acknowledged without a change it was given.
-- A file that changes size while it is read (a tool still writing it) is read again, up to
-  ``file_entry.CHANGING_TRIES`` times; still changing, it keeps its last captured content, is
-  listed as ``changing`` and is re-hashed at the next capture (its writes are events, and it is
-  racy).
+Owns ``WorktreeIndex``: a worktree's git index in memory, its git dir ``<home>/worktrees/<id>/``
+(sharing the store's objects and refs via ``commondir``, as ``git worktree`` does), the full
+capture (``capture``, see ``full_scan``) and the fast path (``capture_changed``: reported paths).
+Promises, each in full in docs/durability.md ("What a capture holds"):
+- A capture is the tree ``git add -A`` would stage under the rules of ``ignore_rules``; no
+  ``.git`` nor gitlink is captured (nested repositories: ``nested_repos``).
+- The full scan and the fast path leave out the same things and list them in ``skipped``
+  (``special``, too large, ``unreadable``, ``invalid-path``, ``secret`` unless ``secret_files``
+  is ``capture`` for the worktree); unchanged files are never re-hashed, racy ones are.
+- The fast path rewrites only the trees on changed paths and declines (None) when only a full
+  scan can be trusted; a file the user's index began tracking while ignored is taken by the
+  next capture (up to ``SYNC_LIST_ENTRIES``) or verification; a store failure raises
+  ``StoreError``, never skips a file; a file still changing keeps its last content (``changing``).
 """
 
 from __future__ import annotations

@@ -1,27 +1,18 @@
 """Files the user's repository tracks although a capture's ignore rules match them.
 
 Owns ``TrackedIgnored``: for one stat cache, the paths the user's own index tracks that the
-cache's ignore rules match, as git lists them (``git ls-files --cached --ignored
---exclude-standard`` run on the user's index under the cache's git dir, so with the cache's
-rules). ``git add -A`` in the user's repository keeps such a file
-however it comes back: re-created in a deleted ignored directory, checked out from another
-branch, force-added after the cache was started. A capture asks this set before it leaves an
-ignored path out, instead of trusting whatever its own cache happened to still hold.
-
-Promises:
-- The set is listed again only when it is asked for after the user's index, the cache's
-  exclude file or the root ``.gitignore`` changed (their stat, looked at once a capture:
-  ``new_capture``), or after ``forget`` (a
-  ``.gitignore`` deeper in the tree changed): about 0.4 s for a million tracked files, 5 ms
-  for ten thousand, and none while nothing ignored is met.
-- ``stale`` tells a capture that the user's index changed since the last listing (a stat): a
-  file ``git add -f`` began tracking comes with no event. ``list_tracked_ignored`` lists apart
-  from the set, so a verification can list off the cache's lock; ``adopt`` takes such a
-  listing unless the set was forgotten since it began.
-- Gitlinks (submodules) are never in it: each is captured by a cache of its own.
-- A listing that fails (git missing, an index git cannot read) is logged at warning, once
-  per change of what it depends on, and leaves the set empty: an ignored file is then left
-  out as the rules say; the capture never fails for it.
+cache's rules match (``git ls-files --cached --ignored --exclude-standard`` on the user's index
+under the cache's git dir). ``git add -A`` keeps such a file however it comes back, so a capture
+asks this set before it leaves an ignored path out, not whatever its cache still holds. Promises:
+- The set is listed again only when asked after the user's index, the cache's exclude file or
+  the root ``.gitignore`` changed (their stat, looked at once a capture: ``new_capture``), or
+  after ``forget`` (a deeper ``.gitignore`` changed); none while nothing ignored is met (cost:
+  docs/performance.md). ``stale`` says the user's index changed since the last listing (``git
+  add -f`` comes with no event); ``list_tracked_ignored`` lists apart from the set, so a
+  verification can list off the cache's lock, and ``adopt`` takes that listing unless the set
+  was forgotten since it began. Gitlinks are never in it (each has a cache of its own).
+- A failed listing (git missing, an unreadable index) is logged at warning once per change of
+  what it depends on and leaves the set empty: the capture never fails for it.
 """
 
 from __future__ import annotations

@@ -1,28 +1,18 @@
 """``snapshotd exec -- CMD …``: run any agent command inside an attempt.
 
-Owns the life of one wrapped command: begin an attempt whose owner is the command's own process,
-run the command with the ``SNAPSHOTD_*`` environment (so its hooks name the attempt), forward
-SIGINT/SIGTERM/SIGHUP to it, take a last capture when it exits, end the attempt, and exit with the
-command's status.
-
-How the owner pid is the command's pid: we fork first; the child waits on a pipe while the parent
-begins the attempt with ``owner_pid`` = the child's pid, then receives the environment and
-``exec``s the command (same pid). So if ``snapshotd exec`` itself is killed, the attempt lives on
-as long as the agent does, and the daemon abandons it when the agent is gone.
-
-Promises:
-- exit status: the command's own; ``128 + N`` when a signal N killed it; 125 when snapshotd
-  could not begin the attempt (nothing was run); 126 when the command cannot be executed, 127
-  when it is not found (the attempt then ends ``failed``).
-- the attempt ends ``finished`` on exit 0, ``cancelled`` when we forwarded a SIGINT/SIGTERM/SIGHUP
-  and the command then exited non-zero, ``failed`` otherwise; its final pointer is its newest
-  checkpoint, which includes what the command wrote after its last hook.
-- The command is reaped only after the attempt is ended: until then its pid stays taken (a
-  zombie), so the daemon's liveness monitor cannot abandon the attempt under us.
-- A SIGINT typed at the terminal reaches the command directly (same foreground process group);
-  it is forwarded only when it was not (``kill -INT`` on a background ``exec``, no terminal).
-- With no daemon answering, one is started (as ``snapshot-hook`` does) unless
-  ``SNAPSHOTD_AUTOSTART=0``.
+Owns the life of one wrapped command: begin an attempt owned by the command's own process (we
+fork, the child waits on a pipe while the parent begins the attempt with its pid, then ``exec``s
+the command), run it with the ``SNAPSHOTD_*`` environment, forward SIGINT/SIGTERM/SIGHUP, take a
+last capture when it exits, end the attempt and exit with its status. So if ``snapshotd exec`` is
+killed, the attempt lives as long as the agent does. Promises:
+- exit status: the command's own; ``128 + N`` when a signal N killed it; 125 when snapshotd could
+  not begin the attempt (nothing run); 126 when the command cannot be executed, 127 when it is
+  not found (the attempt then ends ``failed``).
+- the attempt ends ``finished`` on exit 0, ``cancelled`` when we forwarded a signal and the command
+  exited non-zero, else ``failed``; its final pointer is its newest checkpoint, after the last
+  capture. The command is reaped only after the attempt ended (liveness cannot abandon it).
+- A terminal's SIGINT reaches the command directly; it is forwarded only when it did not. With
+  no daemon answering, one is started unless ``SNAPSHOTD_AUTOSTART=0``.
 """
 
 from __future__ import annotations

@@ -2,17 +2,13 @@
 supervisor (a systemd user unit with socket activation on Linux, a LaunchAgent on macOS).
 
 Owns the text of the unit files and the plist (``contrib/`` holds the same text rendered for
-``/usr/bin/python3``; a test keeps them equal) and the conversation with ``systemctl --user`` /
-``launchctl``.
-
-Promises:
+``/usr/bin/python3``; a test keeps them equal) and the talk with ``systemctl --user`` /
+``launchctl``. Promises:
 - ``ExecStart``/``ProgramArguments`` name the absolute path of the interpreter that has snapshotd
-  installed (``sys.executable``, or ``--python`` after checking it can import snapshotd), so the
+  installed (``sys.executable``, or ``--python`` after checking it imports snapshotd), so the
   service runs the same code as the CLI that installed it.
-- Path settings in the installing shell (``SNAPSHOTD_HOME``, ``SNAPSHOTD_GAPS``,
-  ``SNAPSHOTD_CONFIG``, ``SNAPSHOTD_SOCKET``, ``XDG_STATE_HOME``, ``XDG_CONFIG_HOME``) are
-  written into the unit, so the supervised daemon and the user's hooks and CLI agree on where
-  things are.
+- The installing shell's path settings (``SNAPSHOTD_HOME``, ``_GAPS``, ``_CONFIG``, ``_SOCKET``,
+  ``XDG_STATE_HOME``, ``XDG_CONFIG_HOME``) are written into the unit, so daemon, hooks and CLI agree.
 - When the supervisor is reachable the service is enabled and (re)started, after stopping a
   daemon that was started outside it (SIGTERM: in-flight captures finish); otherwise the files
   are written and the exact commands to run are printed. ``--print`` writes nothing.

@@ -1,19 +1,13 @@
 """Daemon configuration: embedded defaults < config file < environment < command-line flags.
 
-Owns the reading of ``$XDG_CONFIG_HOME/snapshotd/config.toml`` (override ``SNAPSHOTD_CONFIG``).
-
-Also owns redaction: ``redact_url`` and ``redact_text`` are the one way a configured value, a URL
-or a message that may echo one (git's stderr, a driver's error) is made safe to show. Every
-surface that shows or logs them goes through these: ``Config.as_dict`` (``snapshotd config``,
-``status``), replication's replies, status block and log lines, the ledger's location.
-``redact_text`` also applies ``secrets.redact_secrets`` (API keys, tokens, private keys), and
-``RedactingFilter`` on the daemon's log handler applies both to every log line.
-
-Also owns per-worktree settings: a ``[worktree."/abs/path"]`` table in the config file overrides
-the ``WORKTREE_KEYS`` settings for the worktree at that path and every worktree below it (the
-most specific table wins, paths compared after realpath); ``Config.for_worktree`` is the one
-place they are resolved. They come from the user's config file only, never from a file inside a
-worktree, which the agent being captured could write.
+Owns reading ``$XDG_CONFIG_HOME/snapshotd/config.toml`` (override ``SNAPSHOTD_CONFIG``); the
+redaction of anything that may echo a configured value: ``redact_url``, ``redact_text`` (which
+also applies ``secrets.redact_secrets``) and ``RedactingFilter`` on the daemon's log handler,
+the one way every surface shows or logs one (``Config.as_dict``, ``snapshotd config``,
+``status``, replication, the ledger's location); and per-worktree settings: a
+``[worktree."/abs/path"]`` table overrides ``WORKTREE_KEYS`` for that worktree and those below
+it (most specific wins, paths realpath-compared), resolved only in ``Config.for_worktree`` and
+read from the user's config file only, never from a worktree, which the captured agent can write.
 
 Promises: every effective value knows where it came from (``Config.sources``); an unknown key or
 a bad value is a ``ConfigError`` naming the key and what is accepted; no password, token or

@@ -1,35 +1,13 @@
-"""Test-only seams for crashes and write faults; inert unless their environment is set.
+"""Test-only seams for crashes, delays and write faults; inert unless their environment is set.
 
-Owns ``SNAPSHOTD_CRASH_AT``, ``SNAPSHOTD_DELAY_AT`` (with ``SNAPSHOTD_DELAY_MARK``),
-``SNAPSHOTD_STOP_LIMIT_S`` and ``SNAPSHOTD_FAULT_FILE``.
-
-- ``SNAPSHOTD_CRASH_AT=<point>[:<n>]`` (read once at start): the process ``os._exit``s the ``n``-th
-  time (default the first) execution reaches ``crash_point(<point>)``. Points of a capture:
-  ``after-blobs``, ``after-tree``, ``after-commit``, ``after-ref``, ``after-row``,
-  ``before-reply``; of a restore: ``restore-mid``; of a purge: ``purge-after-commits``,
-  ``purge-after-journal``, ``purge-after-ledger``; of gc's prune: ``gc-after-journal``,
-  ``gc-after-ledger``.
-- ``SNAPSHOTD_DELAY_AT=<point>:<ms>`` (read once at start): ``delay(<point>)`` sleeps that long,
-  widening a race window so a test can show it is closed. Points: ``dispatch`` (a watcher batch
-  taken off the notifier's queue, not yet dispatched), ``before-row`` (a capture's commit
-  written, its ledger row not yet), ``full-scan`` (a stat scan of a whole worktree about to
-  begin, under its lock or a verification's off it), ``accept`` (the socket's acceptor woken
-  by a connection, not yet taking it), ``serve`` (a connection's thread about to read its first
-  frame), ``close`` (the daemon's stop about to close the store and ledger).
-- ``SNAPSHOTD_DELAY_MARK=<path>``: each time a delay begins, ``<path>`` is created (holding the
-  point's name), so a test can act while the daemon is inside that window rather than guess
-  when it opens.
-- ``SNAPSHOTD_STOP_LIMIT_S=<s>`` (read once at start): the daemon's limit on a whole stop
-  (``daemon.STOP_LIMIT_S``, 47 s) shortened, so a test can show it is enforced; ``close`` is the
-  delay point in the daemon's close of the store and ledger that outlasts it.
-- ``SNAPSHOTD_FAULT_FILE=<path>``: while that file exists, each line ``<seam>=<ERRNO>`` (seams
-  ``objects``, ``ledger``, ``gaps``, ``watch`` (each ``inotify_add_watch``), ``notifier-close``
-  (closing a ``watchfiles`` notifier, whose native close error cannot be provoked for real),
-  ``acceptor`` (the socket's accepting thread, woken by a connection: its failure, a bug's
-  path that no outside fault reaches, stops the daemon);
-  errno names such as ``ENOSPC`` or ``EIO``) makes ``check(<seam>)`` raise that ``OSError``.
-  Deleting the file clears the fault at once, so a test can show that the next capture after
-  the fault succeeds.
+Owns ``SNAPSHOTD_CRASH_AT=<point>[:<n>]`` (``os._exit`` the n-th time, default the first,
+``crash_point(<point>)`` is reached), ``SNAPSHOTD_DELAY_AT=<point>:<ms>`` (``delay(<point>)``
+sleeps, widening a race window so a test can show it is closed; ``SNAPSHOTD_DELAY_MARK=<path>``
+is created, holding the point's name, as each delay begins), ``SNAPSHOTD_STOP_LIMIT_S=<s>`` (the
+daemon's limit on a whole stop shortened) and ``SNAPSHOTD_FAULT_FILE=<path>`` (while it exists,
+each line ``<seam>=<ERRNO>`` makes ``check(<seam>)`` raise that ``OSError``; deleting the file
+clears the fault at once). The first three are read once at start. Every point and seam, and
+what it stands for, is listed in docs/durability.md ("Test seams").
 
 Promises: with no variable set, ``crash_point``, ``delay`` and ``check`` cost one comparison.
 """

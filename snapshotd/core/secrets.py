@@ -1,16 +1,13 @@
 """Secrets: the tokens snapshotd must never show in clear, and the files it does not capture.
 
-Owns the detection rule set (a compact, maintained list of regular expressions: AWS, GitHub,
-GitLab, Slack, Stripe, Google, Anthropic and OpenAI keys, private-key blocks, bearer tokens,
-URL passwords, and high-entropy values assigned to names like ``*_KEY``, ``*_TOKEN``,
-``*_SECRET`` or ``PASSWORD``), ``redact_secrets`` (each token becomes a marker that keeps its
-kind, e.g. ``sk-…[redacted:openai]``), ``scan_file`` (where in a captured file tokens are) and
-``secret_file_kind`` (which file names hold credentials by convention: ``.env``, private keys,
-``.netrc``, cloud credential files, ...).
-
-Why regular expressions of our own rather than a library: captures have a budget of a few
-milliseconds, the rules must run in the daemon on every label and gap, and the well-known
-libraries load plugin frameworks for a job a dozen anchored patterns do (see docs/secrets.md).
+Owns the detection rule set (regular expressions for AWS, GitHub, GitLab, Slack, Stripe, Google,
+Anthropic and OpenAI keys, private-key blocks, bearer tokens, URL passwords, and high-entropy
+values assigned to names like ``*_KEY``, ``*_TOKEN``, ``*_SECRET`` or ``PASSWORD``),
+``redact_secrets`` (a token becomes a marker keeping its kind, e.g. ``sk-…[redacted:openai]``),
+``scan_file`` (where in a captured file tokens are) and ``secret_file_kind`` (names that hold
+credentials by convention: ``.env``, private keys, ``.netrc``, cloud credential files, ...).
+Patterns of our own, not a library: they run in the daemon on every label and gap within a
+capture's budget of a few milliseconds (docs/secrets.md says why).
 
 Promises: ``redact_secrets`` is idempotent and never lengthens a token's visible part beyond
 its well-known, non-secret prefix; ``secret_file_kind`` reads at most ``PEEK_BYTES`` of a file

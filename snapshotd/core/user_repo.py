@@ -1,21 +1,18 @@
 """The user's own git repository beside a worktree, read and never written.
 
 Owns finding a worktree's git dir (a ``.git`` directory or a ``gitdir:`` file), its
-``info/exclude``, a parsed, cleaned copy of its index
-(``strip_index``) from which a new stat cache is seeded, the repository itself
-(``open_user_repo``), the commit its HEAD points at (``user_head``, the base an attempt's export
-builds on) and where its objects live (``objects_dir``, for a scratch repository that borrows
-them read-only).
+``info/exclude``, a parsed, cleaned copy of its index (``strip_index``) that seeds a new stat
+cache, the repository (``open_user_repo``), its HEAD commit (``user_head``, the base an export
+builds on) and its objects dir (``objects_dir``, borrowed read-only by a scratch repository).
 
 Promises: nothing here writes into the user's repository; an index we do not fully understand
 (format 4, split or sparse, conflicts, SHA-256) is refused (None), never half-used;
-``user_head`` never fails a capture: outside any repository, with an unborn HEAD or a HEAD that
-cannot be read it gives None (the last logged at warning, since export then falls back to the
-HEAD at export time). Files of the user's repository are opened without blocking and only when
-regular (``open_regular``, ``not_regular``, ``blocking_file``): a FIFO planted in ``.git`` (a
-hostile tree) makes the seed give up and an export refuse, never wait. libgit2 and git open
-the config, ``HEAD``, ref files and ``packed-refs`` with a blocking ``open``, so HEAD is
-resolved here from those files (``head_commit``), not by libgit2.
+``user_head`` never fails a capture: outside a repository, with an unborn or unreadable HEAD it
+gives None (the last logged at warning: export then falls back to HEAD at export time). Files
+of the user's repository are opened without blocking and only when regular (``open_regular``,
+``not_regular``, ``blocking_file``), so a FIFO planted in ``.git`` makes the seed give up and
+an export refuse, never wait; HEAD is resolved here from its files (``head_commit``) because
+libgit2 and git open them with a blocking ``open``.
 """
 
 from __future__ import annotations

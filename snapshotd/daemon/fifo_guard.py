@@ -1,40 +1,18 @@
 """Letting go of a FIFO that the daemon's reading of a user's tree waits on.
 
-Owns the guards. libgit2 and git open the files they read from a worktree and its repository
-(every directory's ``.gitignore`` and ``.gitattributes``, ``info/attributes``, ...) with a
-blocking ``open``: a FIFO planted under such a name (a hostile tree) holds that open until some
-process opens the FIFO from the other end, that is for good. libgit2 does it holding Python's
-interpreter lock, so the whole daemon stops (every worktree, the socket); git as a child holds
-the capture and the worktree's lock. Those paths are too many to check before each read (a full
-scan reads the ``.gitignore`` of every directory), so the guards look at what the daemon waits
-on instead: every half second or second they read the kernel's ``wchan`` of each task; a task in
-``wait_for_partner`` is in a FIFO's open, waiting for the other end; the path that open names
-(``/proc/<id>/syscall`` and the task's memory) is opened from the other end without blocking
-and closed at once. The waiting open returns and its reads see end of file: the file reads as
-empty, as git and libgit2 take a rules file they cannot read for an absent one, and the capture
-goes on (the FIFO itself is listed ``special``).
+Owns the guards. libgit2 and git open the rules files they read from a worktree (``.gitignore``,
+``.gitattributes``, ...) with a blocking ``open``, so a planted FIFO would hold the daemon (libgit2
+keeps the interpreter lock) or a git child for good. Too many paths to check before each read,
+so the guards watch what the daemon waits on (``wchan`` ``wait_for_partner``) and open that FIFO
+from the other end without blocking: the rules file reads as empty and the capture goes on. A
+process of its own (``python -m snapshotd.daemon.fifo_guard <pid>``) watches the daemon's threads,
+a thread watches its git children, and also kills (pidfd) a child holding a device open from
+outside ``/dev``; ``guarding`` runs them around an op without a daemon. In full: docs/durability.md.
 
-Two guards, since a thread of the daemon stuck holding the interpreter lock cannot be seen by
-another: a process of its own (``python -m snapshotd.daemon.fifo_guard <pid>``, stdlib only, allowed
-to read the daemon's tasks by ``PR_SET_PTRACER`` where Yama asks for it) looks at the daemon's
-threads and reports each release on its standard output; a thread in the daemon looks at the
-daemon's child processes (git), which it may read as their parent.
-
-The children guard also stops (``SIGKILL``, through a pidfd) a child holding a device open from
-a path outside ``/dev``: a device node in a user's tree where git reads rules (git reads a
-``.gitattributes`` line by line, and a device never ends); git opens no device but
-``/dev/null`` on purpose. What that child did fails, as it would on any error of git's.
-
-Promises: nothing is written into a FIFO and no other file is opened (the FIFO is reopened
-through an ``O_PATH`` descriptor checked to be a FIFO, so a name swapped meanwhile opens
-nothing else); only the daemon's tasks and its descendants are looked at; each release is
-logged at warning with the path and counted in ``status`` (``fifo_guard``); a guard that cannot
-run (no such ``/proc`` files, not allowed to read them) is off, logged and shown in ``status``;
-the guard process ends with the daemon. Cost: docs/durability.md.
-
-The same guards watch a command while it runs an op without a daemon (``guarding``, used by
-``backend.run_locally``: restore's capture and a diff against the worktree read the tree in that
-process); they end with the op, so a long-lived process (an MCP server) keeps none between ops.
+Promises: nothing is written into a FIFO and no other file is opened (reopened through an
+``O_PATH`` descriptor checked to be a FIFO); only the daemon's tasks and descendants are looked
+at; each release is logged at warning and counted (``status``: ``fifo_guard``); a guard that
+cannot run is off, logged and shown; the guards end with the daemon (or the op).
 """
 
 from __future__ import annotations

@@ -1,24 +1,17 @@
 """Hook payloads run in the daemon: the ``hook`` op of ``snapshot-hook-native`` and the HTTP hook.
 
-Owns the ``hook`` op (docs/protocol.md, "hook"): the native hook (``client/native``) sends the
-agent's payload as it read it from stdin, the hook's working directory and the environment
-variables ``snapshot-hook`` reads (``snapshotd_client.hook.RELAYED_ENV``), and the daemon does
-what ``snapshot-hook`` would have done with them, with the very functions it uses
-(``route``, ``snapshot_fields``, ``before_tool_fields``). Also owns ``HookRunner``, the part
-both relayed transports share: run the op a payload asks for and record the gap
-``snapshot-hook`` would have written when it fails.
-
+Owns the ``hook`` op (docs/protocol.md, "hook"): the native hook sends the agent's payload, its
+working directory and the variables ``snapshot-hook`` reads (``RELAYED_ENV``), and the daemon does
+what ``snapshot-hook`` would have done, with the very functions it uses (``route``,
+``snapshot_fields``, ``before_tool_fields``). Also owns ``HookRunner``, shared by both relayed
+transports: run the op a payload asks for, record the gap ``snapshot-hook`` would have written.
 Promises:
-- A ``hook`` request is answered ``{"fallback": true}`` before anything is run for it when the
-  payload is not one this op takes (not a JSON object, no absolute working directory, a session
-  lifecycle event, whose context line only the Python hook prints): the native hook then hands
-  the payload to ``snapshot-hook``, which does everything it always did. Nothing is run twice.
-- Otherwise it is answered ``{"fallback": false, "outcome": <"ok" or the failure's code>}``
-  once the capture is over, and every outcome that is not a checkpoint is a gap, exactly once:
-  the daemon's own for the failures it attributes (``protocol.daemon_records_gap``), this
-  module's for the rest (refusals, ``busy``, ``internal``), attributed as the hook would have.
-- A malformed ``hook`` request (fields of the wrong type) is refused ``bad-request`` before
-  anything runs, so the native hook falls back.
+- A payload this op does not take (not a JSON object, no absolute working directory, a session
+  lifecycle event) is answered ``{"fallback": true}`` before anything runs; the native hook then
+  hands it to ``snapshot-hook``. Nothing is run twice. A malformed request is ``bad-request``.
+- Otherwise ``{"fallback": false, "outcome": <"ok" or the failure's code>}`` once the capture is
+  over; every outcome that is not a checkpoint is a gap, exactly once: the daemon's own for the
+  failures it attributes, this module's for the rest (refusals, ``busy``, ``internal``).
 - ``status`` counts relayed hooks under ``native_hook``: requests, fallbacks, gaps.
 """
 

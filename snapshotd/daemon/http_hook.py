@@ -3,20 +3,15 @@
 Owns the optional loopback listener (``http_hook = true``; ``http_hook_port``, default 47681,
 ``0`` picks a free port), the per-user token file ``<home>/http-hook.token`` (``ensure_token``,
 ``read_token``), the checks every request passes before its body is read, and the mapping of
-``X-Snapshotd-*`` headers onto the environment ``snapshot-hook`` would have read. The payload is
-parsed and attributed by the very functions ``snapshot-hook`` uses (``parse_json``, ``route``,
-``snapshot_fields``, ``before_tool_fields``), so both transports make the same request.
-
+``X-Snapshotd-*`` headers onto the environment ``snapshot-hook`` would have read; the payload is
+handled by the very functions ``snapshot-hook`` uses, so both transports make the same request.
 Promises:
-- Bound to 127.0.0.1 only; a request whose ``Host`` is not ``127.0.0.1:<port>`` or
-  ``localhost:<port>`` gets 403 (a web page cannot rebind a name onto it), one without
-  ``Authorization: Bearer <token>`` or with a wrong token 401, both before the body is read;
-  neither runs a capture or writes a gap (another user must not be able to fill the spool).
-- An authenticated POST to ``/hook`` is answered 200 with an empty body (Claude Code's
-  "success, no output") within ``hook_timeout_ms`` whatever happens: a capture still running
-  then goes on and its outcome is recorded; every outcome that is not a checkpoint is a gap,
-  exactly once (the daemon's own for the failures it attributes, this module's for the rest:
-  a bad payload, refusals, ``busy``, ``internal``).
+- Bound to 127.0.0.1 only; a ``Host`` other than ``127.0.0.1:<port>`` or ``localhost:<port>`` gets
+  403 (no DNS rebinding), a missing or wrong ``Authorization: Bearer <token>`` 401, both before
+  the body is read and without a capture or a gap (another user cannot fill the spool).
+- An authenticated POST to ``/hook`` is answered 200 with an empty body within
+  ``hook_timeout_ms`` whatever happens (a capture still running goes on, its outcome recorded);
+  every outcome that is not a checkpoint is a gap, exactly once.
 - The Unix socket stays the default transport: nothing listens unless configured.
 """
 

@@ -1,20 +1,18 @@
 """Talking to the supervisor: sd_notify readiness, status, watchdog and stopping messages.
 
 Owns the datagram socket named by ``$NOTIFY_SOCKET`` (a path, or an abstract name written
-``@name``) and the watchdog thread. Nothing here runs unless a supervisor asked for it: with no
-``NOTIFY_SOCKET`` ``attach`` does nothing.
+``@name``) and the watchdog thread; with no ``NOTIFY_SOCKET`` ``attach`` does nothing. Stdlib only.
 
 Promises:
 - ``READY=1`` is sent once, when the listener is accepting (``server.on_ready``), never before,
   so ``Type=notify`` units order clients after a daemon that can really serve them.
 - ``WATCHDOG=1`` is sent every ``WATCHDOG_USEC/2`` while the main thread answers and the socket's
-  accepting thread runs (a wedged main thread or a dead acceptor stops the pings and the supervisor
-  restarts us), only when ``WATCHDOG_USEC`` is set and
-  ``WATCHDOG_PID`` is unset or names this process.
+  accepting thread runs (a wedged main thread or a dead acceptor stops the pings and the
+  supervisor restarts us), only when ``WATCHDOG_USEC`` is set and ``WATCHDOG_PID`` is unset or
+  names this process.
 - ``STATUS=…`` says what the daemon is doing (active attempts, captures, gaps) and is refreshed
   on the same tick when it changed; ``STOPPING=1`` is sent as soon as shutdown begins.
 - A supervisor that went away never breaks the daemon: send errors are logged once at debug.
-Stdlib only.
 """
 
 from __future__ import annotations

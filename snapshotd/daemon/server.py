@@ -1,34 +1,18 @@
 """The control socket: framed msgpack requests in, service calls out (docs/protocol.md).
 
-Owns serving the listening socket (``snapshotd.daemon.listener`` makes it and holds the home's lock):
-the peer-uid check, frame limits, per-connection idle timeouts, the cap on concurrent
-connections, graceful shutdown, and the table of ops:
-each op has one handler (``register``) and any number of wrappers (``wrap``) that the optional
-parts of the daemon put around it.
-
-How it serves: one thread accepts, in the order connections came, and hands each to a
-connection thread (``snapshotd.daemon.workers``) that reads its frames, runs each request's handler
-itself and writes the reply, blocking, with no event loop between them: through asyncio a bare
-``ping`` cost the daemon 0.3-0.6 ms of CPU (the loop's accept, reads, hand-off to a pool
-thread and back, reply), a share of every hook's capture when sixteen agents' hooks arrive at
-once. At most ``workers`` handlers run at a time. The main thread keeps the signals, the stop
-sequence and ``call_in_main`` (a queue it serves: no event loop, whose import alone was a
-tenth of a daemon's start).
-
-Promises:
+Owns serving the listening socket (``listener`` makes it and holds the home's lock): the peer-uid
+check, frame limits, idle timeouts, the cap on concurrent connections, graceful shutdown, and the
+table of ops, each with one handler (``register``) and any number of wrappers (``wrap``). One
+thread accepts and hands each connection to a thread (``workers``) that reads, runs and replies,
+blocking, with no event loop (why: docs/performance.md); at most ``workers`` handlers run at
+once. The main thread keeps the signals, the stop sequence and ``call_in_main``. Promises:
 - The socket lives in a 0700 directory and is created 0600; a peer of another uid is refused
-  (SO_PEERCRED) before any request is read.
-- A malformed frame, a frame over 1 MiB, an unknown op or an ill-typed field gets an error reply
-  (and, for framing errors, a closed connection); the daemon keeps serving everyone else.
-- An op runs its wrappers in the order of ``LAYERS`` (the first layer innermost, next to the
-  handler), whatever order the parts attached in; re-registering a handler keeps its wrappers.
-- SIGTERM: stop accepting, let in-flight requests finish, answer ``shutting-down`` to a request
-  sent before the stop but not yet begun (its frame unread, or its connection still in the
-  listener's backlog; never a reset), run shutdown hooks, exit 0, within
-  a deadline: a request still running ``STOP_GRACE_S`` after the signal (a thread stuck in a
-  system call) is logged with what it was doing and abandoned, and so is a shutdown hook still
-  running ``STOP_HOOKS_S`` later; ``abandoned`` then names them, and the daemon exits without
-  waiting for those threads (``daemon.run_daemon``).
+  (SO_PEERCRED) before any request is read. A malformed frame, one over 1 MiB, an unknown op or
+  an ill-typed field gets an error reply (framing errors close the connection); others go on.
+- Wrappers run in ``LAYERS`` order (first innermost); re-registering keeps a handler's wrappers.
+- SIGTERM: stop accepting, finish in-flight requests, answer ``shutting-down`` to ones not begun
+  (never a reset), run shutdown hooks, exit 0; what outlasts ``STOP_GRACE_S`` or ``STOP_HOOKS_S``
+  is logged, named in ``abandoned`` and not waited for (in full: docs/protocol.md).
 """
 
 from __future__ import annotations

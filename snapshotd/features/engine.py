@@ -1,33 +1,18 @@
 """The thin engine inside the daemon: attempt liveness, ``--resume``, and the final flush.
 
-Owns, for attempts that name an owner process (``attempt_begin … owner_pid``, and every attempt
-``snapshotd exec`` opens), the watch over that process: once it is gone, the daemon takes one last
-capture of what it left, marks the attempt ``abandoned`` (with its final pointer), stops watching
-the worktree, and from then on the service fences captures naming it (an ended attempt takes
-no more checkpoints, so nothing is silently added after its final pointer). Owns
-``attempt_begin … resume: true``: the worktree is first put back to the newest checkpoint of the
-node's previous attempt (through ``snapshotd.features.restore.restore``), then the new attempt begins. A different
-directory that already holds files (a fresh ``git worktree add`` or clone) is restored in place
-after the new attempt begins, so the safety checkpoint of what it held is the new attempt's first
-checkpoint; should that restore fail, the new attempt ends ``failed``. Owns the flush before
-``attempt_end`` (through the server's flush hook), so pending tier-2 work lands before the final
-pointer. Both extend the core ops as wrappers at the server's ``engine`` layer.
-
-Promises:
-- An owner is gone when its pid no longer exists or now belongs to a process started after the
-  attempt began (pid reuse); an owner we may not inspect counts as alive. An owner that exited
-  but is not reaped yet (a zombie) keeps its attempt for ``ZOMBIE_GRACE_S``, so that
-  ``snapshotd exec``, which reaps its command only after ending the attempt, is never raced.
-- A dead owner is noticed within ``LIVENESS_INTERVAL_S`` plus one capture; the attempt is then
-  ``abandoned`` and listed among active attempts no more.
-- Abandoning never races a begin or an end: the state changes under the worktree's lock, and
-  only an attempt still ``active`` is touched.
-- ``resume`` restores exactly the previous attempt's newest seq as it stood when the request
-  arrived (when that attempt is still active in another worktree or on another host sharing the
-  ledger, it is first superseded, so its later captures are fenced, and its newest seq is read
-  after that); with no earlier attempt holding a checkpoint, the attempt begins as usual and the
-  reply says ``resumed_from: null``. When ``snapshotd.features.restore.restore`` is not installed the request
-  fails with ``restore-failed`` and no attempt is begun.
+Owns, for attempts that name an owner process (``owner_pid``; every ``snapshotd exec`` attempt),
+the watch over it: once gone, one last capture, the attempt ``abandoned`` (with its final
+pointer), its worktree unwatched and later captures fenced. Owns ``attempt_begin … resume:
+true`` (the worktree first put back to the node's previous attempt's newest checkpoint through
+``restore``; a different directory holding files is restored after the begin, its safety
+checkpoint the new attempt's first, a failure ending it ``failed``) and the flush before
+``attempt_end``. Both wrap the core ops at the server's ``engine`` layer. Promises (in full:
+docs/agents.md, "From an engine"):
+- An owner is gone when its pid is gone or reused; one we may not inspect is alive; a zombie
+  keeps its attempt ``ZOMBIE_GRACE_S``. A dead owner is noticed within ``LIVENESS_INTERVAL_S``
+  plus one capture; abandoning happens under the worktree's lock, only to an ``active`` attempt.
+- ``resume`` restores the previous attempt's newest seq as it stood at the request (superseding
+  it first if still active elsewhere); none: ``resumed_from: null``; no restore: ``restore-failed``.
 """
 
 from __future__ import annotations

@@ -1,32 +1,18 @@
 """Retention: which checkpoints may go, dropping them consistently, and reclaiming the space.
 
 Owns the retention policy (``Policy``), planning which checkpoints and runs go, the gc journal
-(``<home>/gc-journal.json``), reclaiming space with ``git gc``, and the daemon's automatic policy
-thread. Every write to the store (chain rewrites, ref moves and deletions, the stat-cache keep
-refs) is a ``Store`` method: this module decides, the store writes.
-
-Promises:
-- Never dropped: any checkpoint of an active attempt; the newest checkpoint of every attempt; a
-  checkpoint named as an attempt's final pointer; the safety checkpoint of a restore younger
-  than the policy's age (``--older-than``, else 7 days). Whole runs go only when asked
-  (``--run R --all``) or for ``--max-store-size``, and never while one of their attempts is active.
-- Pruning a middle checkpoint rewrites the attempt's kept checkpoints after it into a fresh chain
-  (same trees, messages and trailers; new parents). That is why commit ids of kept checkpoints
-  after a pruned one change, while their seq, tree and content do not: the seq is the identity.
-  The chain design is kept because ``git log`` on an attempt ref then shows exactly the kept
-  checkpoints, and a rewrite costs one small commit object per kept checkpoint.
-- Crash safety: the new commits are written, then a journal, then the ledger transaction, then
-  the ref; a journal left by a crash is completed at the next start (and by any gc before it,
-  ahead of reclaiming), under the attempt's worktree lock like the prune itself. Only ended
-  attempts are pruned, so the watcher's start-up captures never land on a chain being
-  re-pointed (tests/test_gc_recovery_order.py).
-- ``git gc`` never removes an object reachable from an attempt ref (active or not) or a stat
-  cache, whatever the prune grace: objects younger than the grace (default 1 hour) are never
-  pruned, so a capture in flight keeps its objects; with a shorter grace, captures wait for
-  ``git gc`` to finish instead (``Store.gate``). One gc runs at a time.
-- After every ``git gc`` the daemon's libgit2 handles are reopened before their next write
-  (``Store.replaced_objects``): an object ``git gc`` pruned is written again when needed.
-- Pruned rows stay in the ledger, marked with when and why.
+(``<home>/gc-journal.json``), ``git gc`` and the automatic policy thread; it decides, ``Store``
+methods write. Promises (in full, with the reasons: docs/durability.md, "Retention"):
+- Never dropped: any checkpoint of an active attempt, the newest of every attempt, a final
+  pointer, a restore's safety checkpoint younger than the policy's age (default 7 days). Whole
+  runs go only when asked or for ``--max-store-size``, never while an attempt is active.
+- Pruning a middle checkpoint rewrites the later kept ones into a fresh chain: their commit ids
+  change, their seq, tree and content do not (the seq is the identity).
+- Crash safety: commits, then journal, then ledger, then ref; a left journal is completed at the
+  next start or gc, under the worktree lock. Only ended attempts are pruned.
+- ``git gc`` never removes an object reachable from an attempt ref or a stat cache, nor one
+  younger than the prune grace (shorter grace: captures wait, ``Store.gate``); one gc at a time;
+  libgit2 handles are reopened after it. Pruned rows stay in the ledger, marked when and why.
 """
 
 from __future__ import annotations

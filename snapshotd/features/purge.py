@@ -2,22 +2,15 @@
 
 Owns the ``purge`` op (``snapshotd purge RUN PATH``), its journal (``<home>/purge-journal.json``)
 and finishing a purge a crash interrupted. Every write to the store is a ``Store`` method
-(``purge_chain``, ``set_attempt_ref``); the ledger's is ``Ledger.apply_purge``.
-
-Promises:
-- Each attempt of the run whose checkpoints hold the path gets a fresh chain from its first such
-  checkpoint on: same messages, seqs and everything else, the path gone from every tree; the
-  ledger rows and the attempt ref move to it. Checkpoints before that one keep their ids.
-- Crash safety as gc's: new commits first (named by a hold ref, so that no gc, in the daemon
-  or run on the home while no daemon runs, deletes them before the attempt ref does), then the
-  journal, then the ledger transaction, then the ref, then the stat cache; a journal left by a crash is completed at the next start
-  (idempotent), so the path is gone from all of that attempt's chain or (a crash before the
-  journal) from none of it. Attempts are purged one after another: after a crash, some
-  attempts of the run may be purged and others not yet; ``purge`` run again finishes them.
-- The worktree's stat cache is forgotten, on disk and its keep ref too (``Store.forget_cache``:
-  it would keep the old blob reachable), after a crash as well; the old commits and blobs are
-  unreachable afterwards and go at the next ``gc`` once older than its safety interval (a
-  capture in flight is never robbed of an object).
+(``purge_chain``, ``set_attempt_ref``); the ledger's is ``Ledger.apply_purge``. Promises (in
+full: docs/secrets.md, "Purge"):
+- Each attempt holding the path gets a fresh chain from its first such checkpoint on (same
+  messages and seqs, the path gone from every tree); its rows and ref move to it; earlier
+  checkpoints keep their ids.
+- Crash safety as gc's (new commits under a hold ref, journal, ledger, ref, stat cache): per
+  attempt the path is gone from all of its chain or none; ``purge`` run again finishes a run.
+- The worktree's stat cache and its keep ref are forgotten (``Store.forget_cache``); the old
+  objects go at the next ``gc`` past its safety interval (never from a capture in flight).
 - A path that is absent, absolute, or climbs out (``..``) is ``bad-request``; an unknown run is
   ``not-found``.
 """

@@ -1,19 +1,11 @@
 """Rebuilding a damaged ledger from the store: the core of ``snapshotd repair``.
 
 Owns ``repair_ledger``: diagnose the ledger, rebuild it from the store's attempt refs and their
-commits' ``Snapshotd-*`` trailers (``reconcile.reconcile_attempt``, the same code that repairs a
-ref ahead of its rows at start-up) into a new file, keep the damaged file (and its ``-wal`` and
-``-shm``) beside it renamed ``<name>.damaged-<UTC time>``, and put the rebuilt one in place.
-
-What a rebuild recovers: every attempt with a ref, and one row per checkpoint on its ref's chain
-(seq, commit, tree, parent, source, tier, label, tool call id, worktree, time). Attempt states,
-owners and settle windows are read back from the damaged file when its attempts table still
-reads; else the attempt with the newest checkpoint on each worktree comes back ``active`` (a
-running agent keeps capturing into it) and the others ``interrupted``. Not recovered: rows of
-checkpoints gc pruned (their commits are gone), per-row change counts and skipped lists (0 and
-none), tool calls answered by deduplication. Attempts the rebuild could not read are listed
-(``problems``); the daemon's start-up then records them damaged.
-
+commits' ``Snapshotd-*`` trailers (``reconcile.reconcile_attempt``, as start-up does) into a new
+file, keep the damaged file (and its ``-wal``, ``-shm``) beside it as ``<name>.damaged-<UTC
+time>``, and put the rebuilt one in place. What a rebuild recovers and what it cannot (pruned
+rows, change counts, deduplicated tool calls): docs/durability.md, "A damaged ledger";
+attempts it could not read are listed (``problems``) and recorded damaged at the next start.
 Promises:
 - Refused while a daemon holds the home (its lock): the ledger is the daemon's while it runs.
 - Nothing is deleted: the damaged files are renamed, never removed; ``dry_run`` changes nothing

@@ -1,26 +1,18 @@
 """Agent sessions: the ``session`` op, which turns an agent's own lifecycle events into states.
 
 Owns the ``session`` op (docs/protocol.md, "Ops"; docs/agents.md, "Session lifecycle"): a hook
-reports that an agent session started (``start``), began a turn (``working``), ended its turn and
-waits for its user (``idle``) or ended (``end``). Owns the choice of the process that owns a
-session's attempt (``agent_process``): the hook's parent, or, when that is a shell or launcher that
-ran the hook's command, its nearest ancestor that is not one.
-
-Promises:
-- The attempt concerned is the one the session's tool calls go to: the zero-setup attempt its
-  ``fallback`` names (``Attribution.session_attempt``). A session never touches another session's
-  attempt, and ``start`` never supersedes anything.
-- While an attempt registered by ``attempt_begin`` (``snapshotd exec``, an engine) is active on
-  the worktree, that attempt owns the folder: the event changes nothing and the reply names it.
-- ``start`` registers the session's attempt owned by the agent's process, so the engine's liveness
-  marks it ``abandoned`` once that process is gone. An attempt of the session still active under
-  another owner (the session resumed in a new process) ends ``superseded`` and the session goes on
-  in the next attempt number. It then takes a baseline capture (source ``hook``, label ``session
-  start``): a baseline that fails is a gap, never a failed start.
-- ``working`` and ``idle`` set the attempt's ``idle_since`` (an idle attempt can be restored
-  without ``force``); either registers the attempt first when the daemon never saw the start.
-- ``end`` flushes pending tier-2 work and ends the attempt ``finished`` through the
-  ``attempt_end`` op's chain; an ended or missing attempt is left as it is.
+reports that a session started (``start``), began a turn (``working``), waits for its user
+(``idle``) or ended (``end``); and ``agent_process``, the process owning a session's attempt (the
+hook's parent, or its nearest ancestor that is not a shell or launcher running the hook).
+Promises (in full: docs/agents.md, "Session lifecycle"):
+- The attempt concerned is the one the session's tool calls go to (``session_attempt``); a
+  session never touches another's attempt and ``start`` supersedes nothing. While an attempt
+  registered by ``attempt_begin`` is active on the worktree, it owns the folder: nothing changes.
+- ``start`` registers the session's attempt owned by the agent's process (abandoned once it is
+  gone); one still active under another owner ends ``superseded``; a baseline capture follows
+  (source ``hook``, label ``session start``), whose failure is a gap, never a failed start.
+- ``working`` and ``idle`` set ``idle_since`` (registering the attempt if unseen); ``end``
+  flushes and ends it ``finished`` via ``attempt_end``; an ended or missing attempt is left.
 """
 
 from __future__ import annotations

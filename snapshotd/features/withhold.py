@@ -3,11 +3,9 @@
 Owns the release file (``<home>/secrets-released.json``: checkpoint commits and worktree paths a
 person released after review), ``release`` (adding to it), ``Withholder``: for an attempt
 ref about to be pushed, the newest commit that may leave the host, and ``chain_findings``: the
-unreleased findings of an attempt's chain (export refuses what would carry one).
-
-Why by ref and not by commit: pushing a ref pushes its whole history, so once a checkpoint
-holds a token every later checkpoint of the attempt carries it too. The ref is pushed at the
-parent of its oldest held checkpoint (not at all when that is the first), and the rest waits.
+unreleased findings of an attempt's chain (export refuses what would carry one). Held by ref,
+not commit: pushing a ref pushes its history, so the ref is pushed at the parent of its oldest
+held checkpoint (not at all when that is the first) and the rest waits.
 
 Promises: a commit whose ``Snapshotd-Secrets`` trailer names a finding that is neither released
 by commit nor by path is never in what ``Withholder.target`` returns, nor behind it; the walk

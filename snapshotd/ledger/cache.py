@@ -1,39 +1,18 @@
 """The ledger's read cache: attempt rows and each attempt's newest checkpoint, kept in memory.
 
-Owns ``ReadCache``, what ``Ledger`` answers the capture path's reads from instead of a query
-(every tool call asks for the active attempts, its attempt by key, the node's newest attempt
-number, whether its tool call was recorded before and the attempt's newest checkpoint: five
-queries, each a turn on the ledger's one connection and lock, while sixteen agents' captures
-wait for that lock).
-
-Promises:
-- Only an embedded (SQLite) ledger caches. Its file belongs to one daemon, but other processes
-  may still write it (the CLI, ``snapshotd repair``): every cached answer relies on a check of
-  the connection's ``PRAGMA data_version`` against the one the entries were read under, and
-  any commit by another connection empties the cache. A PostgreSQL ledger may be shared by daemons on
-  several hosts and has no such cheap check: it never caches (``enabled`` False).
-- The ledger's own writes empty the cache inside the same hold of its lock as the write (a
-  reader can never see an entry older than a committed write); the only writes that update
-  entries instead are ``record_checkpoint``, which knows the row it made the newest, and it
-  and ``record_tool_call``, which add the tool call they recorded to its attempt's set.
-- An answer is never older than the state at some moment after its read was called (what a
-  query would give), or, inside ``reads_since`` (a request: every read of one capture), after
-  the request began: the ``data_version`` check it relies on began after that moment, so one
-  check serves every read of every request that began before it.
-- Reads are answered without the ledger's lock (``unlocked``) when either holds:
-  - a check that began after the read (or its request) has completed: the entries are the
-    database's state at that check or newer (this connection's own writes update them before
-    its lock is released, other connections' commits empty them at the next check);
-  - another thread's write transaction is open (``window``): from the moment its ``BEGIN
-    IMMEDIATE`` was followed by a check until just before its ``COMMIT``. No other connection
-    can commit then (SQLite gives one writer the file) and this write is not committed yet,
-    so the entries are the database's state at the moment of the answer; the window closes,
-    under the cache's own small lock, before ``COMMIT`` is sent.
-  Nothing else changes entries without the ledger's lock, and each entry is read or replaced
-  whole (a reader sees the entry before a change or after it). Anything else, and every miss,
-  is read under the ledger's lock. Reads inside a write transaction see its uncommitted rows:
-  those are never kept.
-- Every method but ``unlocked``, ``reads_since`` and ``called_ns`` runs under the ledger's lock.
+Owns ``ReadCache``, which answers the capture path's five reads per tool call (active attempts,
+attempt by key, the node's newest attempt number, tool call seen, newest checkpoint) without a
+turn on the ledger's one connection and lock. Why each case is sound: docs/durability.md
+("The ledger's read cache"). Promises:
+- Only an embedded (SQLite) ledger caches; every answer relies on a ``PRAGMA data_version``
+  check, and another connection's commit empties the cache. PostgreSQL never caches.
+- The ledger's writes empty it in the same hold of its lock (only ``record_checkpoint`` and
+  ``record_tool_call`` update entries instead); rows read inside a write transaction are never kept.
+- An answer is never older than the state at some moment after its read (or, in ``reads_since``,
+  its request) began. Reads skip the ledger's lock (``unlocked``) only after a check that began
+  after them completed, or inside another thread's write transaction (``window``); each entry is
+  read or replaced whole. Every method but ``unlocked``, ``reads_since`` and ``called_ns`` runs
+  under the ledger's lock.
 """
 
 from __future__ import annotations

@@ -1,32 +1,18 @@
 """The ledger: rows for worktrees, attempts, checkpoints and tool calls, on SQLite or PostgreSQL.
 
-Owns ``<home>/snapshotd.db`` (SQLite, WAL: the embedded default) or, when ``ledger_url`` is a
-``postgresql://`` URL, the snapshotd tables in that database (psycopg 3, the ``postgres`` extra),
-which daemons on several hosts may share. ``open_ledger(home, config)`` picks the backend;
-``Ledger(path)`` is SQLite and ``Ledger(url=...)`` either. The public methods are the same on both;
-the SQL is written here once, the backends (``ledger_sqlite``, ``ledger_postgres``) run it, and the
-schema is ``ledger_schema``'s.
-
-Promises (both backends):
-- ``seq`` is per attempt, starts at 0, strictly increasing, never reused: it is recorded in the
-  same transaction as the checkpoint row, under ``PRIMARY KEY (attempt_pk, seq)``, after the
-  attempt row is locked (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: ``SELECT … FOR UPDATE``), so
-  two daemons recording the same attempt serialize and the later one is refused, never renumbered.
-  Allocation looks at both the ledger and the attempt's ref (a crash between ref and row cannot
-  renumber).
-- ``(attempt, tool_use_id)`` is unique: a repeated tool call maps to its original seq, and a
-  checkpoint for a tool call another daemon already recorded is refused (``DuplicateToolCall``).
-- Each attempt row carries its state, lease epoch and final pointer; epoch bumps are row-locked.
-- The schema has one version sequence and the same migrations on both dialects, from the first
-  release forward; concurrent migrators on PostgreSQL serialize on an advisory lock.
-- A database failure leaves a ledger call only as ``LedgerError`` (``LedgerUnavailable`` when the
-  database cannot be opened or reached), with the driver's error as its ``__cause__``: no caller
-  needs to know the driver. What the ledger absorbs rather than raises (a size it could not read
-  for ``status``, a lost PostgreSQL connection it reopened) is logged at warning and counted in
-  ``counters()``.
-- Reads answered from memory (SQLite only: ``snapshotd.ledger.cache``) are never older than
-  the last commit before the read (or, within ``reads_since``, its request) began, whether
-  this ledger or another process made it.
+Owns ``<home>/snapshotd.db`` (SQLite, WAL: the default) or, for a ``postgresql://``
+``ledger_url``, the snapshotd tables there (psycopg 3), which daemons on several hosts may share.
+``open_ledger(home, config)`` picks the backend (``Ledger(path)`` is SQLite, ``Ledger(url=...)``
+either); the SQL is written here once, ``sqlite`` and ``postgres`` run it, ``schema`` holds it.
+Promises (both backends; how each is kept: docs/durability.md, "The ledger's promises"):
+``seq`` is per attempt, from 0, strictly increasing, never reused (two daemons recording one
+attempt serialize and the later is refused, never renumbered; a crash between ref and row cannot
+renumber); ``(attempt, tool_use_id)`` is unique (a repeat maps to its seq, another daemon's is
+``DuplicateToolCall``); epoch bumps are row-locked; one schema version sequence, the same
+migrations on both dialects; a database failure leaves only as ``LedgerError``
+(``LedgerUnavailable`` when unreachable) with the driver's error as ``__cause__``; what is
+absorbed is logged at warning and counted in ``counters()``; reads from memory (SQLite) are
+never older than the last commit before the read (or its request) began.
 """
 
 from __future__ import annotations

@@ -1,26 +1,18 @@
 """The MCP twin of the command line: ``snapshotd mcp`` serves its tools over stdio.
 
-Owns the tools an agent (or any MCP client) uses to see and use its durability surface:
-``list_runs``, ``list_checkpoints``, ``diff_checkpoint``, ``restore_checkpoint``, ``list_gaps``,
-``status``, the review reads ``show_checkpoint``, ``log_checkpoints``, ``find_path``,
-``blame_file`` and ``export_checkpoints``, built on the official MCP Python SDK (2.x,
-``MCPServer``), and how their failures and secrets reach the client. What each tool does is ``snapshotd.ops.mcp_ops``.
-
-Promises:
-- Every tool is a thin call into the code the CLI uses (``snapshotd.ops.mcp_ops`` on
-  ``snapshotd.ops.backend`` and ``snapshotd.service.listing``), so a restore through MCP is serialized with
-  captures of that worktree and obeys every rule the CLI obeys: it refuses while an attempt is
-  active on the worktree unless ``force``, takes a safety checkpoint first and returns the undo
-  command, stays confined to the target.
+Owns the tools an agent (or any MCP client) uses to see and use its durability surface (the
+``ops.mcp_ops`` calls: runs, checkpoints, diff, restore, gaps, status, show, log, find, blame,
+export), built on the official MCP Python SDK (2.x, ``MCPServer``), and how their failures and
+secrets reach the client. Promises:
+- Every tool is a thin call into the code the CLI uses, so a restore through MCP is serialized
+  with captures of that worktree and obeys every rule the CLI obeys: refused while an attempt is
+  active unless ``force``, a safety checkpoint first, the undo command returned, confined.
 - Results are structured (``structuredContent``) with the fields of the matching ``--json``
   output; ``restore_checkpoint`` defaults to ``dry_run=true``.
-- A bad argument (an unknown run, a malformed id, a seq that does not exist, ``to_seq`` together
-  with ``worktree``, a daemon that is not running) is a tool error result (``isError``) whose text
-  says what to do; the server keeps serving.
-- No password in a URL reaches the client: the status map and every tool error's text go
-  through ``snapshotd.core.config.redact_url`` for each URL in them.
-- Nothing but the protocol is written to stdout: while serving, ``sys.stdout`` is stderr (and the
-  SDK points fd 1 at stderr), and logging goes to stderr.
+- A bad argument (unknown run, malformed id, missing seq, ``to_seq`` with ``worktree``, no daemon)
+  is a tool error (``isError``) saying what to do; the server keeps serving. No URL password
+  reaches the client (``config.redact_url`` on the status map and every error's text).
+- Only the protocol goes to stdout: while serving, ``sys.stdout`` is stderr, as is logging.
 """
 
 from __future__ import annotations

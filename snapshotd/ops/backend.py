@@ -1,26 +1,18 @@
 """The one way a front end (the CLI, the MCP server) runs an op: through the daemon, or locally.
 
-Owns ``run_op``: when a daemon answers on the socket the op goes to it (so it is serialized with
-the captures of that worktree); when none answers, the home is opened here, without a daemon,
-under the daemon's own home lock, and the op's local twin runs on a ``Service``. Also owns
-``request`` (one daemon round trip, errors mapped the same way) and what a front end does with
-a reply: ``complete_diff`` renders a patch or file list too large for one reply frame from the
-store, ``with_location`` makes an undo command name the home and socket the caller used.
-``read_home`` serves ops that only read (show, log, find): the ledger, a store read handle and
-the gap spool, opened here whether or not a daemon runs, never through it.
-
-Promises:
-- The daemon is pinged first: once it has the request, a lost daemon is an error
-  (``daemon-unavailable``), never a second, local run of the same op.
-- If the home lock is held but no daemon answers (one is starting), the socket is asked again
-  for ``LOCK_RETRY_S`` before giving up with ``DaemonSilent``.
-- With ``require_ledger`` (restore, diff), a home where nothing was captured is ``NoLedger``
-  (``not-found``) and is not created; otherwise the home is created the way the daemon creates
-  it (fetch into a new home).
-- Every failure is a ``ServiceError`` with the same code whether the daemon or the local run
-  refused (the code may also be the client-side ``daemon-unavailable`` or ``timeout``); a bad
-  configuration is the ``ConfigError`` of ``snapshotd.core.config``. Front ends map these to their
-  own surface (an exit status, an MCP tool error); nothing here prints or exits.
+Owns ``run_op``: a daemon that answers gets the op (serialized with that worktree's captures);
+else the home is opened here, under the daemon's own home lock, and the op's local twin runs on a
+``Service``. Also ``request`` (one daemon round trip), ``complete_diff`` (a patch too large for a
+frame rendered from the store), ``with_location`` (an undo command naming the caller's home and
+socket) and ``read_home`` (ledger, store read handle, gap spool for read-only ops, never through
+the daemon). Promises:
+- The daemon is pinged first: once it has the request, a lost daemon is ``daemon-unavailable``,
+  never a second, local run. A held home lock with no answer is retried for ``LOCK_RETRY_S``,
+  then ``DaemonSilent``.
+- With ``require_ledger`` (restore, diff) a home where nothing was captured is ``NoLedger``
+  (``not-found``), not created; else it is created as the daemon creates it.
+- Every failure is a ``ServiceError`` with the same code from daemon or local run (or
+  ``daemon-unavailable``, ``timeout``), a bad configuration ``ConfigError``; nothing here prints.
 """
 
 from __future__ import annotations

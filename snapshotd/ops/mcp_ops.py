@@ -3,20 +3,16 @@
 Owns what each tool of ``snapshotd mcp`` does: ``list_runs``, ``list_checkpoints``,
 ``diff_checkpoint``, ``restore_checkpoint``, ``list_gaps``, ``status``, the review reads
 ``show_checkpoint``, ``log_checkpoints``, ``find_path`` and ``blame_file``, and
-``export_checkpoints`` (``snapshotd.features.review.history``, ``snapshotd.features.review.blame``, ``snapshotd.features.review.export``), plus the
-restore progress board the restore tool polls. ``snapshotd.mcp.server`` wraps them as tools.
-
-Promises:
-- Diff and restore go through ``snapshotd.ops.backend.run_op``, the path the CLI uses: in the daemon
-  when one answers (serialized with the captures of that worktree, under every rule of the
-  ``restore`` op: the refusal while an attempt is active unless ``force``, the safety checkpoint,
-  confinement to the target), else directly on the home under the daemon's home lock.
-- ``list_checkpoints`` asks the daemon and reads the ledger when none answers; ``list_runs`` and
-  ``list_gaps`` read the ledger and the gap spool (``snapshotd.service.listing``); the review reads open
-  the home for reading (``snapshotd.ops.backend.read_home``), as their CLI twins do.
+``export_checkpoints`` (the ``review`` features), plus the restore progress board the restore
+tool polls. ``snapshotd.mcp.server`` wraps them as tools. Promises:
+- Diff and restore go through ``backend.run_op``, the CLI's path: in the daemon when one answers
+  (serialized with that worktree's captures, under every rule of the ``restore`` op: refused
+  while an attempt is active unless ``force``, safety checkpoint, confinement), else on the home
+  under the daemon's home lock.
+- ``list_checkpoints`` asks the daemon, else reads the ledger; ``list_runs`` and ``list_gaps`` read
+  the ledger and gap spool (``service.listing``); the review reads use ``backend.read_home``.
 - Results carry the fields of the matching CLI ``--json`` output. Every failure a caller can
-  act on is a ``ServiceError`` (or the client's ``DaemonUnavailable``) whose message says what
-  to do.
+  act on is a ``ServiceError`` (or ``DaemonUnavailable``) whose message says what to do.
 """
 
 from __future__ import annotations

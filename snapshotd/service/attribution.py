@@ -3,14 +3,12 @@
 Owns the order in which a ``snapshot`` request is attributed: the attempt the request names
 (``run_id``/``node_id``, with ``attempt`` or the node's newest), else the active attempt registered
 for the worktree holding ``cwd`` (the nearest registered ancestor; the newest attempt when several
-are active there), else the zero-setup ``fallback`` the hook proposes: the agent session's own
-attempt (``session_attempt``). A request that carries a fallback names an agent session, so it
-only ever goes to an attempt registered with ``attempt_begin`` (``snapshotd exec``, an engine) or
-to its own session's attempt, never to another session's zero-setup attempt in the same
-directory (docs/agents.md, "Several sessions in one folder"). Owns the refusal of
-directories that must never be captured (the filesystem root, pseudo filesystems, the snapshotd
-home and anything inside or above it) and, for zero-setup worktrees only, of the home directory
-and of trees over ``max_zero_setup_files`` files.
+are active there), else the zero-setup ``fallback`` the hook proposes (``session_attempt``). A
+request with a fallback names an agent session, so it only goes to an attempt registered with
+``attempt_begin`` or to its own session's attempt, never to another session's zero-setup attempt
+in the same directory (docs/agents.md, "Several sessions in one folder"). Refuses directories
+never captured (the filesystem root, pseudo filesystems, the snapshotd home, anything in or above
+it) and, for zero-setup worktrees only, the home directory and trees over ``max_zero_setup_files``.
 
 Promises: an attempt is created only for a directory that passed those checks; every refusal of a
 capture request is a ``ServiceError`` and leaves a gap (through the ``record_gap`` it is given);

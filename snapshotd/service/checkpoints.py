@@ -4,9 +4,7 @@ Owns the resolution of ``RUN/NODE[/ITERATION/ATTEMPT][@SEQ]`` to one ledger row
 (``find_checkpoint``, with ``selection`` validating the request's fields first), the printed form
 of a seq list (``format_seqs``), the worktree's current tree without recording anything
 (``current_tree_of``) and a checkpoint's tree in the store (``checkpoint_tree``, ``empty_tree``).
-``snapshotd.features.restore.restore`` and ``snapshotd.features.review.diff`` both build on it; it imports neither.
-
-Promises:
+Restore and diff (``features``) build on it; it imports neither. Promises:
 - Default selection: the newest attempt of the node that has checkpoints (highest iteration, then
   attempt number) and its newest checkpoint, skipping safety checkpoints (source ``restore``)
   unless asked not to, so a default restore never "restores" the state a previous restore

@@ -3,20 +3,16 @@
 Owns the repair of a crash (or a ledger fault) between a checkpoint's ref update and its ledger
 row: the rows the ref's chain holds but the ledger lacks are rebuilt from the commits' trailers
 (``Snapshotd-Seq``, ``-Source``, ``-Tier``, ``-Label``, ``-Tool-Use-Id``, ``-Worktree``). An
-attempt the ledger does not know at all is recreated ``interrupted``. An attempt that cannot be
-reconciled (a broken ref, a missing commit, an unreadable row) is handed to ``snapshotd.service.damage``
-and the others go on.
-
-Also owns the repair of a power cut with ``durability = "process"``, which can take an
-attempt's newest commits while their rows (or the ref) still name them: such rows are dropped,
-newest first until one whose commit is whole, each drop reported through ``on_lost`` (a
-``checkpoint-lost`` gap), and the ref is pointed at the newest checkpoint left (or removed). A
-ref whose file did not survive (``snapshotd.store.recovery`` removed it) is pointed back at the
-attempt's newest row.
+attempt the ledger does not know is recreated ``interrupted``; one that cannot be reconciled (a
+broken ref, a missing commit, an unreadable row) goes to ``service.damage``, the others go on.
+And of a power cut with ``durability = "process"``, which can take an attempt's newest commits
+while rows (or the ref) still name them: such rows are dropped newest first until one whose
+commit is whole, each reported through ``on_lost`` (a ``checkpoint-lost`` gap), and the ref
+points at the newest left (or is removed); a ref that ``store.recovery`` removed is pointed back.
 
 Promises: a seq the store holds is never reused or renumbered (nor one that was dropped:
-``snapshotd.service.seqmarks``); rows are inserted oldest first; a chain is walked back only to the
-newest seq the ledger already has; a row is never left naming a commit the store lacks.
+``service.seqmarks``); rows are inserted oldest first; a chain is walked back only to the newest
+seq the ledger already has; a row is never left naming a commit the store lacks.
 """
 
 from __future__ import annotations

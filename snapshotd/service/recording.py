@@ -1,13 +1,11 @@
 """Recording a capture: what turns a worktree's tree into the attempt's next checkpoint.
 
-Owns the steps after a capture read the worktree (``snapshotd.service.service`` reads it, under the
-worktree's lock, and calls ``Recorder.record`` still holding it): the seq (from the ledger's row
-and the ref's trailer, never below the durable reservation of ``snapshotd.service.seqmarks``), the commit
-and the ref (``Store.commit``), the ledger row, the listeners told of it (replication), and the
+Owns the steps after a capture read the worktree (``service.service`` reads it under the
+worktree's lock and calls ``Recorder.record`` still holding it): the seq (from the ledger's row
+and the ref's trailer, never below ``service.seqmarks``' durable reservation), the commit and
+the ref (``Store.commit``), the ledger row, the listeners told of it (replication), and the
 reply with the capture's latency sample (``Recorder.reply``, also for a repeated tool call or an
-unchanged tree).
-
-Promises:
+unchanged tree). Promises:
 - Write order is seq reservation → objects, commit, ref → ledger row → listeners → reply. Each
   failure before the row leaves a gap naming its reason (``commit-failed``, ``store-write-failed``,
   ``ledger-failed``) and raises ``ServiceError``; nothing failed is ever acknowledged.

@@ -2,13 +2,10 @@
 
 Owns ``<home>/seqmarks/``: one small file per attempt holding the lowest seq the attempt may
 hand out next. Seqs are reserved in blocks of ``BLOCK``: before a seq at or past the mark is
-used, the mark moves ``BLOCK`` past it and is fsynced (file and directory), so at most one fsync
-per ``BLOCK`` captures. A clean stop writes the exact next seq instead.
-
-Each mark also records the boot it was written in (``/proc/sys/kernel/random/boot_id``;
-``SNAPSHOTD_BOOT_ID`` overrides it, for tests that cut power without rebooting). Within one
-boot the page cache outlives any crash of the daemon, so the ledger and the ref are complete
-and the mark is not needed; only after a reboot (a power cut, a kernel panic) is it the floor.
+used, the mark moves ``BLOCK`` past it and is fsynced (file and directory), at most one fsync
+per ``BLOCK`` captures; a clean stop writes the exact next seq. Each mark records its boot
+(``/proc/sys/kernel/random/boot_id``, or ``SNAPSHOTD_BOOT_ID`` for tests): within a boot the page
+cache outlives a daemon crash, so only after a reboot is the mark the floor (docs/durability.md).
 
 Promises: a seq handed out (and so possibly acknowledged) is below the durable mark before the
 capture that uses it writes anything; after a reboot the next seq is at least the mark. With

@@ -2,13 +2,10 @@
 
 Owns the per-worktree serialization of captures, deduplication, idempotency by tool call, fencing
 of superseded and ended attempts, the capture path itself (read the worktree, then hand the
-capture to ``snapshotd.service.recording``, which commits it and records its row),
-``attempt_begin``/``attempt_end``, and the service's own ``status`` figures. It delegates
-attribution (which attempt a request belongs to: ``snapshotd.service.attribution``), the ``list`` op
-(``snapshotd.service.listing``) and start-up reconciliation of the ledger with the store's refs
-(``snapshotd.service.reconcile``).
-
-Promises:
+capture to ``recording``, which commits it and records its row), ``attempt_begin`` /
+``attempt_end``, and the service's own ``status`` figures. It delegates attribution
+(``attribution``), the ``list`` op (``listing``) and start-up reconciliation of the ledger with
+the store's refs (``reconcile``). Promises:
 - Captures of one worktree are strictly serialized; different worktrees proceed concurrently.
 - Write order is objects → commit → ref → ledger row → reply. A crash before the ref leaves
   only unreferenced objects; a crash between ref and row is repaired at start-up from the commit

@@ -1,25 +1,16 @@
 """Loose objects the capture hot path writes without libgit2's extra work: its trees and its
 commit, stored uncompressed inside their zlib streams, the commit formatted from its tree's id.
-
-Why not libgit2 for these: its loose backend deflates every object (level 6 through a
-repository's own object database; pygit2's ``OdbBackendLoose`` at level 0 writes no zlib stream
-at all, an object git cannot read), which is 10–20 ms for the 320 KB root tree of a
-monorepo with 10,000 top-level entries, rewritten on every capture with a change; pygit2's
-``create_commit`` looks the tree up, parsing every entry of that root, before writing a commit
-that only names it; and pygit2 holds the interpreter lock through the whole write, file
-creation included, so sixteen agents' captures queued behind each other's (a 100-entry tree
-on a tmpfs: 0.16 ms through libgit2's tree builder, 0.06 ms here, its system calls made
-without the lock). ``git gc`` packs these loose objects (with deltas) like any other.
+Why not libgit2 (it deflates every object, looks a commit's tree up before writing it and holds
+the interpreter lock through the write): docs/performance.md, "snapshotd/store/loose.py".
+``git gc`` packs these loose objects (with deltas) like any other.
 
 Promises:
-- ``write_stored`` (and ``StoredObjects.write``, bound to one object directory) writes a valid loose object (``git cat-file``, ``git fsck --strict``) whose
-  zlib stream is made of stored blocks: a copy and a checksum, about a third larger than a
-  deflated wide tree and several times cheaper. The stream is framed here (``stored_zlib``),
-  not by zlib at level 0, which copies the data through its window: 0.46 ms for 320 KB
-  against 0.12 ms for the checksum alone. The object appears whole or not at all (a
-  temporary file under ``objects``, named as ``git gc`` expires them, renamed into place); an
-  object already loose is not written again. With ``fsync`` the file and its fan-out
-  directory are fsynced before it returns, as libgit2 does in full durability.
+- ``write_stored`` (and ``StoredObjects.write``, bound to one object directory) writes a valid
+  loose object (``git cat-file``, ``git fsck --strict``) whose zlib stream is made of stored
+  blocks, framed here (``stored_zlib``), not by zlib at level 0: a copy and a checksum. The
+  object appears whole or not at all (a temporary file under ``objects``, named as ``git gc``
+  expires them, renamed into place); an object already loose is not written again. With
+  ``fsync`` the file and its fan-out directory are fsynced before it returns, as libgit2 does.
 - ``commit_bytes`` are the bytes libgit2's ``git_commit_create`` writes for the same tree,
   parents, signatures and message (no encoding header, message as given).
 """

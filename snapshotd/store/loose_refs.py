@@ -1,34 +1,18 @@
 """Moving an attempt's loose ref to its next checkpoint without making or freeing a file.
 
-libgit2 moves a loose ref by writing ``<ref>.lock`` and renaming it over the ref, holding the
-interpreter lock throughout (0.15-0.2 ms of CPU here, every capture, under ``Store.lock``), and
-each move makes one inode and frees another. On ext4 without a journal a freed inode is checked
-again at every later inode allocation in its block group for one to five minutes (the kernel's
-``recently_deleted`` skips inodes freed lately, reading each one's table entry): a daemon that
-frees an inode per capture slows its own later file creations the busier it is.
+Why: libgit2's move (``<ref>.lock`` renamed over the ref) holds the interpreter lock, and makes
+an inode and frees one per capture, which ext4 without a journal makes costly (docs/durability.md,
+"Loose refs moved in place"). Each moved ref ``R`` keeps a spare ``R.spare.lock``: a move writes
+the new id into it in place, hard-links R as ``R.old.lock``, renames the spare over R and
+``R.old.lock`` to the next spare (fsyncs in full durability).
 
-How a move goes: each moved ref ``R`` keeps one spare file beside it, ``R.spare.lock`` (git and
-libgit2 never take a name ending in ``.lock`` for a ref). To move R to commit C: write ``C\\n``
-into the spare in place (41 bytes at offset 0, the size of every loose ref; fsynced in full
-durability); hard-link R's file as ``R.old.lock`` (its inode stays linked); rename the spare
-over R (atomic); rename ``R.old.lock`` to ``R.spare.lock``, the next move's spare; in full
-durability fsync the directory. From a ref's second move on no inode is made or freed, and
-every step is a plain system call that lets other threads run.
-
-Promises:
-- A reader (libgit2, the git CLI) finds R holding the old id or the new one; in full durability
-  the new id and R's name are on disk before ``move`` returns, as with libgit2's own update.
-- A spare's inode only ever holds ids of its own ref, and it is written only while it is linked
-  once: after a power cut without fsync a ref may come back naming an older or a newer
-  checkpoint of its own attempt (the cases start-up repairs, docs/durability.md), never another
-  attempt's.
-- Only a ref that exists as a loose file is moved here; otherwise ``move`` returns False and
-  changes nothing (the caller creates the ref through libgit2, which makes its directories).
-  git's ``R.lock`` is not taken, so only the daemon (holding the home's lock) moves refs this
-  way, and nothing else writes attempt refs meanwhile (its ``gc`` leaves refs loose).
-- A ref the store deletes takes its spare with it (``forget_spare``); at start-up
-  ``recovery.remove_stale_locks`` removes, with every other stale lock file, what an
-  interrupted move left (``.old.lock``) and a spare whose ref is gone (``spare_in_use``).
+Promises: a reader (libgit2, git) finds R holding the old id or the new one; in full durability
+the new id and R's name are on disk before ``move`` returns. A spare only holds ids of its own
+ref, written only while linked once: after a cut R may name an older or newer checkpoint of its
+own attempt, never another's. Only a ref that is a loose file is moved (else ``move`` returns
+False, changing nothing); git's ``R.lock`` is not taken, so only the daemon, under the home lock,
+moves refs so. A deleted ref takes its spare (``forget_spare``); start-up's
+``recovery.remove_stale_locks`` removes ``.old.lock`` leftovers and orphan spares (``spare_in_use``).
 """
 
 from __future__ import annotations

@@ -5,8 +5,7 @@ are wanted (judged on an even sample of ``_SAMPLE`` of them) is copied whole int
 ``objects/pack`` (its bytes, hashed on the way and checked against its checksums: no git
 process, nothing inflated or hashed per object); whatever is still wanted (loose objects,
 objects of packs mostly holding others) is copied as one new pack by ``git pack-objects`` /
-``git index-pack``. For a fresh clone of 10,000 files that pack-objects copy was about half of
-the first capture's CPU; a byte copy of the clone's pack costs about a millisecond.
+``git index-pack``. What each costs: docs/performance.md, "snapshotd/store/object_import.py".
 
 Promises: the objects end up in files of the store's own, never borrowed through alternates
 (the user's own gc could delete objects we depend on) nor hard-linked (the store's start-up

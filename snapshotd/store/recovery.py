@@ -2,30 +2,14 @@
 
 Owns the creation of ``<home>/store.git`` (``ensure_store``: built beside its final name, every
 file and directory fsynced, then renamed into place, so after a cut there is either no store or
-a whole one) and what the daemon checks in the store and the stat caches under
-``<home>/worktrees`` before it trusts them, while it holds the home lock (so no other daemon
-writes there):
-
-- the store's own files: a ``HEAD`` or ``config`` that is empty or does not parse, or a
-  missing ``objects``/``refs`` directory, is rebuilt (``HEAD`` names no branch we use; the
-  config holds only the settings below), never trusted; an ``info/attributes`` that is not
-  ``raw_bytes.STORE_ATTRIBUTES`` is rewritten, and the stat caches dropped.
-
-- lock files (``*.lock``) under ``refs/``, beside ``HEAD``/``config``/``packed-refs``, and in
-  the stat caches' git dirs: a writer killed (or a power cut) between taking one and renaming
-  it leaves it behind, and libgit2 then refuses every later update of that ref. They are
-  removed and listed.
-- loose objects that exist but do not inflate to what their name says (an empty file: the
-  name reached the disk, the data did not). libgit2 takes an object that exists for present
-  and never writes it again, so such an object would break every later tree that names it;
-  it is removed, and written again by the next capture that needs it. Only a reboot can leave
-  one (a killed writer leaves a temporary file, never a damaged final name), so the scan runs
-  at the first start of each boot (``<home>/checked-boot`` records the last one).
-- loose refs whose file does not parse (empty, or not an object id): removed and listed; the
-  service then points the attempt's ref at its newest checkpoint that survived. Like damaged
-  objects, only a reboot leaves these (libgit2 renames a whole lock file into place), so this
-  too runs at the first start of each boot; a ref damaged otherwise is the damaged-attempt
-  logic's (``snapshotd.service.damage``): repaired and reported as an ``attempt-damaged`` gap.
+a whole one) and the checks of the store and the stat caches under ``<home>/worktrees`` before
+the daemon trusts them, made while it holds the home lock: an empty or unparsable ``HEAD`` or
+``config`` or a missing ``objects``/``refs`` is rebuilt; an ``info/attributes`` that is not
+``raw_bytes.STORE_ATTRIBUTES`` is rewritten and the stat caches dropped; stale ``*.lock`` files
+are removed; at the first start of each boot (``<home>/checked-boot``) loose objects that do not
+inflate to their name and loose refs that do not parse are removed (the service then points the
+attempt's ref at its newest surviving checkpoint). Why each, and why only a reboot leaves the
+last two: docs/durability.md ("Start-up repair").
 
 Promises: nothing valid is removed; every removal is fsynced (its directory) and reported in
 ``status`` (``recovery``) and the log.

@@ -2,19 +2,11 @@
 
 Owns ``<home>/store.git`` and every write to it: checkpoint commits, the attempt refs
 ``refs/snapshotd/runs/<run>/<node>/<iteration>/<attempt>``, chain rewrites, the stat-cache keep
-refs ``refs/snapshotd/cache/<id>``, a purge's hold refs ``refs/snapshotd/purge-hold/…``, ``Store.lock``, which serializes writes through its
-handle, and ``Store.gate`` (``store_gate.ObjectGate``), which keeps ``git gc`` apart from captures
-in flight. Other modules read through ``Store`` methods or a handle of their own from
-``Store.reader()``; nothing else opens the repository.
-
-The store's parts live in modules of their own, below this one: ``worktree_index`` (the
-per-worktree stat caches and the captures), ``seeding`` (a new cache's first fill),
-``ignore_rules`` (what a capture ignores), ``user_repo`` (reading the user's repository),
-``trees`` (tree rewrites and change counts), ``store_errors`` (``StoreError``, ``odb_retry``),
-``commit_message`` (a checkpoint's message and trailers), ``loose_refs`` (the daemon's moves of
-an attempt ref, without libgit2's lock file).
-
-Promises:
+refs ``refs/snapshotd/cache/<id>``, a purge's hold refs ``refs/snapshotd/purge-hold/…``,
+``Store.lock``, which serializes writes through its handle, and ``Store.gate``
+(``gate.ObjectGate``), which keeps ``git gc`` apart from captures in flight. Other modules read
+through ``Store`` methods or a handle of their own from ``Store.reader()``; nothing else opens
+the repository. Promises:
 - The user's repository is never written: we only read its ``info/exclude``, index and objects.
 - Checkpoints of one attempt form a commit chain whose newest commit the attempt's ref names;
   commit messages carry trailers from which the ledger can be rebuilt.

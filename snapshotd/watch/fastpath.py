@@ -1,22 +1,16 @@
 """The fast path's change source: which paths of a watched worktree changed since its last capture.
 
-Owns ``FastPath``, the ``Service.change_source`` the watcher installs (``take`` / ``failed`` /
-``drift``), and the rules for when the watcher vouches for a worktree's changed paths
-(``Entry.changes``; the notifier groups fill them in as events arrive).
-
-Promises:
+Owns ``FastPath`` (``take`` / ``failed`` / ``drift``), the ``Service.change_source`` the watcher
+installs, and when the watcher vouches for a worktree's changed paths (``Entry.changes``). Promises:
 - ``take`` never vouches for a path set it cannot stand behind: not before a full scan under the
-  current notifier (``baseline``), not after the kernel's event queue overflowed or drift, not
-  when a path changed type (file <-> directory: the per-path update cannot express it), not for
-  a watch whose notifier reported an event through a symlinked directory, not for a lingering
-  worktree gone ``QUIET_VERIFY_FACTOR`` verify intervals without a verification or a fresh
-  baseline, and not unless a cookie round trip through every notifier that may still hold one
-  of its events came back in time. When it does not vouch, the caller scans fully, and the set
-  restarts from that scan.
-- Drift (a verification's full scan found changes no event reported) is one gap,
-  ``watcher-drift``, and turns the fast path off for that worktree for ``FAST_OFF_S``. A file
-  written while the scan ran is not drift (its event came after the verification took the set),
-  nor is a file under a directory an event reported whole.
+  current notifier (``baseline``), not after a queue overflow or drift, not when a path changed
+  type (file <-> directory), not for a watch whose notifier reported an event through a
+  symlinked directory, not for a lingering worktree gone ``QUIET_VERIFY_FACTOR`` verify intervals
+  without a verification or a fresh baseline, and not unless a cookie round trip through every
+  notifier that may hold one of its events came back in time. Then the caller scans fully.
+- Drift (a verification found changes no event reported) is one ``watcher-drift`` gap and turns
+  the fast path off for that worktree for ``FAST_OFF_S``; a file written during the scan, or under
+  a directory an event reported whole, is not drift.
 - ``take`` costs two short holds of the watcher's lock and the cookie round trip(s); nothing in
   it grows with the number of watched worktrees.
 """

@@ -3,13 +3,10 @@
 Owns the list of live ``NotifierGroup``s, the start of a notifier for newly watched worktrees
 (and the classification of a failure down to the worktree that causes it), the background
 merge of small notifiers into one, and ``dispatch``: turning a batch of a notifier's events into
-changed paths (``Entry.changes``) and settle windows (``Entry.window``).
-
-Promises:
+changed paths (``Entry.changes``) and settle windows (``Entry.window``). Promises:
 - Routing is by path: an event reaches every live watched worktree of its notifier whose root
-  is the event's path or one of its ancestors (nested worktrees each see the events below
-  them), found by walking the path's parents through an index of the notifier's roots, so its
-  cost does not grow with the number of worktrees in a group.
+  is the event's path or one of its ancestors (nested worktrees each see the events below them),
+  found through an index of the notifier's roots, so its cost does not grow with the group.
 - Changes inside any ``.git`` never reach a worktree; ignored paths go to the changed-path set
   but open no window. A path the ignore rules cannot be applied to is treated as not ignored,
   logged once per watch and counted (``ignore_errors``).

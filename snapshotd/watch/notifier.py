@@ -1,45 +1,18 @@
 """Where the watcher's events come from: a lossless inotify reader on Linux, watchfiles elsewhere.
 
 Owns the kernel watches of one notifier (a set of root directories) and the translation of
-kernel events into ``(change, path)`` pairs: ``ADDED``, ``MODIFIED`` and ``DELETED`` with an
-absolute path, and ``OVERFLOW`` naming each root when events were lost.
-
-Why our own reader on Linux: ``watchfiles``' ``RustNotify`` moves events from its kernel reader
-thread into a set that ``watch()`` copies and then clears in two separate steps (and clears
-again when it times out), so an event added between the two is dropped without a sign. A
-capture that trusts the watcher's changed paths (the fast path) then misses a write; CI saw it
-(``test_captures_during_gc_are_never_lost`` under load). Here the queue is the kernel's and is
-read only by the caller, under the caller's lock, so a cookie read proves every earlier event
-has been handed over. ``watchfiles`` also hides the kernel's queue overflow and follows
-symlinks to directories; this reader reports the one and never does the other.
-
-Promises (``InotifyNotifier``):
-- ``read()`` returns every event the kernel queued for these watches, in queue order, once.
-  When the kernel dropped events (``IN_Q_OVERFLOW``) every root is reported as ``OVERFLOW``.
-- Symlinks are never followed: a link to a directory is reported as the link, its target is not
-  watched. ``.git`` directories are not watched (nothing inside one is content).
-- A directory that appears (created or moved in) is watched when its event is read; files made
-  in it before that have no event of their own, so its own ``ADDED`` event is the signal to
-  crawl it. A directory moved away drops its watches.
-- A root that is deleted or moved is reported as ``DELETED`` with the root's path.
-- Watching fails loudly: a root that cannot be watched, or the watch limit (``ENOSPC``) reached
-  at any time, raises ``OSError`` (from the constructor, or from the next ``read``). A
-  subdirectory that vanished or cannot be read while being watched is skipped (a stat scan
-  cannot read it either). A directory whose attributes change (``IN_ATTRIB``: a chmod made it
-  readable again, or unreadable) is watched again if it was not and reported ``ADDED``, so
-  what it holds is crawled: changes made while it could not be read, or watched, are seen. The fault seam ``watch`` (``SNAPSHOTD_FAULT_FILE``) fails an
-  ``inotify_add_watch`` the same way.
-- Names that are not UTF-8 come back with surrogate escapes (``os.fsdecode``).
-- Every notifier of the process draws its watches from one budget (``set_max_watches``, the
-  ``max_watches`` setting; 0: only the host's ``fs.inotify.max_user_watches`` limits them).
-  Reaching either limit raises ``WatchLimitError`` (an ``ENOSPC`` ``OSError``) naming the
-  limit, its value, how many watches the tree needs and what to set.
-
-``WatchfilesNotifier`` wraps ``RustNotify`` behind the same interface for systems without
-inotify (macOS): it follows symlinks to directories (``follows_symlinks``) and has the hole
-above, which only the watcher's periodic verification catches there. Its ``close`` raises when
-the native watcher cannot be closed (the watcher logs and counts it, ``notifier_close_errors``);
-the fault seam ``notifier-close`` makes it do so in tests.
+events into ``(change, path)``: ``ADDED``, ``MODIFIED``, ``DELETED`` with an absolute path, and
+``OVERFLOW`` naming each root when events were lost. Why our own reader (``watchfiles`` can drop
+an event without a sign): docs/watcher.md. Promises of ``InotifyNotifier``, in full there:
+- ``read()`` returns every event the kernel queued for these watches, in queue order, once (an
+  overflow: every root as ``OVERFLOW``). Symlinks are never followed, ``.git`` never watched; a
+  new directory is watched when its ``ADDED`` (the signal to crawl it) is read, one whose
+  attributes change is watched again and reported ``ADDED``, a gone root is ``DELETED``; names
+  that are not UTF-8 come back with surrogate escapes.
+- Watching fails loudly: an unwatchable root or the watch limit raises ``OSError``
+  (``WatchLimitError`` names the limit and what to set; all notifiers share ``set_max_watches``);
+  a vanished subdirectory is skipped. ``WatchfilesNotifier`` (macOS) follows symlinks, can drop
+  events (the verification catches them) and raises from ``close`` when it cannot close.
 """
 
 from __future__ import annotations

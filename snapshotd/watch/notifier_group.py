@@ -1,24 +1,18 @@
 """One notifier shared by some watched worktrees: its reader thread and its cookie round trips.
 
-Owns a ``snapshotd.watch.notifier`` notifier over a set of roots plus a cookie directory of the
-daemon's own (``<home>/cookies/<pid>-<n>/``), the thread that reads it, and ``sync``: the cookie
-round trip the fast path relies on.
-
-Promises:
+Owns a ``notifier`` over a set of roots plus a cookie directory of the daemon's own
+(``<home>/cookies/<pid>-<n>/``), the thread that reads it, and ``sync``: the cookie round trip
+the fast path relies on. Promises:
 - Every batch of events is handed to the ``dispatch`` callback in queue order, by the reader
   thread or by a ``sync``, under one drain lock: a batch taken off the queue is dispatched
   before anyone else takes the next.
 - ``sync`` returns True only once a cookie written after the call began has come back through
-  the same kernel queue, so every event queued before it has been dispatched. A cookie is a
-  new file, or (inotify) one whose round trip came back, its times set again: one event
-  each, and a cookie is sent again only once its last event was dispatched. A cookie that
-  could not be written or read (``cookie_errors``) or did not come back in time
-  (``cookie_timeouts``) is reported through ``report`` (the watcher logs and counts it); a
-  retired notifier just answers False.
-- A notifier that fails is closed and reported once through ``on_failure`` (never when it was
-  retired); so is one whose cookie directory was removed, which no cookie could cross again.
-  One that cannot be closed is reported through ``report``
-  (``notifier_close_errors``).
+  the same kernel queue, so every event queued before it has been dispatched (a cookie is one
+  event, sent again only once its last was dispatched). A cookie that could not be written or
+  read (``cookie_errors``) or came back late (``cookie_timeouts``) is reported through
+  ``report``; a retired notifier just answers False.
+- A notifier that fails, or whose cookie directory was removed, is closed and reported once
+  through ``on_failure`` (never when retired); a close failure goes to ``report``.
 """
 
 from __future__ import annotations

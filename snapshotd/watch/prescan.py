@@ -1,40 +1,18 @@
 """A verification's stat scan, run off the worktree's lock.
 
-Owns ``Prescan``. A verification looks for changes no event announced (drift) with a stat scan
-of the whole worktree. Under the worktree's lock that scan made every capture of the worktree
-wait for it: about nine seconds at a million files, past the hook's five-second budget for a
-tool call that came meanwhile. So a verification runs in three steps:
-
-1. ``Prescan.run``, under the lock for a moment: the stat cache is written to its file if
-   captures changed it since (``WorktreeIndex.persist``: 0.7 s at a million entries, 7 ms at
-   10,000).
-2. Still in ``run``, off the lock: that file is compared with the worktree under the same
-   ignore rules (the cache's git dir), writing nothing (the live cache is never touched). From
-   ``GIT_SCAN_FROM_BYTES`` (about 30,000 entries) git does it, in two processes side by side:
-   ``git diff-files`` for the tracked paths, ``git ls-files --others --exclude-standard`` for
-   the files the cache does not hold (``GIT_OPTIONAL_LOCKS=0``), holding neither the
-   interpreter's lock nor the daemon's memory: at a million files about 2 s and 250 MB each in
-   their own processes, where libgit2's diff in the daemon took 4-5 s and left the daemon 200
-   MB larger. A smaller cache is diffed by a second libgit2 handle in the daemon (its call
-   releases the interpreter's lock), cheaper there than starting two processes. The paths
-   listed may differ from the cache as written: drift, or changes made since. Both leave
-   ignored files out: when the user's index changed since the cache listed it, the files it
-   tracks although ignored are listed beside (``tracked_ignored.list_tracked_ignored``).
-3. ``Prescan.verify``, inside the verification's capture under the lock: only those paths and
-   the ones the watcher reported since the last capture are updated (``capture_changed``),
-   and tracked-but-ignored files the cache lacks are taken (a ``git add -f`` of a file
-   nobody wrote: no event, not drift); drift is what that update changed among the paths
-   found, with no event naming it.
+Owns ``Prescan``. A verification looks for drift (changes no event announced) with a stat scan
+of the whole worktree, which under the worktree's lock made every capture wait for it. So:
+``Prescan.run`` writes the stat cache to its file under the lock for a moment
+(``WorktreeIndex.persist``), then, off the lock, compares that file with the worktree under the
+same ignore rules, writing nothing (from ``GIT_SCAN_FROM_BYTES`` by ``git diff-files`` and ``git
+ls-files --others`` side by side, else by a second libgit2 handle); ``Prescan.verify``, inside the
+verification's capture under the lock, updates only the paths found and those reported since
+(``capture_changed``). Steps and costs: docs/watcher.md, docs/performance.md.
 
 Promises: a verification finds what the full scan finds, or is one: whenever this cannot stand
-in for it, ``verify`` returns None before changing anything and the caller scans fully under
-the lock as before (no cache loaded; nested repositories; a cache that could not be written; a
-scan that failed, warned (a directory it cannot list) or took over ``SCAN_TIMEOUT_S``; no
-``git``; a nested repository, a type change or a path that changed between file and directory
-among those found; more than ``DIRTY_LIMIT`` paths; a per-path update the cache declines). Not
-looked for: a new FIFO, socket or device, or a never-captured directory that cannot be listed,
-that came with no event (the full scan's ``list_unseen``); the watcher reports those as they
-appear.
+in for it (every case is listed in docs/watcher.md), ``verify`` returns None before changing
+anything and the caller scans fully under the lock. Not looked for: a new special file or an
+unlistable never-captured directory with no event (the watcher reports those as they appear).
 """
 
 from __future__ import annotations

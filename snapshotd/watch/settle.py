@@ -1,32 +1,16 @@
 """When tier 2 captures: settle windows, max-wait, verification scans, and the captures themselves.
 
-Owns ``Settler``: the scheduler thread (it sleeps on the watcher's condition until the next
-deadline), the pool that runs tier-2 captures, the claim of a worktree's window for a capture,
-the verification scans that look for what events did not say, and the recovery of windows a
-crash left open (``<home>/watch/`` markers).
-
-Promises:
-- A tier-2 capture (source ``watch``) runs once no change has been seen for ``settle_ms``, and
-  at the latest ``max_wait_ms`` after the first change not yet in a checkpoint (the attempt's
-  values, else the daemon's). Captures go through ``Service.capture_attempt`` (worktree lock,
-  dedup, ``require_active``): an ended or fenced attempt is never captured.
-- At most one capture per worktree runs at a time; a failed one reopens its window and retries
-  with backoff (up to 30 s).
-- After a burst's last capture, one verification scan looks for changes no event announced
-  (``watcher-drift``); a watched, quiet worktree is verified every ``verify_interval_s`` if it
-  saw events, every ``QUIET_VERIFY_FACTOR`` intervals if not; a lingering one only after events,
-  and without recording anything. Quiet worktrees' verifications take turns daemon-wide, the
-  longest unverified first, spaced so that together they take at most ``quiet_verify_share`` of
-  a core: with many quiet worktrees each is verified less often than every
-  ``QUIET_VERIFY_FACTOR`` intervals, never skipped.
-- Every root's periodic stat (``scan_interval_s``) falls on one shared tick, so idle worktrees
-  wake the scheduler once per tick, not once each.
-- A verification scans the whole tree, off the worktree's lock when it can (``prescan``: a tool
-  call's capture does not wait for it), else under it. Either way the scan takes a core for its
-  length (seconds at a million files), so once a worktree's scan took ``LONG_VERIFY_S`` or more,
-  the next verification waits until the worktree has been quiet (no event, no capture through
-  the changed paths) for ``VERIFY_QUIET_FACTOR`` times that long; never, though, past
-  ``QUIET_VERIFY_FACTOR`` intervals since the last one.
+Owns ``Settler``: the scheduler thread, the pool running tier-2 captures, window claims,
+verification scans, recovery of windows a crash left open (``<home>/watch/`` markers) and the one
+shared tick of every root's periodic stat (``scan_interval_s``). Promises (docs/watcher.md):
+- A tier-2 capture (source ``watch``) runs after ``settle_ms`` without change, at the latest
+  ``max_wait_ms`` after the first change not yet in a checkpoint, through
+  ``Service.capture_attempt``: an ended or fenced attempt is never captured. At most one per
+  worktree runs at a time; a failed one reopens its window and retries with backoff (≤ 30 s).
+- After a burst's last capture one verification looks for drift; quiet worktrees are verified
+  every ``verify_interval_s`` (if they saw events) or ``QUIET_VERIFY_FACTOR`` intervals, taking
+  turns within ``quiet_verify_share`` of a core, never skipped; after a scan of ``LONG_VERIFY_S``
+  the next waits for ``VERIFY_QUIET_FACTOR`` times that of quiet, never past that factor.
 - Each crash marker of a still-active attempt becomes a ``settle-window-missed`` gap and an
   immediate capture; other markers are dropped.
 """

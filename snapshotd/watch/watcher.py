@@ -1,42 +1,18 @@
 """Tier 2: the daemon's own watcher, turning quiet moments into checkpoints.
 
-Owns the registry of watched worktrees (one ``Entry`` per root, see ``snapshotd.watch.state``)
-and its lifecycle: which worktrees are watched and for how long, degraded and missing
-worktrees, the ``flush`` hook, the capture of pending windows at shutdown, and the
-``watched`` rows and ``watcher`` counters of ``status``. Its parts: ``snapshotd.watch.fastpath``
-(the fast path's change source), ``snapshotd.watch.groups`` (worktrees sharing a notifier,
-merging, routing events; ``snapshotd.watch.notifier_group`` is one notifier and its cookies),
-``snapshotd.watch.settle`` (settle windows, verification scans, tier-2 captures). docs/watcher.md
-describes the whole.
-
-Promises:
-- A worktree is watched from the moment its attempt becomes active (``attempt_begin``, a zero-setup
-  session's first hook, or daemon start for attempts the ledger has as active) until it ends, is
-  superseded or abandoned. Changes inside any ``.git`` and ignored paths never arm a capture.
-- Linger: then, for ``linger_s`` (config; 0 = off) after its last event, the worktree stays
-  watched passively: no settle window, no tier-2 capture, no gap owed to the ended attempt; only
-  the changed-path set and the fast path's baseline live on, so its next capture (a restore's
-  safety checkpoint, a resumed attempt taking the watch over) can be O(changes). A lingering
-  worktree that saw events is verified (full scan, recording nothing, drift is a gap); a quiet one
-  is never scanned: after ``QUIET_VERIFY_FACTOR`` verify intervals without a verification or
-  a fresh baseline, ``take`` stops vouching for it. It ends when the worktree goes or is replaced.
-- Events say only *when* to look: every capture is a full stat scan through the stat cache (or
-  the fast path's changed paths when the watch vouches for them), so files in directories created
-  a moment before, or events the kernel dropped, still reach the checkpoint. Changes a
-  verification scan finds that no event announced are a ``watcher-drift`` gap.
-- ``flush(root)`` returns once every change made before it was called is in a checkpoint (it waits
-  for a running capture, then captures; an unchanged tree records nothing).
-- SIGTERM: pending windows are captured before exit. A crash leaves the window's marker behind; at
-  start-up each marker of a still-active attempt becomes a ``settle-window-missed`` gap (naming when
-  the window opened) and an immediate capture.
-- A watcher that fails (watch limit, permission denied, the worktree deleted or replaced)
-  records a gap, shows the worktree as degraded in ``status`` and falls back to a periodic stat
-  scan every ``scan_interval_s``, retrying the watch now and then; a deleted worktree ends its
-  watch without a traceback and the daemon keeps serving the others.
-- Idle costs nearly nothing: worktrees share a few notifiers (``snapshotd.watch.notifier``: our own
-  inotify reader on Linux, ``watchfiles`` elsewhere; new ones are merged into one once things are
-  quiet), each read by one thread that sleeps in ``poll(2)`` until events come (a ``watchfiles``
-  notifier is polled every ``STEP_MS``); nothing else wakes more often than ``scan_interval_s``.
+Owns the registry of watched worktrees (one ``Entry`` per root, see ``state``) and its lifecycle:
+which worktrees are watched and for how long, degraded and missing worktrees, ``flush``, the
+capture of pending windows at shutdown, and ``status``'s ``watched`` rows and ``watcher``
+counters. Its parts: ``fastpath``, ``groups``, ``notifier_group``, ``settle``. Promises (each in
+full in docs/watcher.md):
+- A worktree is watched while its attempt is active, then lingers passively for ``linger_s``
+  after its last event (no window, no capture, no gap; only the fast path's state lives on).
+- Events say only *when* to look: every capture is a stat scan (or the changed paths the watch
+  vouches for); changes no event announced are a ``watcher-drift`` gap. ``.git`` and ignored
+  paths never arm a capture. ``flush(root)`` returns once every earlier change is in a checkpoint.
+- SIGTERM captures pending windows; a crash's markers become ``settle-window-missed`` gaps. A
+  failed watch is a gap, shows degraded and falls back to a periodic stat scan; a deleted
+  worktree ends its watch quietly. Idle costs nearly nothing (shared notifiers, sleeping threads).
 """
 
 from __future__ import annotations

@@ -2,9 +2,7 @@
 
 Owns ``fetch_run`` (``snapshotd fetch`` and the ``fetch`` op), ``ensure_commit`` (restore anywhere:
 a checkpoint the ledger knows and the local store lacks), ``rebuild_rows`` (ledger rows of adopted
-refs from their commit trailers) and ``local_commit``.
-
-Promises:
+refs from their commit trailers) and ``local_commit``. Promises:
 - Nothing fetched is trusted: git checks every object it receives (``transfer.fsckObjects``), so
   content that does not hash to its name is refused; fetched refs land in a private staging
   namespace (removed afterwards), each chain's trailers must name its ref's attempt with strictly

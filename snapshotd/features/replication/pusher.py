@@ -2,26 +2,17 @@
 
 Owns ``Replicator``: the table of attempt refs with checkpoints not yet known to be on the remote,
 the pusher thread that drains it, the comparison with the remote (``sync``), backoff after a
-failure, and the ``replication`` block of ``status``. ``push_now`` is ``snapshotd push`` on a
-home with no daemon.
-
-Promises:
-- Never on the reply path: a recorded checkpoint only notes its attempt ref in memory and wakes
-  the pusher thread. The pusher waits ``push_interval_ms`` for more checkpoints, then pushes every
-  noted ref in one ``git push``; on failure it retries with exponential backoff (0.5 s doubling to
-  30 s) and ``status`` shows each attempt's unpushed checkpoints, the age of the oldest, and the
-  last error.
-- Nothing is lost while the remote (or the daemon) is down: at start-up, and after every failure,
-  the pusher compares the local attempt refs with the remote's and pushes every ref the remote
-  lacks or holds at an ancestor. A ref the remote holds at a commit this store does not descend
-  from is never overwritten by that comparison (another host may own it); it is reported.
-- Refs are never deleted on the remote (other hosts share it), and only ``refs/snapshotd/runs/``
-  is replicated (stat-cache refs are per host).
-- The remote is shown and logged only through ``redact_url``, git's errors only through
-  ``redact_text``.
-- A checkpoint holding a secret (and every later one of its attempt) is never pushed until
-  released (``withhold``); each held one is logged once as ``replication-withheld`` and listed
-  under ``withheld`` in ``status``.
+failure, and the ``replication`` block of ``status``; ``push_now`` is ``snapshotd push`` with no
+daemon. Promises (in full: docs/scale-out.md, "Replication"):
+- Never on the reply path: a recorded checkpoint only notes its ref and wakes the pusher, which
+  waits ``push_interval_ms`` then pushes every noted ref in one ``git push``, retrying with
+  backoff (0.5 s doubling to 30 s); ``status`` shows unpushed ones, the oldest's age, the error.
+- Nothing is lost while the remote or daemon is down: at start-up and after every failure the
+  local refs are compared with the remote's and every ref it lacks or holds at an ancestor is
+  pushed; a remote ref this store does not descend from is reported, never overwritten.
+- Remote refs are never deleted; only ``refs/snapshotd/runs/`` is replicated. The remote and
+  git's errors are shown only redacted. A checkpoint holding a secret (and every later one of
+  its attempt) is held until released (``withhold``), logged once, listed under ``withheld``.
 """
 
 from __future__ import annotations

@@ -2,21 +2,16 @@
 
 Owns the ``remote`` setting's wiring into the daemon (docs/scale-out.md): ``attach`` starts the
 background pusher when a remote is set, registers the daemon ops ``push``, ``fetch`` and
-``handoff``, and adds the ``replication`` block to ``status``. The work itself lives in:
-
-- ``snapshotd.features.replication.pusher``: the background pusher (``Replicator``), off the reply path, with backoff
-  and the comparison with the remote that loses nothing while it or the daemon is down;
-- ``snapshotd.features.replication.fetch``: fetching a run's refs or one missing checkpoint, verified before any ref
-  moves (``fetch_run``, ``ensure_commit``, ``rebuild_rows``);
-- ``snapshotd.features.replication.handoff``: the handoff manifest and its verification on the new host;
-- ``snapshotd.features.replication.gitremote``: the git command line against the remote.
-
+``handoff``, and adds the ``replication`` block to ``status``. The work itself lives in
+``pusher`` (``Replicator``, off the reply path), ``fetch`` (a run's refs or one missing
+checkpoint, verified before any ref moves), ``handoff`` (the manifest and its verification on
+the new host) and ``gitremote`` (the git command line against the remote).
 ``ensure_commit``, ``verify_handoff``, ``build_handoff``, ``check_manifest``, ``manifest_digest``,
 ``fetch_run`` and ``Replicator`` are re-exported here for existing callers.
 
 Promises: with no remote set, ``push`` and ``fetch`` fail with ``no-remote`` and a sentence saying
 how to set one, and ``status`` says replication is off; the remote shown in ``status`` and every
-replication log line has its credentials redacted (``snapshotd.core.config.redact_url``/``redact_text``).
+replication log line has its credentials redacted (``config.redact_url``/``redact_text``).
 """
 
 from __future__ import annotations

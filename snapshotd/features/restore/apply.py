@@ -1,29 +1,18 @@
 """Restore's filesystem writer: carry a plan out, confined to its target and atomic per file.
 
-Owns ``apply_in_place`` (a ``Plan`` applied to a worktree: deletions, emptied directories, every
-write staged under a temporary name and renamed into place) and ``materialize`` (every entry of a
-checkpoint written into a new or empty directory), with the descriptor-relative directory walk
-both use (``DirWalker``) and their durability barriers. ``snapshotd.features.restore.restore`` decides what to
-apply; this module only writes.
-
-Promises:
-- Every directory is entered with ``O_NOFOLLOW | O_DIRECTORY`` relative to its parent's
-  descriptor, files are created with ``O_EXCL | O_NOFOLLOW`` and renames and unlinks name an entry
-  of a directory descriptor: nothing is ever written through a symlink, nothing outside the
-  target. A symlink where the checkpoint has a directory is replaced by a real directory (the link
-  itself, never what it points to); a file there raises ``Obstacle``.
-- In place, each file switches from old to new content atomically (temp name in its own
-  directory, then ``rename``); a failure part-way removes the temporary files (a temp file that
-  cannot be removed is logged at warning). The exec bit follows the checkpoint; a replaced regular
-  file keeps its other permission bits.
-- Up to ``SMALL_PLAN`` writes, each file and touched directory is fsynced; above it, two
-  ``syncfs`` barriers (before the first rename, after the last).
-- The target itself is entered from ``/`` one component at a time with ``O_NOFOLLOW``
-  (``open_confined``): callers pass a resolved path, and a component that has become a link since
-  raises ``OSError`` before anything is created below it.
-- ``materialize`` into a new directory builds it under a hidden sibling name and renames it into
-  place after a ``syncfs``: it appears whole or not at all. Into an existing empty directory, a
-  failure takes back what was created (what cannot be removed is logged at warning).
+Owns ``apply_in_place`` (a ``Plan`` applied to a worktree: deletions, emptied directories,
+writes staged and renamed into place), ``materialize`` (a checkpoint into a new or empty
+directory), their walk (``DirWalker``) and durability barriers; ``restore`` decides, this only
+writes. Promises (in full: docs/restore.md, "Internals"):
+- Directories are entered ``O_NOFOLLOW | O_DIRECTORY`` relative to their parent, files created
+  ``O_EXCL | O_NOFOLLOW``, renames and unlinks relative to a directory descriptor, the target
+  from ``/`` without following links (``open_confined``): nothing is written through a symlink
+  or outside the target. A symlink where a directory belongs is replaced; a file: ``Obstacle``.
+- In place, each file switches atomically (temp name, ``rename``); a failure removes the temp
+  files. The exec bit follows the checkpoint; a replaced file keeps its other bits. Up to
+  ``SMALL_PLAN`` writes each file and directory is fsynced, above it two ``syncfs`` barriers.
+- ``materialize`` into a new directory renames it in after a ``syncfs`` (whole or not at all);
+  into an empty one, a failure takes back what it created.
 """
 
 from __future__ import annotations

@@ -1,41 +1,18 @@
 """Restore: bring a worktree, or a fresh directory, back to a checkpoint, precisely and confined.
 
-Owns ``restore_checkpoint`` (the one implementation behind the ``restore`` op, the CLI with or
-without a daemon, and the engine's ``attempt begin --resume``), the printed ``undo_command`` and
-``end_command``, ``page_plan`` and the daemon ops ``restore``, ``restore_progress`` and ``diff``
-(``attach``). It drives three modules: ``snapshotd.service.checkpoints`` finds the checkpoint,
-``snapshotd.features.restore.plan`` computes what differs, ``snapshotd.features.restore.apply`` writes it
-(docs/restore.md).
-
-Promises:
-- In place, a restore runs under the worktree's lock (so it is serialized with captures of that
-  worktree), first takes a safety checkpoint of the current state (source ``restore``, tier 1) and
-  returns the exact command that undoes it.
-- Safety rule: the safety checkpoint is recorded in the attempt whose checkpoint is restored, even
-  when that attempt has ended; so target, safety checkpoint and undo live in one commit chain and
-  the undo is ``snapshotd restore RUN --node X --iteration I --attempt A --seq <safety> --force``.
-  (The engine's resume into a directory of its own records it in the new attempt instead.)
-- While an attempt is working on the worktree (active, and not an agent session idle between
-  turns), an in-place restore is refused (``conflict``) unless forced; the message carries an
-  ``attempt end`` command line the CLI accepts.
-- Only what differs is touched: the plan is a tree-to-tree diff of the worktree's current capture
-  against the checkpoint, so its cost follows the difference, not the tree.
-- Writes are confined and atomic per file, and a checkpoint path that would leave the target is
-  refused before anything is written (``snapshotd.features.restore.apply``, ``snapshotd.features.restore.plan``).
-- Ignored and other uncaptured files are never deleted or altered; where one stands in the way of
-  a checkpoint path, that path is left as it is and reported in ``kept``. ``.git``, HEAD, the index
-  and branches of the user's repository are never touched.
-- In place, a worktree whose recorded (resolved) path now resolves elsewhere through a link is
-  refused before anything is created, captured or written.
-- ``to=DIR`` materializes into a new or empty directory (a new one appears whole, by rename). DIR
-  is resolved once, must lie outside the home and the store, and is then entered without
-  following links (docs/restore.md, "--to DIR"). ``dry_run`` computes the plan and changes
-  nothing (no safety checkpoint either).
-- The ``restore`` op's reply always fits one frame: paged by entries and bytes, and an applied
-  restore's ``undo_command`` is returned even when the plan has to be left out (``fit_reply``).
-- Default target: the newest agent-made checkpoint of the newest attempt of the node
-  (``snapshotd.service.checkpoints.find_checkpoint``); safety checkpoints are restored by naming their seq
-  (the printed undo command does).
+Owns ``restore_checkpoint`` (the one implementation behind the ``restore`` op, the CLI and
+``attempt begin --resume``), ``undo_command``, ``end_command``, ``page_plan`` and the daemon ops
+``restore``, ``restore_progress`` and ``diff`` (``attach``); ``checkpoints`` finds, ``plan``
+computes, ``apply`` writes. Promises (in full: docs/restore.md, "Internals"):
+- In place: under the worktree's lock, after a safety checkpoint (source ``restore``) recorded in
+  the restored checkpoint's attempt, ended or not, returning the exact undo command; refused
+  (``conflict``) while an attempt is working there unless forced, or when the worktree's path now
+  resolves elsewhere. Only what differs is touched; writes are confined and atomic per file.
+- Ignored and uncaptured files are never deleted or altered (one in the way is left, in ``kept``);
+  ``.git``, HEAD, the index and branches are never touched.
+- ``to=DIR`` fills a new or empty directory outside the home and store; ``dry_run`` changes nothing.
+- The reply always fits one frame (paged; ``undo_command`` kept, ``fit_reply``). Default target:
+  the newest agent-made checkpoint of the node's newest attempt; safety ones are named by seq.
 """
 
 from __future__ import annotations

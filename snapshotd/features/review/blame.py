@@ -4,16 +4,13 @@ Owns ``blame_checkpoint`` (behind the ``blame`` op, ``snapshotd blame`` and the 
 ``blame_commit`` (the store-only part: libgit2's blame over one attempt's commit chain, each hunk
 mapped to its checkpoint through the commit trailers), ``run_blame`` (the front ends' one call:
 daemon or local, with a reply too large for a frame completed from the store) and ``attach``.
-
 Promises:
 - Every line of PATH at checkpoint N (default: the attempt's newest) carries the checkpoint that
-  introduced it: ``seq``, ``tool_use_id``, ``label``, ``tier`` and ``source``. A line present
-  since the attempt's first checkpoint (its oldest kept one, after retention) is that
-  checkpoint's; a line that came in through a tier-2 capture or a before-tool capture (source
-  ``outside``), or was found by a restore's safety checkpoint (source ``restore``), was written
-  outside the agent's tool calls (``outside_tool_call``).
-- The chain of an attempt is linear, so this is ``git blame --first-parent`` on the store; it
-  reads only the store's objects and one ledger lookup, and writes nothing.
+  introduced it: ``seq``, ``tool_use_id``, ``label``, ``tier``, ``source``; a line present since
+  the attempt's first (oldest kept) checkpoint is that one's; a line from a tier-2, ``outside`` or
+  ``restore`` capture was written outside the agent's tool calls (``outside_tool_call``).
+- The chain is linear, so this is ``git blame --first-parent`` on the store: it reads only the
+  store's objects and one ledger lookup, and writes nothing.
 - Result (``public_shape``): ``{"path", "seq", "lines": [{"line", "text", "seq", "tool_use_id",
   "label", "tier", "source"}]}`` (lines numbered from 1, text without its newline).
 """

@@ -2,7 +2,6 @@
 
 Owns ``diff_checkpoints`` (behind the ``diff`` op and ``snapshotd diff``) and ``render_trees``,
 which turns two tree ids of the store into a git-style patch, a name-status list and a diffstat.
-
 Promises:
 - ``--seq A`` alone shows what checkpoint A changed against the previous checkpoint of its
   attempt (like ``git show``; seq 0 against the empty tree); ``--to-seq B`` compares A with B of

@@ -1,34 +1,18 @@
 """Export: an attempt's checkpoints as commits in the user's own repository, or as patches.
 
-Owns ``export_checkpoints`` (behind the ``export`` op, ``snapshotd export`` and the MCP tool),
-``run_export`` (the front ends' one call: daemon or local) and ``attach``.
-
-Promises:
-- One commit per checkpoint in (``from_seq``, ``to_seq``] of one attempt (default: every kept
-  checkpoint up to the newest agent-made one), or one commit with ``squash``. A checkpoint
-  whose tree equals the previous exported tree (its parent's) gives no commit and is listed in
-  ``skipped``. Each commit's message is the tool call's label with ``Snapshotd-Run``,
-  ``-Node``, ``-Iteration``, ``-Attempt``, ``-Seq`` and ``-Tool-Use-Id`` trailers (squash: the
-  tool calls listed in the body, ``Snapshotd-Seqs``).
-- The first commit's parent is the commit the user's HEAD pointed at when the attempt began
-  (the ``Snapshotd-Base`` trailer of its first checkpoint); when that is unknown or not in the
-  target repository, HEAD now; in a repository with no commit, none (``base_source`` says
-  which).
-- ``branch``: only objects and ``refs/heads/NAME`` are written into the repository (the
-  worktree's, or ``repo``): never its HEAD, index, working tree, config or an existing ref; an
-  existing NAME is refused (``conflict``) before anything is written.
-- ``patches``: a ``git am``-able series (``git format-patch`` output) in a new or empty
-  directory, made in a scratch repository that borrows the user's objects read-only; works for
-  any worktree (outside a repository the series starts from the empty tree).
-- Nothing carries a secret off unnoticed: when a tree the export would write holds a file
-  whose content a checkpoint of the attempt was marked for (``Snapshotd-Secrets``) and that
-  the release file (``snapshotd.features.withhold``) does not release, the export is refused
-  (``secret-held``) before anything is written, naming each finding as path:line kind (never
-  the value). ``allow_secrets`` exports anyway and lists them in ``secrets``. A file the base
-  commit already holds byte for byte is not counted: the export carries it nowhere new.
-- Trees are exported as the checkpoints hold them: files the user's repository ignores but the
-  capture kept, or tracked files the capture skipped (``max_file_bytes``), are not reconciled;
-  nor are files the user's attributes would convert (checkpoints hold bytes: ``raw_bytes``).
+Owns ``export_checkpoints`` (the ``export`` op, ``snapshotd export``, the MCP tool), ``run_export``
+(the front ends' one call: daemon or local) and ``attach``. Promises (docs/review.md, "Export"):
+- One commit per checkpoint in (``from_seq``, ``to_seq``] of one attempt, or one with ``squash``;
+  a checkpoint whose tree equals the previous one gives none (``skipped``); messages carry the
+  label and ``Snapshotd-*`` trailers. The first parent is the user's HEAD when the attempt began
+  (``Snapshotd-Base``), else HEAD now, else none (``base_source`` says which).
+- ``branch`` writes only objects and a new ``refs/heads/NAME`` (an existing NAME: ``conflict``,
+  before any write); ``patches`` writes a ``git am``-able series into a new or empty directory
+  from a scratch repository borrowing the user's objects read-only.
+- A tree holding an unreleased secret finding (``Snapshotd-Secrets``, ``withhold``) is refused
+  (``secret-held``, naming path:line kind, never the value) before any write, unless
+  ``allow_secrets``; a file the base already holds byte for byte is not counted. Trees are
+  exported as the checkpoints hold them (bytes; ignored or skipped files not reconciled).
 """
 
 from __future__ import annotations

@@ -1,25 +1,18 @@
 """Review history: what one checkpoint changed (``show``), a run's checkpoints newest first
 (``log``), and which checkpoints of which runs changed a path of a worktree (``find``).
 
-Every function reads a home opened with ``snapshotd.ops.backend.read_home`` (the ledger, a store read
-handle, the gap spool), so it answers beside a running daemon or without one. No ref, ledger row
-or file is written; the store gains at most a few small unreferenced tree objects (``pruned_pair``,
-and git's empty tree), which gc collects.
-The result shapes are documented in docs/review.md.
-
-Promises:
-- A checkpoint's change is its tree against its parent checkpoint's tree (the ``parent`` commit
-  of its ledger row, which retention re-points past pruned checkpoints); a first checkpoint is
-  compared with the empty tree. Diffs are libgit2's (renames, modes, binary files, git's patch
-  and stat formats), but libgit2's tree-to-tree diff visits every entry of both trees, so it is
-  run on ``pruned_pair``: two trees holding only the entries that differ, found by skipping
-  identical subtrees as git's own tree diff does. The cost follows the change, not the size of
-  the worktree. A path filter compares the one tree entry at that path, without a diff.
+Every function reads a home opened with ``ops.backend.read_home``, so it answers beside a running
+daemon or without one, and writes nothing but a few unreferenced trees gc collects (``pruned_pair``,
+git's empty tree). Result shapes and promises in full: docs/review.md. Promises:
+- A checkpoint's change is its tree against its parent checkpoint's (the ledger row's ``parent``,
+  re-pointed by retention; a first one against the empty tree), diffed by libgit2 on
+  ``pruned_pair`` (only the entries that differ), so the cost follows the change; a path filter
+  compares the one entry at that path.
 - ``show`` lists the checkpoint's secret findings (path, line, kind: never a value).
 - ``log`` and ``find`` are newest first (by capture time, then seq); pruned checkpoints (their
   commits are gone) are left out and counted in ``pruned_skipped``.
 - Every refusal is a ``ServiceError``: ``bad-id``/``bad-request`` for malformed fields,
-  ``not-found`` naming what does exist (``snapshotd.service.checkpoints.find_checkpoint``'s sentences).
+  ``not-found`` naming what does exist (``checkpoints.find_checkpoint``'s sentences).
 """
 
 from __future__ import annotations
