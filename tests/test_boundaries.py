@@ -324,3 +324,14 @@ def test_no_reference_to_documents_outside_the_repository(word: str) -> None:
     offenders = [f"{p}:{i}" for p in paths if p.name != "test_boundaries.py"
                  for i, line in enumerate(p.read_text().splitlines(), 1) if word in line]
     _report(offenders)
+
+
+def test_the_docs_name_only_files_that_exist() -> None:
+    """A page naming ``snapshotd/<path>.py`` or ``client/<path>.py`` names a file of this tree
+    (modules move; the pages that point at them must move along)."""
+    pattern = re.compile(r"`((?:snapshotd|client)/[\w/]+\.py)`")
+    offenders = [f"{page.relative_to(ROOT)}:{number} names {found}"
+                 for page in [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
+                 for number, line in enumerate(page.read_text().splitlines(), 1)
+                 for found in pattern.findall(line) if not (ROOT / found).is_file()]
+    _report(offenders)
