@@ -13,11 +13,8 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
-from chaos import Chaos  # noqa: E402 - tests/ is put on the path just above
+from tests.support.chaos import Chaos  # the engine lives with the tests
 
 
 def main() -> None:

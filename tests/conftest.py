@@ -37,9 +37,15 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from conftest_pg import pg_cluster, pg_url  # noqa: F401 - fixtures used by name
 
-from helpers import daemon_of_home, daemons_under, git, stop_daemons_under, stop_processes
+from tests.support.conftest_pg import pg_cluster, pg_url  # noqa: F401 - fixtures used by name
+from tests.support.helpers import (
+    daemon_of_home,
+    daemons_under,
+    git,
+    stop_daemons_under,
+    stop_processes,
+)
 
 LEDGER_BACKENDS = ("sqlite", "postgres")
 REPO = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from conftest import (
+from tests.conftest import (
     QUIET_WATCHER,
     Daemon,
     Env,
@@ -22,7 +22,7 @@ from conftest import (
     make_git_worktree,
     run_hook,
 )
-from helpers import wait_windows_recovered
+from tests.support.helpers import wait_windows_recovered
 
 
 def store_git(env: Env, *args: str) -> str:

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from test_fastpath_store import full_tree
-
-from conftest import QUIET_WATCHER, Daemon, Env, git, make_git_worktree
+from tests.conftest import QUIET_WATCHER, Daemon, Env, git, make_git_worktree
+from tests.store.test_fastpath_store import full_tree
 
 DEPTH = 150
 

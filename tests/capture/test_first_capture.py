@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import git, make_git_worktree
 from snapshotd.capture.seeding import dir_shape
 from snapshotd.core.home_perms import secure_home
 from snapshotd.core.secrets import may_name_secret_files
 from snapshotd.core.user_repo import strip_index
 from snapshotd.store.store import Store
+from tests.conftest import git, make_git_worktree
 
 
 def make_repo(root: Path, dirs: int = 4, per_dir: int = 5) -> Path:

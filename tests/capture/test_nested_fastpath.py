@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import QUIET_WATCHER, Daemon, Env, git, make_git_worktree
+from tests.conftest import QUIET_WATCHER, Daemon, Env, git, make_git_worktree
 
 RUN = {"run_id": "nested", "node_id": "n"}
 

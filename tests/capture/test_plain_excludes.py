@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import QUIET_WATCHER, Daemon, Env, git
+from tests.conftest import QUIET_WATCHER, Daemon, Env, git
 
 RUN = {"run_id": "plain", "node_id": "n"}
 

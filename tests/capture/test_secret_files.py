@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import QUIET_WATCHER, Daemon, Env, MakeDaemon, git, make_git_worktree
+from tests.conftest import QUIET_WATCHER, Daemon, Env, MakeDaemon, git, make_git_worktree
 
 KEY_BLOCK = ("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9u\n"
              "-----END OPENSSH PRIVATE KEY-----\n")

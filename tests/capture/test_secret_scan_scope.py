@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import git, make_git_worktree
 from snapshotd.capture.seeding import index_paths
 from snapshotd.core.secrets import (
     SCAN_MAX_BYTES,
@@ -24,6 +23,7 @@ from snapshotd.core.secrets import (
     secret_files_among,
 )
 from snapshotd.store.store import Store
+from tests.conftest import git, make_git_worktree
 
 TOKEN = "sk-proj-Vx8Kq2Lm7Np4Rt9Ws3Yz6Ab1Cd5Ef0Gh"  # made up, in the shape of an OpenAI key
 PRIVATE_KEY = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAAS\n-----END PRIVATE KEY-----\n"

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import QUIET_WATCHER, Daemon, Env, MakeDaemon, git
+from tests.conftest import QUIET_WATCHER, Daemon, Env, MakeDaemon, git
 
 TOKEN_LINE = "OPENAI_API_KEY = 'sk-proj-Qm3xT8vR2kLp9Wz4Yb7Nc1Hd6Fg0Js5A'\n"
 

@@ -15,11 +15,11 @@ import time
 from pathlib import Path
 
 import pytest
-from test_fastpath_store import full_tree
 
-from conftest import QUIET_WATCHER, Daemon, Env, make_git_worktree
-from helpers import wait_for
 from snapshotd.daemon.server import STOP_GRACE_S, STOP_HOOKS_S
+from tests.conftest import QUIET_WATCHER, Daemon, Env, make_git_worktree
+from tests.store.test_fastpath_store import full_tree
+from tests.support.helpers import wait_for
 
 RUN = {"run_id": "special", "node_id": "n"}
 

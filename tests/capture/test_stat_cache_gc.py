@@ -13,7 +13,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from conftest import QUIET_WATCHER, Env, MakeDaemon, git, make_git_worktree
+from tests.conftest import QUIET_WATCHER, Env, MakeDaemon, git, make_git_worktree
 
 RUN = {"run_id": "cachegc", "node_id": "n"}
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Env, git
+from tests.conftest import Env, git
 
 NOBODY = 65534
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import Env, MakeDaemon, git, make_git_worktree
+from tests.conftest import Env, MakeDaemon, git, make_git_worktree
 
 HOSTILE_GITCONFIG = """[core]
 \tignoreCase = true

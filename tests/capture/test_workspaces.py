@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUIET_WATCHER, Daemon, Env, git, make_git_worktree
-from helpers import wait_for
 from snapshotd.capture.ignore_rules import read_rules
+from tests.conftest import QUIET_WATCHER, Daemon, Env, git, make_git_worktree
+from tests.support.helpers import wait_for
 
 RUN = {"run_id": "ws", "node_id": "n"}
 

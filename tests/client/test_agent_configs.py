@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, Daemon, Env, fixtures_dir, load_payloads, make_git_worktree
-from helpers import run_plugin
 from snapshotd_client.agents import normalize
+from tests.conftest import REPO, Daemon, Env, fixtures_dir, load_payloads, make_git_worktree
+from tests.support.helpers import run_plugin
 
 HOOK_BUDGET_S = 5.0  # snapshot-hook's own default budget
 CONTRIB = REPO / "contrib"

@@ -26,10 +26,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, Daemon, Env, load_payloads, make_git_worktree
-from helpers import run_plugin
 from snapshotd_client.agents import AGENTS, NAMES, context_shape, lifecycle, normalize
 from snapshotd_client.hook import SESSION_EVENTS
+from tests.conftest import REPO, Daemon, Env, load_payloads, make_git_worktree
+from tests.support.helpers import run_plugin
 
 H = "<harness>/proj"
 NODE = shutil.which("node")

@@ -13,7 +13,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from conftest import (
+from snapshotd_client import Client
+from tests.conftest import (
     QUIET_WATCHER,
     Daemon,
     Env,
@@ -24,8 +25,7 @@ from conftest import (
     make_git_worktree,
     run_hook,
 )
-from helpers import daemons_under, stop_daemons_under, wait_for
-from snapshotd_client import Client
+from tests.support.helpers import daemons_under, stop_daemons_under, wait_for
 
 Effect = Callable[[Path], None]
 

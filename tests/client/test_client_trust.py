@@ -13,13 +13,19 @@ import time
 from pathlib import Path
 
 import pytest
-from fake_daemon import FakeDaemon, assert_silent_success, hook_stdin, ok, run_hook_timed
 
-from conftest import Env
 from snapshotd_client import Client, SocketUntrusted
 from snapshotd_client.gaps import read_gaps
 from snapshotd_client.paths import socket_dir_problem, socket_problem
 from snapshotd_client.protocol import SOCKET_UNTRUSTED
+from tests.conftest import Env
+from tests.support.fake_daemon import (
+    FakeDaemon,
+    assert_silent_success,
+    hook_stdin,
+    ok,
+    run_hook_timed,
+)
 
 NOBODY = 65534
 

@@ -7,9 +7,8 @@ import fcntl
 import os
 import time
 
-from fake_daemon import assert_silent_success, hook_stdin, run_hook_timed
-
 from snapshotd_client.gaps import append_gap, make_gap, read_gaps
+from tests.support.fake_daemon import assert_silent_success, hook_stdin, run_hook_timed
 
 
 def _gap(reason: str) -> dict:

@@ -15,17 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fake_daemon import (
-    SESSION,
-    FakeDaemon,
-    assert_silent_success,
-    fail,
-    hook_stdin,
-    run_hook_timed,
-)
 
-from conftest import Env, MakeDaemon, make_git_worktree, run_hook
-from helpers import wait_for
 from snapshotd_client import Client, wrap
 from snapshotd_client.gaps import read_gaps
 from snapshotd_client.protocol import (
@@ -37,6 +27,16 @@ from snapshotd_client.protocol import (
     SHUTTING_DOWN,
     WORKTREE_REFUSED,
 )
+from tests.conftest import Env, MakeDaemon, make_git_worktree, run_hook
+from tests.support.fake_daemon import (
+    SESSION,
+    FakeDaemon,
+    assert_silent_success,
+    fail,
+    hook_stdin,
+    run_hook_timed,
+)
+from tests.support.helpers import wait_for
 
 
 @pytest.mark.parametrize("code", sorted(NO_DAEMON_GAP_CODES | {"some-future-code"}))

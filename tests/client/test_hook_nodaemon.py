@@ -14,7 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
-from fake_daemon import (
+
+from snapshotd_client import Client, DaemonUnavailable, SnapshotdError, wrap
+from snapshotd_client.client import DaemonTimeout
+from snapshotd_client.gaps import read_gaps
+from snapshotd_client.hook import try_autostart
+from tests.support.fake_daemon import (
     HOOK,
     SESSION,
     FakeDaemon,
@@ -24,11 +29,6 @@ from fake_daemon import (
     ok,
     run_hook_timed,
 )
-
-from snapshotd_client import Client, DaemonUnavailable, SnapshotdError, wrap
-from snapshotd_client.client import DaemonTimeout
-from snapshotd_client.gaps import read_gaps
-from snapshotd_client.hook import try_autostart
 
 # The hook must not wait out its 5 s budget when no daemon can answer: a bound well under the
 # budget, generous for a Python start-up on a loaded 2-core machine (not a speed figure).

@@ -9,13 +9,13 @@ import re
 
 import pytest
 
-from conftest import fixtures_dir
 from snapshotd_client.hook import (
     detect_agent,
     label_for,
     snapshot_fields,
     tool_use_id_for,
 )
+from tests.conftest import fixtures_dir
 
 FIXTURES = fixtures_dir()
 

@@ -4,7 +4,6 @@ it falls back (or is clamped) by a documented rule, and the gap's detail says so
 from __future__ import annotations
 
 import pytest
-from fake_daemon import FakeDaemon, assert_silent_success, fail, hook_stdin, ok, run_hook_timed
 
 from snapshotd_client.gaps import read_gaps
 from snapshotd_client.hook import (
@@ -14,6 +13,14 @@ from snapshotd_client.hook import (
     budget_setting,
 )
 from snapshotd_client.protocol import MAX_FRAME
+from tests.support.fake_daemon import (
+    FakeDaemon,
+    assert_silent_success,
+    fail,
+    hook_stdin,
+    ok,
+    run_hook_timed,
+)
 
 
 @pytest.mark.parametrize(("raw", "used", "noted"), [

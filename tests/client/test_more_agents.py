@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Daemon, Env, fixtures_dir, load_payloads, make_git_worktree, run_hook
 from snapshotd_client.agents import AGENTS, detect, normalize
 from snapshotd_client.hook import detect_agent, label_for, snapshot_fields
+from tests.conftest import Daemon, Env, fixtures_dir, load_payloads, make_git_worktree, run_hook
 
 H = "<harness>/proj"
 FILES = {

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, Daemon, Env, claude_payload, make_git_worktree
+from tests.conftest import REPO, Daemon, Env, claude_payload, make_git_worktree
 
 try:
     import tomllib
@@ -117,8 +117,8 @@ def test_marketplace_manifest_offers_the_plugin_at_the_repository_root() -> None
     ("gemini/session-lifecycle.ndjson", "contrib/gemini/settings.json"),
 ])
 def test_every_lifecycle_event_reaches_the_hook(relative: str, agent: str) -> None:
-    from conftest import load_payloads
     from snapshotd_client.hook import SESSION_EVENTS
+    from tests.conftest import load_payloads
 
     hooks = load(agent)["hooks"]
     for payload in load_payloads(relative):
@@ -216,7 +216,7 @@ def test_gemini_settings() -> None:
 def test_every_recorded_tool_call_reaches_the_hook(relative: str, agent: str) -> None:
     # Every tool call in the captured sessions changed (or could have changed) files: each one
     # must pass the matcher of its event.
-    from conftest import load_payloads
+    from tests.conftest import load_payloads
 
     hooks = load(agent)["hooks"]
     for payload in load_payloads(relative):

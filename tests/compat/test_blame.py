@@ -6,9 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from review_replay import Replay, build_history, cli, replay
-
-from conftest import Daemon, Env, git
+from tests.conftest import Daemon, Env, git
+from tests.support.review_replay import Replay, build_history, cli, replay
 
 START = 5
 

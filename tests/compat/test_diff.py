@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import Daemon, Env
+from tests.conftest import Daemon, Env
 
 
 def cli(env: Env, *args: str) -> subprocess.CompletedProcess:

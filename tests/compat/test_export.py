@@ -9,9 +9,8 @@ import json
 import subprocess
 from pathlib import Path
 
-from review_replay import Replay, build_history, cli, replay
-
-from conftest import Daemon, Env, git
+from tests.conftest import Daemon, Env, git
+from tests.support.review_replay import Replay, build_history, cli, replay
 
 START = 4
 

@@ -18,11 +18,11 @@ import time
 from pathlib import Path
 
 from click.testing import CliRunner
-from test_mcp import call, call_error, with_mcp
 
-from conftest import Daemon, Env, git, make_git_worktree
 from snapshotd.cli import main
 from snapshotd_client.gaps import append_gap, make_gap
+from tests.conftest import Daemon, Env, git, make_git_worktree
+from tests.mcp.test_mcp import call, call_error, with_mcp
 
 RUN = "replay"
 NODE = "agent"

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Env, git, make_git_worktree
 from snapshotd.capture import raw_bytes
 from snapshotd.features.restore.restore import restore_checkpoint
 from snapshotd.service.service import Service
 from snapshotd.store.store import Store
+from tests.conftest import Env, git, make_git_worktree
 
 ATTRIBUTES = "* text=auto\n*.bat text eol=crlf\n*.id ident\n*.dat filter=shrink\n"
 FILES = {

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import git, make_git_worktree
 from snapshotd.core.user_repo import valid_cache_tree
 from snapshotd.store.store import Store
+from tests.conftest import git, make_git_worktree
 
 
 def make_repo(root: Path, files: int = 300) -> Path:

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Env, MakeDaemon, git, make_git_worktree
-from helpers import DriftRecorder, wait_for
 from snapshotd.capture import stat_cache as worktree_index
 from snapshotd.capture.stat_cache import WorktreeIndex
 from snapshotd.service.service import Service
 from snapshotd.store.store import Store
 from snapshotd.watch.prescan import Prescan
+from tests.conftest import Env, MakeDaemon, git, make_git_worktree
+from tests.support.helpers import DriftRecorder, wait_for
 
 
 def users_add_all(wt: Path, scratch: Path) -> str:

@@ -11,7 +11,7 @@ import os
 import stat
 from pathlib import Path
 
-from conftest import QUIET_WATCHER, Daemon, Env, MakeDaemon
+from tests.conftest import QUIET_WATCHER, Daemon, Env, MakeDaemon
 
 
 def loose_modes(home: Path) -> list[str]:

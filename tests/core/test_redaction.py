@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUIET_WATCHER, Daemon, Env, MakeDaemon, git, make_git_worktree
-from helpers import wait_for
 from snapshotd.core.config import RedactingFilter, load_config, redact_text, redact_url
+from tests.conftest import QUIET_WATCHER, Daemon, Env, MakeDaemon, git, make_git_worktree
+from tests.support.helpers import wait_for
 
 REMOTE_SECRET = "s3cret-Remote-PW"
 LEDGER_SECRET = "s3cret-Ledger-PW"

@@ -19,12 +19,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_secrets import IN_CONTEXT, TOKENS, assert_clean
 
-from conftest import Daemon, Env
 from snapshotd.core.config import RedactingFilter
 from snapshotd.service.gaps import GapSpool
 from snapshotd_client.gaps import append_gap, make_gap
+from tests.conftest import Daemon, Env
+from tests.core.test_secrets import IN_CONTEXT, TOKENS, assert_clean
 
 RUN, NODE = "surf-run", "surf-node"
 KINDS = sorted(IN_CONTEXT)

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Daemon, Env, git, make_git_worktree, run_hook
 from snapshotd.core.config import RedactingFilter, redact_text
 from snapshotd.core.secrets import redact_secrets
 from snapshotd.service.gaps import GapSpool
 from snapshotd_client.gaps import append_gap, make_gap
+from tests.conftest import Daemon, Env, git, make_git_worktree, run_hook
 
 # kind -> a made-up token of that kind, as it would appear in a command line or a message.
 TOKENS = {

@@ -11,8 +11,8 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from conftest import make_git_worktree
 from snapshotd.core.user_repo import head_commit, repo_info_exclude, strip_index, user_gitdir
+from tests.conftest import make_git_worktree
 
 
 def _git(wt: Path, *args: str) -> str:

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Env, MakeDaemon, git, make_git_worktree
-from helpers import in_time, release_fifo
 from snapshotd.core.user_repo import head_commit, user_head
 from snapshotd_client.client import SnapshotdError
+from tests.conftest import Env, MakeDaemon, git, make_git_worktree
+from tests.support.helpers import in_time, release_fifo
 
 # Where in ``.git`` a FIFO is planted, and whether HEAD's commit can still be read around it
 # (the branch is packed for ``packed-refs``: the FIFO stands where its ref was).

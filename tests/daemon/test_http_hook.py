@@ -19,8 +19,8 @@ from urllib.parse import urlsplit
 import psutil
 import pytest
 
-from conftest import QUIET_WATCHER, Env, claude_payload, load_payloads, make_git_worktree
-from helpers import wait_for
+from tests.conftest import QUIET_WATCHER, Env, claude_payload, load_payloads, make_git_worktree
+from tests.support.helpers import wait_for
 
 HTTP_ENV = {**QUIET_WATCHER, "SNAPSHOTD_HTTP_HOOK": "1", "SNAPSHOTD_HTTP_HOOK_PORT": "0"}
 

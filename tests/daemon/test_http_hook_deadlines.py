@@ -11,11 +11,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from test_http_hook import HTTP_ENV, _auth, _checkpoints, _endpoint, _post
-
-from conftest import Env, claude_payload, make_git_worktree
-from helpers import wait_for
 from snapshotd.daemon.http_hook import Deadlines
+from tests.conftest import Env, claude_payload, make_git_worktree
+from tests.daemon.test_http_hook import HTTP_ENV, _auth, _checkpoints, _endpoint, _post
+from tests.support.helpers import wait_for
 
 
 def test_deadlines_run_in_order_and_cancelled_ones_never() -> None:

@@ -24,9 +24,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_agent_lifecycle import TOOL_CALL, localized, tool_call
 
-from conftest import (
+from snapshotd.daemon.native_hook import BuildError, build, c_string
+from snapshotd_client.hook import RELAYED_ENV, route, started_at
+from tests.client.test_agent_lifecycle import TOOL_CALL, localized, tool_call
+from tests.conftest import (
     QUIET_WATCHER,
     REPO,
     Daemon,
@@ -35,9 +37,7 @@ from conftest import (
     load_payloads,
     make_git_worktree,
 )
-from helpers import wait_for
-from snapshotd.daemon.native_hook import BuildError, build, c_string
-from snapshotd_client.hook import RELAYED_ENV, route, started_at
+from tests.support.helpers import wait_for
 
 CC = shutil.which(os.environ.get("CC") or "cc")
 needs_cc = pytest.mark.skipif(CC is None, reason="no C compiler (cc) on this machine")
@@ -472,7 +472,7 @@ def test_any_reply_but_done_is_a_hand_over(native, hook_env, short_dir: Path, re
     """What the daemon answers the hook op, read by the program's own small msgpack reader:
     only a done reply ends the hook there; anything else (an older daemon's unknown-op, a
     reply it cannot read) goes to the Python hook, which then asks as it always did."""
-    from fake_daemon import FakeDaemon
+    from tests.support.fake_daemon import FakeDaemon
 
     def respond(request: dict) -> dict | str:
         if request.get("op") == "hook":

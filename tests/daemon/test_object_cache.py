@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 
-from conftest import Daemon, make_git_worktree
 from snapshotd.daemon.daemon import OBJECT_CACHE_BYTES, PACK_MAPPED_BYTES, PACK_WINDOW_BYTES
+from tests.conftest import Daemon, make_git_worktree
 
 
 def test_daemon_caps_object_cache(daemon: Daemon, tmp_path) -> None:

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Daemon, Env
 from snapshotd.core.config import load_config
 from snapshotd.daemon import metrics
 from snapshotd.daemon.daemon import OPTIONAL_PARTS, attach_optional_parts
@@ -24,6 +23,7 @@ from snapshotd.daemon.listener import bind_socket
 from snapshotd.daemon.server import LAYERS, Server
 from snapshotd.features import engine
 from snapshotd.service.service import Service
+from tests.conftest import Daemon, Env
 
 
 @pytest.fixture

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Daemon, Env, make_git_worktree
-from helpers import connect_raw
-from helpers import recv_frame as recv
-from helpers import send_frame as send
+from tests.conftest import Daemon, Env, make_git_worktree
+from tests.support.helpers import connect_raw
+from tests.support.helpers import recv_frame as recv
+from tests.support.helpers import send_frame as send
 
 
 def assert_alive(daemon: Daemon) -> None:

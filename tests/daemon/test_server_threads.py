@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUIET_WATCHER, Daemon, Env, MakeDaemon, make_git_worktree
-from helpers import connect_raw, recv_frame, send_frame, wait_for
 from snapshotd.daemon.server import STOP_GRACE_S
 from snapshotd_client import Client
+from tests.conftest import QUIET_WATCHER, Daemon, Env, MakeDaemon, make_git_worktree
+from tests.support.helpers import connect_raw, recv_frame, send_frame, wait_for
 
 
 def test_connections_one_after_another_reuse_one_thread(sd_env: Env, daemon: Daemon) -> None:

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, Env, MakeDaemon, make_git_worktree
-from helpers import wait_for
 from snapshotd.cli.install import render_plist, render_service, render_socket
+from tests.conftest import REPO, Env, MakeDaemon, make_git_worktree
+from tests.support.helpers import wait_for
 
 CONTRIB = REPO / "contrib"
 

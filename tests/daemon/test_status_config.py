@@ -17,10 +17,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import Daemon, Env, MakeDaemon, make_git_worktree
-from helpers import wait_for
 from snapshotd import __version__
 from snapshotd_client.gaps import append_gap, make_gap
+from tests.conftest import Daemon, Env, MakeDaemon, make_git_worktree
+from tests.support.helpers import wait_for
 
 
 def cli(env: Env, *args: str, **extra: str) -> subprocess.CompletedProcess:

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (
+from snapshotd.features.engine import ALIVE, GONE, ZOMBIE, owner_state
+from tests.conftest import (
     Daemon,
     Env,
     claude_payload,
@@ -25,8 +26,7 @@ from conftest import (
     make_git_worktree,
     run_hook,
 )
-from helpers import wait_for
-from snapshotd.features.engine import ALIVE, GONE, ZOMBIE, owner_state
+from tests.support.helpers import wait_for
 
 FAKE_AGENT = textwrap.dedent("""
     # A stand-in for a coding agent: each "tool call" writes a file, then runs the after-tool

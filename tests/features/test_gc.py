@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Daemon, Env, git, make_git_worktree
+from tests.conftest import Daemon, Env, git, make_git_worktree
 
 
 def store_git(env: Env, *args: str) -> str:

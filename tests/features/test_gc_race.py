@@ -10,7 +10,7 @@ import threading
 import time
 from pathlib import Path
 
-from conftest import Daemon, Env, make_git_worktree
+from tests.conftest import Daemon, Env, make_git_worktree
 
 
 def _store(env: Env, *args: str) -> subprocess.CompletedProcess:

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUIET_WATCHER, Env, MakeDaemon, git
-from helpers import open_markers, wait_for
+from tests.conftest import QUIET_WATCHER, Env, MakeDaemon, git
+from tests.support.helpers import open_markers, wait_for
 
 RUN = "gc-order"
 CRASH_EXIT_STATUS = 86

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Daemon, Env, make_git_worktree
+from tests.conftest import Daemon, Env, make_git_worktree
 
 
 def store_has(env: Env, oid: str) -> bool:

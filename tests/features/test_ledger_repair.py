@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUIET_WATCHER, Daemon, Env, MakeDaemon, make_git_worktree
+from tests.conftest import QUIET_WATCHER, Daemon, Env, MakeDaemon, make_git_worktree
 
 
 def _cli(env: Env, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:

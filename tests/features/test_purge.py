@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import Daemon, Env, git
+from tests.conftest import Daemon, Env, git
 
 KEY = "sk-proj-Qm3xT8vR2kLp9Wz4Yb7Nc1Hd6Fg0Js5A"
 RUN = "purge-run"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUIET_WATCHER, Env, MakeDaemon, git
+from tests.conftest import QUIET_WATCHER, Env, MakeDaemon, git
 
 KEY = "sk-proj-Qm3xT8vR2kLp9Wz4Yb7Nc1Hd6Fg0Js5A"
 RUN = "purge-crash"

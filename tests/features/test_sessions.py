@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (
+from tests.conftest import (
     Daemon,
     Env,
     claude_payload,

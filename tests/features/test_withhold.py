@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from conftest import QUIET_WATCHER, Daemon, Env
-from helpers import wait_for
+from tests.conftest import QUIET_WATCHER, Daemon, Env
+from tests.support.helpers import wait_for
 
 KEY = "sk-proj-Qm3xT8vR2kLp9Wz4Yb7Nc1Hd6Fg0Js5A"
 LEAK, CLEAN = "leak-run", "clean-run"

@@ -20,15 +20,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (
-    QUIET_WATCHER,
-    Env,
-    MakeDaemon,
-    claude_payload,
-    make_git_worktree,
-    run_hook,
-)
-from helpers import open_markers, wait_for, wait_windows_recovered
 from snapshotd.core.keys import AttemptKey
 from snapshotd.ledger.ledger import (
     ACTIVE,
@@ -41,6 +32,15 @@ from snapshotd.ledger.ledger import (
     migration_sql,
     open_ledger,
 )
+from tests.conftest import (
+    QUIET_WATCHER,
+    Env,
+    MakeDaemon,
+    claude_payload,
+    make_git_worktree,
+    run_hook,
+)
+from tests.support.helpers import open_markers, wait_for, wait_windows_recovered
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -12,13 +12,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest_pg import pg_cluster, pg_url  # noqa: F401 - fixtures used by name
 
-from conftest import Daemon, Env, make_git_worktree
 from snapshotd.core.keys import AttemptKey
 from snapshotd.ledger.cache import ReadCache
 from snapshotd.ledger.ledger import ACTIVE, Ledger, SeqConflict
 from snapshotd_client.client import SnapshotdError
+from tests.conftest import Daemon, Env, make_git_worktree
+from tests.support.conftest_pg import pg_cluster, pg_url  # noqa: F401 - fixtures used by name
 
 
 def _row(seq: int, worktree: str, **extra: object) -> dict:

@@ -15,11 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest_pg import PgCluster
 
-from conftest import Daemon, Env, make_git_worktree
 from snapshotd.core.keys import AttemptKey
 from snapshotd.ledger.ledger import Ledger, LedgerError, LedgerUnavailable
+from tests.conftest import Daemon, Env, make_git_worktree
+from tests.support.conftest_pg import PgCluster
 
 KEY = AttemptKey("run", "node", 0, 1)
 

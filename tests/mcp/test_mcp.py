@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from mcp import Client
-from mcp_session import call, call_error, tool_text, with_mcp
 
-from conftest import (
+from tests.conftest import (
     QUIET_WATCHER,
     Daemon,
     Env,
@@ -27,6 +26,7 @@ from conftest import (
     make_git_worktree,
     run_hook,
 )
+from tests.support.mcp_session import call, call_error, tool_text, with_mcp
 
 RUN = "claude-sess-1"
 # Tier 2 stays out of the way (the ``daemon`` fixture runs with QUIET_WATCHER): every checkpoint
@@ -370,7 +370,7 @@ def test_without_the_sdk_the_command_says_how_to_install_it(sd_env: Env) -> None
 
 
 def test_plugin_registers_the_server() -> None:
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     config = json.loads((root / ".mcp.json").read_text())
     server = config["mcpServers"]["snapshotd"]
     assert server["command"] == "snapshotd" and server["args"] == ["mcp"]

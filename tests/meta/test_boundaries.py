@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 80
 

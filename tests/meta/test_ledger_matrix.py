@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -18,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ONE_LEDGER, one_ledger_reason
+from tests.conftest import ONE_LEDGER, one_ledger_reason
+from tests.support.helpers import throwaway_suite
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 
 SMALL_SUITE = {
     # "test_watcher" is in ONE_LEDGER; "test_plain" is not; "test_own_pg" names pg_url.
@@ -34,7 +34,7 @@ def test_every_one_ledger_entry_names_an_existing_test() -> None:
     stale = []
     for entry in ONE_LEDGER:
         module, _, function = entry.partition("::")
-        path = TESTS / f"{module}.py"
+        path = next(TESTS.rglob(f"{module}.py"), TESTS / f"{module}.py")
         if not path.is_file():
             stale.append(f"{entry}: no {path.name}")
             continue
@@ -69,10 +69,7 @@ def test_one_ledger_reason_reads_modules_and_single_tests() -> None:
 ], ids=["default", "all-ledgers", "postgres-only"])
 def test_the_suite_runs_each_test_on_the_backends_it_needs(
         tmp_path: Path, args: list[str], expected: set[str]) -> None:
-    suite = tmp_path / "suite"
-    suite.mkdir()
-    for name in ("conftest.py", "conftest_pg.py", "helpers.py"):
-        shutil.copy(TESTS / name, suite / name)
+    suite = throwaway_suite(tmp_path / "suite")
     for name, text in SMALL_SUITE.items():
         (suite / name).write_text(textwrap.dedent(text))
     result = subprocess.run(

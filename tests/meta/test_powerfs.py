@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-import powerfs
-from powerfs import PowerFS
+from tests.support import powerfs
+from tests.support.powerfs import PowerFS
 
 
 @pytest.fixture

@@ -14,10 +14,15 @@ from pathlib import Path
 
 import psutil
 
-from conftest import Env
-from helpers import daemon_of_home, daemons_under, stop_daemons_under, stop_processes, wait_for
-
-TESTS = Path(__file__).resolve().parent
+from tests.conftest import Env
+from tests.support.helpers import (
+    daemon_of_home,
+    daemons_under,
+    stop_daemons_under,
+    stop_processes,
+    throwaway_suite,
+    wait_for,
+)
 
 
 def spawn_detached_daemon(env: Env) -> subprocess.Popen:
@@ -56,7 +61,7 @@ LEAKY_SUITE = textwrap.dedent('''
     import os, subprocess, sys
     from pathlib import Path
 
-    from helpers import daemon_of_home, wait_for
+    from tests.support.helpers import daemon_of_home, wait_for
 
     def spawn(home: Path, sock: Path) -> int:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SNAPSHOTD_")}
@@ -80,10 +85,7 @@ LEAKY_SUITE = textwrap.dedent('''
 
 
 def test_a_daemon_that_outlives_its_test_fails_the_session(tmp_path: Path) -> None:
-    suite = tmp_path / "suite"
-    suite.mkdir()
-    for name in ("conftest.py", "conftest_pg.py", "helpers.py"):
-        shutil.copy(TESTS / name, suite / name)
+    suite = throwaway_suite(tmp_path / "suite")
     (suite / "test_leaky.py").write_text(LEAKY_SUITE)
     sockdir = Path(os.path.realpath("/tmp")) / f"sdleak{os.getpid()}"
     sockdir.mkdir(mode=0o700)

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (
+from snapshotd.core.errors import NOT_FOUND, ServiceError
+from snapshotd.ops import backend
+from tests.conftest import (
     QUIET_WATCHER,
     Env,
     MakeDaemon,
@@ -22,8 +24,6 @@ from conftest import (
     make_git_worktree,
     run_hook,
 )
-from snapshotd.core.errors import NOT_FOUND, ServiceError
-from snapshotd.ops import backend
 
 RUN = "claude-sess-1"
 

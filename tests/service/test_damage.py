@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUIET_WATCHER, Daemon, Env, MakeDaemon, make_git_worktree
+from tests.conftest import QUIET_WATCHER, Daemon, Env, MakeDaemon, make_git_worktree
 
 MISSING = "0123456789abcdef0123456789abcdef01234567"
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import msgpack
 
-from conftest import Daemon, Env, make_git_worktree
 from snapshotd.ops.mcp_ops import Operations
 from snapshotd_client.protocol import MAX_FRAME, encode_frame
+from tests.conftest import Daemon, Env, make_git_worktree
 
 # Labels near their 1,000-byte limit make a run whose whole listing is over the frame with
 # fewer checkpoints (each one is a capture: 3,500 short-labelled ones took 25-45 s).

@@ -8,8 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import Daemon, Env
 from snapshotd_client.gaps import append_gap, make_gap
+from tests.conftest import Daemon, Env
 
 
 def cli(env: Env, *args: str) -> subprocess.CompletedProcess:

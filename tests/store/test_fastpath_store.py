@@ -7,10 +7,10 @@ import shutil
 from pathlib import Path
 from random import Random
 
-from conftest import git, make_git_worktree
-from helpers import Workload, full_tree
 from snapshotd.store.store import Store
 from snapshotd.store.trees import compute_tree_changes, tree_changes
+from tests.conftest import git, make_git_worktree
+from tests.support.helpers import Workload, full_tree
 
 STEPS = 250
 SEED = 8

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import git, make_git_worktree
 from snapshotd.store.store import Store
+from tests.conftest import git, make_git_worktree
 
 INVALID = (".GIT/config", "sub/.Git/x", ".git. /w", "deeper/.gIt/y.txt")
 # What a capture lists: a .git in another case once, with all it holds; other names one by one.

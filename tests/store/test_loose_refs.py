@@ -12,12 +12,12 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from helpers import git
 from snapshotd.core.commit_message import CheckpointMeta
 from snapshotd.core.keys import AttemptKey
 from snapshotd.store.loose_refs import OLD_SUFFIX, SPARE_SUFFIX, LooseRefMover
 from snapshotd.store.recovery import remove_stale_locks
 from snapshotd.store.store import Store
+from tests.support.helpers import git
 
 REF = "refs/snapshotd/runs/r/n/0/1"
 

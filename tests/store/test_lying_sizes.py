@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import git, make_git_worktree
 from snapshotd.store.store import Store
+from tests.conftest import git, make_git_worktree
 
 # sysfs files report a size of a page (4096) and hold a line or two.
 CANDIDATES = ("/sys/kernel/mm/transparent_hugepage/enabled", "/sys/kernel/profiling",

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-import powerfs
-from powerfs import PowerFS
 from snapshotd.core import durable
 from snapshotd.store.recovery import recover_home
+from tests.support import powerfs
+from tests.support.powerfs import PowerFS
 
 
 def git(store: Path, *args: str, stdin: bytes | None = None) -> str:

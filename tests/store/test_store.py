@@ -10,10 +10,10 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from conftest import Daemon, Env, git
 from snapshotd.core.commit_message import CheckpointMeta
 from snapshotd.core.keys import AttemptKey
 from snapshotd.store.store import CACHE_REF_PREFIX, Store, StoreError, worktree_id
+from tests.conftest import Daemon, Env, git
 
 KEY = AttemptKey("r", "n", 0, 1)
 

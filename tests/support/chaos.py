@@ -47,7 +47,7 @@ from pathlib import Path
 
 NOBODY = 65534
 RUN, NODE = "chaos", "agent"
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "claude-code" / "post-tool-use.ndjson"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "claude-code" / "post-tool-use.ndjson"
 GIT = ["git", "-c", "safe.directory=*", "-c", "core.quotePath=false"]
 GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "HOME": "/nonexistent",
            "GIT_AUTHOR_NAME": "o", "GIT_AUTHOR_EMAIL": "o@o", "GIT_COMMITTER_NAME": "o",

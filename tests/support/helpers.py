@@ -398,3 +398,21 @@ def _result(call):
         return call()
     except BaseException as exc:  # handed to the test's thread
         return exc
+
+
+# -- a throwaway copy of the suite's infrastructure ---------------------------------------------
+
+
+def throwaway_suite(root: Path) -> Path:
+    """``root/tests``: a package holding this suite's ``conftest.py`` and the support modules it
+    imports, for a test that runs pytest on test files of its own. Run pytest with the returned
+    directory as its working directory: node ids are then bare file names."""
+    tests = Path(__file__).resolve().parents[1]
+    suite = root / "tests"
+    (suite / "support").mkdir(parents=True)
+    for package in (suite, suite / "support"):
+        (package / "__init__.py").write_text("")
+    shutil.copy(tests / "conftest.py", suite / "conftest.py")
+    for name in ("conftest_pg.py", "helpers.py"):
+        shutil.copy(tests / "support" / name, suite / "support" / name)
+    return suite

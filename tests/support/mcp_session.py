@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 from mcp import Client, StdioServerParameters
 
-from conftest import Env
+from tests.conftest import Env
 
 
 def with_mcp(env: Env, body: Callable[[Client], Awaitable[None]], *args: str) -> None:

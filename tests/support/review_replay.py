@@ -17,7 +17,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from conftest import Daemon, Env, git, make_git_worktree
+from tests.conftest import Daemon, Env, git, make_git_worktree
 
 FILES = ("src/app.py", "README.md", "notes.txt")
 

@@ -13,7 +13,7 @@ import re
 import subprocess
 import sys
 
-from conftest import Env
+from tests.conftest import Env
 
 URL_RE = re.compile(r"(http://127\.0\.0\.1:(\d+)/\?token=(\S+))")
 

@@ -20,13 +20,13 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from conftest import QUIET_WATCHER, Daemon, Env, MakeDaemon, make_git_worktree
-from helpers import wait_for
 from snapshotd.capture import file_entry
 from snapshotd.capture.full_scan import Capture
 from snapshotd.store.errors import changed_while_read
 from snapshotd.store.store import Store
 from snapshotd_client import SnapshotdError
+from tests.conftest import QUIET_WATCHER, Daemon, Env, MakeDaemon, make_git_worktree
+from tests.support.helpers import wait_for
 
 RUN = {"run_id": "changing", "node_id": "n"}
 

@@ -11,7 +11,8 @@ caller, for whom ``chmod 000`` is just as real."""
 from __future__ import annotations
 
 import pytest
-from chaos import Chaos
+
+from tests.support.chaos import Chaos
 
 SEEDS = (1, 2, 3)
 SECONDS_PER_SEED = 12

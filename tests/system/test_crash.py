@@ -15,7 +15,9 @@ from random import Random
 
 import pytest
 
-from conftest import (
+from snapshotd.core.faults import CRASH_EXIT_STATUS
+from snapshotd_client import SnapshotdError
+from tests.conftest import (
     QUIET_WATCHER,
     Env,
     MakeDaemon,
@@ -24,9 +26,7 @@ from conftest import (
     make_git_worktree,
     run_hook,
 )
-from helpers import wait_windows_recovered
-from snapshotd.core.faults import CRASH_EXIT_STATUS
-from snapshotd_client import SnapshotdError
+from tests.support.helpers import wait_windows_recovered
 
 CAPTURE_POINTS = ["after-blobs", "after-tree", "after-commit", "after-ref", "after-row",
                   "before-reply"]

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (
+from snapshotd_client import SnapshotdError
+from tests.conftest import (
     QUIET_WATCHER,
     Daemon,
     Env,
@@ -17,7 +18,6 @@ from conftest import (
     make_git_worktree,
     run_hook,
 )
-from snapshotd_client import SnapshotdError
 
 RUN_ENV = {"SNAPSHOTD_RUN_ID": "faulty", "SNAPSHOTD_NODE_ID": "n"}
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Env, MakeDaemon, git, make_git_worktree
-from helpers import in_time, release_fifo, wait_for
 from snapshotd.daemon import fifo_guard
+from tests.conftest import Env, MakeDaemon, git, make_git_worktree
+from tests.support.helpers import in_time, release_fifo, wait_for
 
 pytestmark = pytest.mark.skipif(fifo_guard.open_calls() is None,
                                 reason="the FIFO guard knows no open calls on this machine")

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-import powerfs
-from powercut import Rig, git_tree
+from tests.support import powerfs
+from tests.support.powercut import Rig, git_tree
 
 
 @pytest.fixture

@@ -24,11 +24,11 @@ import threading
 from pathlib import Path
 
 import pytest
-from chaos import GIT, RUN, Chaos
 
-from conftest import QUIET_WATCHER, Env, MakeDaemon
-from helpers import wait_for
 from snapshotd_client import SnapshotdError
+from tests.conftest import QUIET_WATCHER, Env, MakeDaemon
+from tests.support.chaos import GIT, RUN, Chaos
+from tests.support.helpers import wait_for
 
 SEED = 16
 

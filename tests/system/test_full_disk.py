@@ -15,10 +15,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_fastpath_store import full_tree
 
-from conftest import QUIET_WATCHER, Daemon, Env, claude_payload, git, make_git_worktree, run_hook
 from snapshotd_client import SnapshotdError
+from tests.conftest import (
+    QUIET_WATCHER,
+    Daemon,
+    Env,
+    claude_payload,
+    git,
+    make_git_worktree,
+    run_hook,
+)
+from tests.store.test_fastpath_store import full_tree
 
 RUN = {"run_id": "disk", "node_id": "n"}
 

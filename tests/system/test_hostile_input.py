@@ -14,10 +14,10 @@ import msgpack
 import psutil
 import pytest
 
-from conftest import Daemon, Env, MakeDaemon, claude_payload, make_git_worktree, run_hook
-from helpers import connect_raw, wait_for
-from helpers import recv_frame as _read_reply
 from snapshotd_client import SnapshotdError
+from tests.conftest import Daemon, Env, MakeDaemon, claude_payload, make_git_worktree, run_hook
+from tests.support.helpers import connect_raw, wait_for
+from tests.support.helpers import recv_frame as _read_reply
 
 # The suite sends 10,000 frames (each of the ten kinds of frame about a thousand times; 25,000
 # took 46-55 s of the suite's ten minutes); the long soak sets SNAPSHOTD_FUZZ_FRAMES=100000.

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-import powerfs
-from conftest import QUIET_WATCHER, Daemon, Env
-from powercut import Rig, git_tree, plain_tree
+from tests.conftest import QUIET_WATCHER, Daemon, Env
+from tests.support import powerfs
+from tests.support.powercut import Rig, git_tree, plain_tree
 
 
 @pytest.fixture

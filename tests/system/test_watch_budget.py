@@ -11,14 +11,14 @@ from random import Random
 
 import pytest
 
-from conftest import QUIET_WATCHER, Env, make_git_worktree
-from helpers import full_tree, git, wait_for
 from snapshotd.watch.notifier import (
     InotifyNotifier,
     WatchLimitError,
     set_max_watches,
     watches_in_use,
 )
+from tests.conftest import QUIET_WATCHER, Env, make_git_worktree
+from tests.support.helpers import full_tree, git, wait_for
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify")
 

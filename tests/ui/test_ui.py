@@ -12,11 +12,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import REPO, Daemon, Env, make_git_worktree
-from helpers import git
 from snapshotd.ui.gap_help import GAP_HELP, help_for
 from snapshotd.ui.security import csrf_token
-from ui_server import UiServer
+from tests.conftest import REPO, Daemon, Env, make_git_worktree
+from tests.support.helpers import git
+from tests.support.ui_server import UiServer
 
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Daemon, Env
-from helpers import wait_for
 from snapshotd.ui.screenshots import chromium_path
-from ui_server import UiServer
+from tests.conftest import Daemon, Env
+from tests.support.helpers import wait_for
+from tests.support.ui_server import UiServer
 
 sync_api = pytest.importorskip("playwright.sync_api",
                                reason="Playwright for Python is not installed")

@@ -12,8 +12,8 @@ from random import Random
 
 import pytest
 
-from conftest import QUIET_WATCHER, Env, MakeDaemon, git, make_git_worktree
-from helpers import Workload, full_tree, wait_for
+from tests.conftest import QUIET_WATCHER, Env, MakeDaemon, git, make_git_worktree
+from tests.support.helpers import Workload, full_tree, wait_for
 
 STEPS = 150
 SEED = 11

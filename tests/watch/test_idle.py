@@ -9,9 +9,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from conftest import QUIET_WATCHER, Env, MakeDaemon, make_git_worktree
-from helpers import wait_for
 from snapshotd.watch.settle import QUIET_VERIFY_GAP_S
+from tests.conftest import QUIET_WATCHER, Env, MakeDaemon, make_git_worktree
+from tests.support.helpers import wait_for
 
 WORKTREES = 20
 

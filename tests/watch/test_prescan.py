@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_git_worktree
-from helpers import DriftRecorder, git
 from snapshotd.service.service import Service
 from snapshotd.watch import prescan
 from snapshotd.watch.fastpath import DIRTY_LIMIT
 from snapshotd.watch.prescan import Prescan
+from tests.conftest import make_git_worktree
+from tests.support.helpers import DriftRecorder, git
 
 
 @pytest.fixture(params=["libgit2", "git"])

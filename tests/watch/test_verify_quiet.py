@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from random import Random
 
-from conftest import Env, MakeDaemon, make_git_worktree
-from helpers import Workload, full_tree, git, wait_for
+from tests.conftest import Env, MakeDaemon, make_git_worktree
+from tests.support.helpers import Workload, full_tree, git, wait_for
 
 SLOW_SCAN = {"SNAPSHOTD_SETTLE_MS": "100", "SNAPSHOTD_MAX_WAIT_MS": "300",
              "SNAPSHOTD_VERIFY_INTERVAL_S": "1", "SNAPSHOTD_DELAY_AT": "full-scan:1500"}

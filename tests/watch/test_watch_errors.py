@@ -10,8 +10,8 @@ import shutil
 import time
 from pathlib import Path
 
-from conftest import QUIET_WATCHER, Daemon, Env, MakeDaemon, make_git_worktree
-from helpers import full_tree, wait_for
+from tests.conftest import QUIET_WATCHER, Daemon, Env, MakeDaemon, make_git_worktree
+from tests.support.helpers import full_tree, wait_for
 
 # The status polls of these tests (s): as often as the watcher tests always polled.
 POLL_S = 0.05

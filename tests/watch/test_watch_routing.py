@@ -9,9 +9,9 @@ import os
 import time
 from pathlib import Path
 
-from conftest import Env, MakeDaemon, make_git_worktree
-from helpers import wait_for
 from snapshotd_client import Client
+from tests.conftest import Env, MakeDaemon, make_git_worktree
+from tests.support.helpers import wait_for
 
 FAST_WATCHER = {"SNAPSHOTD_SETTLE_MS": "100", "SNAPSHOTD_MAX_WAIT_MS": "300"}
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Daemon, Env, MakeDaemon, git, make_git_worktree
-from helpers import open_markers, wait_for, wait_windows_recovered
+from tests.conftest import Daemon, Env, MakeDaemon, git, make_git_worktree
+from tests.support.helpers import open_markers, wait_for, wait_windows_recovered
 
 WATCH_ENV = {"SNAPSHOTD_SCAN_INTERVAL_S": "0.3"}
 
@@ -436,7 +436,7 @@ def test_a_symlinked_directory_turns_the_fast_path_off_and_captures_stay_exact(
     """watchfiles (the notifier where there is no inotify) follows a symlink to a directory when
     it walks, and then reports the real directory's changes under the link's path; such a watch
     must not feed the fast path."""
-    from conftest import QUIET_WATCHER
+    from tests.conftest import QUIET_WATCHER
 
     wt = make_git_worktree(tmp_path / "wt")
     (wt / "src").mkdir()
@@ -460,7 +460,7 @@ def test_inotify_never_follows_a_symlinked_directory_and_keeps_the_fast_path(
     """Our inotify reader watches the real directory under its own name only: writes through
     the link, deleting the link, and links pointing out of the worktree change nothing about
     what the fast path sees."""
-    from conftest import QUIET_WATCHER
+    from tests.conftest import QUIET_WATCHER
 
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -494,7 +494,7 @@ def test_a_path_that_changes_type_is_captured_exactly(sd_env: Env, tmp_path: Pat
                                                       make_daemon: MakeDaemon) -> None:
     """File -> directory (even one holding only ignored files) and directory -> file: the
     per-path update of the fast path cannot express these, so such a capture scans."""
-    from conftest import QUIET_WATCHER
+    from tests.conftest import QUIET_WATCHER
 
     wt = make_git_worktree(tmp_path / "wt")
     (wt / ".gitignore").write_text("*.log\n")

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUIET_WATCHER, Daemon, Env, git
-from helpers import wait_for
+from tests.conftest import QUIET_WATCHER, Daemon, Env, git
+from tests.support.helpers import wait_for
 
 RUN = "rep-run"
 NODE = "build"
@@ -397,7 +397,7 @@ def test_handoff_manifest_round_trip(hosts: tuple[Host, Host], remote: Path,
 
 def test_host_b_takes_over_from_killed_host_a_and_fences_it(tmp_path: Path, remote: Path,
                                                             pg_url: str) -> None:  # noqa: F811
-    from conftest import claude_payload, run_hook
+    from tests.conftest import claude_payload, run_hook
 
     a = Host(tmp_path / "hostA", remote)
     b = Host(tmp_path / "hostB", remote)
@@ -528,7 +528,7 @@ def test_plain_resume_on_another_host_fences_the_attempt_still_active_there(
     """No handoff file: B resumes the node from the shared ledger and the remote while A's
     attempt is still active (A is alive). A is superseded first, so its next hook is fenced and
     B started from A's newest checkpoint."""
-    from conftest import claude_payload, run_hook
+    from tests.conftest import claude_payload, run_hook
 
     a, b = _two_hosts_on(tmp_path, remote, pg_url)
     a.start()

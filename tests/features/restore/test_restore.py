@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUIET_WATCHER, Daemon, Env, MakeDaemon, git, make_git_worktree
+from tests.conftest import QUIET_WATCHER, Daemon, Env, MakeDaemon, git, make_git_worktree
 
 # -- helpers -------------------------------------------------------------------------------------
 

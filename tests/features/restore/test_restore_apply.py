@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Env
 from snapshotd.core.config import load_config
 from snapshotd.core.errors import ServiceError
 from snapshotd.features.restore.restore import restore_checkpoint
 from snapshotd.service.service import Service
+from tests.conftest import Env
 
 
 def test_a_directory_swapped_for_a_link_mid_restore_stops_it_and_is_reported(

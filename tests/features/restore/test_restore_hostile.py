@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Daemon, Env, git, make_git_worktree
 from snapshotd.core.config import load_config
 from snapshotd.core.errors import ServiceError
 from snapshotd.features.restore.restore import restore_checkpoint
 from snapshotd.service.service import Service
+from tests.conftest import Daemon, Env, git, make_git_worktree
 
 NAME = b"caf\xe9.txt"  # Latin-1 bytes: not UTF-8
 DIR = b"d\xff\xfe"

@@ -7,9 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from review_replay import cli
-
-from conftest import QUIET_WATCHER, Env, MakeDaemon, claude_payload, run_hook
+from tests.conftest import QUIET_WATCHER, Env, MakeDaemon, claude_payload, run_hook
+from tests.support.review_replay import cli
 
 
 def call(env: Env, wt: Path, tool_use_id: str, edit: str) -> None:

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Daemon, Env, git, make_git_worktree
 from snapshotd.core.errors import ServiceError
 from snapshotd.ops.mcp_ops import Operations
 from snapshotd_client.client import SnapshotdError
+from tests.conftest import Daemon, Env, git, make_git_worktree
 
 KEY = "sk-proj-Qm3xT8vR2kLp9Wz4Yb7Nc1Hd6Fg0Js5A"
 SECRET = "conf/keys.txt"
