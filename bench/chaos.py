@@ -1,4 +1,4 @@
-"""The randomized fault run, long: the engine of tests/test_chaos.py (tests/chaos.py) for as
+"""The randomized fault run, long: the engine of tests/system/test_chaos.py (tests/support/chaos.py) for as
 long as asked, on one seed, printing what it did and every violation it found as JSON.
 
 Usage: ``python -m bench.chaos [--seconds 600] [--seed N] [--steps N] [--keep]``. Run as root it runs

@@ -3,7 +3,7 @@
 Each run starts a fresh home on powerfs (tests/support/powerfs.py: only what fsync made durable
 survives a cut), begins a plain and a git worktree's attempts, captures a few rounds with the
 cut point set at a random sync (uniform over the syncs a dry run of the same workload makes),
-cuts the power, restarts the daemon and checks (tests/powercut.py): every checkpoint
+cuts the power, restarts the daemon and checks (tests/support/powercut.py): every checkpoint
 acknowledged before the cut is in the ledger and on its attempt's chain (full mode), ``git fsck
 --strict`` and the ledger's integrity check pass, no seq is handed out twice, and each
 worktree can be captured again. Prints one JSON document: runs, acknowledged checkpoints

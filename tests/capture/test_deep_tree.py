@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import QUIET_WATCHER, Daemon, Env, git, make_git_worktree
 from tests.store.test_fastpath_store import full_tree
+
+pytestmark = pytest.mark.one_ledger("what a deep tree's capture holds")
 
 DEPTH = 150
 

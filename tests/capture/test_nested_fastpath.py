@@ -7,7 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import QUIET_WATCHER, Daemon, Env, git, make_git_worktree
+
+pytestmark = pytest.mark.one_ledger("nested repositories in a capture")
 
 RUN = {"run_id": "nested", "node_id": "n"}
 

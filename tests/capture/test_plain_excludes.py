@@ -6,7 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import QUIET_WATCHER, Daemon, Env, git
+
+pytestmark = pytest.mark.one_ledger("the default excludes of a plain directory")
 
 RUN = {"run_id": "plain", "node_id": "n"}
 

@@ -11,7 +11,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import QUIET_WATCHER, Daemon, Env, MakeDaemon, git, make_git_worktree
+
+pytestmark = pytest.mark.one_ledger("which files a capture skips")
 
 KEY_BLOCK = ("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9u\n"
              "-----END OPENSSH PRIVATE KEY-----\n")

@@ -25,6 +25,8 @@ from snapshotd.core.secrets import (
 from snapshotd.store.store import Store
 from tests.conftest import git, make_git_worktree
 
+pytestmark = pytest.mark.one_ledger("which files a first capture scans")
+
 TOKEN = "sk-proj-Vx8Kq2Lm7Np4Rt9Ws3Yz6Ab1Cd5Ef0Gh"  # made up, in the shape of an OpenAI key
 PRIVATE_KEY = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAAS\n-----END PRIVATE KEY-----\n"
 

@@ -13,7 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import QUIET_WATCHER, Daemon, Env, MakeDaemon, git
+
+pytestmark = pytest.mark.one_ledger("per-worktree settings of the capture")
 
 TOKEN_LINE = "OPENAI_API_KEY = 'sk-proj-Qm3xT8vR2kLp9Wz4Yb7Nc1Hd6Fg0Js5A'\n"
 

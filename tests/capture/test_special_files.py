@@ -21,6 +21,8 @@ from tests.conftest import QUIET_WATCHER, Daemon, Env, make_git_worktree
 from tests.store.test_fastpath_store import full_tree
 from tests.support.helpers import wait_for
 
+pytestmark = pytest.mark.one_ledger("special files in a capture")
+
 RUN = {"run_id": "special", "node_id": "n"}
 
 

@@ -5,7 +5,7 @@ the id of its tree. A directory changed and changed back (a file added, captured
 has the same entries and so the same tree id as before; when gc has meanwhile removed that tree
 (its checkpoints pruned, no grace) and the daemon is killed before it writes its cache again,
 the next start reused the id: every capture of that worktree failed ("invalid object") until
-the cache was dropped. Found by the randomized fault test (tests/chaos.py), as a "missing tree"
+the cache was dropped. Found by the randomized fault test (tests/support/chaos.py), as a "missing tree"
 from ``git fsck``."""
 
 from __future__ import annotations
@@ -13,7 +13,11 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import QUIET_WATCHER, Env, MakeDaemon, git, make_git_worktree
+
+pytestmark = pytest.mark.one_ledger("the stat cache against the store's objects")
 
 RUN = {"run_id": "cachegc", "node_id": "n"}
 

@@ -4,7 +4,7 @@ captured content).
 
 root reads everything, so the daemon and its client run as ``nobody`` here: the test's own
 interpreter imports everything first, then drops to uid 65534 (the way
-tests/test_client_trust.py runs a listener as another user), because the interpreter's own
+tests/client/test_client_trust.py runs a listener as another user), because the interpreter's own
 files may not be readable by ``nobody``. Skipped when not root.
 """
 
@@ -27,7 +27,8 @@ from tests.conftest import Env, git
 
 NOBODY = 65534
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as nobody")
+pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as nobody"),
+              pytest.mark.one_ledger("unreadable files in a capture")]
 
 # Imports every module first (after the drop, the interpreter's own library may be unreadable).
 _DROP = textwrap.dedent("""

@@ -18,6 +18,8 @@ from snapshotd.capture.ignore_rules import read_rules
 from tests.conftest import QUIET_WATCHER, Daemon, Env, git, make_git_worktree
 from tests.support.helpers import wait_for
 
+pytestmark = pytest.mark.one_ledger("what a whole workspace's capture, restore and diff hold")
+
 RUN = {"run_id": "ws", "node_id": "n"}
 
 

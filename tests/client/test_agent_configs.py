@@ -20,6 +20,8 @@ from snapshotd_client.agents import normalize
 from tests.conftest import REPO, Daemon, Env, fixtures_dir, load_payloads, make_git_worktree
 from tests.support.helpers import run_plugin
 
+pytestmark = pytest.mark.one_ledger("the shipped agent configurations run the hook")
+
 HOOK_BUDGET_S = 5.0  # snapshot-hook's own default budget
 CONTRIB = REPO / "contrib"
 NODE = shutil.which("node")

@@ -31,6 +31,10 @@ from snapshotd_client.hook import SESSION_EVENTS
 from tests.conftest import REPO, Daemon, Env, load_payloads, make_git_worktree
 from tests.support.helpers import run_plugin
 
+pytestmark = pytest.mark.one_ledger(
+    "the agents' events mapped to session states (test_sessions.py runs the states on each "
+    "backend)")
+
 H = "<harness>/proj"
 NODE = shutil.which("node")
 needs_node = pytest.mark.skipif(NODE is None, reason="node is not installed")

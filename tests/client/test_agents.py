@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from snapshotd_client import Client
 from tests.conftest import (
     QUIET_WATCHER,
@@ -26,6 +28,8 @@ from tests.conftest import (
     run_hook,
 )
 from tests.support.helpers import daemons_under, stop_daemons_under, wait_for
+
+pytestmark = pytest.mark.one_ledger("hook payload parsing and attribution of each agent")
 
 Effect = Callable[[Path], None]
 

@@ -29,7 +29,8 @@ from tests.support.fake_daemon import (
 
 NOBODY = 65534
 
-pytestmark = pytest.mark.skipif(os.getuid() != 0, reason="simulating another user needs root")
+pytestmark = [pytest.mark.skipif(os.getuid() != 0, reason="simulating another user needs root"),
+              pytest.mark.one_ledger("ownership of the socket and its directory")]
 
 
 def _squat(directory: Path, how: str) -> None:

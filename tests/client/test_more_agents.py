@@ -19,6 +19,8 @@ from snapshotd_client.agents import AGENTS, detect, normalize
 from snapshotd_client.hook import detect_agent, label_for, snapshot_fields
 from tests.conftest import Daemon, Env, fixtures_dir, load_payloads, make_git_worktree, run_hook
 
+pytestmark = pytest.mark.one_ledger("hook payload parsing of each agent")
+
 H = "<harness>/proj"
 FILES = {
     "copilot": ["copilot/post-tool-use.ndjson"],

@@ -18,6 +18,8 @@ import pytest
 
 from tests.conftest import REPO, Daemon, Env, claude_payload, make_git_worktree
 
+pytestmark = pytest.mark.one_ledger("the shipped plugin's configuration")
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10

@@ -6,8 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import Daemon, Env, git
 from tests.support.review_replay import Replay, build_history, cli, replay
+
+pytestmark = pytest.mark.one_ledger("blame against git blame over the store's commits")
 
 START = 5
 

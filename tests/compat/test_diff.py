@@ -9,7 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import Daemon, Env
+
+pytestmark = pytest.mark.one_ledger("patches against git diff over the store's commits")
 
 
 def cli(env: Env, *args: str) -> subprocess.CompletedProcess:

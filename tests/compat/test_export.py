@@ -9,8 +9,12 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import Daemon, Env, git
 from tests.support.review_replay import Replay, build_history, cli, replay
+
+pytestmark = pytest.mark.one_ledger("branches, squashes and patches against git")
 
 START = 4
 

@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from snapshotd.cli import main
@@ -162,6 +163,9 @@ def seqs_of(commits: list[str], listed: str) -> list[int]:
     return [commits.index(c) for c in listed.split()]
 
 
+@pytest.mark.one_ledger(
+    "the store's diffs of each checkpoint (the same file's log and find tests read the checkpoints"
+    " from each backend)")
 def test_show_of_every_checkpoint_is_gits_diff(sd_env: Env, daemon: Daemon,
                                                tmp_path: Path) -> None:
     src = tmp_path / "src"

@@ -20,6 +20,8 @@ import snapshotd
 from snapshotd.core import errors
 from snapshotd_client import protocol
 
+pytestmark = pytest.mark.one_ledger("the daemon's error codes")
+
 PKG = Path(snapshotd.__file__).parent
 DOC = PKG.parent / "docs" / "protocol.md"
 # The modules defining the codes, and the package faces exporting them.

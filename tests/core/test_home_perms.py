@@ -11,7 +11,11 @@ import os
 import stat
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import QUIET_WATCHER, Daemon, Env, MakeDaemon
+
+pytestmark = pytest.mark.one_ledger("file modes in the home")
 
 
 def loose_modes(home: Path) -> list[str]:

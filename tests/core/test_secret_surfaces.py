@@ -1,6 +1,6 @@
-"""Every kind of token, through the surfaces tests/test_secrets.py reaches with only some kinds.
+"""Every kind of token, through the surfaces tests/core/test_secrets.py reaches with only some kinds.
 
-tests/test_secrets.py sends labels holding every kind through the ledger, the store's commit
+tests/core/test_secrets.py sends labels holding every kind through the ledger, the store's commit
 messages, ``status --json``, the listing MCP replies and an exported branch. Here, every kind
 (the same made-up tokens) also goes through: a log line and a logged traceback (the daemon's
 log filter), both writers of the gap spool (the daemon's, and the hook's, read back by the
@@ -25,6 +25,8 @@ from snapshotd.service.gaps import GapSpool
 from snapshotd_client.gaps import append_gap, make_gap
 from tests.conftest import Daemon, Env
 from tests.core.test_secrets import IN_CONTEXT, TOKENS, assert_clean
+
+pytestmark = pytest.mark.one_ledger("tokens redacted before anything is written or shown")
 
 RUN, NODE = "surf-run", "surf-node"
 KINDS = sorted(IN_CONTEXT)

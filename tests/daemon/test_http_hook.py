@@ -22,6 +22,8 @@ import pytest
 from tests.conftest import QUIET_WATCHER, Env, claude_payload, load_payloads, make_git_worktree
 from tests.support.helpers import wait_for
 
+pytestmark = pytest.mark.one_ledger("the HTTP front end's guards")
+
 HTTP_ENV = {**QUIET_WATCHER, "SNAPSHOTD_HTTP_HOOK": "1", "SNAPSHOTD_HTTP_HOOK_PORT": "0"}
 
 

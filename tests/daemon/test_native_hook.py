@@ -39,6 +39,8 @@ from tests.conftest import (
 )
 from tests.support.helpers import wait_for
 
+pytestmark = pytest.mark.one_ledger("the native hook's transport and hand-overs")
+
 CC = shutil.which(os.environ.get("CC") or "cc")
 needs_cc = pytest.mark.skipif(CC is None, reason="no C compiler (cc) on this machine")
 SOURCE = REPO / "client" / "native" / "snapshot_hook.c"

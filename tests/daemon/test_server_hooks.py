@@ -25,6 +25,8 @@ from snapshotd.features import engine
 from snapshotd.service.service import Service
 from tests.conftest import Daemon, Env
 
+pytestmark = pytest.mark.one_ledger("how the server composes its wrappers")
+
 
 @pytest.fixture
 def make_server(tmp_path: Path) -> Iterator[Callable[[str], Server]]:

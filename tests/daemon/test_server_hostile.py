@@ -15,6 +15,8 @@ from tests.support.helpers import connect_raw
 from tests.support.helpers import recv_frame as recv
 from tests.support.helpers import send_frame as send
 
+pytestmark = pytest.mark.one_ledger("bad requests and foreign users")
+
 
 def assert_alive(daemon: Daemon) -> None:
     with daemon.client(timeout=5) as c:

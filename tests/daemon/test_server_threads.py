@@ -21,6 +21,8 @@ from snapshotd_client import Client
 from tests.conftest import QUIET_WATCHER, Daemon, Env, MakeDaemon, make_git_worktree
 from tests.support.helpers import connect_raw, recv_frame, send_frame, wait_for
 
+pytestmark = pytest.mark.one_ledger("the socket's connection threads, their limits and the stop")
+
 
 def test_connections_one_after_another_reuse_one_thread(sd_env: Env, daemon: Daemon) -> None:
     def ping_and_wait_idle() -> None:

@@ -23,6 +23,8 @@ from snapshotd.cli.install import render_plist, render_service, render_socket
 from tests.conftest import REPO, Env, MakeDaemon, make_git_worktree
 from tests.support.helpers import wait_for
 
+pytestmark = pytest.mark.one_ledger("socket activation, sd_notify and unit files")
+
 CONTRIB = REPO / "contrib"
 
 # The tiny exec wrapper a supervisor would be: the listening socket becomes fd 3, LISTEN_PID is

@@ -115,6 +115,7 @@ def test_status_json_has_every_field_with_sane_values_after_captures(
         assert expected in text.stdout, (expected, text.stdout)
 
 
+@pytest.mark.one_ledger("the CLI without a daemon")
 def test_status_with_no_daemon_says_so_and_exits_3(sd_env: Env) -> None:
     result = cli(sd_env, "status")
     assert result.returncode == 3
@@ -130,6 +131,7 @@ def test_status_with_no_daemon_says_so_and_exits_3(sd_env: Env) -> None:
     assert cli(sd_env, "status").returncode == 3
 
 
+@pytest.mark.one_ledger("the CLI without a daemon")
 def test_status_after_the_daemon_was_killed_exits_3(sd_env: Env, make_daemon: MakeDaemon) -> None:
     daemon = make_daemon(sd_env)
     assert cli(sd_env, "status").returncode == 0
@@ -141,6 +143,7 @@ def test_status_after_the_daemon_was_killed_exits_3(sd_env: Env, make_daemon: Ma
 # -- logging ---------------------------------------------------------------------------------
 
 
+@pytest.mark.one_ledger("the daemon's log")
 def test_default_log_level_prints_no_line_per_capture(sd_env: Env, daemon: Daemon,
                                                       tmp_path: Path) -> None:
     wt = make_git_worktree(tmp_path / "wt")
@@ -157,6 +160,7 @@ def test_default_log_level_prints_no_line_per_capture(sd_env: Env, daemon: Daemo
     assert daemon.log.read_text() == before
 
 
+@pytest.mark.one_ledger("the daemon's log")
 def test_journald_priority_prefixes_under_systemd(sd_env: Env, tmp_path: Path,
                                                    make_daemon: MakeDaemon) -> None:
     daemon = make_daemon(sd_env, {"INVOCATION_ID": "0123456789abcdef",
@@ -173,6 +177,7 @@ def test_journald_priority_prefixes_under_systemd(sd_env: Env, tmp_path: Path,
     assert any(line.startswith("<4>") and "worktree-missing" in line for line in lines), lines
 
 
+@pytest.mark.one_ledger("the daemon's log")
 def test_log_level_flag_silences_info(sd_env: Env, make_daemon: MakeDaemon) -> None:
     daemon = make_daemon(sd_env, args=["--log-level", "warning"])
     assert daemon.stop() == 0
@@ -189,6 +194,7 @@ def write_config(env: Env, text: str) -> Path:
     return path
 
 
+@pytest.mark.one_ledger("configuration precedence")
 def test_config_precedence_flag_over_env_over_file_over_default(sd_env: Env,
                                                                 make_daemon: MakeDaemon) -> None:
     path = write_config(sd_env, 'settle_ms = 300\nmax_wait_ms = 4000\ndurability = "full"\n'
@@ -226,6 +232,7 @@ def test_config_precedence_flag_over_env_over_file_over_default(sd_env: Env,
     assert info["log_level"] == "debug"
 
 
+@pytest.mark.one_ledger("configuration errors")
 def test_bad_value_unknown_key_and_bad_env_are_errors_naming_the_key(sd_env: Env) -> None:
     write_config(sd_env, 'settle_ms = "fast"\n')
     result = cli(sd_env, "config")
@@ -265,6 +272,7 @@ def test_bad_value_unknown_key_and_bad_env_are_errors_naming_the_key(sd_env: Env
     assert shown["settings"]["quiet_verify_share"]["value"] == 0.01, shown
 
 
+@pytest.mark.one_ledger("the daemon's signal handling")
 def test_sigterm_stops_a_serving_daemon_cleanly(sd_env: Env, make_daemon: MakeDaemon) -> None:
     daemon = make_daemon(sd_env)
     daemon.proc.send_signal(signal.SIGTERM)
@@ -273,6 +281,7 @@ def test_sigterm_stops_a_serving_daemon_cleanly(sd_env: Env, make_daemon: MakeDa
     assert not os.path.exists(sd_env.socket)
 
 
+@pytest.mark.one_ledger("the watcher's status")
 def test_status_shows_a_watched_worktree_that_went_missing_as_degraded(
         sd_env: Env, daemon: Daemon, tmp_path: Path) -> None:
     wt = make_git_worktree(tmp_path / "wt")

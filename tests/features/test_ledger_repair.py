@@ -54,6 +54,7 @@ def _damage(db: Path, how: str) -> None:
         db.write_bytes(b"")
 
 
+@pytest.mark.one_ledger("a damaged SQLite file")
 @pytest.mark.parametrize("how", ["truncated", "overwritten", "emptied"])
 def test_damaged_ledger_is_diagnosed_and_rebuilt(sd_env: Env, tmp_path: Path, how: str,
                                                  make_daemon: MakeDaemon) -> None:

@@ -131,6 +131,9 @@ def test_tool_calls_are_known_from_memory_and_from_other_connections(tmp_path: P
     ledger.close()
 
 
+@pytest.mark.one_ledger(
+    "the read cache exists only on SQLite (test_ledger_cache's PostgreSQL test checks that a "
+    "shared ledger is never cached)")
 def test_a_stale_cache_never_attributes_a_capture(sd_env: Env, daemon: Daemon,
                                                   tmp_path: Path) -> None:
     if sd_env.ledger_url:

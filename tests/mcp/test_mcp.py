@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 from mcp import Client
 
 from tests.conftest import (
@@ -27,6 +28,9 @@ from tests.conftest import (
     run_hook,
 )
 from tests.support.mcp_session import call, call_error, tool_text, with_mcp
+
+pytestmark = pytest.mark.one_ledger(
+    "the MCP transport (test_listing.py, test_history.py run on each backend)")
 
 RUN = "claude-sess-1"
 # Tier 2 stays out of the way (the ``daemon`` fixture runs with QUIET_WATCHER): every checkpoint

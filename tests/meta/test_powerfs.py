@@ -1,4 +1,4 @@
-"""The power-loss test layer itself (tests/powerfs.py): after ``cut()`` the backing directory
+"""The power-loss test layer itself (tests/support/powerfs.py): after ``cut()`` the backing directory
 holds exactly what fsync and directory fsync made durable, and nothing a clean unmount loses.
 Real FUSE mounts; skipped, saying why, where FUSE is unavailable."""
 

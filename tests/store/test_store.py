@@ -15,6 +15,8 @@ from snapshotd.core.keys import AttemptKey
 from snapshotd.store.store import CACHE_REF_PREFIX, Store, StoreError, worktree_id
 from tests.conftest import Daemon, Env, git
 
+pytestmark = pytest.mark.one_ledger("the store's refs")
+
 KEY = AttemptKey("r", "n", 0, 1)
 
 

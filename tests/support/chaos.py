@@ -1,9 +1,9 @@
-"""The randomized fault engine shared by tests/test_chaos.py (bounded, fixed seeds) and
+"""The randomized fault engine shared by tests/system/test_chaos.py (bounded, fixed seeds) and
 bench/chaos.py (long runs).
 
 One ``Chaos`` world: a git worktree, a snapshotd home, the daemon as a real subprocess (run as
 ``nobody`` when this process is root, so ``chmod 000`` really hides a path from it, the way
-tests/test_unreadable.py runs it: every module imported first, then the uid dropped). Each
+tests/capture/test_unreadable.py runs it: every module imported first, then the uid dropped). Each
 ``step`` picks, from its seeded ``random.Random``:
 
 - a tool call: a few random edits (new, changed and deleted files, odd names: bytes that are

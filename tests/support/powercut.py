@@ -1,4 +1,4 @@
-"""powercut: snapshotd with its home on powerfs (tests/powerfs.py), a workload of captures,
+"""powercut: snapshotd with its home on powerfs (tests/support/powerfs.py), a workload of captures,
 power cuts, and the checks that follow each cut.
 
 ``Rig(root, durability)`` keeps ``<root>/disk`` (the backing directory: the "disk"), mounts it

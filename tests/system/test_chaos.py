@@ -1,4 +1,4 @@
-"""The randomized fault test, bounded for CI: the engine of tests/chaos.py on a fixed list of
+"""The randomized fault test, bounded for CI: the engine of tests/support/chaos.py on a fixed list of
 seeds, each for a few seconds (the whole file stays under a minute), mixing tool calls after
 random edits (odd names, symlinks, FIFOs, ``chmod 000`` paths), restores, gc, new attempts,
 ``kill -9`` and injected store and ledger write faults, and checking every invariant after

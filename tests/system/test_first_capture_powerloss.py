@@ -1,5 +1,5 @@
 """A user's pack copied whole into the store by a seed survives a power cut in full durability
-(tests/powerfs.py keeps only what fsync made durable: data at fsync of the file, names at fsync
+(tests/support/powerfs.py keeps only what fsync made durable: data at fsync of the file, names at fsync
 of their directory)."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ every change (checked against ``git add -A && git write-tree`` in a scratch inde
 
 The disks are real: a small tmpfs mounted for the test (skipped, saying why, when mounting is
 not permitted). The gap spool is kept off the full disk (``SNAPSHOTD_GAPS``) so the gap can be
-read back; a full gap spool is covered by tests/test_faults.py.
+read back; a full gap spool is covered by tests/system/test_faults.py.
 """
 
 from __future__ import annotations

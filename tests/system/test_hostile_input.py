@@ -19,6 +19,8 @@ from tests.conftest import Daemon, Env, MakeDaemon, claude_payload, make_git_wor
 from tests.support.helpers import connect_raw, wait_for
 from tests.support.helpers import recv_frame as _read_reply
 
+pytestmark = pytest.mark.one_ledger("framing, hostile paths and connection limits")
+
 # The suite sends 10,000 frames (each of the ten kinds of frame about a thousand times; 25,000
 # took 46-55 s of the suite's ten minutes); the long soak sets SNAPSHOTD_FUZZ_FRAMES=100000.
 FUZZ_FRAMES = int(os.environ.get("SNAPSHOTD_FUZZ_FRAMES", "10000"))

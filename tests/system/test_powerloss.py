@@ -1,5 +1,5 @@
 """Power loss: the daemon's home on powerfs (a FUSE layer that keeps only what fsync made
-durable, tests/powerfs.py), power cut at chosen points and at random ones.
+durable, tests/support/powerfs.py), power cut at chosen points and at random ones.
 
 With ``durability = "full"`` every acknowledged checkpoint survives any cut, the store passes
 ``git fsck --strict``, the ledger its integrity check, and every worktree can be captured again.

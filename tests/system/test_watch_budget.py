@@ -20,6 +20,8 @@ from snapshotd.watch.notifier import (
 from tests.conftest import QUIET_WATCHER, Env, make_git_worktree
 from tests.support.helpers import full_tree, git, wait_for
 
+pytestmark = pytest.mark.one_ledger("the watcher's inotify budget")
+
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify")
 
 

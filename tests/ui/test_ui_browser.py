@@ -22,8 +22,11 @@ sync_api = pytest.importorskip("playwright.sync_api",
                                reason="Playwright for Python is not installed")
 pytest.importorskip("starlette")
 CHROMIUM = chromium_path()
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no system Chromium (apt-get install "
-                                "chromium, or set SNAPSHOTD_CHROMIUM): browser tests skipped")
+pytestmark = [
+    pytest.mark.skipif(CHROMIUM is None, reason="no system Chromium (apt-get install "
+                       "chromium, or set SNAPSHOTD_CHROMIUM): browser tests skipped"),
+    pytest.mark.one_ledger("the pages in a browser (test_ui.py runs on each backend)"),
+]
 REBOUND = "rebound.test"
 
 

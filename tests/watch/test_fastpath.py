@@ -15,6 +15,8 @@ import pytest
 from tests.conftest import QUIET_WATCHER, Env, MakeDaemon, git, make_git_worktree
 from tests.support.helpers import Workload, full_tree, wait_for
 
+pytestmark = pytest.mark.one_ledger("the fast path's tree against git add -A")
+
 STEPS = 150
 SEED = 11
 
@@ -255,7 +257,7 @@ def test_a_new_directory_and_its_file_reported_apart_are_taken_once(
     """The watcher reports a new directory and, once it watches it, a file written in it: the
     capture crawls the directory (which takes the file) and must not take the file again (its
     secret finding, its skip, its count twice). Seen as a key listed twice in a flaky
-    tests/test_export_secrets.py run."""
+    tests/features/review/test_export_secrets.py run."""
     key = "sk-proj-Qm3xT8vR2kLp9Wz4Yb7Nc1Hd6Fg0Js5A"
     wt = make_git_worktree(tmp_path / "wt")
     daemon = make_daemon(sd_env, extra_env=dict(QUIET_WATCHER))

@@ -9,9 +9,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from snapshotd.watch.settle import QUIET_VERIFY_GAP_S
 from tests.conftest import QUIET_WATCHER, Env, MakeDaemon, make_git_worktree
 from tests.support.helpers import wait_for
+
+pytestmark = pytest.mark.one_ledger("the settle scheduler's clocks and turns")
 
 WORKTREES = 20
 

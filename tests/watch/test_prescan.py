@@ -20,6 +20,8 @@ from snapshotd.watch.prescan import Prescan
 from tests.conftest import make_git_worktree
 from tests.support.helpers import DriftRecorder, git
 
+pytestmark = pytest.mark.one_ledger("a verification's scan of the stat cache")
+
 
 @pytest.fixture(params=["libgit2", "git"])
 def scan_by(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:

@@ -18,8 +18,12 @@ import time
 from pathlib import Path
 from random import Random
 
+import pytest
+
 from tests.conftest import Env, MakeDaemon, make_git_worktree
 from tests.support.helpers import Workload, full_tree, git, wait_for
+
+pytestmark = pytest.mark.one_ledger("when the watcher's verification scans run")
 
 SLOW_SCAN = {"SNAPSHOTD_SETTLE_MS": "100", "SNAPSHOTD_MAX_WAIT_MS": "300",
              "SNAPSHOTD_VERIFY_INTERVAL_S": "1", "SNAPSHOTD_DELAY_AT": "full-scan:1500"}

@@ -10,8 +10,12 @@ import shutil
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import QUIET_WATCHER, Daemon, Env, MakeDaemon, make_git_worktree
 from tests.support.helpers import full_tree, wait_for
+
+pytestmark = pytest.mark.one_ledger("the watcher's own errors")
 
 # The status polls of these tests (s): as often as the watcher tests always polled.
 POLL_S = 0.05

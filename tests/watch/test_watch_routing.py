@@ -9,9 +9,13 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from snapshotd_client import Client
 from tests.conftest import Env, MakeDaemon, make_git_worktree
 from tests.support.helpers import wait_for
+
+pytestmark = pytest.mark.one_ledger("routing of inotify events to worktrees")
 
 FAST_WATCHER = {"SNAPSHOTD_SETTLE_MS": "100", "SNAPSHOTD_MAX_WAIT_MS": "300"}
 

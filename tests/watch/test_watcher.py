@@ -18,6 +18,8 @@ import pytest
 from tests.conftest import Daemon, Env, MakeDaemon, git, make_git_worktree
 from tests.support.helpers import open_markers, wait_for, wait_windows_recovered
 
+pytestmark = pytest.mark.one_ledger("tier 2's settle windows and trees")
+
 WATCH_ENV = {"SNAPSHOTD_SCAN_INTERVAL_S": "0.3"}
 
 

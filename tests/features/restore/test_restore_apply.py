@@ -15,6 +15,8 @@ from snapshotd.features.restore.restore import restore_checkpoint
 from snapshotd.service.service import Service
 from tests.conftest import Env
 
+pytestmark = pytest.mark.one_ledger("the restore's file-system writer")
+
 
 def test_a_directory_swapped_for_a_link_mid_restore_stops_it_and_is_reported(
         sd_env: Env, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -19,6 +19,8 @@ from snapshotd.features.restore.restore import restore_checkpoint
 from snapshotd.service.service import Service
 from tests.conftest import Daemon, Env, git, make_git_worktree
 
+pytestmark = pytest.mark.one_ledger("links, odd names and reply sizes in restore and diff")
+
 NAME = b"caf\xe9.txt"  # Latin-1 bytes: not UTF-8
 DIR = b"d\xff\xfe"
 

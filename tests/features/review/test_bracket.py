@@ -7,8 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import QUIET_WATCHER, Env, MakeDaemon, claude_payload, run_hook
 from tests.support.review_replay import cli
+
+pytestmark = pytest.mark.one_ledger("which hook events take a capture")
 
 
 def call(env: Env, wt: Path, tool_use_id: str, edit: str) -> None:

@@ -25,6 +25,8 @@ from snapshotd.ops.mcp_ops import Operations
 from snapshotd_client.client import SnapshotdError
 from tests.conftest import Daemon, Env, git, make_git_worktree
 
+pytestmark = pytest.mark.one_ledger("export's check for findings, over the store's commits")
+
 KEY = "sk-proj-Qm3xT8vR2kLp9Wz4Yb7Nc1Hd6Fg0Js5A"
 SECRET = "conf/keys.txt"
 RUN = "exp-sec"
