@@ -19,7 +19,12 @@ one of its ``Env`` roots or its ``tmp_path`` (one the hook autostarted, say). A 
 still escapes fails the session (``_no_daemon_outlives_the_session``, on every xdist worker).
 Client-side tests without a daemon take ``short_dir`` (a socket directory) and ``hook_env`` (an
 environment naming it); their fake daemon is in ``support/fake_daemon.py``. Helpers shared by
-test files (``wait_for``, process lookup, raw frames) are in ``support/helpers.py``."""
+test files (``wait_for``, process lookup, raw frames) are in ``support/helpers.py``.
+
+Git: every process of the session (the controller, each xdist worker) points the git it runs at
+a configuration of its own with an identity (``_isolate_git``), so no test depends on the
+machine's ``~/.gitconfig`` or ``/etc/gitconfig``; daemons and the CLI (``Env.environ``) keep the
+user's view (their own ``XDG_CONFIG_HOME``), which is what they must cope with."""
 
 from __future__ import annotations
 
@@ -71,10 +76,42 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "one_ledger(reason): the test's checks do not depend on the ledger's backend "
         "(reason says why); it runs on the first backend of --ledgers only, unless "
         "--all-ledgers")
+    _isolate_git(config)
     if hasattr(config, "workerinput"):
         return  # an xdist worker: the controller compiled them
     for package in ("snapshotd", "client"):
         compileall.compile_dir(REPO / package, quiet=1)
+
+
+# Who commits in the tests' own git calls: a machine with no global identity must not make
+# ``git commit-tree`` (or ``git commit``) ask.
+GIT_IDENTITY = {"GIT_AUTHOR_NAME": "snapshotd tests", "GIT_AUTHOR_EMAIL": "tests@snapshotd.invalid",
+                "GIT_COMMITTER_NAME": "snapshotd tests",
+                "GIT_COMMITTER_EMAIL": "tests@snapshotd.invalid"}
+
+
+def _isolate_git(config: pytest.Config) -> None:
+    """Point every git this process (and what it starts with its environment) runs at a global
+    configuration written here, with no system one and ``GIT_IDENTITY``; any other ``GIT_*``
+    variable of the caller (``GIT_DIR`` from a git hook, say) is dropped. Undone when the session
+    ends. A test that wants a hostile user configuration gives its daemon a ``HOME`` of its own
+    (test_user_config.py): ``Env.environ`` drops these variables like every ``GIT_*`` one."""
+    saved = {k: v for k, v in os.environ.items() if k.startswith("GIT_")}
+    directory = Path(tempfile.mkdtemp(prefix="sd-git-"))
+    gitconfig = directory / "gitconfig"
+    gitconfig.write_text(f"[user]\n\tname = {GIT_IDENTITY['GIT_COMMITTER_NAME']}\n"
+                         f"\temail = {GIT_IDENTITY['GIT_COMMITTER_EMAIL']}\n")
+    for name in saved:
+        del os.environ[name]
+    os.environ.update(GIT_IDENTITY, GIT_CONFIG_GLOBAL=str(gitconfig), GIT_CONFIG_NOSYSTEM="1")
+
+    def restore() -> None:
+        for name in [k for k in os.environ if k.startswith("GIT_")]:
+            del os.environ[name]
+        os.environ.update(saved)
+        shutil.rmtree(directory, ignore_errors=True)
+
+    config.add_cleanup(restore)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -67,8 +67,14 @@ def open_markers(home: Path) -> list[dict]:
             records.append(record)
     return records
 
+# The variables that point git at the session's own configuration (conftest's ``_isolate_git``):
+# they survive the ``GIT_*`` cleanup of ``git``, so the oracle never reads the machine's.
+GIT_SESSION_CONFIG = ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM")
+
+
 def git(cwd: Path, *args: str, env: dict | None = None) -> str:
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    full_env = {k: v for k, v in os.environ.items()
+                if not k.startswith("GIT_") or k in GIT_SESSION_CONFIG}
     full_env.update({"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
                      "GIT_COMMITTER_EMAIL": "t@t"})
     full_env.update(env or {})
