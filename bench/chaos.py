@@ -1,4 +1,4 @@
-"""The randomized fault run, long: the engine of tests/test_chaos.py (tests/chaos.py) for as
+"""The randomized fault run, long: the engine of tests/system/test_chaos.py (tests/support/chaos.py) for as
 long as asked, on one seed, printing what it did and every violation it found as JSON.
 
 Usage: ``python -m bench.chaos [--seconds 600] [--seed N] [--steps N] [--keep]``. Run as root it runs
@@ -13,11 +13,8 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
-from chaos import Chaos  # noqa: E402 - tests/ is put on the path just above
+from tests.support.chaos import Chaos  # the engine lives with the tests
 
 
 def main() -> None:

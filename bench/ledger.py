@@ -29,8 +29,6 @@ from pathlib import Path
 
 from bench.common import DaemonProc, make_tree, median
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
 
 def _p90(values: list[float]) -> float:
     if len(values) < 2:
@@ -41,7 +39,7 @@ def _p90(values: list[float]) -> float:
 def run(files: int, rounds: int, url: str | None) -> dict:
     cluster = None
     if url is None:
-        from conftest_pg import PgCluster, find_pg_bin
+        from tests.support.conftest_pg import PgCluster, find_pg_bin
 
         bindir = find_pg_bin()
         if bindir is None:

@@ -1,9 +1,9 @@
 """``python -m bench.powerloss``: power cuts at random points under the daemon's home.
 
-Each run starts a fresh home on powerfs (tests/powerfs.py: only what fsync made durable
+Each run starts a fresh home on powerfs (tests/support/powerfs.py: only what fsync made durable
 survives a cut), begins a plain and a git worktree's attempts, captures a few rounds with the
 cut point set at a random sync (uniform over the syncs a dry run of the same workload makes),
-cuts the power, restarts the daemon and checks (tests/powercut.py): every checkpoint
+cuts the power, restarts the daemon and checks (tests/support/powercut.py): every checkpoint
 acknowledged before the cut is in the ledger and on its attempt's chain (full mode), ``git fsck
 --strict`` and the ledger's integrity check pass, no seq is handed out twice, and each
 worktree can be captured again. Prints one JSON document: runs, acknowledged checkpoints
@@ -28,10 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
-import powerfs  # noqa: E402 - the test layer lives with the tests
-from powercut import Rig, git_tree, plain_tree  # noqa: E402
+from tests.support import powerfs  # the test layer lives with the tests
+from tests.support.powercut import Rig, git_tree, plain_tree
 
 
 def one_run(durability: str, journal: bool, rounds: int, sync_limit: int | None,

@@ -5,10 +5,11 @@ Every test that takes ``sd_env`` (and so every daemon test) runs once per ledger
 by ``--ledgers`` (default ``sqlite,postgres``; env ``SNAPSHOTD_TEST_LEDGERS``): ``[sqlite]`` is
 the embedded default, ``[postgres]`` points the daemon and the CLI at a fresh database of a
 throwaway PostgreSQL cluster (``conftest_pg``) through ``SNAPSHOTD_LEDGER_URL``. Where
-PostgreSQL or psycopg is missing the ``[postgres]`` variants skip, saying why. The exceptions
-are named in ``ONE_LEDGER`` (modules or single tests whose checks do not depend on the ledger's
-backend): they run on the first backend of ``--ledgers`` only, unless ``--all-ledgers`` (env
-``SNAPSHOTD_TEST_ALL_LEDGERS=1``) asks for every backend everywhere.
+PostgreSQL or psycopg is missing the ``[postgres]`` variants skip, saying why. A test whose
+checks do not depend on the ledger's backend says so itself: ``@pytest.mark.one_ledger("why")``,
+or ``pytestmark = pytest.mark.one_ledger("why")`` for its whole module; it runs on the first
+backend of ``--ledgers`` only, unless ``--all-ledgers`` (env ``SNAPSHOTD_TEST_ALL_LEDGERS=1``)
+asks for every backend everywhere.
 
 Daemons: take ``daemon`` (one, started, tier 2 kept quiet) or ``make_daemon(env, extra_env,
 args=..., start=...)`` for several, restarts and special environments. No test needs to stop a
@@ -17,8 +18,13 @@ SIGKILL after a bound, reaped), and so is any other ``snapshotd serve`` whose ho
 one of its ``Env`` roots or its ``tmp_path`` (one the hook autostarted, say). A daemon that
 still escapes fails the session (``_no_daemon_outlives_the_session``, on every xdist worker).
 Client-side tests without a daemon take ``short_dir`` (a socket directory) and ``hook_env`` (an
-environment naming it); their fake daemon is in ``fake_daemon.py``. Helpers shared by test files
-(``wait_for``, process lookup, raw frames) are in ``helpers.py``."""
+environment naming it); their fake daemon is in ``support/fake_daemon.py``. Helpers shared by
+test files (``wait_for``, process lookup, raw frames) are in ``support/helpers.py``.
+
+Git: every process of the session (the controller, each xdist worker) points the git it runs at
+a configuration of its own with an identity (``_isolate_git``), so no test depends on the
+machine's ``~/.gitconfig`` or ``/etc/gitconfig``; daemons and the CLI (``Env.environ``) keep the
+user's view (their own ``XDG_CONFIG_HOME``), which is what they must cope with."""
 
 from __future__ import annotations
 
@@ -37,93 +43,18 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from conftest_pg import pg_cluster, pg_url  # noqa: F401 - fixtures used by name
 
-from helpers import daemon_of_home, daemons_under, git, stop_daemons_under, stop_processes
+from tests.support.conftest_pg import pg_cluster, pg_url  # noqa: F401 - fixtures used by name
+from tests.support.helpers import (
+    daemon_of_home,
+    daemons_under,
+    git,
+    stop_daemons_under,
+    stop_processes,
+)
 
 LEDGER_BACKENDS = ("sqlite", "postgres")
 REPO = Path(__file__).resolve().parents[1]
-
-# Tests (a module, or ``module::function``) that run on one ledger backend, and why. A test runs
-# on each backend when what it checks goes through the ledger's SQL in a way the dialects could
-# answer differently: numbering, rows and their queries, transactions and races, attempts and
-# sessions, gaps the daemon records, retention, purge, repair, replication, listing and
-# history, status of the ledger, redaction of its URL. The tests below reach the ledger only
-# through the calls those tests (and test_ledger_backends.py's contract on both backends)
-# already cover; what they check is a tree, a file, a socket, a hook, a timer or a front end.
-ONE_LEDGER: dict[str, str] = {
-    "test_agent_configs": "the shipped agent configurations run the hook",
-    "test_agent_lifecycle": "the agents' events mapped to session states (test_sessions.py "
-                           "runs the states on each backend)",
-    "test_export_secrets": "export's check for findings, over the store's commits",
-    "test_secret_scan_scope": "which files a first capture scans",
-    "test_secret_surfaces": "tokens redacted before anything is written or shown",
-    "test_secret_worktree": "per-worktree settings of the capture",
-    "test_stat_cache_gc": "the stat cache against the store's objects",
-    "test_workspaces": "what a whole workspace's capture, restore and diff hold",
-    "test_agents": "hook payload parsing and attribution of each agent",
-    "test_blame": "blame against git blame over the store's commits",
-    "test_bracket": "which hook events take a capture",
-    "test_client_trust": "ownership of the socket and its directory",
-    "test_deep_tree": "what a deep tree's capture holds",
-    "test_diff": "patches against git diff over the store's commits",
-    "test_error_codes": "the daemon's error codes",
-    "test_export": "branches, squashes and patches against git",
-    "test_fastpath": "the fast path's tree against git add -A",
-    "test_home_perms": "file modes in the home",
-    "test_idle": "the settle scheduler's clocks and turns",
-    "test_hostile_input": "framing, hostile paths and connection limits",
-    "test_history::test_show_of_every_checkpoint_is_gits_diff":
-        "the store's diffs of each checkpoint (the same file's log and find tests read the "
-        "checkpoints from each backend)",
-    "test_http_hook": "the HTTP front end's guards",
-    "test_native_hook": "the native hook's transport and hand-overs",
-    "test_verify_quiet": "when the watcher's verification scans run",
-    "test_ledger_repair::test_damaged_ledger_is_diagnosed_and_rebuilt": "a damaged SQLite file",
-    "test_ledger_cache::test_a_stale_cache_never_attributes_a_capture":
-        "the read cache exists only on SQLite (test_ledger_cache's PostgreSQL test checks that a "
-        "shared ledger is never cached)",
-    "test_mcp": "the MCP transport (test_listing.py, test_history.py run on each backend)",
-    "test_more_agents": "hook payload parsing of each agent",
-    "test_nested_fastpath": "nested repositories in a capture",
-    "test_plain_excludes": "the default excludes of a plain directory",
-    "test_plugin": "the shipped plugin's configuration",
-    "test_prescan": "a verification's scan of the stat cache",
-    "test_restore_apply": "the restore's file-system writer",
-    "test_restore_hostile": "links, odd names and reply sizes in restore and diff",
-    "test_secret_files": "which files a capture skips",
-    "test_server_hooks": "how the server composes its wrappers",
-    "test_server_hostile": "bad requests and foreign users",
-    "test_server_threads": "the socket's connection threads, their limits and the stop",
-    "test_service_unit": "socket activation, sd_notify and unit files",
-    "test_special_files": "special files in a capture",
-    "test_status_config::test_status_with_no_daemon_says_so_and_exits_3":
-        "the CLI without a daemon",
-    "test_status_config::test_status_after_the_daemon_was_killed_exits_3":
-        "the CLI without a daemon",
-    "test_status_config::test_default_log_level_prints_no_line_per_capture":
-        "the daemon's log",
-    "test_status_config::test_journald_priority_prefixes_under_systemd":
-        "the daemon's log",
-    "test_status_config::test_log_level_flag_silences_info":
-        "the daemon's log",
-    "test_status_config::test_config_precedence_flag_over_env_over_file_over_default":
-        "configuration precedence",
-    "test_status_config::test_bad_value_unknown_key_and_bad_env_are_errors_naming_the_key":
-        "configuration errors",
-    "test_status_config::test_sigterm_stops_a_serving_daemon_cleanly":
-        "the daemon's signal handling",
-    "test_status_config::test_status_shows_a_watched_worktree_that_went_missing_as_degraded":
-        "the watcher's status",
-    "test_store": "the store's refs",
-    "test_ui_browser": "the pages in a browser (test_ui.py runs on each backend)",
-    "test_unreadable": "unreadable files in a capture",
-    "test_watch_budget": "the watcher's inotify budget",
-    "test_watch_errors": "the watcher's own errors",
-    "test_watch_routing": "routing of inotify events to worktrees",
-    "test_watcher": "tier 2's settle windows and trees",
-}
-
 
 def fixtures_dir() -> Path:
     """The agents' hook payloads (tests/fixtures, part of the repository: no test skips for want
@@ -141,10 +72,46 @@ def pytest_configure(config: pytest.Config) -> None:
     daemon, the CLI and the hook as processes hundreds of times; where
     ``PYTHONDONTWRITEBYTECODE`` is set (as on stock CI images) each of them would otherwise
     compile every module again (about half a CLI start's CPU)."""
+    config.addinivalue_line(
+        "markers", "one_ledger(reason): the test's checks do not depend on the ledger's backend "
+        "(reason says why); it runs on the first backend of --ledgers only, unless "
+        "--all-ledgers")
+    _isolate_git(config)
     if hasattr(config, "workerinput"):
         return  # an xdist worker: the controller compiled them
     for package in ("snapshotd", "client"):
         compileall.compile_dir(REPO / package, quiet=1)
+
+
+# Who commits in the tests' own git calls: a machine with no global identity must not make
+# ``git commit-tree`` (or ``git commit``) ask.
+GIT_IDENTITY = {"GIT_AUTHOR_NAME": "snapshotd tests", "GIT_AUTHOR_EMAIL": "tests@snapshotd.invalid",
+                "GIT_COMMITTER_NAME": "snapshotd tests",
+                "GIT_COMMITTER_EMAIL": "tests@snapshotd.invalid"}
+
+
+def _isolate_git(config: pytest.Config) -> None:
+    """Point every git this process (and what it starts with its environment) runs at a global
+    configuration written here, with no system one and ``GIT_IDENTITY``; any other ``GIT_*``
+    variable of the caller (``GIT_DIR`` from a git hook, say) is dropped. Undone when the session
+    ends. A test that wants a hostile user configuration gives its daemon a ``HOME`` of its own
+    (test_user_config.py): ``Env.environ`` drops these variables like every ``GIT_*`` one."""
+    saved = {k: v for k, v in os.environ.items() if k.startswith("GIT_")}
+    directory = Path(tempfile.mkdtemp(prefix="sd-git-"))
+    gitconfig = directory / "gitconfig"
+    gitconfig.write_text(f"[user]\n\tname = {GIT_IDENTITY['GIT_COMMITTER_NAME']}\n"
+                         f"\temail = {GIT_IDENTITY['GIT_COMMITTER_EMAIL']}\n")
+    for name in saved:
+        del os.environ[name]
+    os.environ.update(GIT_IDENTITY, GIT_CONFIG_GLOBAL=str(gitconfig), GIT_CONFIG_NOSYSTEM="1")
+
+    def restore() -> None:
+        for name in [k for k in os.environ if k.startswith("GIT_")]:
+            del os.environ[name]
+        os.environ.update(saved)
+        shutil.rmtree(directory, ignore_errors=True)
+
+    config.add_cleanup(restore)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -154,7 +121,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                           "(sqlite, postgres)")
     parser.addoption("--all-ledgers", action="store_true",
                      default=os.environ.get("SNAPSHOTD_TEST_ALL_LEDGERS", "") == "1",
-                     help="run the ONE_LEDGER tests on every backend of --ledgers too")
+                     help="run the one_ledger tests on every backend of --ledgers too")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -168,16 +135,22 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "pg_url" in inspect.signature(metafunc.function).parameters:
         # A PostgreSQL test of its own (it names pg_url): its Env runs on that database only.
         chosen = [b for b in chosen if b == "postgres"]
-    elif one_ledger_reason(metafunc.module.__name__, metafunc.function.__name__) and \
-            not metafunc.config.getoption("--all-ledgers"):
+    elif one_ledger_reason(metafunc.definition) and not metafunc.config.getoption("--all-ledgers"):
         chosen = chosen[:1]
     metafunc.parametrize("ledger_backend", chosen)
 
 
-def one_ledger_reason(module: str, function: str) -> str:
-    """Why the test runs on one ledger backend only, or "" when it runs on each."""
-    module = module.rpartition(".")[2]
-    return ONE_LEDGER.get(f"{module}::{function}") or ONE_LEDGER.get(module, "")
+def one_ledger_reason(item: pytest.Item) -> str:
+    """Why the test runs on one ledger backend only (its own ``one_ledger`` mark, else its
+    class's or module's), or "" when it runs on each. A mark without a reason is a usage error:
+    the reason is what a reader weighs before turning the second backend back on."""
+    marker = item.get_closest_marker("one_ledger")
+    if marker is None:
+        return ""
+    reason = marker.args[0] if len(marker.args) == 1 and not marker.kwargs else None
+    if not isinstance(reason, str) or not reason.strip():
+        raise pytest.UsageError(f"{item.nodeid}: one_ledger takes one reason, a non-empty string")
+    return reason
 
 
 class Env:

@@ -1,0 +1,1 @@
+"""The test suite: folders mirror snapshotd's packages (README.md, Tests)."""

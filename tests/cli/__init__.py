@@ -1,0 +1,1 @@
+"""Tests of snapshotd.cli: the table of commands."""

@@ -1,0 +1,1 @@
+"""Tests whose oracle is the git CLI: diff, export, blame, history, raw bytes, seeding."""

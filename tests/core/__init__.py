@@ -1,0 +1,1 @@
+"""Tests of snapshotd.core: keys, errors, config, secrets, the user's repository, the home."""

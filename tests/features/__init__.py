@@ -1,0 +1,1 @@
+"""Tests of snapshotd.features: gc, engine, sessions, repair, purge, withhold."""

@@ -1,0 +1,1 @@
+"""Tests of snapshotd.features.replication: push, fetch, restore anywhere, handoff."""

@@ -1,0 +1,1 @@
+"""Tests of snapshotd.features.restore."""

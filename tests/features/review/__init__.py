@@ -1,0 +1,1 @@
+"""Tests of snapshotd.features.review that do not use git as the oracle (tests/compat)."""

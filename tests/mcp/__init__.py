@@ -1,0 +1,1 @@
+"""Tests of snapshotd.mcp: the MCP server through the SDK's client."""

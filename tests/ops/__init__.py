@@ -1,0 +1,1 @@
+"""Tests of snapshotd.ops: the front ends' operations surface."""

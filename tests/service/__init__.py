@@ -1,0 +1,1 @@
+"""Tests of snapshotd.service: damage, seq marks, listing and paging."""

@@ -1,0 +1,1 @@
+"""Tests of snapshotd.store: refs, trees, loose objects, recovery of store.git."""

@@ -1,0 +1,1 @@
+"""Code the tests share: helpers, fake daemons, the power-loss layer, the chaos engine."""

@@ -1,0 +1,1 @@
+"""Whole-daemon properties: crash, power loss, chaos, hostile input, full disk, FIFOs."""

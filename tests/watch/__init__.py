@@ -1,0 +1,1 @@
+"""Tests of snapshotd.watch: the notifier, the fast path, settle, prescan, the watcher."""
