@@ -4,7 +4,7 @@ Owns serving the listening socket (``snapshotd.daemon.listener`` makes it and ho
 the peer-uid check, frame limits, per-connection idle timeouts, the cap on concurrent
 connections, graceful shutdown, and the table of ops:
 each op has one handler (``register``) and any number of wrappers (``wrap``) that the optional
-parts of the daemon put around it.
+parts of the daemon put around it (to them the server is a ``snapshotd.core.registry.Registry``).
 
 How it serves: one thread accepts, in the order connections came, and hands each to a
 connection thread (``snapshotd.daemon.workers``) that reads its frames, runs each request's handler
@@ -52,23 +52,13 @@ import msgpack
 
 from snapshotd.core import errors, faults
 from snapshotd.core.errors import ServiceError
+from snapshotd.core.registry import LAYERS, Handler, Wrapper
 from snapshotd.daemon.listener import peer_uid
 from snapshotd.daemon.workers import Workers
 from snapshotd.service.service import Service
 from snapshotd_client import protocol
 
 log = logging.getLogger("snapshotd.server")
-
-Handler = Callable[[dict], dict]
-# A wrapper of an op: called with the request's fields and the next handler inward (the op's
-# handler, or the wrapper of the layer below); it returns the result, calling the next handler
-# or not.
-Wrapper = Callable[[dict, Handler], dict]
-
-# Where a wrapper sits around an op's handler, innermost first: the engine extends the core ops
-# (``resume`` on attempt_begin, the flush before attempt_end); metrics completes ``status`` after
-# everything else has contributed to it. A part that wraps an op names its layer here.
-LAYERS = ("engine", "metrics")
 
 # How long SIGTERM waits for in-flight requests, then for the shutdown hooks (s). A capture of a
 # very large tree can take seconds; one stuck for good (a thread blocked in a system call) must
@@ -93,7 +83,8 @@ _ACCEPT_RETRY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, err
 
 
 class Server:
-    """Serves the protocol on a listening socket until ``stop()``."""
+    """Serves the protocol on a listening socket until ``stop()``; to the parts attached to it,
+    the daemon's ``Registry`` (``snapshotd.core.registry``)."""
 
     def __init__(self, service: Service, listener: socket.socket, *,
                  idle_timeout_s: float = 300.0, max_connections: int = 1024,
