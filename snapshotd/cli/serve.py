@@ -35,8 +35,8 @@ def serve(home: Path | None, socket_: Path | None, log_level: str | None,
     # they are made frees next to nothing and costs about 5 % of the start's CPU. run_daemon
     # freezes them and turns collection back on once the daemon is wired.
     gc.disable()
+    from snapshotd.core.home_lock import DaemonLockError
     from snapshotd.daemon.daemon import run_daemon, setup_logging
-    from snapshotd.daemon.listener import DaemonLockError
     from snapshotd.ledger.ledger import LedgerError
 
     try:

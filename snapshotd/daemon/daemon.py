@@ -29,8 +29,9 @@ import pygit2
 
 from snapshotd.core import faults
 from snapshotd.core.config import Config, RedactingFilter
+from snapshotd.core.home_lock import HomeLock
 from snapshotd.core.home_perms import secure_home
-from snapshotd.daemon.listener import HomeLock, bind_socket
+from snapshotd.daemon.listener import bind_socket
 from snapshotd.daemon.server import STOP_CUT_S, STOP_GRACE_S, STOP_HOOKS_S, Server
 from snapshotd.service.service import Service
 

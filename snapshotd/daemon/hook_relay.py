@@ -35,7 +35,7 @@ from snapshotd_client.hook import (
 
 if TYPE_CHECKING:
     from snapshotd.core.config import Config
-    from snapshotd.daemon.server import Server
+    from snapshotd.core.registry import Registry
     from snapshotd.service.service import Service
 
 log = logging.getLogger("snapshotd.hook_relay")
@@ -43,7 +43,7 @@ log = logging.getLogger("snapshotd.hook_relay")
 OP = "hook"
 
 
-def attach(service: Service, server: Server, config: Config) -> None:
+def attach(service: Service, server: Registry, config: Config) -> None:
     """Serve the ``hook`` op."""
     relay = HookRelay(service, server)
     server.register(OP, relay.handle)
@@ -53,7 +53,7 @@ def attach(service: Service, server: Server, config: Config) -> None:
 class HookRunner:
     """Runs one relayed hook's op and writes the gap the hook would have written."""
 
-    def __init__(self, service: Service, server: Server,
+    def __init__(self, service: Service, server: Registry,
                  on_gap: Callable[[], None] | None = None) -> None:
         self.service = service
         self.server = server
@@ -98,7 +98,7 @@ class HookRunner:
 class HookRelay:
     """The ``hook`` op: a native hook's payload, run as ``snapshot-hook`` would run it."""
 
-    def __init__(self, service: Service, server: Server) -> None:
+    def __init__(self, service: Service, server: Registry) -> None:
         self.runner = HookRunner(service, server, on_gap=lambda: self._count("gaps"))
         self.counts = {"requests": 0, "fallbacks": 0, "gaps": 0}
         self._lock = threading.Lock()

@@ -10,16 +10,45 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from snapshotd.daemon.workers import Workers
 from snapshotd_client import protocol
 
-if TYPE_CHECKING:
-    from snapshotd.daemon.http_hook import HttpHook
-
 log = logging.getLogger("snapshotd.http_hook")
+
+
+class Timers(Protocol):
+    """Runs a callback at a deadline unless cancelled first (``http_hook.Deadlines``)."""
+
+    def add(self, delay_s: float, callback: Callable[[], None]) -> int: ...
+
+    def cancel(self, handle: int) -> None: ...
+
+
+class Hook(Protocol):
+    """What a request needs of the endpoint that owns it (``http_hook.HttpHook``): declared
+    here so that this module, which ``http_hook`` imports, imports nothing of it."""
+
+    path: str  # the one path served
+    max_body: int  # the largest body read (bytes)
+    budget_s: float  # how long before the agent must have its empty 200
+    hosts: set[str]  # the ``Host`` headers accepted
+    deadlines: Timers
+
+    def count(self, name: str) -> None: ...
+
+    def authorized(self, authorization: str | None) -> bool: ...
+
+    def gap(self, fields: dict, env: dict[str, str], reason: str, detail: str) -> None: ...
+
+    def begin(self) -> None: ...
+
+    def end(self) -> None: ...
+
+    def handle_payload(self, body: bytes, headers: Mapping[str, str]) -> None: ...
 
 
 class Listener(ThreadingHTTPServer):
@@ -27,7 +56,7 @@ class Listener(ThreadingHTTPServer):
     # socketserver's default backlog (5) overflows when a burst of agents connect at once
     # while the accept thread waits for the CPU; the kernel then drops or resets connections.
     request_queue_size = 256
-    hook: HttpHook
+    hook: Hook
     workers: Workers
 
     def process_request(self, request: Any, client_address: Any) -> None:

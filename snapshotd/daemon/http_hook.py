@@ -36,7 +36,7 @@ from snapshotd_client.hook import parse_json, route
 
 if TYPE_CHECKING:
     from snapshotd.core.config import Config
-    from snapshotd.daemon.server import Server
+    from snapshotd.core.registry import Registry
     from snapshotd.service.service import Service
 
 log = logging.getLogger("snapshotd.http_hook")
@@ -62,7 +62,7 @@ HEADER_ENV = {
 }
 
 
-def attach(service: Service, server: Server, config: Config) -> None:
+def attach(service: Service, server: Registry, config: Config) -> None:
     """Start the endpoint when ``http_hook`` is on; stop it with the daemon."""
     if not config.http_hook:
         return
@@ -121,7 +121,7 @@ class HttpHook:
     path = HOOK_PATH
     max_body = MAX_BODY
 
-    def __init__(self, service: Service, server: Server, config: Config, token: str) -> None:
+    def __init__(self, service: Service, server: Registry, config: Config, token: str) -> None:
         self.service = service
         self.server = server
         self.runner = HookRunner(service, server, on_gap=lambda: self.count("gaps"))

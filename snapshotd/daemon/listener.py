@@ -1,12 +1,11 @@
-"""Where the daemon sits: the one-daemon-per-home lock and the listening control socket.
+"""Where the daemon sits: the listening control socket.
 
-Owns ``<home>/daemon.lock`` (an exclusive ``flock`` holding the owner's pid), the socket's
-directory and the socket itself, and the peer-uid check a connection gets before anything is
-read from it (``snapshotd.daemon.server`` serves what comes in).
+Owns the socket's directory and the socket itself, and the peer-uid check a connection gets
+before anything is read from it (``snapshotd.daemon.server`` serves what comes in). The
+one-daemon-per-home lock it sits beside is ``snapshotd.core.home_lock``.
 
 Promises:
-- Only one daemon holds a home; a second is refused with ``DaemonLockError`` naming the first's
-  pid.
+- A socket another daemon listens on is refused with ``DaemonLockError``.
 - The socket lives in a 0700 directory this user owns (one another user could write to is
   refused, never used) and is created 0600; a stale socket nobody listens on is replaced, a
   live one is never taken over.
@@ -14,50 +13,14 @@ Promises:
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import os
 import socket
 import stat
 import struct
 from pathlib import Path
 
+from snapshotd.core.home_lock import DaemonLockError
 from snapshotd_client.paths import socket_dir_problem
-
-
-class DaemonLockError(Exception):
-    """Another daemon already serves this home."""
-
-
-class HomeLock:
-    """An exclusive ``flock`` on ``<home>/daemon.lock`` holding the owner's pid."""
-
-    def __init__(self, home: Path) -> None:
-        self.path = home / "daemon.lock"
-        self._fd: int | None = None
-
-    def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            try:
-                pid = os.read(fd, 32).decode().strip() or "unknown"
-            finally:
-                os.close(fd)
-            if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                raise DaemonLockError(
-                    f"another snapshotd (pid {pid}) already serves {self.path.parent}; stop it "
-                    "first or use another --home") from None
-            raise
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._fd = fd
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
 
 
 def prepare_socket_dir(path: Path) -> None:

@@ -28,7 +28,7 @@ import psutil
 
 from snapshotd.core.config import Config
 from snapshotd.core.fswalk import files_under
-from snapshotd.daemon.server import Server
+from snapshotd.core.registry import Registry
 from snapshotd.service.service import Service
 
 log = logging.getLogger("snapshotd.metrics")
@@ -37,7 +37,7 @@ log = logging.getLogger("snapshotd.metrics")
 SIZE_TTL_S = 5.0
 
 
-def attach(service: Service, server: Server, config: Config) -> None:
+def attach(service: Service, server: Registry, config: Config) -> None:
     metrics = Metrics(service, config)
 
     def status(fields: dict, base: Callable[[dict], dict]) -> dict:

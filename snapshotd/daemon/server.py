@@ -2,7 +2,8 @@
 
 Owns serving the listening socket (``listener`` makes it and holds the home's lock): the peer-uid
 check, frame limits, idle timeouts, the cap on concurrent connections, graceful shutdown, and the
-table of ops, each with one handler (``register``) and any number of wrappers (``wrap``). One
+table of ops, each with one handler (``register``) and any number of wrappers (``wrap``; to the
+daemon's parts the server is a ``core.registry.Registry``). One
 thread accepts and hands each connection to a thread (``workers``) that reads, runs and replies,
 blocking, with no event loop (why: docs/performance.md); at most ``workers`` handlers run at
 once. The main thread keeps the signals, the stop sequence and ``call_in_main``. Promises:
@@ -36,23 +37,13 @@ import msgpack
 
 from snapshotd.core import errors, faults
 from snapshotd.core.errors import ServiceError
+from snapshotd.core.registry import LAYERS, Handler, Wrapper
 from snapshotd.daemon.listener import peer_uid
 from snapshotd.daemon.workers import Workers
 from snapshotd.service.service import Service
 from snapshotd_client import protocol
 
 log = logging.getLogger("snapshotd.server")
-
-Handler = Callable[[dict], dict]
-# A wrapper of an op: called with the request's fields and the next handler inward (the op's
-# handler, or the wrapper of the layer below); it returns the result, calling the next handler
-# or not.
-Wrapper = Callable[[dict, Handler], dict]
-
-# Where a wrapper sits around an op's handler, innermost first: the engine extends the core ops
-# (``resume`` on attempt_begin, the flush before attempt_end); metrics completes ``status`` after
-# everything else has contributed to it. A part that wraps an op names its layer here.
-LAYERS = ("engine", "metrics")
 
 # How long SIGTERM waits for in-flight requests, then for the shutdown hooks (s). A capture of a
 # very large tree can take seconds; one stuck for good (a thread blocked in a system call) must
@@ -77,7 +68,8 @@ _ACCEPT_RETRY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, err
 
 
 class Server:
-    """Serves the protocol on a listening socket until ``stop()``."""
+    """Serves the protocol on a listening socket until ``stop()``; to the parts attached to it,
+    the daemon's ``Registry`` (``snapshotd.core.registry``)."""
 
     def __init__(self, service: Service, listener: socket.socket, *,
                  idle_timeout_s: float = 300.0, max_connections: int = 1024,

@@ -31,7 +31,7 @@ from snapshotd.core import errors
 from snapshotd.core.config import Config
 from snapshotd.core.errors import ServiceError, abs_path_field, id_field, int_field
 from snapshotd.core.keys import AttemptKey
-from snapshotd.daemon.server import Server
+from snapshotd.core.registry import Registry
 from snapshotd.ledger.ledger import ACTIVE, Attempt
 from snapshotd.service.service import Service
 
@@ -47,7 +47,7 @@ _RESTORE_SUMMARY = ("applied", "counts", "safety", "undo_command", "elapsed_ms")
 _START_SLACK_S = 2.0
 
 
-def attach(service: Service, server: Server, config: Config) -> None:
+def attach(service: Service, server: Registry, config: Config) -> None:
     """Wire the engine into a daemon: liveness monitor, ``resume`` on begin, flush on end."""
     engine = Engine(service, server)
     server.wrap("attempt_begin", engine.attempt_begin, layer="engine")
@@ -60,7 +60,7 @@ def attach(service: Service, server: Server, config: Config) -> None:
 class Engine:
     """The liveness monitor thread and the ``resume`` step of ``attempt_begin``."""
 
-    def __init__(self, service: Service, server: Server | None = None, *,
+    def __init__(self, service: Service, server: Registry | None = None, *,
                  interval_s: float = LIVENESS_INTERVAL_S) -> None:
         self.service = service
         self.server = server

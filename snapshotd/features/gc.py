@@ -38,7 +38,7 @@ from snapshotd.service.service import Service
 from snapshotd.store.journal import read_journal, write_journal
 
 if TYPE_CHECKING:
-    from snapshotd.daemon.server import Server
+    from snapshotd.core.registry import Registry
 
 log = logging.getLogger("snapshotd.gc")
 
@@ -318,7 +318,7 @@ def reclaimable_bytes(service: Service, policy: Policy) -> int:
     return 0
 
 
-def attach(service: Service, server: Server, config: Config) -> None:
+def attach(service: Service, server: Registry, config: Config) -> None:
     """Serve the ``gc`` op, finish an interrupted gc, and run the automatic policy."""
     recover_journal(service)
     server.register("gc", lambda fields: run_gc(service, policy_from_fields(fields),

@@ -30,7 +30,7 @@ from snapshotd.store.journal import read_journal, write_journal
 
 if TYPE_CHECKING:
     from snapshotd.core.config import Config
-    from snapshotd.daemon.server import Server
+    from snapshotd.core.registry import Registry
     from snapshotd.ledger.ledger import Attempt
     from snapshotd.service.service import Service
 
@@ -39,7 +39,7 @@ log = logging.getLogger("snapshotd.purge")
 JOURNAL = "purge-journal.json"
 
 
-def attach(service: Service, server: Server, config: Config) -> None:
+def attach(service: Service, server: Registry, config: Config) -> None:
     """Serve the ``purge`` op, after finishing a purge a crash interrupted."""
     recover_journal(service)
     server.register("purge", lambda fields: purge_op(service, fields))

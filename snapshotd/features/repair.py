@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING
 from snapshotd.core import errors
 from snapshotd.core.commit_message import parse_trailers
 from snapshotd.core.errors import ServiceError
+from snapshotd.core.home_lock import DaemonLockError, HomeLock
 from snapshotd.core.keys import AttemptKey
-from snapshotd.daemon.listener import DaemonLockError, HomeLock
 from snapshotd.ledger.ledger import (
     ACTIVE,
     POSTGRES_SCHEMES,

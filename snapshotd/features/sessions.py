@@ -26,7 +26,7 @@ import psutil
 from snapshotd.core import errors
 from snapshotd.core.config import Config
 from snapshotd.core.errors import ServiceError, opt_int_field
-from snapshotd.daemon.server import Server
+from snapshotd.core.registry import Registry
 from snapshotd.ledger.ledger import ACTIVE, Attempt
 from snapshotd.service.request import SnapshotRequest
 from snapshotd.service.service import Service
@@ -42,7 +42,7 @@ LAUNCHERS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish"
 _MAX_LAUNCHERS = 8
 
 
-def attach(service: Service, server: Server, config: Config) -> None:
+def attach(service: Service, server: Registry, config: Config) -> None:
     """Register the ``session`` op on the daemon's server."""
     sessions = Sessions(service, server)
     server.register("session", sessions.session)
@@ -51,7 +51,7 @@ def attach(service: Service, server: Server, config: Config) -> None:
 class Sessions:
     """The ``session`` op's handler."""
 
-    def __init__(self, service: Service, server: Server | None = None) -> None:
+    def __init__(self, service: Service, server: Registry | None = None) -> None:
         self.service = service
         self.server = server
 

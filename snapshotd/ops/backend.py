@@ -73,7 +73,7 @@ def run_op(op: str, fields: dict[str, Any], local: Callable[[Service], dict], *,
             from snapshotd.daemon.daemon import prepare_home
 
             home_path = prepare_home(home_path)
-        from snapshotd.daemon.listener import DaemonLockError, HomeLock
+        from snapshotd.core.home_lock import DaemonLockError, HomeLock
 
         lock = HomeLock(home_path)
         try:

@@ -25,7 +25,7 @@ from snapshotd.core.secrets import redact_secrets
 from snapshotd.ledger.ledger import Attempt
 
 if TYPE_CHECKING:
-    from snapshotd.watch.prescan import Prescan
+    from snapshotd.service.change_source import OffLockScan
 
 SOURCES = ("hook", "wrap", "watch", "restore", "cli", "outside")
 MAX_TEXT_BYTES = 1000
@@ -44,7 +44,7 @@ class SnapshotRequest:
     tool_use_id: str | None = None
     fallback: dict | None = None
     full: bool = False  # internal: force a full stat scan (never set from the wire)
-    prescan: Prescan | None = None  # internal: a verification's off-lock scan
+    prescan: OffLockScan | None = None  # internal: a verification's off-lock scan
 
     def __post_init__(self) -> None:
         # A hook's label is the start of a shell command: ``export OPENAI_API_KEY=sk-…`` is as

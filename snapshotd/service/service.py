@@ -22,7 +22,6 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
 
 import pygit2
 
@@ -42,6 +41,7 @@ from snapshotd.ledger.ledger import (
     open_ledger,
 )
 from snapshotd.service.attribution import Attribution
+from snapshotd.service.change_source import ChangeSource, OffLockScan
 from snapshotd.service.damage import DamageRegistry, repair_ref
 from snapshotd.service.gaps import GapSpool
 from snapshotd.service.listing import list_op, list_run
@@ -50,33 +50,12 @@ from snapshotd.service.recording import Recorder
 from snapshotd.service.request import SOURCES, SnapshotRequest, gap_fields
 from snapshotd.service.seqmarks import SeqMarks
 from snapshotd.store.store import Store, StoreError
-from snapshotd.watch.prescan import Prescan
 from snapshotd_client.paths import gaps_path
 
 # Names other modules import from here; their homes are the modules above.
 __all__ = ["SOURCES", "ChangeSource", "Service", "ServiceError", "SnapshotRequest", "list_run"]
 
 log = logging.getLogger("snapshotd.service")
-
-
-class ChangeSource(Protocol):
-    """Knows which paths of a worktree changed since its last capture (the watcher)."""
-
-    def take(self, root: Path, mode: str) -> set[str] | None:
-        """The worktree-relative paths changed since the last capture, once every earlier
-        change has been observed; None when it cannot vouch (then a full scan runs). ``mode``
-        is ``fast``, ``narrow`` (a verification's per-path update) or ``verify`` (the set
-        detects drift)."""
-
-    def failed(self, root: Path) -> None:
-        """The capture that took the paths failed: stop vouching until a full scan."""
-
-    def drift(self, root: Path, found: set[str], reported: set[str]) -> None:
-        """A verification's full scan found ``found`` changed beyond the ``reported`` paths
-        it took first: drift, unless an event names them after all."""
-
-    def scanned(self, root: Path, seconds: float) -> None:
-        """A full stat scan of the worktree took ``seconds`` (what a verification costs)."""
 
 
 class Service:
@@ -259,7 +238,7 @@ class Service:
 
     def capture_attempt(self, attempt: Attempt, *, tier: int, source: str,
                         label: str | None = None, require_active: bool = False,
-                        full: bool = False, prescan: Prescan | None = None) -> dict:
+                        full: bool = False, prescan: OffLockScan | None = None) -> dict:
         """A capture the daemon takes by itself (tier 2, restore safety) for a known attempt.
         With ``require_active`` an attempt that ended or was fenced meanwhile is refused
         (``fenced``, no gap: nothing was owed to it), checked under the worktree lock.
@@ -309,7 +288,7 @@ class Service:
         return reconcile_attempt(self.store, self.ledger, key, tip)
 
     def read_worktree(self, root: Path, *, verify: bool = False,
-                      prescan: Prescan | None = None) -> Capture:
+                      prescan: OffLockScan | None = None) -> Capture:
         """Bring ``root``'s stat cache up to date and write its tree, recording nothing (the
         caller holds the worktree lock): through the change source's changed paths when it
         vouches, else a full stat scan. ``verify`` looks for changes no event announced (drift,
@@ -319,8 +298,8 @@ class Service:
         index = self.store.worktree(root)
         source = self.change_source
         try:
-            reported = source.take(root, "fast" if not verify else "narrow" if prescan
-                                   else "verify") if source is not None else None
+            mode = "fast" if not verify else "narrow" if prescan is not None else "verify"
+            reported = source.take(root, mode) if source is not None else None
             capture = index.capture_changed(reported) \
                 if reported is not None and not verify else None
             if verify and prescan is not None and reported is not None and source is not None:

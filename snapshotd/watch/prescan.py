@@ -39,7 +39,8 @@ from snapshotd.watch.fastpath import DIRTY_LIMIT, directories_of
 
 if TYPE_CHECKING:
     from snapshotd.capture.stat_cache import WorktreeIndex
-    from snapshotd.service.service import ChangeSource, Service
+    from snapshotd.service.change_source import ChangeSource
+    from snapshotd.service.service import Service
 
 log = logging.getLogger("snapshotd.store")
 
@@ -76,7 +77,7 @@ _MAX_LISTING_BYTES = 2 * (DIRTY_LIMIT + 1) * 4100
 class Prescan:
     """What one verification's off-lock scan found: the paths whose content may differ from
     the stat cache as written at its start, by stat data or content (None: the verification
-    scans fully instead)."""
+    scans fully instead). The service's ``OffLockScan`` (``snapshotd.service.change_source``)."""
 
     found: set[str] | None = None
     # The user's index listed again for tracked-but-ignored files when it changed since the

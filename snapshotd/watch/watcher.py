@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from snapshotd.core.config import Config
+from snapshotd.core.registry import Registry
 from snapshotd.ledger.ledger import Attempt
 from snapshotd.service.service import Service
 from snapshotd.watch.fastpath import FastPath
@@ -38,7 +39,7 @@ log = logging.getLogger("snapshotd.watcher")
 RETRY_SCANS = 15
 
 
-def attach(service: Service, server, config: Config) -> None:
+def attach(service: Service, server: Registry, config: Config) -> None:
     """Wire the watcher into a daemon: attempt listeners, flush, shutdown, status."""
     set_max_watches(config.max_watches)
     watcher = Watcher(service, config)

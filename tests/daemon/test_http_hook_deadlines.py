@@ -5,16 +5,47 @@ served by the same worker thread."""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from snapshotd.daemon.http_hook import Deadlines
+from snapshotd.daemon.http_endpoint import Hook, Timers
+from snapshotd.daemon.http_hook import Deadlines, HttpHook
 from tests.conftest import Env, claude_payload, make_git_worktree
 from tests.daemon.test_http_hook import HTTP_ENV, _auth, _checkpoints, _endpoint, _post
 from tests.support.helpers import wait_for
+
+
+def _same_methods(protocol: type, implementation: type) -> None:
+    methods = [name for name, value in vars(protocol).items()
+               if inspect.isfunction(value) and not name.startswith("_")]
+    assert methods, protocol
+    for name in methods:
+        promised = inspect.signature(getattr(protocol, name))
+        given = inspect.signature(getattr(implementation, name))
+        assert [(p.name, p.kind, p.default, p.annotation) for p in given.parameters.values()] \
+            == [(p.name, p.kind, p.default, p.annotation)
+                for p in promised.parameters.values()], name
+        assert given.return_annotation == promised.return_annotation, name
+
+
+def test_the_endpoint_is_the_hook_its_request_handler_is_given(service) -> None:
+    """``http_endpoint`` declares what a request needs of its endpoint (it may not import
+    ``http_hook``, which imports it): ``HttpHook`` and its ``Deadlines`` give exactly that."""
+    _same_methods(Hook, HttpHook)
+    _same_methods(Timers, Deadlines)
+    config = dataclasses.replace(service.config, http_hook_port=0)
+    hook = HttpHook(service, None, config, "t" * 32)  # type: ignore[arg-type] - never serves
+    try:
+        for name in Hook.__annotations__:
+            assert hasattr(hook, name), name
+        assert isinstance(hook.deadlines, Deadlines) and hook.hosts
+    finally:
+        hook.close()
 
 
 def test_deadlines_run_in_order_and_cancelled_ones_never() -> None:

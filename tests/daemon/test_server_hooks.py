@@ -8,6 +8,7 @@ the real engine and metrics attached in every order.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import shutil
 import tempfile
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from snapshotd.core.config import load_config
+from snapshotd.core.registry import Registry
 from snapshotd.daemon import metrics
 from snapshotd.daemon.daemon import OPTIONAL_PARTS, attach_optional_parts
 from snapshotd.daemon.listener import bind_socket
@@ -84,6 +86,36 @@ def test_a_layer_is_named_and_holds_one_wrapper_per_op(
     server.wrap("status", lambda f, n: n(f), layer=LAYERS[0])
     with pytest.raises(ValueError, match="already has a wrapper"):
         server.wrap("status", lambda f, n: n(f), layer=LAYERS[0])
+
+
+def _shape(fn: Callable) -> list[tuple[str, object, object, object]]:
+    return [(p.name, p.kind, p.default, p.annotation)
+            for p in inspect.signature(fn).parameters.values()]
+
+
+def test_the_server_is_the_registry_its_parts_are_given(
+        make_server: Callable[[str], Server]) -> None:
+    """Every member of ``Registry`` exists on a live ``Server``, methods with the very
+    parameters (names, kinds, defaults, annotations) and return type the parts are promised."""
+    server = make_server("registry")
+    assert isinstance(server, Registry)
+    methods = [name for name, value in vars(Registry).items()
+               if inspect.isfunction(value) and not name.startswith("_")]
+    assert sorted(methods) == ["handler", "register", "wrap"]
+    for name in methods:
+        promised, given = getattr(Registry, name), getattr(Server, name)
+        assert _shape(given) == _shape(promised), name
+        assert (inspect.signature(given).return_annotation
+                == inspect.signature(promised).return_annotation), name
+    attributes = Registry.__annotations__
+    assert set(attributes) == {"flush_hook", "status_extras", "shutdown_hooks", "on_ready",
+                               "on_stopping"}
+    for name, annotation in attributes.items():
+        value = getattr(server, name)
+        if annotation.startswith("list["):
+            assert isinstance(value, list) and all(callable(v) for v in value), name
+        else:
+            assert value is None or callable(value), name
 
 
 def _watched_extra(server: Server, wt: Path) -> None:

@@ -7,12 +7,14 @@ not wait and drift still found, is in test_verify_quiet.py and test_fastpath.py.
 
 from __future__ import annotations
 
+import inspect
 import os
 import shutil
 from pathlib import Path
 
 import pytest
 
+from snapshotd.service.change_source import OffLockScan
 from snapshotd.service.service import Service
 from snapshotd.watch import prescan
 from snapshotd.watch.fastpath import DIRTY_LIMIT
@@ -29,6 +31,15 @@ def scan_by(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     ``GIT_SCAN_FROM_BYTES``), forced whatever the test tree's size."""
     monkeypatch.setattr(prescan, "GIT_SCAN_FROM_BYTES", 0 if request.param == "git" else 1 << 62)
     return request.param
+
+
+def test_prescan_is_the_off_lock_scan_the_service_declares() -> None:
+    """The service calls ``verify`` through its own ``OffLockScan`` (it may not import watch):
+    ``Prescan.verify`` takes the very parameters and returns what that protocol says."""
+    promised, given = inspect.signature(OffLockScan.verify), inspect.signature(Prescan.verify)
+    assert [(p.name, p.kind, p.default, p.annotation) for p in given.parameters.values()] == \
+        [(p.name, p.kind, p.default, p.annotation) for p in promised.parameters.values()]
+    assert given.return_annotation == promised.return_annotation
 
 
 def captured(service: Service, wt: Path) -> None:

@@ -32,13 +32,13 @@ from snapshotd.service.service import Service
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from snapshotd.core.config import Config
-    from snapshotd.daemon.server import Server
+    from snapshotd.core.registry import Registry
 
 __all__ = ["attach", "build_handoff", "check_manifest", "ensure_commit", "fetch_run",
            "manifest_digest", "Replicator", "verify_handoff"]
 
 
-def attach(service: Service, server: Server, config: Config) -> None:
+def attach(service: Service, server: Registry, config: Config) -> None:
     """Start the pusher (when ``remote`` is set) and register ``push``, ``fetch``, ``handoff``."""
     replicator = Replicator(service, config.remote, config.push_interval_ms) \
         if config.remote else None

@@ -54,7 +54,7 @@ from snapshotd_client import protocol
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from snapshotd.core.config import Config
-    from snapshotd.daemon.server import Server
+    from snapshotd.core.registry import Registry
 
 log = logging.getLogger("snapshotd.restore")
 
@@ -166,7 +166,7 @@ def fit_reply(result: dict) -> dict:
 # -- daemon ops ----------------------------------------------------------------------------------
 
 
-def attach(service: Service, server: Server, config: Config) -> None:
+def attach(service: Service, server: Registry, config: Config) -> None:
     """Register the ``restore``, ``restore_progress`` and ``diff`` ops on the daemon's server."""
     board = _ProgressBoard()
 

@@ -32,7 +32,7 @@ from snapshotd.service.checkpoints import find_checkpoint, selection
 
 if TYPE_CHECKING:
     from snapshotd.core.config import Config
-    from snapshotd.daemon.server import Server
+    from snapshotd.core.registry import Registry
     from snapshotd.service.service import Service
 
 # A reply over this many bytes of line text leaves the lines out; the client blames from the
@@ -141,7 +141,7 @@ def public_shape(result: dict) -> dict:
             "lines": [{k: x.get(k) for k in LINE_KEYS} for x in result["lines"]]}
 
 
-def attach(service: Service, server: Server, config: Config) -> None:
+def attach(service: Service, server: Registry, config: Config) -> None:
     """Register the ``blame`` op on the daemon's server."""
 
     def blame_op(fields: dict) -> dict:

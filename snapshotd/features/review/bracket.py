@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from snapshotd.core.config import Config
-    from snapshotd.daemon.server import Server
+    from snapshotd.core.registry import Registry
     from snapshotd.service.service import Service
 
 SOURCE = "outside"
@@ -36,6 +36,6 @@ def before_tool(service: Service, fields: dict) -> dict:
     return result
 
 
-def attach(service: Service, server: Server, config: Config) -> None:
+def attach(service: Service, server: Registry, config: Config) -> None:
     """Register the ``before_tool`` op on the daemon's server."""
     server.register("before_tool", lambda fields: before_tool(service, fields))

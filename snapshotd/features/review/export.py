@@ -38,7 +38,7 @@ from snapshotd.store.store import SIGNATURE_EMAIL, SIGNATURE_NAME
 
 if TYPE_CHECKING:
     from snapshotd.core.config import Config
-    from snapshotd.daemon.server import Server
+    from snapshotd.core.registry import Registry
     from snapshotd.service.service import Service
 
 log = logging.getLogger("snapshotd.export")
@@ -124,7 +124,7 @@ def export_checkpoints(service: Service, *, run_id: object, node_id: object,
     return out
 
 
-def attach(service: Service, server: Server, config: Config) -> None:
+def attach(service: Service, server: Registry, config: Config) -> None:
     """Register the ``export`` op on the daemon's server."""
     server.register("export", lambda fields: export_fields(service, fields))
 
