@@ -2,19 +2,17 @@
 
 Owns serving the listening socket (``listener`` makes it and holds the home's lock): the peer-uid
 check, frame limits, idle timeouts, the cap on concurrent connections, graceful shutdown, and the
-table of ops, each with one handler (``register``) and any number of wrappers (``wrap``; to the
-daemon's parts the server is a ``core.registry.Registry``). One
-thread accepts and hands each connection to a thread (``workers``) that reads, runs and replies,
-blocking, with no event loop (why: docs/performance.md); at most ``workers`` handlers run at
-once. The main thread keeps the signals, the stop sequence and ``call_in_main``. Promises:
-- The socket lives in a 0700 directory and is created 0600; a peer of another uid is refused
-  (SO_PEERCRED) before any request is read. A malformed frame, one over 1 MiB, an unknown op or
-  an ill-typed field gets an error reply (framing errors close the connection); others go on.
+table of ops, each with one handler (``register``) and any number of wrappers (``wrap``; the
+daemon's parts see a ``core.registry.Registry``). One thread accepts and hands each connection
+to a thread (``workers``) that reads, runs and replies, blocking, with no event loop (why:
+docs/performance.md); at most ``workers`` handlers run at once. The main thread keeps the
+signals, the stop sequence and ``call_in_main``. Promises:
+- The socket is 0600 in a 0700 directory; a peer of another uid is refused before any read. A bad
+  frame, one over 1 MiB, an unknown op or an ill-typed field gets an error reply; others go on.
 - Wrappers run in ``LAYERS`` order (first innermost); re-registering keeps a handler's wrappers.
 - SIGTERM: stop accepting, finish in-flight requests, answer ``shutting-down`` to ones not begun
   (never a reset), run shutdown hooks, exit 0; what outlasts ``STOP_GRACE_S`` or ``STOP_HOOKS_S``
-  is logged, named in ``abandoned`` and not waited for (in full: docs/protocol.md).
-"""
+  is logged, named in ``abandoned`` and not waited for (in full: docs/protocol.md)."""
 
 from __future__ import annotations
 
