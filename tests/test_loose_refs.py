@@ -13,7 +13,7 @@ import pygit2
 import pytest
 
 from helpers import git
-from snapshotd.core.commit_message import CheckpointMeta
+from snapshotd.core.checkpoint import CheckpointMeta
 from snapshotd.core.keys import AttemptKey
 from snapshotd.store.loose_refs import OLD_SUFFIX, SPARE_SUFFIX, LooseRefMover
 from snapshotd.store.recovery import remove_stale_locks

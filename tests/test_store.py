@@ -11,7 +11,7 @@ import pygit2
 import pytest
 
 from conftest import Daemon, Env, git
-from snapshotd.core.commit_message import CheckpointMeta
+from snapshotd.core.checkpoint import CheckpointMeta
 from snapshotd.core.keys import AttemptKey
 from snapshotd.store.store import CACHE_REF_PREFIX, Store, StoreError, worktree_id
 

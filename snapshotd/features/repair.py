@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from snapshotd.core import errors
-from snapshotd.core.commit_message import parse_trailers
+from snapshotd.core.checkpoint import parse_trailers
 from snapshotd.core.errors import ServiceError
 from snapshotd.core.keys import AttemptKey
 from snapshotd.daemon.listener import DaemonLockError, HomeLock

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pygit2
 
-from snapshotd.core.commit_message import parse_trailers
+from snapshotd.core.checkpoint import parse_trailers
 
 log = logging.getLogger("snapshotd.replication")
 

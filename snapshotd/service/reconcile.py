@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 import pygit2
 
-from snapshotd.core.commit_message import parse_trailers
+from snapshotd.core.checkpoint import parse_trailers
 from snapshotd.core.keys import AttemptKey
 from snapshotd.ledger.ledger import Attempt, Ledger, LedgerDamaged
 from snapshotd.service.damage import DamageRegistry, repair_ref

@@ -28,7 +28,7 @@ import pygit2
 
 from snapshotd.capture.stat_cache import Capture
 from snapshotd.core import errors, faults
-from snapshotd.core.commit_message import CheckpointMeta, parse_trailers
+from snapshotd.core.checkpoint import CheckpointMeta, parse_trailers
 from snapshotd.core.errors import ServiceError
 from snapshotd.core.user_repo import user_head
 from snapshotd.ledger.base import json_text

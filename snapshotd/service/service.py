@@ -32,7 +32,7 @@ import pygit2
 from snapshotd import __version__
 from snapshotd.capture.stat_cache import Capture
 from snapshotd.core import errors, faults
-from snapshotd.core.commit_message import parse_trailers
+from snapshotd.core.checkpoint import parse_trailers
 from snapshotd.core.config import Config
 from snapshotd.core.errors import ServiceError, id_field, int_field, opt_int_field
 from snapshotd.core.keys import AttemptKey

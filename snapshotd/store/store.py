@@ -11,7 +11,7 @@ The store's parts live in modules of their own, below this one: ``worktree_index
 per-worktree stat caches and the captures), ``seeding`` (a new cache's first fill),
 ``ignore_rules`` (what a capture ignores), ``user_repo`` (reading the user's repository),
 ``trees`` (tree rewrites and change counts), ``store_errors`` (``StoreError``, ``odb_retry``),
-``commit_message`` (a checkpoint's message and trailers), ``loose_refs`` (the daemon's moves of
+``core.checkpoint`` (a checkpoint's message and trailers), ``loose_refs`` (the daemon's moves of
 an attempt ref, without libgit2's lock file).
 
 Promises:
@@ -38,7 +38,7 @@ import pygit2
 from snapshotd.capture.scan_rules import source_readable
 from snapshotd.capture.stat_cache import WorktreeIndex, worktree_id
 from snapshotd.core import faults
-from snapshotd.core.commit_message import CheckpointMeta, build_message
+from snapshotd.core.checkpoint import CheckpointMeta, build_message
 from snapshotd.core.durable import sync_dirs
 from snapshotd.core.keys import REF_PREFIX, AttemptKey
 from snapshotd.store.errors import (

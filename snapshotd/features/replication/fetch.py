@@ -28,7 +28,7 @@ from pathlib import Path
 import pygit2
 
 from snapshotd.core import errors
-from snapshotd.core.commit_message import parse_trailers
+from snapshotd.core.checkpoint import parse_trailers
 from snapshotd.core.config import redact_url
 from snapshotd.core.errors import ServiceError, id_field
 from snapshotd.core.keys import AttemptKey

@@ -28,7 +28,7 @@ import pygit2
 from pygit2.enums import BlameFlag
 
 from snapshotd.core import errors
-from snapshotd.core.commit_message import parse_trailers
+from snapshotd.core.checkpoint import parse_trailers
 from snapshotd.core.errors import ServiceError
 from snapshotd.ops import backend
 from snapshotd.service.checkpoints import find_checkpoint, selection

@@ -26,7 +26,7 @@ import pygit2
 from pygit2.enums import DiffOption, DiffStatsFormat
 
 from snapshotd.core import errors
-from snapshotd.core.commit_message import parse_trailers
+from snapshotd.core.checkpoint import parse_trailers
 from snapshotd.core.errors import ServiceError, int_value
 from snapshotd.core.keys import AttemptKey
 from snapshotd.service.checkpoints import current_tree_of, empty_tree, find_checkpoint, selection

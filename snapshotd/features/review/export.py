@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 import pygit2
 
 from snapshotd.core import errors
-from snapshotd.core.commit_message import parse_trailers
+from snapshotd.core.checkpoint import parse_trailers
 from snapshotd.core.errors import ServiceError, abs_path_field, bool_field, opt_int_field
 from snapshotd.core.user_repo import common_dir, not_regular, objects_dir, open_user_repo
 from snapshotd.features.withhold import blob_at, chain_findings
