@@ -7,11 +7,11 @@ Promises:
 - One commit per checkpoint in (``from_seq``, ``to_seq``] of one attempt (default: every kept
   checkpoint up to the newest agent-made one), or one commit with ``squash``. A checkpoint
   whose tree equals the previous exported tree (its parent's) gives no commit and is listed in
-  ``skipped``. Each commit's message is the tool call's label with ``Snapshotd-Run``,
-  ``-Node``, ``-Iteration``, ``-Attempt``, ``-Seq`` and ``-Tool-Use-Id`` trailers (squash: the
-  tool calls listed in the body, ``Snapshotd-Seqs``).
+  ``skipped``. Each commit's message is the tool call's label with trailers naming the
+  attempt, the seq and the tool call (squash: the tool calls listed in the body, the seqs in a
+  trailer): ``Checkpoint.export_message``, ``squash_message``.
 - The first commit's parent is the commit the user's HEAD pointed at when the attempt began
-  (the ``Snapshotd-Base`` trailer of its first checkpoint); when that is unknown or not in the
+  (the base trailer of its first checkpoint); when that is unknown or not in the
   target repository, HEAD now; in a repository with no commit, none (``base_source`` says
   which).
 - ``branch``: only objects and ``refs/heads/NAME`` are written into the repository (the
@@ -21,7 +21,7 @@ Promises:
   directory, made in a scratch repository that borrows the user's objects read-only; works for
   any worktree (outside a repository the series starts from the empty tree).
 - Nothing carries a secret off unnoticed: when a tree the export would write holds a file
-  whose content a checkpoint of the attempt was marked for (``Snapshotd-Secrets``) and that
+  whose content a checkpoint of the attempt was marked for (its secrets trailer) and that
   the release file (``snapshotd.features.withhold``) does not release, the export is refused
   (``secret-held``) before anything is written, naming each finding as path:line kind (never
   the value). ``allow_secrets`` exports anyway and lists them in ``secrets``. A file the base
@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 import pygit2
 
 from snapshotd.core import errors
-from snapshotd.core.checkpoint import parse_trailers
+from snapshotd.core.checkpoint import Checkpoint, Trailers, squash_message
 from snapshotd.core.errors import ServiceError, abs_path_field, bool_field, opt_int_field
 from snapshotd.core.user_repo import common_dir, not_regular, objects_dir, open_user_repo
 from snapshotd.features.withhold import blob_at, chain_findings
@@ -238,7 +238,7 @@ def _base(store: pygit2.Repository, tip: str, user: pygit2.Repository | None
     recorded = None
     commit = store[tip].peel(pygit2.Commit)
     while True:
-        recorded = parse_trailers(commit.message).get("Snapshotd-Base") or recorded
+        recorded = Trailers(commit.message).base or recorded
         if not commit.parents:
             break
         commit = commit.parents[0]
@@ -340,30 +340,9 @@ def _committer(target: pygit2.Repository) -> pygit2.Signature | None:
 
 
 def _message(row: dict) -> str:
-    subject = _one_line(row.get("label") or "") or f"snapshotd: {row['source']} seq {row['seq']}"
-    return subject + "\n\n" + _trailers(row, [("Snapshotd-Seq", str(row["seq"]))])
+    return Checkpoint.from_row(row).export_message()
 
 
 def _squash_message(rows: list[dict]) -> str:
-    last = rows[-1]
-    subject = (f"snapshotd: {last['run_id']}/{last['node_id']} checkpoints "
-               f"{format_seqs([r['seq'] for r in rows])}")
-    body = "".join(f"- seq {r['seq']}: {_one_line(r.get('label') or '') or r['source']}"
-                   + (f" [{r['tool_use_id']}]" if r.get("tool_use_id") else "") + "\n"
-                   for r in rows)
-    return (subject + "\n\n" + body + "\n"
-            + _trailers(last, [("Snapshotd-Seqs", format_seqs([r["seq"] for r in rows]))],
-                        tool=False))
-
-
-def _trailers(row: dict, seq: list[tuple[str, str]], *, tool: bool = True) -> str:
-    pairs = [("Snapshotd-Run", row["run_id"]), ("Snapshotd-Node", row["node_id"]),
-             ("Snapshotd-Iteration", str(row["iteration"])),
-             ("Snapshotd-Attempt", str(row["attempt"])), *seq]
-    if tool and row.get("tool_use_id"):
-        pairs.append(("Snapshotd-Tool-Use-Id", _one_line(row["tool_use_id"])))
-    return "".join(f"{k}: {v}\n" for k, v in pairs)
-
-
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())[:200]
+    return squash_message([Checkpoint.from_row(r) for r in rows],
+                          format_seqs([r["seq"] for r in rows]))
