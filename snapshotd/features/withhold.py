@@ -9,10 +9,10 @@ Why by ref and not by commit: pushing a ref pushes its whole history, so once a 
 holds a token every later checkpoint of the attempt carries it too. The ref is pushed at the
 parent of its oldest held checkpoint (not at all when that is the first), and the rest waits.
 
-Promises: a commit whose secrets trailer (``Checkpoint.secrets``) names a finding that is neither released
-by commit nor by path is never in what ``Withholder.target`` returns, nor behind it; the walk
-down an attempt's chain is done once per new checkpoint (each ref's last answer is kept, and
-dropped when the release file changes); ``chain_findings`` omits exactly what the release file
+Promises: a commit whose secrets trailer (``Checkpoint.secrets``) names a finding that is
+neither released by commit nor by path is never in what ``Withholder.target`` returns, nor
+behind it; the walk down an attempt's chain is done once per new checkpoint (each ref's last
+answer is kept, and dropped when the release file changes); ``chain_findings`` omits exactly what the release file
 releases (by commit or by path), so export and replication agree on what is released.
 """
 

@@ -162,8 +162,7 @@ def attach(service: Service, server: Server, config: Config) -> None:
 def _origin(repo: pygit2.Repository, oid: pygit2.Oid) -> dict:
     trailers = Trailers(repo[oid].peel(pygit2.Commit).message)
     try:
-        seq = trailers.seq
-        tier = trailers.tier if seq is not None else None
+        seq, tier = trailers.seq, trailers.tier
     except TrailerError:
         seq = tier = None
     if seq is None:
