@@ -9,6 +9,9 @@ before it became ``Checkpoint.to_message``: a change to the format fails here.
 from __future__ import annotations
 
 import json
+import time
+from dataclasses import replace
+from pathlib import Path
 
 import pygit2
 import pytest
@@ -22,6 +25,9 @@ from snapshotd.core.checkpoint import (
     squash_message,
 )
 from snapshotd.core.keys import AttemptKey
+from snapshotd.ledger.ledger import Ledger
+from snapshotd.service.reconcile import reconcile_attempt
+from snapshotd.store.store import Store
 
 KEY = AttemptKey("run-1", "node é", 3, 2)
 LONG = "Edit  src/a.py\nmore " + "x" * 400
@@ -162,3 +168,55 @@ def test_export_messages_keep_their_format() -> None:
 def test_parse_trailers_gives_them_as_written() -> None:
     assert parse_trailers(PLAIN)["Snapshotd-Seq"] == "0"
     assert parse_trailers("subject: not a trailer\n") == {}
+
+
+# -- the two row builders agree: a capture's row and the one reconcile rebuilds ----------------
+
+
+def _chain(tmp_path) -> tuple[Store, Path, list[Checkpoint]]:
+    wt = tmp_path / "wt"
+    wt.mkdir()
+    store = Store(tmp_path / "home")
+    made: list[Checkpoint] = []
+    parent = None
+    for seq, extra in enumerate([{}, {"label": "Edit a", "tool_use_id": "toolu_1"},
+                                 {"secrets": FINDINGS, "tier": 2, "source": "watch"}]):
+        (wt / "a.txt").write_text(f"{seq}\n")
+        tree = store.worktree(wt).capture().tree
+        cp = Checkpoint(key=KEY, seq=seq, worktree=str(wt), tree=tree, parent=parent,
+                        added=int(seq == 0), modified=int(seq > 0), **extra)
+        parent = store.commit(cp, tree, parent)
+        made.append(replace(cp, commit=parent, created_at=time.time()))
+    return store, wt, made
+
+
+def test_reconcile_rebuilds_the_rows_a_capture_recorded(tmp_path) -> None:
+    store, wt, made = _chain(tmp_path)
+    recorded = Ledger(tmp_path / "recorded.db")
+    attempt = recorded.create_attempt(KEY, str(wt))
+    for cp in made:
+        recorded.record_checkpoint(attempt, cp.to_row())
+    rebuilt = Ledger(tmp_path / "rebuilt.db")
+    assert reconcile_attempt(store, rebuilt, KEY, made[-1].commit or "") == 3
+    ours = recorded.attempt_checkpoints(attempt.pk)
+    theirs = rebuilt.attempt_checkpoints(rebuilt.get_attempt(KEY).pk)
+    # What a commit cannot tell: the change counts and the capture's exact time.
+    unknown = {"added", "modified", "deleted", "created_at", "attempt_pk", "pk", "id"}
+    assert [{k: v for k, v in r.items() if k not in unknown} for r in theirs] == \
+        [{k: v for k, v in r.items() if k not in unknown} for r in ours]
+    assert theirs[2]["secrets"] == FINDINGS and theirs[1]["tool_use_id"] == "toolu_1"
+    assert [r["created_at"] for r in theirs] == [int(r["created_at"]) for r in theirs]
+
+
+def test_reconcile_stops_at_a_commit_without_a_seq_trailer(tmp_path) -> None:
+    store, wt, made = _chain(tmp_path)
+    repo = pygit2.Repository(str(store.path))
+    sig = pygit2.Signature("t", "t@example.invalid", 1_700_000_000, 0)
+    foreign = repo.create_commit(None, sig, sig, "not a checkpoint\n",
+                                 repo[made[-1].commit].peel(pygit2.Commit).tree_id,
+                                 [pygit2.Oid(hex=made[-1].commit)])
+    on_top = Checkpoint(key=KEY, seq=9, worktree=str(wt), tree=made[-1].tree)
+    tip = store.commit(on_top, made[-1].tree or "", str(foreign))
+    ledger = Ledger(tmp_path / "l.db")
+    assert reconcile_attempt(store, ledger, KEY, tip) == 1
+    assert [r["seq"] for r in ledger.attempt_checkpoints(ledger.get_attempt(KEY).pk)] == [9]
