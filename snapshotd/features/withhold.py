@@ -12,8 +12,9 @@ parent of its oldest held checkpoint (not at all when that is the first), and th
 Promises: a commit whose secrets trailer (``Checkpoint.secrets``) names a finding that is
 neither released by commit nor by path is never in what ``Withholder.target`` returns, nor
 behind it; the walk down an attempt's chain is done once per new checkpoint (each ref's last
-answer is kept, and dropped when the release file changes); ``chain_findings`` omits exactly what the release file
-releases (by commit or by path), so export and replication agree on what is released.
+answer is kept, and dropped when the release file changes); ``chain_findings`` omits exactly
+what the release file releases (by commit or by path), so export and replication agree on what
+is released.
 """
 
 from __future__ import annotations
