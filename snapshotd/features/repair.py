@@ -1,7 +1,7 @@
 """Rebuilding a damaged ledger from the store: the core of ``snapshotd repair``.
 
 Owns ``repair_ledger``: diagnose the ledger, rebuild it from the store's attempt refs and their
-commits' ``Snapshotd-*`` trailers (``reconcile.reconcile_attempt``, as start-up does) into a new
+commits' trailers (``reconcile.reconcile_attempt``, as start-up does) into a new
 file, keep the damaged file (and its ``-wal``, ``-shm``) beside it as ``<name>.damaged-<UTC
 time>``, and put the rebuilt one in place. What a rebuild recovers and what it cannot (pruned
 rows, change counts, deduplicated tool calls): docs/durability.md, "A damaged ledger";
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from snapshotd.core import errors
-from snapshotd.core.commit_message import parse_trailers
+from snapshotd.core.checkpoint import Trailers
 from snapshotd.core.errors import ServiceError
 from snapshotd.core.home_lock import DaemonLockError, HomeLock
 from snapshotd.core.keys import AttemptKey
@@ -93,7 +93,7 @@ def rebuild(store: Store, ledger: Ledger, salvaged: dict[AttemptKey, dict] | Non
     for key, tip in store.attempt_refs():
         try:
             commit = store.read_commit(tip)
-            worktree = parse_trailers(commit.message).get("Snapshotd-Worktree", "")
+            worktree = Trailers(commit.message).worktree or ""
             tips[key] = (tip, worktree, commit.commit_time)
         except (KeyError, ValueError, LedgerError, OSError) as exc:
             problems.append({**key.as_dict(), "detail": f"{type(exc).__name__}: {exc}"})

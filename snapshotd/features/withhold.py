@@ -7,11 +7,12 @@ unreleased findings of an attempt's chain (export refuses what would carry one).
 not commit: pushing a ref pushes its history, so the ref is pushed at the parent of its oldest
 held checkpoint (not at all when that is the first) and the rest waits.
 
-Promises: a commit whose ``Snapshotd-Secrets`` trailer names a finding that is neither released
-by commit nor by path is never in what ``Withholder.target`` returns, nor behind it; the walk
-down an attempt's chain is done once per new checkpoint (each ref's last answer is kept, and
-dropped when the release file changes); ``chain_findings`` omits exactly what the release file
-releases (by commit or by path), so export and replication agree on what is released.
+Promises: a commit whose secrets trailer (``Checkpoint.secrets``) names a finding that is
+neither released by commit nor by path is never in what ``Withholder.target`` returns, nor
+behind it; the walk down an attempt's chain is done once per new checkpoint (each ref's last
+answer is kept, and dropped when the release file changes); ``chain_findings`` omits exactly
+what the release file releases (by commit or by path), so export and replication agree on what
+is released.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import pygit2
 
-from snapshotd.core.commit_message import parse_trailers
+from snapshotd.core.checkpoint import TrailerError, Trailers
 
 log = logging.getLogger("snapshotd.replication")
 
@@ -32,7 +33,7 @@ RELEASES_FILE = "secrets-released.json"
 
 def findings_of(commit: pygit2.Commit) -> list[dict]:
     """The findings a checkpoint commit was marked with (``[]`` for none)."""
-    raw = parse_trailers(commit.message).get("Snapshotd-Secrets")
+    raw = Trailers(commit.message).secrets_text
     if not raw:
         return []
     try:
@@ -54,16 +55,25 @@ def chain_findings(repo: pygit2.Repository, tip: str, home: Path) -> list[dict]:
     while commit is not None:
         oid = str(commit.id)
         if oid not in commits:
-            seq = parse_trailers(commit.message).get("Snapshotd-Seq")
+            seq = _listed_seq(commit)
             for f in reversed(findings_of(commit)):
                 if f.get("path") in paths:
                     continue
                 found.append({"path": f.get("path"), "line": f.get("line"), "kind": f.get("kind"),
-                              "seq": int(seq) if seq and seq.isdigit() else None, "commit": oid,
+                              "seq": seq, "commit": oid,
                               "blob": blob_at(commit.tree, f.get("path"))})
         commit = commit.parents[0] if commit.parents else None
     found.reverse()
     return found
+
+
+def _listed_seq(commit: pygit2.Commit) -> int | None:
+    """The seq a finding is listed with: None when the commit has none it can read."""
+    try:
+        seq = Trailers(commit.message).seq
+    except TrailerError:
+        return None
+    return seq if seq is not None and seq >= 0 else None
 
 
 def blob_at(tree: pygit2.Tree, path: object) -> str | None:
@@ -118,8 +128,8 @@ class Withholder:
         if held is None:
             return tip, None
         held_commit = repo.get(held)
-        seq = parse_trailers(held_commit.message).get("Snapshotd-Seq")
-        record = {"commit": held, "seq": int(seq) if seq else None, "findings": findings}
+        record = {"commit": held, "seq": Trailers(held_commit.message).seq,
+                  "findings": findings}
         parent = str(held_commit.parents[0].id) if held_commit.parents else None
         return parent, record
 

@@ -179,13 +179,6 @@ def checkpoint_from_row(row: Any) -> dict:
     }
 
 
-def json_text(value: object) -> str:
-    """``value`` as JSON text a ledger TEXT column can store: a name's bytes that are not UTF-8
-    (the lone surrogates ``os.fsdecode`` makes) become ``\\udcNN`` escapes, which ``json.loads``
-    turns back into the same string."""
-    return json.dumps(value, ensure_ascii=False).encode("utf-8", "backslashreplace").decode()
-
-
 def percentiles(samples: list[float]) -> dict:
     """``{"count", "p50", "p99"}`` of latency samples (``status``)."""
     if not samples:

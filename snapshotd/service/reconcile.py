@@ -2,7 +2,7 @@
 
 Owns the repair of a crash (or a ledger fault) between a checkpoint's ref update and its ledger
 row: the rows the ref's chain holds but the ledger lacks are rebuilt from the commits' trailers
-(``Snapshotd-Seq``, ``-Source``, ``-Tier``, ``-Label``, ``-Tool-Use-Id``, ``-Worktree``). An
+(``Checkpoint.from_commit``: seq, source, tier, label, tool call, worktree, secrets). An
 attempt the ledger does not know is recreated ``interrupted``; one that cannot be reconciled (a
 broken ref, a missing commit, an unreadable row) goes to ``service.damage``, the others go on.
 And of a power cut with ``durability = "process"``, which can take an attempt's newest commits
@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import pygit2
 
-from snapshotd.core.commit_message import parse_trailers
+from snapshotd.core.checkpoint import Checkpoint, Trailers
 from snapshotd.core.keys import AttemptKey
 from snapshotd.ledger.ledger import Attempt, Ledger, LedgerDamaged
 from snapshotd.service.damage import DamageRegistry, repair_ref
@@ -105,8 +105,8 @@ def reconcile_attempt(store: Store, ledger: Ledger, key: AttemptKey, tip: str) -
     missing: list[pygit2.Commit] = []
     commit = store.read_commit(tip)
     while True:
-        seq = int(parse_trailers(commit.message).get("Snapshotd-Seq", "-1"))
-        if seq in known or seq < 0:
+        seq = Trailers(commit.message).seq
+        if seq is None or seq in known or seq < 0:  # no seq: not a checkpoint, the chain ends
             break
         missing.append(commit)
         if not commit.parents:
@@ -115,19 +115,11 @@ def reconcile_attempt(store: Store, ledger: Ledger, key: AttemptKey, tip: str) -
     if not missing:
         return 0
     if attempt is None:
-        worktree = parse_trailers(missing[-1].message).get("Snapshotd-Worktree", "")
+        worktree = Trailers(missing[-1].message).worktree or ""
         attempt = ledger.create_attempt(key, worktree, state="interrupted")
     for c in reversed(missing):
-        t = parse_trailers(c.message)
-        ledger.record_checkpoint(attempt, {
-            "seq": int(t["Snapshotd-Seq"]), "commit": str(c.id), "tree": str(c.tree_id),
-            "parent": str(c.parents[0].id) if c.parents else None,
-            "source": t.get("Snapshotd-Source", "hook"),
-            "tier": int(t.get("Snapshotd-Tier", "1")), "label": t.get("Snapshotd-Label"),
-            "tool_use_id": t.get("Snapshotd-Tool-Use-Id"), "secrets": t.get("Snapshotd-Secrets"),
-            "worktree": t.get("Snapshotd-Worktree", attempt.worktree),
-            "created_at": float(c.commit_time),
-        })
+        checkpoint = Checkpoint.from_commit(c, key, worktree=attempt.worktree)
+        ledger.record_checkpoint(attempt, checkpoint.to_row())
     return len(missing)
 
 

@@ -20,16 +20,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pygit2
 
 from snapshotd.capture.stat_cache import Capture
 from snapshotd.core import errors, faults
-from snapshotd.core.commit_message import CheckpointMeta, parse_trailers
+from snapshotd.core.checkpoint import Checkpoint, Trailers
 from snapshotd.core.errors import ServiceError
 from snapshotd.core.user_repo import user_head
-from snapshotd.ledger.base import json_text
 from snapshotd.ledger.ledger import Attempt, DuplicateToolCall, Ledger, SeqConflict
 from snapshotd.service.request import SnapshotRequest
 from snapshotd.service.seqmarks import SeqMarks
@@ -74,20 +74,17 @@ class Recorder:
                                f"could not reserve a seq for {attempt.key}: {exc}") from exc
         added, modified, deleted = self._changes(head, capture.tree)
         found = capture.secrets[:MAX_SECRET_FINDINGS] or None
-        meta = CheckpointMeta(key=attempt.key, seq=seq, tier=req.tier, source=req.source,
-                              worktree=root, label=req.label, tool_use_id=req.tool_use_id,
-                              base=user_head(Path(root)) if head is None else None,
-                              secrets=found)
         parent = str(head.id) if head else None
+        checkpoint = Checkpoint(key=attempt.key, seq=seq, tier=req.tier, source=req.source,
+                                worktree=root, label=req.label, tool_use_id=req.tool_use_id,
+                                base=user_head(Path(root)) if head is None else None,
+                                secrets=found, tree=capture.tree, parent=parent, added=added,
+                                modified=modified, deleted=deleted,
+                                skipped=capture.skipped or None)
         commit = None
         try:
-            commit = self.store.commit(meta, capture.tree, parent)
-            row = {"seq": seq, "commit": commit, "tree": capture.tree, "parent": parent,
-                   "source": req.source, "tier": req.tier, "label": req.label,
-                   "tool_use_id": req.tool_use_id, "worktree": root, "added": added,
-                   "modified": modified, "deleted": deleted, "created_at": time.time(),
-                   "skipped": json_text(capture.skipped) if capture.skipped else None,
-                   "secrets": json_text(found) if found else None}
+            commit = self.store.commit(checkpoint, capture.tree, parent)
+            row = replace(checkpoint, commit=commit, created_at=time.time()).to_row()
             faults.delay("before-row")
             self.ledger.record_checkpoint(attempt, row)
             faults.crash_point("after-row")
@@ -139,16 +136,10 @@ class Recorder:
             samples.append(elapsed)
             if len(samples) > _LATENCY_SAMPLES:
                 del samples[:_LATENCY_SAMPLES // 2]
-        out = attempt.key.as_dict()
-        out.update(seq=cp["seq"], commit=cp["commit"], tree=cp["tree"], deduped=deduped,
-                   elapsed_ms=round(elapsed, 3), worktree=attempt.worktree,
-                   skipped=skipped or [],
-                   changes=changes or {"added": 0, "modified": 0, "deleted": 0})
-        if repeated:
-            out["repeated"] = True
-        if scan is not None:
-            out["scan"] = scan  # "fast" (the watcher's changed paths) or "full" (a stat scan)
-        return out
+        answer = Checkpoint(key=attempt.key, seq=cp["seq"], commit=cp["commit"],
+                            tree=cp["tree"], worktree=attempt.worktree)
+        return answer.to_reply(deduped=deduped, elapsed_ms=round(elapsed, 3),
+                               repeated=repeated, skipped=skipped, changes=changes, scan=scan)
 
     def _announce(self, attempt: Attempt, row: dict) -> None:
         for listener in self.on_checkpoint:
@@ -159,8 +150,9 @@ class Recorder:
 
     def _next_seq(self, head: pygit2.Commit | None, last: dict | None) -> int:
         from_row = int(last["seq"]) if last is not None else -1
-        trailers = parse_trailers(head.message) if head is not None else {}
-        return max(from_row, int(trailers.get("Snapshotd-Seq", "-1"))) + 1
+        # A head without a seq trailer counts as none: the row decides.
+        from_ref = Trailers(head.message).seq if head is not None else None
+        return max(from_row, -1 if from_ref is None else from_ref) + 1
 
     def _changes(self, head: pygit2.Commit | None, tree: str) -> tuple[int, int, int]:
         """Files added, modified and deleted against the previous checkpoint: walks only the

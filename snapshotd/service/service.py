@@ -28,7 +28,7 @@ import pygit2
 from snapshotd import __version__
 from snapshotd.capture.stat_cache import Capture
 from snapshotd.core import errors, faults
-from snapshotd.core.commit_message import parse_trailers
+from snapshotd.core.checkpoint import Trailers
 from snapshotd.core.config import Config
 from snapshotd.core.errors import ServiceError, id_field, int_field, opt_int_field
 from snapshotd.core.keys import AttemptKey
@@ -339,7 +339,10 @@ class Service:
             self.counters["fast_captures" if not capture.full_scan else "full_scans"] += 1
             last = self._level_ledger(attempt, req, head)
             if head is not None and str(head.tree_id) == capture.tree:
-                seq = int(parse_trailers(head.message).get("Snapshotd-Seq", "0"))
+                # A head without a seq trailer reads as seq 0: only a ledger whose newest
+                # row is seq 0 then takes the unchanged tree as that checkpoint.
+                found = Trailers(head.message).seq
+                seq = 0 if found is None else found
                 if last is not None and last["seq"] == seq:
                     if req.tool_use_id:
                         self.ledger.record_tool_call(attempt, req.tool_use_id, seq)

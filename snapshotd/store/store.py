@@ -30,7 +30,7 @@ import pygit2
 from snapshotd.capture.scan_rules import source_readable
 from snapshotd.capture.stat_cache import WorktreeIndex, worktree_id
 from snapshotd.core import faults
-from snapshotd.core.commit_message import CheckpointMeta, build_message
+from snapshotd.core.checkpoint import Checkpoint
 from snapshotd.core.durable import sync_dirs
 from snapshotd.core.keys import REF_PREFIX, AttemptKey
 from snapshotd.store.errors import (
@@ -194,23 +194,23 @@ class Store:
             raise StoreError("commit-failed", f"could not read {key.ref} in {self.path}: "
                              f"{type(exc).__name__}: {exc}") from exc
 
-    def commit(self, meta: CheckpointMeta, tree: str, parent: str | None) -> str:
+    def commit(self, checkpoint: Checkpoint, tree: str, parent: str | None) -> str:
         """Write a checkpoint commit and move the attempt's ref to it. Returns the commit id.
         Raises ``StoreError``: ``store-write-failed`` when the disk refused the write,
         ``commit-failed`` otherwise."""
         try:
-            return self._commit(meta, tree, parent)
+            return self._commit(checkpoint, tree, parent)
         except (pygit2.GitError, OSError) as exc:
             reason = STORE_WRITE_FAILED if is_write_failure(exc) else "commit-failed"
-            raise StoreError(reason, f"could not write the checkpoint commit of {meta.key}: "
+            raise StoreError(reason, f"could not write the checkpoint commit of {checkpoint.key}: "
                              f"{type(exc).__name__}: {exc}") from exc
 
-    def _commit(self, meta: CheckpointMeta, tree: str, parent: str | None) -> str:
+    def _commit(self, checkpoint: Checkpoint, tree: str, parent: str | None) -> str:
         when = int(time.time())
         offset = -time.timezone // 60 if time.localtime().tm_isdst == 0 else -time.altzone // 60
         sig = pygit2.Signature(SIGNATURE_NAME, SIGNATURE_EMAIL, when, offset)
         # Formatted here, not by ``create_commit``, which parses the whole root tree first.
-        raw = commit_bytes(tree, [parent] if parent else [], sig, sig, build_message(meta))
+        raw = commit_bytes(tree, [parent] if parent else [], sig, sig, checkpoint.to_message())
         with self.lock:
             faults.check("objects")
             self._require_objects([tree] + ([parent] if parent else []))
@@ -222,10 +222,10 @@ class Store:
                 oid = self.stored_objects.write("commit", raw)
                 faults.crash_point("after-commit")
                 try:
-                    if self._move_ref(meta.key.ref, oid):
+                    if self._move_ref(checkpoint.key.ref, oid):
                         break
-                    new_ref = self.repo.references.get(meta.key.ref) is None
-                    self.repo.references.create(meta.key.ref, oid, force=True)
+                    new_ref = self.repo.references.get(checkpoint.key.ref) is None
+                    self.repo.references.create(checkpoint.key.ref, oid, force=True)
                     break
                 except pygit2.GitError as exc:
                     # Seen under a concurrent `git gc` with a short prune grace, which deleted
@@ -238,7 +238,7 @@ class Store:
                                 "again", oid, exc)
             faults.crash_point("after-ref")
             if self.fsync:
-                self._make_names_durable(meta.key, new_ref)
+                self._make_names_durable(checkpoint.key, new_ref)
         return str(oid)
 
     def rewind(self, key: AttemptKey, tip: str, to: str | None) -> bool:

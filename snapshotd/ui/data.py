@@ -21,7 +21,7 @@ from pathlib import Path
 import pygit2
 
 from snapshotd.core import errors
-from snapshotd.core.commit_message import parse_trailers
+from snapshotd.core.checkpoint import parse_trailers
 from snapshotd.core.errors import ServiceError
 from snapshotd.service import listing
 from snapshotd.service.checkpoints import empty_tree, find_checkpoint, selection

@@ -335,3 +335,22 @@ def test_the_docs_name_only_files_that_exist() -> None:
                  for number, line in enumerate(page.read_text().splitlines(), 1)
                  for found in pattern.findall(line) if not (ROOT / found).is_file()]
     _report(offenders)
+
+
+# A checkpoint trailer's name (``Snapshotd-Seq``, ...) or the prefix as a string to build one
+# from; not an HTTP header (``X-Snapshotd-...``).
+TRAILER_NAME = re.compile(r"(?<![\w-])Snapshotd-(?:[A-Za-z]|[\"'])")
+CHECKPOINT_MODULE = "snapshotd.core.checkpoint"
+
+
+def test_only_the_checkpoint_module_spells_a_trailer_name() -> None:
+    """One home for the checkpoint's trailers: any other module reads and writes them through
+    ``snapshotd.core.checkpoint`` (its names, ``Trailers``, ``Checkpoint``)."""
+    home = MODULES[CHECKPOINT_MODULE].read_text()
+    assert TRAILER_NAME.search(home), "the checkpoint module no longer names its trailers"
+    offenders = [f"{path.relative_to(ROOT)}:{i}: {line.strip()}"
+                 for name, path in MODULES.items()
+                 if name.startswith("snapshotd.") and name != CHECKPOINT_MODULE
+                 for i, line in enumerate(path.read_text().splitlines(), 1)
+                 if TRAILER_NAME.search(line)]
+    _report(offenders)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from snapshotd.core.commit_message import CheckpointMeta
+from snapshotd.core.checkpoint import Checkpoint
 from snapshotd.core.keys import AttemptKey
 from snapshotd.store.loose_refs import OLD_SUFFIX, SPARE_SUFFIX, LooseRefMover
 from snapshotd.store.recovery import remove_stale_locks
@@ -154,7 +154,7 @@ def test_the_daemons_store_moves_attempt_refs_this_way_and_deletes_their_spares(
     commits: list[str] = []
     for seq in range(3):
         (wt / "a.txt").write_text(f"{seq}\n")
-        meta = CheckpointMeta(key=key, seq=seq, tier=1, source="cli", worktree=str(wt))
+        meta = Checkpoint(key=key, seq=seq, tier=1, source="cli", worktree=str(wt))
         commits.append(store.commit(meta, store.worktree(wt).capture().tree,
                                     commits[-1] if commits else None))
         assert _rev(store.path, key.ref) == commits[-1]

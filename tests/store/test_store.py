@@ -10,7 +10,7 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from snapshotd.core.commit_message import CheckpointMeta
+from snapshotd.core.checkpoint import Checkpoint
 from snapshotd.core.keys import AttemptKey
 from snapshotd.store.store import CACHE_REF_PREFIX, Store, StoreError, worktree_id
 from tests.conftest import Daemon, Env, git
@@ -26,7 +26,7 @@ def _store_with_one_checkpoint(tmp_path: Path) -> tuple[Store, Path, str]:
     (wt / "a.txt").write_text("a\n")
     store = Store(tmp_path / "home")
     tree = store.worktree(wt).capture().tree
-    meta = CheckpointMeta(key=KEY, seq=0, tier=1, source="cli", worktree=str(wt))
+    meta = Checkpoint(key=KEY, seq=0, tier=1, source="cli", worktree=str(wt))
     return store, wt, store.commit(meta, tree, None)
 
 
@@ -84,7 +84,7 @@ def test_rewrite_chain_keeps_trees_and_messages_with_new_parents(tmp_path: Path)
     for seq in (1, 2):
         (wt / "a.txt").write_text(f"{seq}\n")
         tree = store.worktree(wt).capture().tree
-        meta = CheckpointMeta(key=KEY, seq=seq, tier=1, source="cli", worktree=str(wt))
+        meta = Checkpoint(key=KEY, seq=seq, tier=1, source="cli", worktree=str(wt))
         commits.append(store.commit(meta, tree, commits[-1]))
     # Drop seq 1: seq 2 is rewritten onto seq 0.
     (new,) = store.rewrite_chain([commits[2]], commits[0])
@@ -152,7 +152,7 @@ def test_a_ref_locked_by_another_writer_fails_the_commit_and_moves_nothing(
     tree = store.repo[first].peel(pygit2.Commit).tree_id
     lock = store.path / (KEY.ref + ".lock")
     lock.write_text("held\n")
-    meta = CheckpointMeta(key=KEY, seq=1, tier=1, source="cli", worktree=str(wt))
+    meta = Checkpoint(key=KEY, seq=1, tier=1, source="cli", worktree=str(wt))
     with pytest.raises(StoreError) as caught:
         store.commit(meta, str(tree), first)
     assert caught.value.reason == "commit-failed"

@@ -26,7 +26,7 @@ from pathlib import Path
 import pygit2
 
 from snapshotd.core import errors
-from snapshotd.core.commit_message import parse_trailers
+from snapshotd.core.checkpoint import SEQ, TrailerError, Trailers
 from snapshotd.core.config import redact_url
 from snapshotd.core.errors import ServiceError, id_field
 from snapshotd.core.keys import AttemptKey
@@ -189,20 +189,19 @@ def _verify_chain(service: Service, repo: pygit2.Repository, key: AttemptKey, ti
     attempt = service.ledger.get_attempt(key)
     rows = {r["seq"]: r for r in service.ledger.attempt_checkpoints(attempt.pk)} \
         if attempt else {}
-    expected = {"Snapshotd-Run": key.run_id, "Snapshotd-Node": key.node_id,
-                "Snapshotd-Iteration": str(key.iteration), "Snapshotd-Attempt": str(key.attempt)}
     commit = repo[tip].peel(pygit2.Commit)
     previous_seq: int | None = None
     while True:
-        t = parse_trailers(commit.message)
-        for name, value in expected.items():
-            if t.get(name) != value:
-                raise _Refused(f"commit {str(commit.id)[:12]} says {name} {t.get(name)!r}, "
-                               f"not {value!r}")
+        t = Trailers(commit.message)
+        mismatch = t.key_mismatch(key)
+        if mismatch is not None:
+            raise _Refused(f"commit {str(commit.id)[:12]} says {mismatch}")
         try:
-            seq = int(t["Snapshotd-Seq"])
-        except (KeyError, ValueError):
-            raise _Refused(f"commit {str(commit.id)[:12]} has no valid Snapshotd-Seq") from None
+            seq = t.seq
+        except TrailerError:
+            seq = None
+        if seq is None:
+            raise _Refused(f"commit {str(commit.id)[:12]} has no valid {SEQ}")
         if seq < 0 or (previous_seq is not None and seq >= previous_seq):
             raise _Refused(f"commit {str(commit.id)[:12]} has seq {seq} out of order")
         row = rows.get(seq)

@@ -25,7 +25,7 @@ import pygit2
 from pygit2.enums import BlameFlag
 
 from snapshotd.core import errors
-from snapshotd.core.commit_message import parse_trailers
+from snapshotd.core.checkpoint import DEFAULT_TIER, SEQ, TrailerError, Trailers
 from snapshotd.core.errors import ServiceError
 from snapshotd.ops import backend
 from snapshotd.service.checkpoints import find_checkpoint, selection
@@ -97,7 +97,7 @@ def blame_commit(repo: pygit2.Repository, commit: str, path: str) -> list[dict]:
         entry = tip.tree[path]
     except KeyError:
         raise ServiceError(errors.NOT_FOUND, f"{path} is not in checkpoint "
-                           f"{parse_trailers(tip.message).get('Snapshotd-Seq', '?')} "
+                           f"{_seq_text(tip.message)} "
                            f"({commit[:12]})") from None
     if entry.type_str != "blob":
         raise ServiceError(errors.BAD_REQUEST, f"{path} is a directory in that checkpoint; "
@@ -157,15 +157,22 @@ def attach(service: Service, server: Registry, config: Config) -> None:
 
 
 def _origin(repo: pygit2.Repository, oid: pygit2.Oid) -> dict:
-    trailers = parse_trailers(repo[oid].peel(pygit2.Commit).message)
+    trailers = Trailers(repo[oid].peel(pygit2.Commit).message)
     try:
-        seq: int | None = int(trailers["Snapshotd-Seq"])
-        tier: int | None = int(trailers.get("Snapshotd-Tier", "1"))
-    except (KeyError, ValueError):
-        seq = tier = None  # not a checkpoint commit: a store written by something else
-    return {"seq": seq, "tool_use_id": trailers.get("Snapshotd-Tool-Use-Id"),
-            "label": trailers.get("Snapshotd-Label"), "tier": tier,
-            "source": trailers.get("Snapshotd-Source")}
+        seq, tier = trailers.seq, trailers.tier
+    except TrailerError:
+        seq = tier = None
+    if seq is None:
+        tier = None  # not a checkpoint commit: a store written by something else
+    elif tier is None:
+        tier = DEFAULT_TIER
+    return {"seq": seq, "tool_use_id": trailers.tool_use_id, "label": trailers.label,
+            "tier": tier, "source": trailers.source}
+
+
+def _seq_text(message: str) -> str:
+    """A checkpoint's seq as its trailer spells it, for a message: ``?`` when it has none."""
+    return Trailers(message).raw.get(SEQ, "?")
 
 
 def _relative(path: object, worktree: str) -> str:

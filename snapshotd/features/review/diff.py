@@ -25,7 +25,7 @@ import pygit2
 from pygit2.enums import DiffOption, DiffStatsFormat
 
 from snapshotd.core import errors
-from snapshotd.core.commit_message import parse_trailers
+from snapshotd.core.checkpoint import Trailers
 from snapshotd.core.errors import ServiceError, int_value
 from snapshotd.core.keys import AttemptKey
 from snapshotd.service.checkpoints import current_tree_of, empty_tree, find_checkpoint, selection
@@ -160,10 +160,11 @@ def _fit(out: dict) -> None:
 
 def _seq_of(repo: pygit2.Repository, commit: str, guess: int | None) -> int | None:
     try:
-        value = parse_trailers(repo[commit].peel(pygit2.Commit).message).get("Snapshotd-Seq")
+        message = repo[commit].peel(pygit2.Commit).message
     except (KeyError, ValueError, pygit2.GitError):
         return guess
-    return int(value) if value is not None else guess
+    seq = Trailers(message).seq  # a malformed seq trailer raises: the store is damaged
+    return seq if seq is not None else guess
 
 
 def _key(cp: dict) -> AttemptKey:

@@ -4,12 +4,12 @@ Owns ``export_checkpoints`` (the ``export`` op, ``snapshotd export``, the MCP to
 (the front ends' one call: daemon or local) and ``attach``. Promises (docs/review.md, "Export"):
 - One commit per checkpoint in (``from_seq``, ``to_seq``] of one attempt, or one with ``squash``;
   a checkpoint whose tree equals the previous one gives none (``skipped``); messages carry the
-  label and ``Snapshotd-*`` trailers. The first parent is the user's HEAD when the attempt began
-  (``Snapshotd-Base``), else HEAD now, else none (``base_source`` says which).
+  label and the checkpoint's trailers (``Checkpoint.export_message``, ``squash_message``). The
+  first parent is the user's HEAD when the attempt began (the base trailer), else HEAD now, else none (``base_source`` says which).
 - ``branch`` writes only objects and a new ``refs/heads/NAME`` (an existing NAME: ``conflict``,
   before any write); ``patches`` writes a ``git am``-able series into a new or empty directory
   from a scratch repository borrowing the user's objects read-only.
-- A tree holding an unreleased secret finding (``Snapshotd-Secrets``, ``withhold``) is refused
+- A tree holding an unreleased secret finding (the secrets trailer, ``withhold``) is refused
   (``secret-held``, naming path:line kind, never the value) before any write, unless
   ``allow_secrets``; a file the base already holds byte for byte is not counted. Trees are
   exported as the checkpoints hold them (bytes; ignored or skipped files not reconciled).
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import pygit2
 
 from snapshotd.core import errors
-from snapshotd.core.commit_message import parse_trailers
+from snapshotd.core.checkpoint import Checkpoint, Trailers, squash_message
 from snapshotd.core.errors import ServiceError, abs_path_field, bool_field, opt_int_field
 from snapshotd.core.user_repo import common_dir, not_regular, objects_dir, open_user_repo
 from snapshotd.features.withhold import blob_at, chain_findings
@@ -222,7 +222,7 @@ def _base(store: pygit2.Repository, tip: str, user: pygit2.Repository | None
     recorded = None
     commit = store[tip].peel(pygit2.Commit)
     while True:
-        recorded = parse_trailers(commit.message).get("Snapshotd-Base") or recorded
+        recorded = Trailers(commit.message).base or recorded
         if not commit.parents:
             break
         commit = commit.parents[0]
@@ -324,30 +324,9 @@ def _committer(target: pygit2.Repository) -> pygit2.Signature | None:
 
 
 def _message(row: dict) -> str:
-    subject = _one_line(row.get("label") or "") or f"snapshotd: {row['source']} seq {row['seq']}"
-    return subject + "\n\n" + _trailers(row, [("Snapshotd-Seq", str(row["seq"]))])
+    return Checkpoint.from_row(row).export_message()
 
 
 def _squash_message(rows: list[dict]) -> str:
-    last = rows[-1]
-    subject = (f"snapshotd: {last['run_id']}/{last['node_id']} checkpoints "
-               f"{format_seqs([r['seq'] for r in rows])}")
-    body = "".join(f"- seq {r['seq']}: {_one_line(r.get('label') or '') or r['source']}"
-                   + (f" [{r['tool_use_id']}]" if r.get("tool_use_id") else "") + "\n"
-                   for r in rows)
-    return (subject + "\n\n" + body + "\n"
-            + _trailers(last, [("Snapshotd-Seqs", format_seqs([r["seq"] for r in rows]))],
-                        tool=False))
-
-
-def _trailers(row: dict, seq: list[tuple[str, str]], *, tool: bool = True) -> str:
-    pairs = [("Snapshotd-Run", row["run_id"]), ("Snapshotd-Node", row["node_id"]),
-             ("Snapshotd-Iteration", str(row["iteration"])),
-             ("Snapshotd-Attempt", str(row["attempt"])), *seq]
-    if tool and row.get("tool_use_id"):
-        pairs.append(("Snapshotd-Tool-Use-Id", _one_line(row["tool_use_id"])))
-    return "".join(f"{k}: {v}\n" for k, v in pairs)
-
-
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())[:200]
+    return squash_message([Checkpoint.from_row(r) for r in rows],
+                          format_seqs([r["seq"] for r in rows]))
