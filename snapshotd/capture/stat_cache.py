@@ -20,7 +20,7 @@ Promises:
   directory captured before keeps its last captured content; see ``scan_rules``), and names
   git refuses in a tree (``invalid-path``: a ``.git`` in another case once, with all it holds).
 - Credential files (``secrets.secret_file_kind``) are not captured unless ``secret_files`` is
-  ``capture`` for this worktree (``Store.secret_policy``): each is listed as skipped with
+  ``capture`` for this worktree (``CaptureSettings.secret_policy``): each is listed as skipped with
   reason ``secret``.
 - Unchanged files are never re-hashed; a file written within the racy window of a capture is
   re-hashed at the next full scan.
@@ -41,7 +41,6 @@ Promises:
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import stat
@@ -70,6 +69,7 @@ from snapshotd.capture.nested_repos import Workspace, WorkspaceMatcher
 from snapshotd.capture.scan_rules import DirNames, NestedRepos, git_dir_alias_of
 from snapshotd.capture.tracked_ignored import TrackedIgnored
 from snapshotd.core import durable, faults
+from snapshotd.core.keys import worktree_id
 from snapshotd.core.secrets import may_name_secret_files, scan_paths, secret_files_among
 from snapshotd.store.errors import STORE_WRITE_FAILED, StoreError, odb_retry
 from snapshotd.store.trees import (
@@ -80,6 +80,7 @@ from snapshotd.store.trees import (
 )
 
 if TYPE_CHECKING:
+    from snapshotd.capture.stat_caches import CaptureSettings
     from snapshotd.store.store import Store
 
 log = logging.getLogger("snapshotd.store")
@@ -100,16 +101,18 @@ class WorktreeIndex:
     Not thread-safe: the service serializes every call for one worktree.
     """
 
-    def __init__(self, store: Store, wt_id: str, root: Path, gitdir: Path | None = None) -> None:
+    def __init__(self, store: Store, wt_id: str, root: Path, gitdir: Path | None = None, *,
+                 settings: CaptureSettings) -> None:
         self.store = store
         self.id = wt_id
         self.root = root
         self.gitdir = gitdir or store.home / "worktrees" / wt_id
+        self.settings = settings
         # Nested repositories, each captured whole by a cache of its own (``nested_repos``).
         self.workspace = Workspace(root, self.gitdir, lambda sub, sub_gitdir: WorktreeIndex(
-            store, worktree_id(sub), sub, sub_gitdir))
-        self.max_file_bytes = store.max_file_bytes
-        self.secret_files, self.secret_scan = store.secret_policy(root)
+            store, worktree_id(sub), sub, sub_gitdir, settings=settings))
+        self.max_file_bytes = settings.max_file_bytes
+        self.secret_files, self.secret_scan = settings.secret_policy(root)
         # What the user tracks although the rules ignore it: kept, as ``git add -A`` keeps it.
         self.tracked_ignored = TrackedIgnored(root, self.gitdir)
         self._repo: pygit2.Repository | None = None
@@ -444,7 +447,7 @@ class WorktreeIndex:
         if not force and sources == self._exclude_sources:
             return
         self._exclude_sources = sources
-        write_excludes(self.gitdir, self.root, sources, self.store.excludes)
+        write_excludes(self.gitdir, self.root, sources, self.settings.excludes)
         if self._repo is not None and not force:
             self._reopen()  # libgit2 reads core.excludesFile once per repository object
 
@@ -464,13 +467,6 @@ def _check_objects_fault() -> None:
         faults.check("objects")
     except OSError as exc:
         raise StoreError(STORE_WRITE_FAILED, f"could not write objects: {exc}") from exc
-
-
-def worktree_id(root: Path) -> str:
-    """A stable id for a worktree path (its stat cache directory name)."""
-    digest = hashlib.sha256(os.fsencode(str(root))).hexdigest()[:16]
-    name = "".join(c if c.isalnum() or c in "-_." else "-" for c in root.name)[:40] or "root"
-    return f"{name}-{digest}"
 
 
 def _utf8(path: str) -> bool:

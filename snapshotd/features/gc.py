@@ -248,14 +248,14 @@ def reclaim(service: Service, safety_interval_s: float = SAFETY_INTERVAL_S) -> N
     then gc runs with the store's object gate held alone: captures wait for it (no capture is
     in flight, every object a capture wrote is named by a ref or a stat cache's keep ref)."""
     if safety_interval_s >= SAFETY_INTERVAL_S:
-        service.store.refresh_cache_refs(service.worktree_lock)
+        service.caches.refresh_keep_refs(service.worktree_lock)
         _git_gc(service, safety_interval_s)
         return
     with service.store.gate.exclusive():
         # No capture holds the gate, and captures are what change a stat cache: the caches are
         # read without their worktree locks (taking one here could wait on a capture that is
         # waiting on the gate).
-        service.store.refresh_cache_refs(lambda _root: contextlib.nullcontext())
+        service.caches.refresh_keep_refs(lambda _root: contextlib.nullcontext())
         _git_gc(service, safety_interval_s)
 
 

@@ -14,7 +14,7 @@ Promises:
   (idempotent), so the path is gone from all of that attempt's chain or (a crash before the
   journal) from none of it. Attempts are purged one after another: after a crash, some
   attempts of the run may be purged and others not yet; ``purge`` run again finishes them.
-- The worktree's stat cache is forgotten, on disk and its keep ref too (``Store.forget_cache``:
+- The worktree's stat cache is forgotten, on disk and its keep ref too (``StatCaches.forget``:
   it would keep the old blob reachable), after a crash as well; the old commits and blobs are
   unreachable afterwards and go at the next ``gc`` once older than its safety interval (a
   capture in flight is never robbed of an object).
@@ -139,7 +139,7 @@ def _complete(service: Service, journal: dict) -> None:
         service.store.set_attempt_ref(key, tip)
     # The stat cache holds the path's blob and would keep it reachable (its keep ref, and
     # the tree gc names from a cache on disk): it starts afresh.
-    service.store.forget_cache(Path(attempt.worktree))
+    service.caches.forget(Path(attempt.worktree))
 
 
 def _rewrite(service: Service, attempt: Attempt, rows: list[dict], parent: str | None,

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from snapshotd.core import errors
 from snapshotd.core.commit_message import parse_trailers
 from snapshotd.core.errors import ServiceError
-from snapshotd.core.keys import AttemptKey
+from snapshotd.core.keys import AttemptKey, worktree_id
 from snapshotd.daemon.listener import DaemonLockError, HomeLock
 from snapshotd.ledger.ledger import (
     ACTIVE,
@@ -46,7 +46,7 @@ from snapshotd.ledger.ledger import (
     ledger_url,
 )
 from snapshotd.service.reconcile import reconcile_attempt
-from snapshotd.store.store import Store, worktree_id
+from snapshotd.store.store import Store
 
 if TYPE_CHECKING:
     from snapshotd.core.config import Config

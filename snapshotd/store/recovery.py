@@ -9,7 +9,7 @@ writes there):
 - the store's own files: a ``HEAD`` or ``config`` that is empty or does not parse, or a
   missing ``objects``/``refs`` directory, is rebuilt (``HEAD`` names no branch we use; the
   config holds only the settings below), never trusted; an ``info/attributes`` that is not
-  ``raw_bytes.STORE_ATTRIBUTES`` is rewritten, and the stat caches dropped.
+  ``attributes.STORE_ATTRIBUTES`` is rewritten, and the stat caches dropped.
 
 - lock files (``*.lock``) under ``refs/``, beside ``HEAD``/``config``/``packed-refs``, and in
   the stat caches' git dirs: a writer killed (or a power cut) between taking one and renaming
@@ -44,9 +44,10 @@ from pathlib import Path
 
 import pygit2
 
-from snapshotd.capture.raw_bytes import drop_stat_caches, ensure_raw_attributes
 from snapshotd.core.durable import boot_id, fsync_path, make_dirs, sync_dirs, sync_tree, write_file
-from snapshotd.store.loose_refs import is_spare, spare_in_use
+from snapshotd.core.keys import is_spare
+from snapshotd.store.attributes import drop_stat_caches, ensure_raw_attributes
+from snapshotd.store.loose_refs import spare_in_use
 
 log = logging.getLogger("snapshotd.recovery")
 

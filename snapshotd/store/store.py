@@ -7,12 +7,13 @@ handle, and ``Store.gate`` (``store_gate.ObjectGate``), which keeps ``git gc`` a
 in flight. Other modules read through ``Store`` methods or a handle of their own from
 ``Store.reader()``; nothing else opens the repository.
 
-The store's parts live in modules of their own, below this one: ``worktree_index`` (the
-per-worktree stat caches and the captures), ``seeding`` (a new cache's first fill),
-``ignore_rules`` (what a capture ignores), ``user_repo`` (reading the user's repository),
-``trees`` (tree rewrites and change counts), ``store_errors`` (``StoreError``, ``odb_retry``),
-``commit_message`` (a checkpoint's message and trailers), ``loose_refs`` (the daemon's moves of
-an attempt ref, without libgit2's lock file).
+The store's parts live in modules of their own beside this one: ``trees`` (tree rewrites and
+change counts), ``errors`` (``StoreError``, ``odb_retry``), ``loose`` and ``loose_refs`` (the
+hot path's objects and ref moves), ``recovery`` and ``attributes`` (its files at start-up),
+``remote_refs`` (fetching a remote's refs, adopting them). The stat caches (``capture``) are
+worktrees of this repository: the store owns their files under ``<home>/worktrees`` and their
+keep refs, and lends them their handles (``open_cache``); the objects they are are in
+``snapshotd.capture.stat_caches``. The seal: ``tests/test_boundaries.py``.
 
 Promises:
 - The user's repository is never written: we only read its ``info/exclude``, index and objects.
@@ -30,13 +31,10 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pygit2
 
-from snapshotd.capture.scan_rules import source_readable
-from snapshotd.capture.stat_cache import WorktreeIndex, worktree_id
 from snapshotd.core import faults
 from snapshotd.core.commit_message import CheckpointMeta, build_message
 from snapshotd.core.durable import sync_dirs
@@ -64,29 +62,17 @@ PURGE_HOLD_PREFIX = "refs/snapshotd/purge-hold/"
 
 
 class Store:
-    """The shared bare repository and the per-worktree stat caches."""
+    """The shared bare repository, its refs, and the files of its stat caches."""
 
-    def __init__(self, home: Path, *, excludes: tuple[str, ...] = (),
-                 max_file_bytes: int = 64 << 20, fsync: bool = False,
-                 recover: bool = False, secret_files: str = "skip",
-                 secret_scan: bool = True,
-                 worktree_settings: Callable[[Path], Mapping[str, object]] | None = None,
-                 ) -> None:
+    def __init__(self, home: Path, *, fsync: bool = False, recover: bool = False) -> None:
         self.home = home
         self.path = home / "store.git"
-        self.excludes = tuple(excludes)
-        self.max_file_bytes = max_file_bytes
         # Full durability: what the store writes outside libgit2's own fsyncs is fsynced too.
         self.fsync = fsync
         self.stored_objects = StoredObjects(self.path / "objects", fsync)
-        self.secret_files = secret_files
-        self.secret_scan = secret_scan
-        # A worktree's own overrides of the two (``Config.for_worktree``), read by its cache.
-        self._worktree_settings = worktree_settings
         self.lock = threading.Lock()
         # Captures write objects under it shared; gc deletes unreachable ones under it alone.
         self.gate = ObjectGate()
-        self._indexes: dict[str, WorktreeIndex] = {}
         # One read handle per thread for reads that must not wait on (or hold up) the writes
         # of other worktrees' captures under ``lock``: objects are immutable once written.
         self._readers = threading.local()
@@ -127,36 +113,12 @@ class Store:
         between threads that read while another writes). Writes go through ``Store`` methods."""
         return pygit2.Repository(str(self.path))
 
-    # -- worktrees -------------------------------------------------------------------------
+    # -- the stat caches' files (the caches themselves: ``capture.stat_caches``) -------------
 
-    def worktree(self, root: Path) -> WorktreeIndex:
-        """The stat cache of ``root`` (created on first use). Callers serialize per worktree."""
-        wt_id = worktree_id(root)
+    def forget_cache_files(self, wt_id: str) -> None:
+        """Remove the stat cache ``wt_id``'s index file, its nested repositories' caches and
+        its keep ref, so that it vouches for no blob any more (``StatCaches.forget``)."""
         with self.lock:
-            index = self._indexes.get(wt_id)
-            if index is None:
-                index = WorktreeIndex(self, wt_id, root)
-                self._indexes[wt_id] = index
-            return index
-
-    def secret_policy(self, root: Path) -> tuple[str, bool]:
-        """``(secret_files, secret_scan)`` for the captures of the worktree at ``root``: the
-        host-wide values unless the configuration overrides them for that worktree."""
-        settings = self._worktree_settings(root) if self._worktree_settings else {}
-        files = settings.get("secret_files", self.secret_files)
-        scan = settings.get("secret_scan", self.secret_scan)
-        return str(files), bool(scan)
-
-    def forget_cache(self, root: Path) -> None:
-        """Drop ``root``'s stat cache in memory, on disk and its keep ref, so that it vouches
-        for no blob any more (after a purge, the purged file's blob must become unreachable);
-        the next capture starts it cold. The caller holds the worktree lock, or nothing
-        captures yet (start-up)."""
-        wt_id = worktree_id(root)
-        with self.lock:
-            index = self._indexes.get(wt_id)
-            if index is not None:
-                index.drop_cache()
             (self.home / "worktrees" / wt_id / "index").unlink(missing_ok=True)
             # The nested repositories' caches vouch for blobs too (``nested_repos``).
             nested = self.home / "worktrees" / wt_id / "nested"
@@ -167,24 +129,19 @@ class Store:
             except KeyError:
                 pass  # no gc has named this cache yet
 
-    def is_store_failure(self, exc: BaseException, source: Path | None = None) -> bool:
+    def is_store_failure(self, exc: BaseException,
+                         source_readable: Callable[[], bool] | None = None) -> bool:
         """Whether a failed object write is the store's fault rather than the source file's.
         It is when the error names the store, when the disk refused a write (full, over quota,
         read-only, failing: by errno or by libgit2's message, which carries no errno), or when
-        ``source`` (the file being hashed) can in fact be read: only a file that cannot be
-        read is the source's fault, so a store failure never passes for an unreadable file."""
+        ``source_readable()`` says the file being hashed can in fact be read: only a file that
+        cannot be read is the source's fault, so a store failure never passes for an
+        unreadable file."""
         if str(self.path) in str(exc):
             return True
-        if source is not None:
-            return source_readable(source)
+        if source_readable is not None:
+            return source_readable()
         return is_write_failure(exc)
-
-    def persist_all(self) -> None:
-        """Write every loaded stat cache to disk (at shutdown)."""
-        with self.lock:
-            indexes = list(self._indexes.values())
-        for index in indexes:
-            index.persist()
 
     # -- commits and refs ------------------------------------------------------------------
 
@@ -445,22 +402,17 @@ class Store:
                     # Its checkpoints then stay reachable: space, not data, is what is lost.
                     log.warning("could not delete %s: %s", key.ref, exc)
 
-    def refresh_cache_refs(self, lock_for: Callable[[Path], AbstractContextManager]) -> None:
-        """Point ``refs/snapshotd/cache/<id>`` at the tree of every stat cache, loaded or only
-        on disk, so ``git gc`` keeps the blobs a cache may still vouch for; drop the keep refs
-        of caches that are gone. A loaded cache is read under ``lock_for(root)`` (the caller's
-        per-worktree lock: captures change the cache). A cache on disk whose tree cannot be
-        written is deleted (it is rebuilt on next use) rather than left vouching for blobs
-        ``git gc`` may drop."""
-        with self.lock:
-            loaded = list(self._indexes.values())
+    def refresh_cache_refs(self, loaded: Mapping[str, str | None]) -> None:
+        """Point ``refs/snapshotd/cache/<id>`` at the tree of every stat cache, loaded (by id in
+        ``loaded``, with the tree it vouches for, None for none yet) or only on disk, so ``git
+        gc`` keeps the blobs a cache may still vouch for; drop the keep refs of caches that are
+        gone. A cache on disk whose tree cannot be written is deleted (it is rebuilt on next
+        use) rather than left vouching for blobs ``git gc`` may drop."""
         named: set[str] = set()
-        for index in loaded:
-            with lock_for(index.root):
-                tree = index.cached_tree()
+        for wt_id, tree in loaded.items():
             if tree is not None:
-                self._set_cache_ref(index.id, tree)
-                named.add(index.id)
+                self._set_cache_ref(wt_id, tree)
+                named.add(wt_id)
         caches = self.home / "worktrees"
         for gitdir in caches.iterdir() if caches.is_dir() else []:
             if gitdir.name in named or not (gitdir / "index").is_file():
@@ -469,7 +421,7 @@ class Store:
             if tree is not None:
                 self._set_cache_ref(gitdir.name, tree)
         with self.lock:
-            existing = set(self._indexes)
+            existing = set(loaded)
             if caches.is_dir():
                 existing |= {p.name for p in caches.iterdir()}
             for name in list(self.repo.references):

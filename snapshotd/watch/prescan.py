@@ -115,7 +115,7 @@ class Prescan:
         result = cls()
         started = time.monotonic()
         with service.worktree_lock(root):
-            index = service.store.worktree(root)
+            index = service.caches.worktree(root)
             if index.workspace.caches:
                 result.why_not = "nested repositories"
             elif not index.persist():
