@@ -80,7 +80,7 @@ from snapshotd.store.trees import (
 )
 
 if TYPE_CHECKING:
-    from snapshotd.capture.stat_caches import CaptureSettings
+    from snapshotd.capture.settings import CaptureSettings
     from snapshotd.store.store import Store
 
 log = logging.getLogger("snapshotd.store")

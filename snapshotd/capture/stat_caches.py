@@ -3,8 +3,7 @@
 Owns ``StatCaches``: the registry of loaded ``WorktreeIndex`` objects, one per worktree root,
 made on first use (``worktree``) and kept for the daemon's life; what a cache does at shutdown
 (``persist_all``), after a purge (``forget``) and before ``git gc`` (``refresh_keep_refs``).
-Owns ``CaptureSettings`` too: the host-wide rules of a capture (excludes, the file size
-limit, the credential-file policy) and a worktree's own overrides of the latter.
+Each cache captures under the registry's ``CaptureSettings`` (``capture.settings``).
 
 The store knows nothing of these objects: it owns only their files under ``<home>/worktrees``
 and their keep refs, which this module asks it to write or drop (``Store.forget_cache_files``,
@@ -17,34 +16,14 @@ worktree (the service's worktree lock), the registry itself is thread-safe.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from pathlib import Path
 
+from snapshotd.capture.settings import CaptureSettings
 from snapshotd.capture.stat_cache import WorktreeIndex
 from snapshotd.core.keys import worktree_id
 from snapshotd.store.store import Store
-
-
-@dataclass(frozen=True)
-class CaptureSettings:
-    """The host-wide rules of every capture, and a worktree's own overrides."""
-
-    excludes: tuple[str, ...] = ()
-    max_file_bytes: int = 64 << 20
-    secret_files: str = "skip"
-    secret_scan: bool = True
-    # A worktree's own overrides of the two secret settings (``Config.for_worktree``).
-    worktree_settings: Callable[[Path], Mapping[str, object]] | None = None
-
-    def secret_policy(self, root: Path) -> tuple[str, bool]:
-        """``(secret_files, secret_scan)`` for the captures of the worktree at ``root``: the
-        host-wide values unless the configuration overrides them for that worktree."""
-        settings = self.worktree_settings(root) if self.worktree_settings else {}
-        files = settings.get("secret_files", self.secret_files)
-        scan = settings.get("secret_scan", self.secret_scan)
-        return str(files), bool(scan)
 
 
 class StatCaches:

@@ -30,8 +30,9 @@ from typing import Protocol
 import pygit2
 
 from snapshotd import __version__
+from snapshotd.capture.settings import CaptureSettings
 from snapshotd.capture.stat_cache import Capture
-from snapshotd.capture.stat_caches import CaptureSettings, StatCaches
+from snapshotd.capture.stat_caches import StatCaches
 from snapshotd.core import errors, faults
 from snapshotd.core.commit_message import parse_trailers
 from snapshotd.core.config import Config
