@@ -260,21 +260,12 @@ def reclaim(service: Service, safety_interval_s: float = SAFETY_INTERVAL_S) -> N
 
 
 def _git_gc(service: Service, safety_interval_s: float) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env["GIT_CONFIG_NOSYSTEM"] = "1"
-    # Refs stay loose: packing them could race the daemon's ref updates.
-    cmd = ["git", "-C", str(service.store.path), "-c", "gc.packRefs=false",
-           "-c", "gc.autoDetach=false", "-c", "gc.reflogExpire=now",
-           "-c", "gc.reflogExpireUnreachable=now", "gc", "--quiet",
-           f"--prune={int(safety_interval_s)}.seconds.ago"]
-    try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    finally:
-        # Even a failed gc may have deleted packs: the daemon's handles still hold them, and
-        # libgit2 would skip writing an object only those hold (``Store.replaced_objects``).
-        service.store.replaced_objects()
+    # The store runs it, and reopens its handles even after a failure (a failed gc may have
+    # deleted packs, which libgit2 handles keep: ``Store.replaced_objects``).
+    proc = service.store.collect_garbage(safety_interval_s)
     if proc.returncode != 0:
-        raise ServiceError(errors.INTERNAL, f"git gc failed: {proc.stderr.strip()}")
+        raise ServiceError(errors.INTERNAL, "git gc failed: "
+                           f"{proc.stderr.decode(errors='replace').strip()}")
 
 
 def recover_journal(service: Service) -> bool:

@@ -26,8 +26,11 @@ Promises:
 
 from __future__ import annotations
 
+import itertools
 import logging
+import os
 import shutil
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -39,6 +42,7 @@ from snapshotd.core import faults
 from snapshotd.core.commit_message import CheckpointMeta, build_message
 from snapshotd.core.durable import sync_dirs
 from snapshotd.core.keys import REF_PREFIX, AttemptKey
+from snapshotd.store import git_cli
 from snapshotd.store.errors import (
     ODB_TRIES,
     STORE_WRITE_FAILED,
@@ -59,6 +63,9 @@ SIGNATURE_EMAIL = "snapshotd@localhost"
 CACHE_REF_PREFIX = "refs/snapshotd/cache/"
 # A purge's new chain, named from its writing until the attempt ref names it (``purge_chain``).
 PURGE_HOLD_PREFIX = "refs/snapshotd/purge-hold/"
+# Where a fetch puts a remote's refs until they are verified and adopted (``fetch_staged``).
+STAGING_PREFIX = "refs/snapshotd-fetch/"
+_fetches = itertools.count()
 
 
 class Store:
@@ -428,6 +435,40 @@ class Store:
                 if name.startswith(CACHE_REF_PREFIX) \
                         and name[len(CACHE_REF_PREFIX):] not in existing:
                     self.repo.references.delete(name)
+
+    # -- git's own writers: a remote's refs, and gc (``store.git_cli``) -------------------------
+
+    def fetch_staged(self, url: str, src: str,
+                     timeout: float) -> tuple[subprocess.CompletedProcess, str]:
+        """Fetch the remote's ``src`` (a ref or a ``refs/…/*`` pattern) into a staging
+        namespace of its own, every object checked by git: git's result, and the namespace
+        (``refs/snapshotd-fetch/<unique>/``; the staged name of ``refs/X`` is ``<ns>X``).
+        Nothing else moves; ``drop_staged`` removes the namespace."""
+        staging = f"{STAGING_PREFIX}{os.getpid()}-{next(_fetches)}-{time.time_ns()}/"
+        dst = staging + src[len("refs/"):]
+        return git_cli.fetch_staged(self.path, url, src, dst, timeout), staging
+
+    def adopt_ref(self, key: AttemptKey, tip: str,
+                  current: str | None) -> subprocess.CompletedProcess:
+        """Point the attempt's ref at ``tip`` (a fetched chain the caller verified) only if it
+        still names ``current`` (None: absent): git's result."""
+        with self.lock:
+            return git_cli.adopt_ref(self.path, key.ref, tip, current)
+
+    def drop_staged(self, staging: str) -> str | None:
+        """Remove a fetch's staging namespace; what went wrong (the refs stay), or None."""
+        if not staging.startswith(STAGING_PREFIX):
+            raise ValueError(f"{staging} is not a fetch's staging namespace")
+        return git_cli.drop_staged(self.path, staging)
+
+    def collect_garbage(self, prune_grace_s: float) -> subprocess.CompletedProcess:
+        """``git gc``, unreachable objects older than ``prune_grace_s`` pruned and refs left
+        loose; then every handle is reopened (``replaced_objects``), even after a failure,
+        which may have deleted packs. The caller holds ``gate`` when the grace is short."""
+        try:
+            return git_cli.collect_garbage(self.path, prune_grace_s)
+        finally:
+            self.replaced_objects()
 
     # -- helpers ---------------------------------------------------------------------------
 
