@@ -43,8 +43,8 @@ from pathlib import Path
 
 import pygit2
 
-from snapshotd.capture.ignore_rules import cache_git_env
 from snapshotd.core.user_repo import NotRegularFile, read_regular
+from snapshotd.store.lending import cache_git_env
 
 log = logging.getLogger("snapshotd.store")
 

@@ -72,6 +72,7 @@ from snapshotd.core import durable, faults
 from snapshotd.core.keys import worktree_id
 from snapshotd.core.secrets import may_name_secret_files, scan_paths, secret_files_among
 from snapshotd.store.errors import STORE_WRITE_FAILED, StoreError, odb_retry
+from snapshotd.store.lending import open_cache
 from snapshotd.store.trees import (
     TreeShapeChanged,
     remember_changes,
@@ -360,7 +361,7 @@ class WorktreeIndex:
         worktree lock (it writes the excludes)."""
         self._ensure_gitdir()
         self._refresh_excludes(force=self._repo is None)
-        return WorkspaceMatcher(pygit2.Repository(str(self.gitdir)), self.workspace)
+        return WorkspaceMatcher(open_cache(self.gitdir), self.workspace)
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -378,7 +379,7 @@ class WorktreeIndex:
         self._generation = self.store.generation
         self._refresh_excludes(force=True)
         try:
-            self._repo = pygit2.Repository(str(self.gitdir))
+            self._repo = open_cache(self.gitdir)
             index = self._repo.index
             index.read(False)
             drop_entries_without_objects(self._repo, index)
@@ -386,7 +387,7 @@ class WorktreeIndex:
         except pygit2.GitError:
             # A corrupt cache is rebuilt, never trusted.
             (self.gitdir / "index").unlink(missing_ok=True)
-            self._repo = pygit2.Repository(str(self.gitdir))
+            self._repo = open_cache(self.gitdir)
             index = self._repo.index
         if len(index) == 0:
             primed = prime_cold(self.root, self.gitdir, self.store, self._repo, index)
@@ -457,7 +458,7 @@ class WorktreeIndex:
         if after_gc and self._generation == self.store.generation:
             return
         self._generation, index = self.store.generation, self._index
-        self._repo = pygit2.Repository(str(self.gitdir))
+        self._repo = open_cache(self.gitdir)
         if index is not None:
             self._index = rebind_index(self._repo, index)
 

@@ -10,10 +10,10 @@ in flight. Other modules read through ``Store`` methods or a handle of their own
 The store's parts live in modules of their own beside this one: ``trees`` (tree rewrites and
 change counts), ``errors`` (``StoreError``, ``odb_retry``), ``loose`` and ``loose_refs`` (the
 hot path's objects and ref moves), ``recovery`` and ``attributes`` (its files at start-up),
-``remote_refs`` (fetching a remote's refs, adopting them). The stat caches (``capture``) are
-worktrees of this repository: the store owns their files under ``<home>/worktrees`` and their
-keep refs, and lends them their handles (``open_cache``); the objects they are are in
-``snapshotd.capture.stat_caches``. The seal: ``tests/test_boundaries.py``.
+``git_cli`` (git's own writers: a remote's refs fetched and adopted, ``git gc``). The stat
+caches (``snapshotd.capture.stat_caches``) are worktrees of this repository: the store owns
+their files under ``<home>/worktrees`` and their keep refs, and lends them their handles
+(``lending``, which states the seal ``tests/test_boundaries.py`` checks).
 
 Promises:
 - The user's repository is never written: we only read its ``info/exclude``, index and objects.
