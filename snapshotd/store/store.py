@@ -2,26 +2,18 @@
 
 Owns ``<home>/store.git`` and every write to it: checkpoint commits, the attempt refs
 ``refs/snapshotd/runs/<run>/<node>/<iteration>/<attempt>``, chain rewrites, the stat-cache keep
-refs ``refs/snapshotd/cache/<id>``, a purge's hold refs ``refs/snapshotd/purge-hold/…``, ``Store.lock``, which serializes writes through its
-handle, and ``Store.gate`` (``store_gate.ObjectGate``), which keeps ``git gc`` apart from captures
-in flight. Other modules read through ``Store`` methods or a handle of their own from
-``Store.reader()``; nothing else opens the repository.
-
-The store's parts live in modules of their own beside this one: ``trees`` (tree rewrites and
-change counts), ``errors`` (``StoreError``, ``odb_retry``), ``loose`` and ``loose_refs`` (the
-hot path's objects and ref moves), ``recovery`` and ``attributes`` (its files at start-up),
-``git_cli`` (git's own writers: a remote's refs fetched and adopted, ``git gc``). The stat
-caches (``snapshotd.capture.stat_caches``) are worktrees of this repository: the store owns
-their files under ``<home>/worktrees`` and their keep refs, and lends them their handles
-(``lending``, which states the seal ``tests/test_boundaries.py`` checks).
+refs ``refs/snapshotd/cache/<id>``, a purge's hold refs, a fetch's staging refs, ``git gc``;
+``Store.lock`` serializes writes through its handle, ``Store.gate`` keeps gc apart from
+captures in flight. Others read through ``Store`` methods or ``Store.reader()``. Beside it:
+``trees``, ``errors``, ``loose``/``loose_refs`` (the hot path), ``recovery``/``attributes``
+(start-up), ``git_cli`` (git's writers), ``lending`` (the stat caches' handles; the seal).
 
 Promises:
 - The user's repository is never written: we only read its ``info/exclude``, index and objects.
 - Checkpoints of one attempt form a commit chain whose newest commit the attempt's ref names;
   commit messages carry trailers from which the ledger can be rebuilt.
 - A ref that cannot be read is an error (``StoreError``), never "no checkpoint yet".
-- Every stat cache's tree is named by a keep ref when ``refresh_cache_refs`` runs, so
-  ``git gc`` never drops a blob a cache still vouches for.
+- Every stat cache's tree is named by a keep ref when ``refresh_cache_refs`` runs.
 """
 
 from __future__ import annotations
