@@ -26,6 +26,7 @@ import pygit2
 
 from snapshotd.capture.scan_rules import DirNames
 from snapshotd.capture.seeding import index_paths, prime_with_git_add, seed_from_repository
+from snapshotd.store.lending import open_cache
 
 if TYPE_CHECKING:
     from snapshotd.store.store import Store
@@ -55,7 +56,7 @@ def prime_cold(root: Path, gitdir: Path, store: Store, repo: pygit2.Repository,
         return Primed(repo, index)
     # Tracked files the rules ignore, which ``git add -A`` into this fresh index left out,
     # are taken by the full scan that follows (``crawl.take_tracked_ignored``).
-    repo = pygit2.Repository(str(gitdir))
+    repo = open_cache(gitdir)
     index = repo.index
     return Primed(repo, index, listed_paths(gitdir, index))
 
@@ -73,8 +74,8 @@ def _open_seeded(gitdir: Path) -> tuple[pygit2.Repository, pygit2.Index | None]:
     """A new handle on ``gitdir`` and the index ``seed_from_repository`` wrote there, or None
     (and the file gone) if libgit2 refuses it."""
     try:
-        repo = pygit2.Repository(str(gitdir))
+        repo = open_cache(gitdir)
         return repo, repo.index  # a new handle's index is read from the file here
     except pygit2.GitError:
         (gitdir / "index").unlink(missing_ok=True)
-        return pygit2.Repository(str(gitdir)), None
+        return open_cache(gitdir), None

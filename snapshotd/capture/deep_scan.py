@@ -24,9 +24,9 @@ from pathlib import Path
 import pygit2
 from pygit2.enums import FileMode
 
-from snapshotd.capture.ignore_rules import cache_git_env
 from snapshotd.capture.scan_rules import git_dir_alias_of, invalid_alias
 from snapshotd.store.errors import STORE_WRITE_FAILED, WRITE_FAILURE_MESSAGES, StoreError
+from snapshotd.store.lending import cache_git_env
 
 # git reports a file it could not read as: error: open("path"): Permission denied
 _OPEN_FAILED = re.compile(r'error: open\("(.+)"\): (.+)$')

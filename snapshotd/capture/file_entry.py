@@ -25,7 +25,12 @@ import pygit2
 
 from snapshotd.capture.cache_checks import entry_id
 from snapshotd.capture.full_scan import Capture, remove_entry
-from snapshotd.capture.scan_rules import change_mark, readable_size, special_entry
+from snapshotd.capture.scan_rules import (
+    change_mark,
+    readable_size,
+    source_readable,
+    special_entry,
+)
 from snapshotd.core.secrets import scan_changed_file, secret_skip
 from snapshotd.store.errors import (
     STORE_WRITE_FAILED,
@@ -152,7 +157,7 @@ def add_file(wt: EntryTarget, index: pygit2.Index, path: str) -> None:
                     raise FileChanging(path, attempt) from exc
                 if now is not None and (got := readable_size(wt.root / path, now[0])) != now[0]:
                     raise SizeMismatch(path, now[0], got) from exc
-            if wt.store.is_store_failure(exc, wt.root / path):
+            if wt.store.is_store_failure(exc, lambda: source_readable(wt.root / path)):
                 raise StoreError(STORE_WRITE_FAILED,
                                  f"could not store {path}: {exc}") from exc
             raise

@@ -38,6 +38,7 @@ from snapshotd.capture.scan_rules import (
     unreadable_path,
 )
 from snapshotd.store.errors import StoreError
+from snapshotd.store.lending import open_cache
 
 log = logging.getLogger("snapshotd.store")
 
@@ -195,7 +196,7 @@ def _list_unseen(wt: ScanTarget, index: pygit2.Index, result: Capture,
     never-captured directory that cannot be listed), as the fast path lists them. With the
     seeded ``shape``, only directories on the path of something the scan found (a change, a
     held or a skipped path) are looked at entry by entry."""
-    matcher = pygit2.Repository(str(wt.gitdir))  # the capture's ignore rules, as the diff's
+    matcher = open_cache(wt.gitdir)  # the capture's ignore rules, as the diff's
     holding: set[str] = set()
 
     def tracked(directory: str) -> bool:

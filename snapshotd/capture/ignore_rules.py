@@ -2,8 +2,8 @@
 
 Owns the daemon's default excludes for plain directories and the exclude file and
 ``config.worktree`` written into each stat-cache git dir (libgit2 honours them there as
-``core.excludesFile`` for that worktree alone), and ``cache_git_env``: the environment under
-which the git CLI sees a stat cache's git dir, with those same rules.
+``core.excludesFile`` for that worktree alone; git run under ``store.lending.cache_git_env``
+sees the same rules).
 
 Promises: the exclude list is the user's global excludes file, the worktree repository's
 ``info/exclude`` (for a nested repository or a submodule, the one of the git dir its ``.git``
@@ -105,18 +105,6 @@ def write_excludes(gitdir: Path, root: Path, sources: tuple, extra: tuple[str, .
         "\tuntrackedCache = false\n"
     )
     (gitdir / "config.worktree").write_text(config)
-
-
-def cache_git_env(gitdir: Path, root: Path | None = None) -> dict[str, str]:
-    """The environment for a git command on the stat cache whose git dir is ``gitdir`` (and,
-    given, its worktree ``root``): none of the caller's ``GIT_*`` variables, no system
-    configuration, and no optional lock taken (git never rewrites the cache's index of its own
-    accord)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_DIR=str(gitdir), GIT_CONFIG_NOSYSTEM="1", GIT_OPTIONAL_LOCKS="0")
-    if root is not None:
-        env["GIT_WORK_TREE"] = str(root)
-    return env
 
 
 def read_rules(path: Path, root: Path) -> str | None:

@@ -1,18 +1,14 @@
 """Files are stored as their bytes: no git attribute converts what a checkpoint holds.
 
-Owns the store's ``info/attributes`` (``ensure_raw_attributes``: one line,
-``* -text -crlf -eol -ident -filter -working-tree-encoding``, which wins over every other
-source for libgit2 and the git CLI alike, so every capture path stores and compares raw bytes
-and the user's ``core.autocrlf`` no longer applies) and the seed's checks for entries of the
-user's index whose blob is not the file's bytes: an entry whose stat size differs from its
-blob's (``converted_entries``, asked only when the user's repository can convert at all:
-``conversion_possible``), or one with a filter or working-tree encoding, which may keep the size
-(``size_keeping_entries``). Such an entry's stat data is spoiled so the first scan stores the
-file itself. Why, and the cost: docs/durability.md ("Bytes, not conversions"), performance.md.
+Owns the seed's checks for entries of the user's index whose blob is not the file's bytes: an
+entry whose stat size differs from its blob's (``converted_entries``, asked only when the user's
+repository can convert at all: ``conversion_possible``), or one with a filter or working-tree
+encoding, which may keep the size (``size_keeping_entries``). Such an entry's stat data is
+spoiled so the first scan stores the file itself. The store's ``info/attributes`` that makes
+every capture path store raw bytes is ``store.attributes``'. Why, and the cost:
+docs/durability.md ("Bytes, not conversions"), performance.md.
 
-Promises: the attributes file is written when the store is made, and rewritten at start-up
-when missing or changed; rewriting it drops every stat cache (each was filled under the old
-rules), so the next capture of each worktree reads its files again.
+Promises: a seeded entry whose blob may not be its file's bytes is spoiled, never trusted.
 """
 
 from __future__ import annotations
@@ -21,7 +17,6 @@ import hashlib
 import logging
 import os
 import re
-import shutil
 import stat
 import struct
 import subprocess
@@ -32,16 +27,11 @@ from pathlib import Path
 
 import pygit2
 
-from snapshotd.capture.ignore_rules import cache_git_env
-from snapshotd.core.durable import make_dirs, write_file
 from snapshotd.core.user_repo import NotRegularFile, read_regular
+from snapshotd.store.lending import cache_git_env
 
 log = logging.getLogger("snapshotd.store")
 
-STORE_ATTRIBUTES = (b"# written by snapshotd: every file is stored as its bytes, whatever the\n"
-                    b"# worktree's .gitattributes or core.autocrlf say (no line-ending, ident,\n"
-                    b"# encoding or filter conversion)\n"
-                    b"* -text -crlf -eol -ident -filter -working-tree-encoding\n")
 # Attribute names that make git convert a file on its way into a blob.
 _CONVERTING = re.compile(rb"\b(text|crlf|eol|ident|filter|working-tree-encoding)\b")
 # Those of them that may keep a file's size (the seed's size check cannot see them).
@@ -60,54 +50,6 @@ _LS_FILES = ["git"]
 # A larger attributes file is not read: the seed checks every entry instead.
 _MAX_ATTRIBUTES_BYTES = 1 << 20
 _LIST_TIMEOUT_S = 600
-
-
-def ensure_raw_attributes(store: Path, fsync: bool = True) -> bool:
-    """Make ``store``'s ``info/attributes`` hold ``STORE_ATTRIBUTES``; whether it was written
-    (a new store, one made before this rule, or a damaged file: whatever stands at that name,
-    a directory included, is replaced). A failure to write it is logged at error and leaves
-    captures converting as git would: the daemon still starts and captures."""
-    path = store / "info" / "attributes"
-    try:
-        if path.read_bytes() == STORE_ATTRIBUTES:
-            return False
-    except OSError:
-        pass
-    try:
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        make_dirs(path.parent)
-        write_file(path, STORE_ATTRIBUTES, sync=fsync)
-    except OSError as exc:
-        log.error("cannot write %s (%s): files whose attributes or core.autocrlf convert them "
-                  "are stored converted until it can be written (at the next start)", path, exc)
-        return False
-    return True
-
-
-def drop_stat_caches(home: Path) -> list[str]:
-    """Remove every worktree's stat cache file under ``home`` (filled under other attribute
-    rules): each worktree's next capture starts its cache again. The ids of those dropped."""
-    dropped = []
-    try:
-        ids = sorted(os.listdir(home / "worktrees"))
-    except OSError:
-        return []
-    for wid in ids:
-        try:
-            os.unlink(home / "worktrees" / wid / "index")
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            log.warning("cannot drop the stat cache of %s (%s): files captured before may keep "
-                        "a converted form until they change", wid, exc)
-            continue
-        dropped.append(wid)
-    if dropped:
-        log.warning("the store now keeps every file as its bytes (no line-ending or filter "
-                    "conversion): %d stat cache(s) dropped, their worktrees are read again at "
-                    "their next capture", len(dropped))
-    return dropped
 
 
 def conversion_possible(gitdir: Path, entries: bytes, sources: list[Path] | None) -> bool:

@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING
 import pygit2
 from pygit2.enums import DeltaStatus
 
-from snapshotd.capture.ignore_rules import cache_git_env
 from snapshotd.capture.raw_bytes import (
     all_entries,
     attribute_sources,
@@ -53,6 +52,7 @@ from snapshotd.core.user_repo import (
     strip_index,
     user_gitdir,
 )
+from snapshotd.store.lending import cache_git_env
 from snapshotd.store.object_import import import_objects
 
 if TYPE_CHECKING:

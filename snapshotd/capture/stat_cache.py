@@ -17,7 +17,6 @@ Promises, each in full in docs/durability.md ("What a capture holds"):
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import stat
@@ -46,8 +45,10 @@ from snapshotd.capture.nested_repos import Workspace, WorkspaceMatcher
 from snapshotd.capture.scan_rules import DirNames, NestedRepos, git_dir_alias_of
 from snapshotd.capture.tracked_ignored import TrackedIgnored
 from snapshotd.core import durable, faults
+from snapshotd.core.keys import worktree_id
 from snapshotd.core.secrets import may_name_secret_files, scan_paths, secret_files_among
 from snapshotd.store.errors import STORE_WRITE_FAILED, StoreError, odb_retry
+from snapshotd.store.lending import open_cache
 from snapshotd.store.trees import (
     TreeShapeChanged,
     remember_changes,
@@ -56,6 +57,7 @@ from snapshotd.store.trees import (
 )
 
 if TYPE_CHECKING:
+    from snapshotd.capture.settings import CaptureSettings
     from snapshotd.store.store import Store
 
 log = logging.getLogger("snapshotd.store")
@@ -76,16 +78,18 @@ class WorktreeIndex:
     Not thread-safe: the service serializes every call for one worktree.
     """
 
-    def __init__(self, store: Store, wt_id: str, root: Path, gitdir: Path | None = None) -> None:
+    def __init__(self, store: Store, wt_id: str, root: Path, gitdir: Path | None = None, *,
+                 settings: CaptureSettings) -> None:
         self.store = store
         self.id = wt_id
         self.root = root
         self.gitdir = gitdir or store.home / "worktrees" / wt_id
+        self.settings = settings
         # Nested repositories, each captured whole by a cache of its own (``nested_repos``).
         self.workspace = Workspace(root, self.gitdir, lambda sub, sub_gitdir: WorktreeIndex(
-            store, worktree_id(sub), sub, sub_gitdir))
-        self.max_file_bytes = store.max_file_bytes
-        self.secret_files, self.secret_scan = store.secret_policy(root)
+            store, worktree_id(sub), sub, sub_gitdir, settings=settings))
+        self.max_file_bytes = settings.max_file_bytes
+        self.secret_files, self.secret_scan = settings.secret_policy(root)
         # What the user tracks although the rules ignore it: kept, as ``git add -A`` keeps it.
         self.tracked_ignored = TrackedIgnored(root, self.gitdir)
         self._repo: pygit2.Repository | None = None
@@ -333,7 +337,7 @@ class WorktreeIndex:
         worktree lock (it writes the excludes)."""
         self._ensure_gitdir()
         self._refresh_excludes(force=self._repo is None)
-        return WorkspaceMatcher(pygit2.Repository(str(self.gitdir)), self.workspace)
+        return WorkspaceMatcher(open_cache(self.gitdir), self.workspace)
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -351,7 +355,7 @@ class WorktreeIndex:
         self._generation = self.store.generation
         self._refresh_excludes(force=True)
         try:
-            self._repo = pygit2.Repository(str(self.gitdir))
+            self._repo = open_cache(self.gitdir)
             index = self._repo.index
             index.read(False)
             drop_entries_without_objects(self._repo, index)
@@ -359,7 +363,7 @@ class WorktreeIndex:
         except pygit2.GitError:
             # A corrupt cache is rebuilt, never trusted.
             (self.gitdir / "index").unlink(missing_ok=True)
-            self._repo = pygit2.Repository(str(self.gitdir))
+            self._repo = open_cache(self.gitdir)
             index = self._repo.index
         if len(index) == 0:
             primed = prime_cold(self.root, self.gitdir, self.store, self._repo, index)
@@ -420,7 +424,7 @@ class WorktreeIndex:
         if not force and sources == self._exclude_sources:
             return
         self._exclude_sources = sources
-        write_excludes(self.gitdir, self.root, sources, self.store.excludes)
+        write_excludes(self.gitdir, self.root, sources, self.settings.excludes)
         if self._repo is not None and not force:
             self._reopen()  # libgit2 reads core.excludesFile once per repository object
 
@@ -430,7 +434,7 @@ class WorktreeIndex:
         if after_gc and self._generation == self.store.generation:
             return
         self._generation, index = self.store.generation, self._index
-        self._repo = pygit2.Repository(str(self.gitdir))
+        self._repo = open_cache(self.gitdir)
         if index is not None:
             self._index = rebind_index(self._repo, index)
 
@@ -440,13 +444,6 @@ def _check_objects_fault() -> None:
         faults.check("objects")
     except OSError as exc:
         raise StoreError(STORE_WRITE_FAILED, f"could not write objects: {exc}") from exc
-
-
-def worktree_id(root: Path) -> str:
-    """A stable id for a worktree path (its stat cache directory name)."""
-    digest = hashlib.sha256(os.fsencode(str(root))).hexdigest()[:16]
-    name = "".join(c if c.isalnum() or c in "-_." else "-" for c in root.name)[:40] or "root"
-    return f"{name}-{digest}"
 
 
 def _utf8(path: str) -> bool:

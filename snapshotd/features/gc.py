@@ -234,33 +234,24 @@ def reclaim(service: Service, safety_interval_s: float = SAFETY_INTERVAL_S) -> N
     then gc runs with the store's object gate held alone: captures wait for it (no capture is
     in flight, every object a capture wrote is named by a ref or a stat cache's keep ref)."""
     if safety_interval_s >= SAFETY_INTERVAL_S:
-        service.store.refresh_cache_refs(service.worktree_lock)
+        service.caches.refresh_keep_refs(service.worktree_lock)
         _git_gc(service, safety_interval_s)
         return
     with service.store.gate.exclusive():
         # No capture holds the gate, and captures are what change a stat cache: the caches are
         # read without their worktree locks (taking one here could wait on a capture that is
         # waiting on the gate).
-        service.store.refresh_cache_refs(lambda _root: contextlib.nullcontext())
+        service.caches.refresh_keep_refs(lambda _root: contextlib.nullcontext())
         _git_gc(service, safety_interval_s)
 
 
 def _git_gc(service: Service, safety_interval_s: float) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env["GIT_CONFIG_NOSYSTEM"] = "1"
-    # Refs stay loose: packing them could race the daemon's ref updates.
-    cmd = ["git", "-C", str(service.store.path), "-c", "gc.packRefs=false",
-           "-c", "gc.autoDetach=false", "-c", "gc.reflogExpire=now",
-           "-c", "gc.reflogExpireUnreachable=now", "gc", "--quiet",
-           f"--prune={int(safety_interval_s)}.seconds.ago"]
-    try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    finally:
-        # Even a failed gc may have deleted packs: the daemon's handles still hold them, and
-        # libgit2 would skip writing an object only those hold (``Store.replaced_objects``).
-        service.store.replaced_objects()
+    # The store runs it, and reopens its handles even after a failure (a failed gc may have
+    # deleted packs, which libgit2 handles keep: ``Store.replaced_objects``).
+    proc = service.store.collect_garbage(safety_interval_s)
     if proc.returncode != 0:
-        raise ServiceError(errors.INTERNAL, f"git gc failed: {proc.stderr.strip()}")
+        raise ServiceError(errors.INTERNAL, "git gc failed: "
+                           f"{proc.stderr.decode(errors='replace').strip()}")
 
 
 def recover_journal(service: Service) -> bool:

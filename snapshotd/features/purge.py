@@ -9,7 +9,7 @@ full: docs/secrets.md, "Purge"):
   checkpoints keep their ids.
 - Crash safety as gc's (new commits under a hold ref, journal, ledger, ref, stat cache): per
   attempt the path is gone from all of its chain or none; ``purge`` run again finishes a run.
-- The worktree's stat cache and its keep ref are forgotten (``Store.forget_cache``); the old
+- The worktree's stat cache and its keep ref are forgotten (``StatCaches.forget``); the old
   objects go at the next ``gc`` past its safety interval (never from a capture in flight).
 - A path that is absent, absolute, or climbs out (``..``) is ``bad-request``; an unknown run is
   ``not-found``.
@@ -132,7 +132,7 @@ def _complete(service: Service, journal: dict) -> None:
         service.store.set_attempt_ref(key, tip)
     # The stat cache holds the path's blob and would keep it reachable (its keep ref, and
     # the tree gc names from a cache on disk): it starts afresh.
-    service.store.forget_cache(Path(attempt.worktree))
+    service.caches.forget(Path(attempt.worktree))
 
 
 def _rewrite(service: Service, attempt: Attempt, rows: list[dict], parent: str | None,

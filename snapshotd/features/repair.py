@@ -28,7 +28,7 @@ from snapshotd.core import errors
 from snapshotd.core.checkpoint import Trailers
 from snapshotd.core.errors import ServiceError
 from snapshotd.core.home_lock import DaemonLockError, HomeLock
-from snapshotd.core.keys import AttemptKey
+from snapshotd.core.keys import AttemptKey, worktree_id
 from snapshotd.ledger.ledger import (
     ACTIVE,
     POSTGRES_SCHEMES,
@@ -38,7 +38,7 @@ from snapshotd.ledger.ledger import (
     ledger_url,
 )
 from snapshotd.service.reconcile import reconcile_attempt
-from snapshotd.store.store import Store, worktree_id
+from snapshotd.store.store import Store
 
 if TYPE_CHECKING:
     from snapshotd.core.config import Config

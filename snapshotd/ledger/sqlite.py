@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from snapshotd.core.durable import fsync_path
+from snapshotd.core.keys import is_spare
 from snapshotd.ledger.base import (
     LedgerBackend,
     LedgerDamaged,
@@ -30,7 +31,6 @@ from snapshotd.ledger.base import (
     Tx,
     damaged_message,
 )
-from snapshotd.store.loose_refs import is_spare
 
 # What SQLite says of a file that is not (or no longer) a whole database.
 _DAMAGE_MARKS = ("malformed", "not a database", "file is encrypted")

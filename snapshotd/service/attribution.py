@@ -22,13 +22,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
+from snapshotd.capture.stat_caches import StatCaches
 from snapshotd.core import errors
 from snapshotd.core.errors import ServiceError, abs_path_field, int_value
 from snapshotd.core.fswalk import files_under
 from snapshotd.core.keys import AttemptKey
 from snapshotd.ledger.ledger import ACTIVE, Attempt, Ledger
 from snapshotd.service.request import SnapshotRequest
-from snapshotd.store.store import Store
 
 PSEUDO_FS = (Path("/proc"), Path("/sys"), Path("/dev"))
 # Skipped when counting a zero-setup tree: never captured, or dependencies that dwarf the work.
@@ -40,11 +40,12 @@ GapRecorder = Callable[[SnapshotRequest, "Attempt | None", str, str], None]
 class Attribution:
     """Finds or creates the attempt of a request; shared by every op that names an attempt."""
 
-    def __init__(self, *, home: Path, ledger: Ledger, store: Store, max_zero_setup_files: int,
+    def __init__(self, *, home: Path, ledger: Ledger, caches: StatCaches,
+                 max_zero_setup_files: int,
                  record_gap: GapRecorder, announce_active: Callable[[Attempt], None]) -> None:
         self.home = home
         self.ledger = ledger
-        self.store = store
+        self.caches = caches
         self.max_zero_setup_files = max_zero_setup_files
         self.record_gap = record_gap
         self.announce_active = announce_active
@@ -165,7 +166,7 @@ class Attribution:
 
     def _new_attempt(self, key: AttemptKey, root: Path, *, zero_setup: bool,
                      owner_pid: int | None = None) -> Attempt:
-        self.ledger.ensure_worktree(self.store.worktree(root).id, str(root))
+        self.ledger.ensure_worktree(self.caches.worktree(root).id, str(root))
         attempt = self.ledger.create_attempt(key, str(root), zero_setup=zero_setup,
                                              owner_pid=owner_pid)
         self.announce_active(attempt)

@@ -26,7 +26,9 @@ from pathlib import Path
 import pygit2
 
 from snapshotd import __version__
+from snapshotd.capture.settings import CaptureSettings
 from snapshotd.capture.stat_cache import Capture
+from snapshotd.capture.stat_caches import StatCaches
 from snapshotd.core import errors, faults
 from snapshotd.core.checkpoint import Trailers
 from snapshotd.core.config import Config
@@ -65,10 +67,11 @@ class Service:
         self.home = home
         self.config = config
         self.started_at = time.time()
-        self.store = Store(home, excludes=config.excludes, max_file_bytes=config.max_file_bytes,
-                           fsync=config.durability == "full", recover=True,
-                           secret_files=config.secret_files, secret_scan=config.secret_scan,
-                           worktree_settings=config.for_worktree)
+        self.store = Store(home, fsync=config.durability == "full", recover=True)
+        self.caches = StatCaches(self.store, CaptureSettings(
+            excludes=tuple(config.excludes), max_file_bytes=config.max_file_bytes,
+            secret_files=config.secret_files, secret_scan=config.secret_scan,
+            worktree_settings=config.for_worktree))
         self.ledger: Ledger = open_ledger(home, config)
         self.ledger.set_full_durability(config.durability == "full")
         if config.durability == "full":
@@ -96,7 +99,7 @@ class Service:
         self._tier2_owner: dict[str, AttemptKey] = {}
         self._routing_lock = threading.RLock()
         self.attribution = Attribution(
-            home=home, ledger=self.ledger, store=self.store,
+            home=home, ledger=self.ledger, caches=self.caches,
             max_zero_setup_files=config.max_zero_setup_files, record_gap=self.record_gap,
             announce_active=self.announce_active)
         # Attempts found damaged (at start-up or by a capture): each one's damage stays its own.
@@ -172,7 +175,7 @@ class Service:
             if existing is not None and existing.worktree != str(root):
                 raise ServiceError(errors.CONFLICT, f"attempt {key} works in "
                                    f"{existing.worktree}, not {root}")
-            self.ledger.ensure_worktree(self.store.worktree(root).id, str(root))
+            self.ledger.ensure_worktree(self.caches.worktree(root).id, str(root))
             superseded = [a for a in self.ledger.active_attempts(str(root)) if a.key != key]
             for old in superseded:
                 self.ledger.set_attempt_state(old.key, "superseded", ended=True,
@@ -271,7 +274,7 @@ class Service:
             return lock
 
     def close(self) -> None:
-        self.store.persist_all()
+        self.caches.persist_all()
         self.seqmarks.close()
         self.ledger.close()
 
@@ -295,7 +298,7 @@ class Service:
         reported to the source): with the paths ``prescan`` found off the lock, else by the
         scan. On failure the source is told the paths it handed over are owed (the next
         capture scans), any error but a ``StoreError`` also drops the cache, and it propagates."""
-        index = self.store.worktree(root)
+        index = self.caches.worktree(root)
         source = self.change_source
         try:
             mode = "fast" if not verify else "narrow" if prescan is not None else "verify"

@@ -25,11 +25,10 @@ import stat
 from pathlib import Path
 
 from snapshotd.core.durable import fsync_path
+from snapshotd.core.keys import OLD_SUFFIX, SPARE_SUFFIX
 
 log = logging.getLogger("snapshotd.store")
 
-SPARE_SUFFIX = ".spare.lock"
-OLD_SUFFIX = ".old.lock"
 # A loose ref: 40 hex digits and a newline (SHA-1 stores).
 REF_BYTES = 41
 
@@ -85,11 +84,6 @@ def spare_in_use(name: str, siblings: set[str]) -> bool:
     the one file of a move that outlives it. Anything else named ``*.lock`` under ``refs/`` is
     what an interrupted write left, an interrupted move's ``<ref>.old.lock`` included."""
     return name.endswith(SPARE_SUFFIX) and name[:-len(SPARE_SUFFIX)] in siblings
-
-
-def is_spare(name: str) -> bool:
-    """Whether a file name under ``refs/`` is one of the files ``LooseRefMover`` keeps."""
-    return name.endswith(SPARE_SUFFIX) or name.endswith(OLD_SUFFIX)
 
 
 def _link_fresh(target: Path, name: Path) -> None:

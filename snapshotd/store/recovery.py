@@ -5,7 +5,7 @@ file and directory fsynced, then renamed into place, so after a cut there is eit
 a whole one) and the checks of the store and the stat caches under ``<home>/worktrees`` before
 the daemon trusts them, made while it holds the home lock: an empty or unparsable ``HEAD`` or
 ``config`` or a missing ``objects``/``refs`` is rebuilt; an ``info/attributes`` that is not
-``raw_bytes.STORE_ATTRIBUTES`` is rewritten and the stat caches dropped; stale ``*.lock`` files
+``attributes.STORE_ATTRIBUTES`` is rewritten and the stat caches dropped; stale ``*.lock`` files
 are removed; at the first start of each boot (``<home>/checked-boot``) loose objects that do not
 inflate to their name and loose refs that do not parse are removed (the service then points the
 attempt's ref at its newest surviving checkpoint). Why each, and why only a reboot leaves the
@@ -28,9 +28,10 @@ from pathlib import Path
 
 import pygit2
 
-from snapshotd.capture.raw_bytes import drop_stat_caches, ensure_raw_attributes
 from snapshotd.core.durable import boot_id, fsync_path, make_dirs, sync_dirs, sync_tree, write_file
-from snapshotd.store.loose_refs import is_spare, spare_in_use
+from snapshotd.core.keys import is_spare
+from snapshotd.store.attributes import drop_stat_caches, ensure_raw_attributes
+from snapshotd.store.loose_refs import spare_in_use
 
 log = logging.getLogger("snapshotd.recovery")
 

@@ -2,37 +2,37 @@
 
 Owns ``<home>/store.git`` and every write to it: checkpoint commits, the attempt refs
 ``refs/snapshotd/runs/<run>/<node>/<iteration>/<attempt>``, chain rewrites, the stat-cache keep
-refs ``refs/snapshotd/cache/<id>``, a purge's hold refs ``refs/snapshotd/purge-hold/…``,
-``Store.lock``, which serializes writes through its handle, and ``Store.gate``
-(``gate.ObjectGate``), which keeps ``git gc`` apart from captures in flight. Other modules read
-through ``Store`` methods or a handle of their own from ``Store.reader()``; nothing else opens
-the repository. Promises:
+refs ``refs/snapshotd/cache/<id>``, a purge's hold refs, a fetch's staging refs, ``git gc``;
+``Store.lock`` serializes writes through its handle, ``Store.gate`` keeps gc apart from
+captures in flight. Others read through ``Store`` methods or ``Store.reader()``. Beside it:
+``trees``, ``errors``, ``loose``/``loose_refs`` (the hot path), ``recovery``/``attributes``
+(start-up), ``git_cli`` (git's writers), ``lending`` (the stat caches' handles; the seal). Promises:
 - The user's repository is never written: we only read its ``info/exclude``, index and objects.
 - Checkpoints of one attempt form a commit chain whose newest commit the attempt's ref names;
   commit messages carry trailers from which the ledger can be rebuilt.
 - A ref that cannot be read is an error (``StoreError``), never "no checkpoint yet".
-- Every stat cache's tree is named by a keep ref when ``refresh_cache_refs`` runs, so
-  ``git gc`` never drops a blob a cache still vouches for.
+- Every stat cache's tree is named by a keep ref when ``refresh_cache_refs`` runs.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
+import os
 import shutil
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pygit2
 
-from snapshotd.capture.scan_rules import source_readable
-from snapshotd.capture.stat_cache import WorktreeIndex, worktree_id
 from snapshotd.core import faults
 from snapshotd.core.checkpoint import Checkpoint
 from snapshotd.core.durable import sync_dirs
 from snapshotd.core.keys import REF_PREFIX, AttemptKey
+from snapshotd.store import git_cli
 from snapshotd.store.errors import (
     ODB_TRIES,
     STORE_WRITE_FAILED,
@@ -53,32 +53,23 @@ SIGNATURE_EMAIL = "snapshotd@localhost"
 CACHE_REF_PREFIX = "refs/snapshotd/cache/"
 # A purge's new chain, named from its writing until the attempt ref names it (``purge_chain``).
 PURGE_HOLD_PREFIX = "refs/snapshotd/purge-hold/"
+# Where a fetch puts a remote's refs until they are verified and adopted (``fetch_staged``).
+STAGING_PREFIX = "refs/snapshotd-fetch/"
+_fetches = itertools.count()
 
 
 class Store:
-    """The shared bare repository and the per-worktree stat caches."""
+    """The shared bare repository, its refs, and the files of its stat caches."""
 
-    def __init__(self, home: Path, *, excludes: tuple[str, ...] = (),
-                 max_file_bytes: int = 64 << 20, fsync: bool = False,
-                 recover: bool = False, secret_files: str = "skip",
-                 secret_scan: bool = True,
-                 worktree_settings: Callable[[Path], Mapping[str, object]] | None = None,
-                 ) -> None:
+    def __init__(self, home: Path, *, fsync: bool = False, recover: bool = False) -> None:
         self.home = home
         self.path = home / "store.git"
-        self.excludes = tuple(excludes)
-        self.max_file_bytes = max_file_bytes
         # Full durability: what the store writes outside libgit2's own fsyncs is fsynced too.
         self.fsync = fsync
         self.stored_objects = StoredObjects(self.path / "objects", fsync)
-        self.secret_files = secret_files
-        self.secret_scan = secret_scan
-        # A worktree's own overrides of the two (``Config.for_worktree``), read by its cache.
-        self._worktree_settings = worktree_settings
         self.lock = threading.Lock()
         # Captures write objects under it shared; gc deletes unreachable ones under it alone.
         self.gate = ObjectGate()
-        self._indexes: dict[str, WorktreeIndex] = {}
         # One read handle per thread for reads that must not wait on (or hold up) the writes
         # of other worktrees' captures under ``lock``: objects are immutable once written.
         self._readers = threading.local()
@@ -119,36 +110,12 @@ class Store:
         between threads that read while another writes). Writes go through ``Store`` methods."""
         return pygit2.Repository(str(self.path))
 
-    # -- worktrees -------------------------------------------------------------------------
+    # -- the stat caches' files (the caches themselves: ``capture.stat_caches``) -------------
 
-    def worktree(self, root: Path) -> WorktreeIndex:
-        """The stat cache of ``root`` (created on first use). Callers serialize per worktree."""
-        wt_id = worktree_id(root)
+    def forget_cache_files(self, wt_id: str) -> None:
+        """Remove the stat cache ``wt_id``'s index file, its nested repositories' caches and
+        its keep ref, so that it vouches for no blob any more (``StatCaches.forget``)."""
         with self.lock:
-            index = self._indexes.get(wt_id)
-            if index is None:
-                index = WorktreeIndex(self, wt_id, root)
-                self._indexes[wt_id] = index
-            return index
-
-    def secret_policy(self, root: Path) -> tuple[str, bool]:
-        """``(secret_files, secret_scan)`` for the captures of the worktree at ``root``: the
-        host-wide values unless the configuration overrides them for that worktree."""
-        settings = self._worktree_settings(root) if self._worktree_settings else {}
-        files = settings.get("secret_files", self.secret_files)
-        scan = settings.get("secret_scan", self.secret_scan)
-        return str(files), bool(scan)
-
-    def forget_cache(self, root: Path) -> None:
-        """Drop ``root``'s stat cache in memory, on disk and its keep ref, so that it vouches
-        for no blob any more (after a purge, the purged file's blob must become unreachable);
-        the next capture starts it cold. The caller holds the worktree lock, or nothing
-        captures yet (start-up)."""
-        wt_id = worktree_id(root)
-        with self.lock:
-            index = self._indexes.get(wt_id)
-            if index is not None:
-                index.drop_cache()
             (self.home / "worktrees" / wt_id / "index").unlink(missing_ok=True)
             # The nested repositories' caches vouch for blobs too (``nested_repos``).
             nested = self.home / "worktrees" / wt_id / "nested"
@@ -159,24 +126,19 @@ class Store:
             except KeyError:
                 pass  # no gc has named this cache yet
 
-    def is_store_failure(self, exc: BaseException, source: Path | None = None) -> bool:
+    def is_store_failure(self, exc: BaseException,
+                         source_readable: Callable[[], bool] | None = None) -> bool:
         """Whether a failed object write is the store's fault rather than the source file's.
         It is when the error names the store, when the disk refused a write (full, over quota,
         read-only, failing: by errno or by libgit2's message, which carries no errno), or when
-        ``source`` (the file being hashed) can in fact be read: only a file that cannot be
-        read is the source's fault, so a store failure never passes for an unreadable file."""
+        ``source_readable()`` says the file being hashed can in fact be read: only a file that
+        cannot be read is the source's fault, so a store failure never passes for an
+        unreadable file."""
         if str(self.path) in str(exc):
             return True
-        if source is not None:
-            return source_readable(source)
+        if source_readable is not None:
+            return source_readable()
         return is_write_failure(exc)
-
-    def persist_all(self) -> None:
-        """Write every loaded stat cache to disk (at shutdown)."""
-        with self.lock:
-            indexes = list(self._indexes.values())
-        for index in indexes:
-            index.persist()
 
     # -- commits and refs ------------------------------------------------------------------
 
@@ -437,22 +399,17 @@ class Store:
                     # Its checkpoints then stay reachable: space, not data, is what is lost.
                     log.warning("could not delete %s: %s", key.ref, exc)
 
-    def refresh_cache_refs(self, lock_for: Callable[[Path], AbstractContextManager]) -> None:
-        """Point ``refs/snapshotd/cache/<id>`` at the tree of every stat cache, loaded or only
-        on disk, so ``git gc`` keeps the blobs a cache may still vouch for; drop the keep refs
-        of caches that are gone. A loaded cache is read under ``lock_for(root)`` (the caller's
-        per-worktree lock: captures change the cache). A cache on disk whose tree cannot be
-        written is deleted (it is rebuilt on next use) rather than left vouching for blobs
-        ``git gc`` may drop."""
-        with self.lock:
-            loaded = list(self._indexes.values())
+    def refresh_cache_refs(self, loaded: Mapping[str, str | None]) -> None:
+        """Point ``refs/snapshotd/cache/<id>`` at the tree of every stat cache, loaded (by id in
+        ``loaded``, with the tree it vouches for, None for none yet) or only on disk, so ``git
+        gc`` keeps the blobs a cache may still vouch for; drop the keep refs of caches that are
+        gone. A cache on disk whose tree cannot be written is deleted (it is rebuilt on next
+        use) rather than left vouching for blobs ``git gc`` may drop."""
         named: set[str] = set()
-        for index in loaded:
-            with lock_for(index.root):
-                tree = index.cached_tree()
+        for wt_id, tree in loaded.items():
             if tree is not None:
-                self._set_cache_ref(index.id, tree)
-                named.add(index.id)
+                self._set_cache_ref(wt_id, tree)
+                named.add(wt_id)
         caches = self.home / "worktrees"
         for gitdir in caches.iterdir() if caches.is_dir() else []:
             if gitdir.name in named or not (gitdir / "index").is_file():
@@ -461,13 +418,47 @@ class Store:
             if tree is not None:
                 self._set_cache_ref(gitdir.name, tree)
         with self.lock:
-            existing = set(self._indexes)
+            existing = set(loaded)
             if caches.is_dir():
                 existing |= {p.name for p in caches.iterdir()}
             for name in list(self.repo.references):
                 if name.startswith(CACHE_REF_PREFIX) \
                         and name[len(CACHE_REF_PREFIX):] not in existing:
                     self.repo.references.delete(name)
+
+    # -- git's own writers: a remote's refs, and gc (``store.git_cli``) -------------------------
+
+    def fetch_staged(self, url: str, src: str,
+                     timeout: float) -> tuple[subprocess.CompletedProcess, str]:
+        """Fetch the remote's ``src`` (a ref or a ``refs/…/*`` pattern) into a staging
+        namespace of its own, every object checked by git: git's result, and the namespace
+        (``refs/snapshotd-fetch/<unique>/``; the staged name of ``refs/X`` is ``<ns>X``).
+        Nothing else moves; ``drop_staged`` removes the namespace."""
+        staging = f"{STAGING_PREFIX}{os.getpid()}-{next(_fetches)}-{time.time_ns()}/"
+        dst = staging + src[len("refs/"):]
+        return git_cli.fetch_staged(self.path, url, src, dst, timeout), staging
+
+    def adopt_ref(self, key: AttemptKey, tip: str,
+                  current: str | None) -> subprocess.CompletedProcess:
+        """Point the attempt's ref at ``tip`` (a fetched chain the caller verified) only if it
+        still names ``current`` (None: absent): git's result."""
+        with self.lock:
+            return git_cli.adopt_ref(self.path, key.ref, tip, current)
+
+    def drop_staged(self, staging: str) -> str | None:
+        """Remove a fetch's staging namespace; what went wrong (the refs stay), or None."""
+        if not staging.startswith(STAGING_PREFIX):
+            raise ValueError(f"{staging} is not a fetch's staging namespace")
+        return git_cli.drop_staged(self.path, staging)
+
+    def collect_garbage(self, prune_grace_s: float) -> subprocess.CompletedProcess:
+        """``git gc``, unreachable objects older than ``prune_grace_s`` pruned and refs left
+        loose; then every handle is reopened (``replaced_objects``), even after a failure,
+        which may have deleted packs. The caller holds ``gate`` when the grace is short."""
+        try:
+            return git_cli.collect_garbage(self.path, prune_grace_s)
+        finally:
+            self.replaced_objects()
 
     # -- helpers ---------------------------------------------------------------------------
 

@@ -31,10 +31,10 @@ import pygit2
 from pygit2.enums import DeltaStatus, DiffOption
 
 from snapshotd.capture.full_scan import DIFF_FLAGS, Capture
-from snapshotd.capture.ignore_rules import cache_git_env
 from snapshotd.capture.scan_rules import unreadable_path
 from snapshotd.capture.tracked_ignored import Listing, list_tracked_ignored
 from snapshotd.core import faults
+from snapshotd.store.lending import cache_git_env, open_cache
 from snapshotd.watch.fastpath import DIRTY_LIMIT, directories_of
 
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ class Prescan:
         result = cls()
         started = time.monotonic()
         with service.worktree_lock(root):
-            index = service.store.worktree(root)
+            index = service.caches.worktree(root)
             if index.workspace.caches:
                 result.why_not = "nested repositories"
             elif not index.persist():
@@ -204,7 +204,7 @@ def _changed_by_libgit2(gitdir: Path, root: Path, unreadable: set[str]) -> set[s
     """libgit2's diff of a second copy of the cache file against the worktree (the full scan's,
     writing nothing). Files known unreadable, or found so, are held out of the diff (it fails on
     them) and listed."""
-    index = pygit2.Repository(str(gitdir)).index
+    index = open_cache(gitdir).index
     held = {p for p in unreadable if p in index}
     for path in held:
         index.remove(path)

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from snapshotd.core.config import Config
+from snapshotd.core.keys import worktree_id
 from snapshotd.ledger.ledger import Attempt
-from snapshotd.store.store import worktree_id
 from snapshotd.watch.notifier import WatchLimitError
 from snapshotd.watch.notifier_group import NotifierGroup
 

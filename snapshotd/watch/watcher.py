@@ -314,7 +314,7 @@ class Watcher:
         # A listener must never deadlock a caller that (against the rules) holds the lock.
         locked = lock.acquire(timeout=10)
         try:
-            return self.service.store.worktree(Path(root)).ignore_matcher()
+            return self.service.caches.worktree(Path(root)).ignore_matcher()
         except Exception as exc:  # noqa: BLE001 - no filter is better than no watch
             log.warning("cannot read the ignore rules of %s (%s); every change arms a capture",
                         root, exc)

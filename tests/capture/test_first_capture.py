@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from snapshotd.capture.seeding import dir_shape
+from snapshotd.capture.stat_caches import StatCaches
 from snapshotd.core.home_perms import secure_home
 from snapshotd.core.secrets import may_name_secret_files
 from snapshotd.core.user_repo import strip_index
@@ -48,7 +49,7 @@ def test_a_clone_s_pack_is_copied_whole_and_survives_the_user_s_gc(tmp_path: Pat
     (user_pack,) = (wt / ".git" / "objects" / "pack").glob("*.pack")
     mode = user_pack.stat().st_mode
     home = tmp_path / "home"
-    capture = Store(home).worktree(wt).capture()
+    capture = StatCaches(Store(home)).worktree(wt).capture()
     assert capture.tree == git(wt, "rev-parse", "HEAD^{tree}").strip()
     ours = home / "store.git" / "objects" / "pack" / user_pack.name
     assert ours.read_bytes() == user_pack.read_bytes()
@@ -86,7 +87,7 @@ def test_a_pack_mostly_of_other_objects_is_not_copied_whole(tmp_path: Path) -> N
     git(wt, "gc", "-q")
     (user_pack,) = (wt / ".git" / "objects" / "pack").glob("*.pack")
     home = tmp_path / "home"
-    capture = Store(home).worktree(wt).capture()
+    capture = StatCaches(Store(home)).worktree(wt).capture()
     assert capture.tree == git(wt, "rev-parse", "HEAD^{tree}").strip()
     assert not (home / "store.git" / "objects" / "pack" / user_pack.name).exists()
     # 26 blobs and 10 trees, none of the history.
@@ -103,7 +104,7 @@ def test_a_damaged_pack_is_not_copied_whole(tmp_path: Path, caplog: pytest.LogCa
     user_pack.write_bytes(bytes(data))
     home = tmp_path / "home"
     with caplog.at_level(logging.WARNING, logger="snapshotd.seeding"):
-        capture = Store(home).worktree(wt).capture()
+        capture = StatCaches(Store(home)).worktree(wt).capture()
     assert "checksums do not match" in caplog.text
     assert not (home / "store.git" / "objects" / "pack" / user_pack.name).exists()
     # What the store holds is the worktree's content, whichever way it got there.
@@ -127,7 +128,7 @@ def test_special_files_and_unlistable_directories_are_listed_on_a_seeded_capture
     (wt / "d3" / "closed").chmod(0)
     os.mkfifo(wt / "ign" / "pipe")  # ignored, although its directory holds a tracked file
     try:
-        capture = Store(tmp_path / "home").worktree(wt).capture()
+        capture = StatCaches(Store(tmp_path / "home")).worktree(wt).capture()
     finally:
         (wt / "d3" / "closed").chmod(0o755)
     found = skipped(capture)
@@ -139,7 +140,7 @@ def test_special_files_and_unlistable_directories_are_listed_on_a_seeded_capture
 
 def test_the_seeded_directories_serve_only_the_capture_after_the_seed(tmp_path: Path) -> None:
     wt = make_repo(tmp_path / "wt")
-    index = Store(tmp_path / "home").worktree(wt)
+    index = StatCaches(Store(tmp_path / "home")).worktree(wt)
     os.unlink(wt / "d1" / "f0.txt")
     assert skipped(index.capture()) == {}
     # The cache now holds one name less in d1 than was seeded; a FIFO brings the count back.

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from snapshotd.capture.seeding import index_paths
+from snapshotd.capture.stat_caches import StatCaches
 from snapshotd.core.secrets import (
     SCAN_MAX_BYTES,
     find_secrets,
@@ -50,7 +51,7 @@ def test_seeded_capture_scans_what_head_does_not_hold(tmp_path: Path) -> None:
     git(wt, "add", "staged.py")
     (wt / "clean.py").write_text(f"x = '{TOKEN}'\n")  # modified on disk, not staged
     (wt / "untracked.py").write_text(f"y = '{TOKEN}'\n")
-    capture = Store(tmp_path / "home").worktree(wt).capture()
+    capture = StatCaches(Store(tmp_path / "home")).worktree(wt).capture()
     assert found_paths(capture.secrets) == {"staged.py", "clean.py", "untracked.py"}
     # Still captured: the scan marks a checkpoint, it never leaves a file out.
     assert "committed.py" in git(tmp_path, "--git-dir", str(tmp_path / "home" / "store.git"),
@@ -61,7 +62,7 @@ def test_a_staged_change_to_a_committed_file_is_scanned(tmp_path: Path) -> None:
     wt = repo_with_history(tmp_path / "wt")
     (wt / "clean.py").write_text(f"x = '{TOKEN}'\n")
     git(wt, "add", "clean.py")
-    capture = Store(tmp_path / "home").worktree(wt).capture()
+    capture = StatCaches(Store(tmp_path / "home")).worktree(wt).capture()
     assert found_paths(capture.secrets) == {"clean.py"}
 
 
@@ -70,7 +71,7 @@ def test_without_a_commit_every_seeded_file_is_scanned(tmp_path: Path) -> None:
     (wt / "a.py").write_text(f"k = '{TOKEN}'\n")
     (wt / "b.py").write_text("clean\n")
     git(wt, "add", "-A")
-    capture = Store(tmp_path / "home").worktree(wt).capture()
+    capture = StatCaches(Store(tmp_path / "home")).worktree(wt).capture()
     assert found_paths(capture.secrets) == {"a.py"}
 
 
@@ -80,7 +81,7 @@ def test_an_unreadable_head_scans_every_seeded_file(tmp_path: Path,
     # HEAD names a commit the repository does not have: the comparison cannot be made.
     (wt / ".git" / "refs" / "heads" / "main").write_text("1" * 40 + "\n")
     with caplog.at_level(logging.WARNING, logger="snapshotd.seeding"):
-        capture = Store(tmp_path / "home").worktree(wt).capture()
+        capture = StatCaches(Store(tmp_path / "home")).worktree(wt).capture()
     assert found_paths(capture.secrets) == {"committed.py"}
     assert "every seeded file is scanned" in caplog.text
 
@@ -90,7 +91,7 @@ def test_a_plain_directory_scans_every_file_on_its_first_capture(tmp_path: Path)
     wt.mkdir()
     (wt / "a.py").write_text(f"k = '{TOKEN}'\n")
     (wt / "b.py").write_text("clean\n")
-    capture = Store(tmp_path / "home").worktree(wt).capture()
+    capture = StatCaches(Store(tmp_path / "home")).worktree(wt).capture()
     assert found_paths(capture.secrets) == {"a.py"}
 
 
@@ -101,7 +102,7 @@ def test_a_committed_credential_file_still_leaves_the_cache(tmp_path: Path) -> N
     (wt / "server.pem").write_text(PRIVATE_KEY)
     git(wt, "add", "-A")
     git(wt, "commit", "-qm", "credentials, as happens")
-    capture = Store(tmp_path / "home").worktree(wt).capture()
+    capture = StatCaches(Store(tmp_path / "home")).worktree(wt).capture()
     skipped = {s["path"]: s["kind"] for s in capture.skipped if s["reason"] == "secret"}
     assert skipped == {"deploy/.env": "env-file", "server.pem": "private-key"}
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from snapshotd.capture.stat_caches import StatCaches
 from snapshotd.store.store import Store
 
 
@@ -18,7 +19,8 @@ def test_a_stat_cache_that_cannot_be_written_is_logged(tmp_path: Path,
     wt.mkdir()
     (wt / "a.txt").write_text("a\n")
     store = Store(tmp_path / "home")
-    index = store.worktree(wt)
+    caches = StatCaches(store)
+    index = caches.worktree(wt)
     index.capture()
     (wt / "a.txt").write_text("b\n")
     index.capture()
@@ -26,6 +28,6 @@ def test_a_stat_cache_that_cannot_be_written_is_logged(tmp_path: Path,
     cache.unlink(missing_ok=True)
     (cache / "in-the-way").mkdir(parents=True)  # libgit2 cannot rename its new index here
     with caplog.at_level(logging.WARNING, logger="snapshotd.store"):
-        store.persist_all()
+        caches.persist_all()
     assert "could not write the stat cache" in caplog.text
     shutil.rmtree(cache)

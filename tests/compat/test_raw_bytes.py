@@ -17,8 +17,10 @@ from pathlib import Path
 import pytest
 
 from snapshotd.capture import raw_bytes
+from snapshotd.capture.stat_caches import StatCaches
 from snapshotd.features.restore.restore import restore_checkpoint
 from snapshotd.service.service import Service
+from snapshotd.store.attributes import STORE_ATTRIBUTES
 from snapshotd.store.store import Store
 from tests.conftest import Env, git, make_git_worktree
 
@@ -69,7 +71,7 @@ def test_every_capture_path_stores_the_bytes_and_a_restore_writes_them_back(
     # The fast path's per-path update, too.
     (wt / "mixed.txt").write_bytes(b"x\r\ny\r\n")
     (wt / "data.dat").write_bytes(b"xxx\r\n")
-    fast = service.store.worktree(wt).capture_changed({"mixed.txt", "data.dat"})
+    fast = service.caches.worktree(wt).capture_changed({"mixed.txt", "data.dat"})
     assert fast is not None and not fast.full_scan
     assert_raw(store, fast.tree, wt)
     out = restore_checkpoint(service, run_id="r", node_id="n", seq=0, to=tmp_path / "out")
@@ -87,8 +89,9 @@ def test_a_seed_never_takes_a_converted_blob_for_the_file(
     git(wt, "commit", "-q", "-m", "base")
     assert git(wt, "cat-file", "blob", "HEAD:data.dat") == "abc\n"  # the filter ran
     store = Store(sd_env.home, recover=True)
+    caches = StatCaches(store)
     with caplog.at_level(logging.INFO, logger="snapshotd.seeding"):
-        first = store.worktree(wt).capture()
+        first = caches.worktree(wt).capture()
     assert_raw(store.path, first.tree, wt)
     [seeded] = [r.getMessage() for r in caplog.records if "read again" in r.getMessage()]
     # win.txt, mixed.txt (CRLF to LF), data.dat (filtered); x.id's $Id$ is collapsed on the
@@ -105,7 +108,8 @@ def test_a_seed_from_a_repository_with_core_autocrlf_reads_its_crlf_files(
     git(wt, "add", "-A")
     assert git(wt, "cat-file", "blob", ":dos.txt") == "one\ntwo\n"
     store = Store(sd_env.home, recover=True)
-    first = store.worktree(wt).capture()
+    caches = StatCaches(store)
+    first = caches.worktree(wt).capture()
     assert stored(store.path, first.tree, "dos.txt") == b"one\r\ntwo\r\n"
     assert stored(store.path, first.tree, "unix.txt") == b"one\ntwo\n"
 
@@ -122,8 +126,9 @@ def test_when_git_cannot_tell_every_seeded_file_is_read(
     wt = converting_repo(tmp_path / "wt")
     git(wt, "add", "-A")
     store = Store(sd_env.home, recover=True)
+    caches = StatCaches(store)
     with caplog.at_level(logging.INFO):
-        first = store.worktree(wt).capture()
+        first = caches.worktree(wt).capture()
     assert_raw(store.path, first.tree, wt)
     messages = [r.getMessage() for r in caplog.records]
     assert any(logged in m for m in messages), messages
@@ -138,8 +143,9 @@ def test_a_repository_that_cannot_convert_is_seeded_whole(
     (wt / "a.txt").write_bytes(b"crlf\r\n")  # no attribute converts it: its blob is itself
     git(wt, "add", "-A")
     store = Store(sd_env.home, recover=True)
+    caches = StatCaches(store)
     with caplog.at_level(logging.INFO, logger="snapshotd.seeding"):
-        first = store.worktree(wt).capture()
+        first = caches.worktree(wt).capture()
     assert stored(store.path, first.tree, "a.txt") == b"crlf\r\n"
     assert not [r for r in caplog.records if "read again" in r.getMessage()]
 
@@ -148,14 +154,16 @@ def test_a_store_made_before_the_rule_gets_it_and_reads_its_worktrees_again(
         sd_env: Env, tmp_path: Path) -> None:
     wt = converting_repo(tmp_path / "wt")
     store = Store(sd_env.home, recover=True)
+    caches = StatCaches(store)
     (store.path / "info" / "attributes").unlink()  # as a store made before
-    index = store.worktree(wt)
+    index = caches.worktree(wt)
     old = index.capture()
     assert stored(store.path, old.tree, "win.txt") == b"written on windows\nsecond line\n"
     assert index.persist()
     again = Store(sd_env.home, recover=True)
+    again_caches = StatCaches(again)
     assert "info/attributes" in again.recovery.repaired_files
-    assert_raw(again.path, again.worktree(wt).capture().tree, wt)
+    assert_raw(again.path, again_caches.worktree(wt).capture().tree, wt)
     assert Store(sd_env.home, recover=True).recovery.repaired_files == []
 
 
@@ -168,9 +176,10 @@ def test_a_damaged_attributes_file_is_replaced_at_start_up(sd_env: Env, tmp_path
     attributes.mkdir()
     (attributes / "junk").write_text("x\n")
     store = Store(sd_env.home, recover=True)
+    caches = StatCaches(store)
     assert "info/attributes" in store.recovery.repaired_files
-    assert attributes.read_bytes() == raw_bytes.STORE_ATTRIBUTES
-    assert_raw(store.path, store.worktree(wt).capture().tree, wt)
+    assert attributes.read_bytes() == STORE_ATTRIBUTES
+    assert_raw(store.path, caches.worktree(wt).capture().tree, wt)
 
 
 def test_a_fifo_named_gitattributes_never_blocks_a_seeded_capture(
@@ -182,8 +191,9 @@ def test_a_fifo_named_gitattributes_never_blocks_a_seeded_capture(
     git(wt, "add", "-A")
     os.mkfifo(wt / ".gitattributes")
     store = Store(sd_env.home, recover=True)
+    caches = StatCaches(store)
     outcome: list[object] = []
-    worker = threading.Thread(target=lambda: outcome.append(store.worktree(wt).capture()),
+    worker = threading.Thread(target=lambda: outcome.append(caches.worktree(wt).capture()),
                               daemon=True)
     worker.start()
     worker.join(timeout=30)
@@ -213,8 +223,9 @@ def test_a_seed_never_takes_a_blob_a_size_keeping_conversion_made(
     assert git(wt, "cat-file", "blob", ":sub/hello.rot") == "uryyb\n"  # the filter ran
     assert git(wt, "cat-file", "-s", ":wide.u16") == "4\n"  # UTF-8, the file's size
     store = Store(sd_env.home, recover=True)
+    caches = StatCaches(store)
     with caplog.at_level(logging.INFO, logger="snapshotd.seeding"):
-        first = store.worktree(wt).capture()
+        first = caches.worktree(wt).capture()
     for name, data in files.items():
         assert stored(store.path, first.tree, name) == data, name
     [seeded] = [r.getMessage() for r in caplog.records if "read again" in r.getMessage()]
@@ -222,10 +233,10 @@ def test_a_seed_never_takes_a_blob_a_size_keeping_conversion_made(
     assert not list(sd_env.home.rglob("index.attrs"))  # git's scratch index, gone
 
 
-def capture_in_time(store: Store, wt: Path, seconds: float = 60):
+def capture_in_time(caches: StatCaches, wt: Path, seconds: float = 60):
     """The worktree's capture, failing the test when it has not come back in ``seconds``."""
     outcome: list[object] = []
-    worker = threading.Thread(target=lambda: outcome.append(store.worktree(wt).capture()),
+    worker = threading.Thread(target=lambda: outcome.append(caches.worktree(wt).capture()),
                               daemon=True)
     worker.start()
     worker.join(timeout=seconds)
@@ -244,8 +255,9 @@ def test_a_device_at_the_repositorys_info_attributes_is_never_read_by_git(
     info.parent.mkdir(exist_ok=True)
     info.symlink_to("/dev/urandom")
     store = Store(sd_env.home, recover=True)
+    caches = StatCaches(store)
     with caplog.at_level(logging.INFO):
-        first = capture_in_time(store, wt)
+        first = capture_in_time(caches, wt)
     assert_raw(store.path, first.tree, wt)
     messages = [r.getMessage() for r in caplog.records]
     assert any("not seeding" in m and f"{info} is not a regular file" in m
@@ -266,8 +278,9 @@ def test_a_device_node_for_a_tracked_gitattributes_is_never_read_by_git(
     (wt / "sub" / ".gitattributes").unlink()
     os.mknod(wt / "sub" / ".gitattributes", 0o600 | stat.S_IFCHR, os.makedev(1, 9))
     store = Store(sd_env.home, recover=True)
+    caches = StatCaches(store)
     with caplog.at_level(logging.INFO):
-        first = capture_in_time(store, wt)
+        first = capture_in_time(caches, wt)
     assert_raw(store.path, first.tree, wt)
     messages = [r.getMessage() for r in caplog.records]
     assert any("is a device, not a regular file" in m for m in messages), messages

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from snapshotd.capture.stat_caches import StatCaches
 from snapshotd.core.user_repo import valid_cache_tree
 from snapshotd.store.store import Store
 from tests.conftest import git, make_git_worktree
@@ -33,7 +34,8 @@ def test_clean_checkout_is_exactly_the_commit_tree(tmp_path: Path) -> None:
     wt = make_repo(tmp_path / "wt")
     before = sorted(p.name for p in (wt / ".git").rglob("*"))
     store = Store(tmp_path / "home")
-    capture = store.worktree(wt).capture()
+    caches = StatCaches(store)
+    capture = caches.worktree(wt).capture()
     assert capture.tree == git(wt, "rev-parse", "HEAD^{tree}").strip()
     # Seeded: the blobs arrived as one pack copied from the repository, not hashed one by one.
     packs = list((tmp_path / "home" / "store.git" / "objects" / "pack").glob("*.pack"))
@@ -52,7 +54,8 @@ def test_dirty_checkout_differences_are_hashed(tmp_path: Path) -> None:
     git(wt, "update-index", "--assume-unchanged", "d3/f3.txt")
     (wt / "d3" / "f3.txt").write_text("assume-unchanged but changed\n")
     store = Store(tmp_path / "home")
-    capture = store.worktree(wt).capture()
+    caches = StatCaches(store)
+    capture = caches.worktree(wt).capture()
     tree = git(tmp_path, "--git-dir", str(tmp_path / "home" / "store.git"), "ls-tree", "-r",
                "--name-only", capture.tree).split()
     show = ["--git-dir", str(tmp_path / "home" / "store.git"), "show"]
@@ -67,7 +70,7 @@ def test_unsupported_index_falls_back_to_a_cold_build(tmp_path: Path) -> None:
     wt = make_repo(tmp_path / "wt", files=40)
     git(wt, "update-index", "--index-version", "4")
     (wt / "new.txt").write_text("n\n")
-    capture = Store(tmp_path / "home").worktree(wt).capture()
+    capture = StatCaches(Store(tmp_path / "home")).worktree(wt).capture()
     tree = git(tmp_path, "--git-dir", str(tmp_path / "home" / "store.git"), "ls-tree", "-r",
                "--name-only", capture.tree).split()
     assert "new.txt" in tree and "tracked.log" in tree and len(tree) == 43
@@ -107,7 +110,8 @@ def test_cache_tree_is_reused_and_its_trees_copied(tmp_path: Path) -> None:
     # Not staged: the cache-tree still vouches for d5, which no longer matches the worktree.
     (wt / "d5" / "f5.txt").write_text("unstaged\n")
     store = Store(tmp_path / "home")
-    capture = store.worktree(wt).capture()
+    caches = StatCaches(store)
+    capture = caches.worktree(wt).capture()
     assert capture.tree == staged_tree(wt, tmp_path / "oracle-index")
     assert store_git(tmp_path, "show", f"{capture.tree}:d5/f5.txt") == "unstaged\n"
     # The unchanged directories' trees came with the copy, not from a tree write.
@@ -126,7 +130,8 @@ def test_cache_tree_naming_a_lost_tree_falls_back_to_the_blobs(tmp_path: Path) -
     tree = git(wt, "write-tree").strip()  # loose, and the index's cache-tree names it
     (wt / ".git" / "objects" / tree[:2] / tree[2:]).unlink()  # as if gc'd after a reset
     store = Store(tmp_path / "home")
-    capture = store.worktree(wt).capture()
+    caches = StatCaches(store)
+    capture = caches.worktree(wt).capture()
     assert_complete(tmp_path, capture.tree)
     assert capture.tree == tree  # written from the entries, identical to git's
     # Still seeded (the blobs arrived in packs), not built cold (which writes each loose).
@@ -143,10 +148,11 @@ def test_second_worktree_of_a_repository_copies_only_what_the_store_lacks(
     git(clone, "add", "-A")
     git(clone, "commit", "-q", "-m", "clone change")
     store = Store(tmp_path / "home")
-    store.worktree(wt).capture()
+    caches = StatCaches(store)
+    caches.worktree(wt).capture()
     pack_dir = tmp_path / "home" / "store.git" / "objects" / "pack"
     first = set(pack_dir.glob("*.idx"))
-    capture = store.worktree(clone).capture()
+    capture = caches.worktree(clone).capture()
     assert capture.tree == git(clone, "rev-parse", "HEAD^{tree}").strip()
     packs = set(pack_dir.glob("*.idx")) - first
     assert len(packs) == 1
@@ -191,8 +197,9 @@ def test_a_fifo_in_the_users_git_dir_never_stalls_the_first_capture(tmp_path: Pa
     target.unlink()
     os.mkfifo(target)
     store = Store(tmp_path / "home")
+    caches = StatCaches(store)
     outcome: list[object] = []
-    worker = threading.Thread(target=lambda: outcome.append(store.worktree(wt).capture()),
+    worker = threading.Thread(target=lambda: outcome.append(caches.worktree(wt).capture()),
                               daemon=True)
     worker.start()
     worker.join(timeout=60)

@@ -15,6 +15,7 @@ import pytest
 
 from snapshotd.capture import stat_cache as worktree_index
 from snapshotd.capture.stat_cache import WorktreeIndex
+from snapshotd.capture.stat_caches import StatCaches
 from snapshotd.service.service import Service
 from snapshotd.store.store import Store
 from snapshotd.watch.prescan import Prescan
@@ -55,7 +56,8 @@ def captured_then_ign_deleted(wt: Path, tmp_path: Path) -> tuple[Store, Worktree
     """A store whose cache of ``wt`` captured it, then saw its ignored ``ign/`` deleted (the
     tracked file in it is out of the cache)."""
     store = Store(tmp_path / "home")
-    index = store.worktree(wt)
+    caches = StatCaches(store)
+    index = caches.worktree(wt)
     index.capture()
     shutil.rmtree(wt / "ign")
     assert index.capture_changed({"ign"}) is not None
@@ -66,7 +68,8 @@ def test_the_fast_path_keeps_tracked_ignored_files_however_they_come_back(
         tmp_path: Path) -> None:
     wt = make_repo(tmp_path / "wt")
     store = Store(tmp_path / "home")
-    index = store.worktree(wt)
+    caches = StatCaches(store)
+    index = caches.worktree(wt)
     first = index.capture()
     assert first.tree == users_add_all(wt, tmp_path / "i0")
     assert in_tree(store, first.tree, "ign/kept.txt") == "tracked although ignored\n"
@@ -124,7 +127,8 @@ def test_a_checkout_brings_tracked_files_inside_ignored_directories(tmp_path: Pa
     (wt / "pkg" / "gen" / "junk.txt").unlink()
     git(wt, "checkout", "-q", "main")
     store = Store(tmp_path / "home")
-    index = store.worktree(wt)
+    caches = StatCaches(store)
+    index = caches.worktree(wt)
     index.capture()
     git(wt, "checkout", "-q", "other")
     (wt / "pkg" / "gen" / "junk.txt").write_text("generated\n")
@@ -139,7 +143,8 @@ def test_the_full_scan_takes_tracked_ignored_files_its_cache_lost_or_never_had(
         tmp_path: Path) -> None:
     wt = make_repo(tmp_path / "wt")
     store = Store(tmp_path / "home")
-    index = store.worktree(wt)
+    caches = StatCaches(store)
+    index = caches.worktree(wt)
     index.capture()
     shutil.rmtree(wt / "ign")
     assert index.capture().tree == users_add_all(wt, tmp_path / "i1")
@@ -155,7 +160,7 @@ def test_the_full_scan_takes_tracked_ignored_files_its_cache_lost_or_never_had(
     assert third.tree == users_add_all(wt, tmp_path / "i3")
     assert in_tree(store, third.tree, "ign/late.txt") == "force-added later\n"
     # A new daemon's cache, loaded from disk, agrees.
-    again = Store(tmp_path / "home").worktree(wt).capture()
+    again = StatCaches(Store(tmp_path / "home")).worktree(wt).capture()
     assert again.tree == third.tree
 
 
@@ -199,7 +204,8 @@ def test_a_cache_primed_by_git_add_takes_them_too(tmp_path: Path) -> None:
     wt = make_repo(tmp_path / "wt")
     git(wt, "update-index", "--index-version", "4")
     store = Store(tmp_path / "home")
-    first = store.worktree(wt).capture()
+    caches = StatCaches(store)
+    first = caches.worktree(wt).capture()
     assert first.tree == git(wt, "rev-parse", "HEAD^{tree}").strip()
     assert in_tree(store, first.tree, "ign/kept.txt") == "tracked although ignored\n"
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pygit2
 import pytest
 
+from snapshotd.capture.stat_caches import StatCaches
 from snapshotd.core.checkpoint import (
     Checkpoint,
     TrailerError,
@@ -177,12 +178,13 @@ def _chain(tmp_path) -> tuple[Store, Path, list[Checkpoint]]:
     wt = tmp_path / "wt"
     wt.mkdir()
     store = Store(tmp_path / "home")
+    caches = StatCaches(store)
     made: list[Checkpoint] = []
     parent = None
     for seq, extra in enumerate([{}, {"label": "Edit a", "tool_use_id": "toolu_1"},
                                  {"secrets": FINDINGS, "tier": 2, "source": "watch"}]):
         (wt / "a.txt").write_text(f"{seq}\n")
-        tree = store.worktree(wt).capture().tree
+        tree = caches.worktree(wt).capture().tree
         cp = Checkpoint(key=KEY, seq=seq, worktree=str(wt), tree=tree, parent=parent,
                         added=int(seq == 0), modified=int(seq > 0), **extra)
         parent = store.commit(cp, tree, parent)

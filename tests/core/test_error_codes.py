@@ -109,7 +109,7 @@ class Refuser:
 
 def documented_codes() -> list[str]:
     text = DOC.read_text()
-    section = text.split("\n## Error codes\n", 1)[1].split("\n## ", 1)[0]
+    section = re.split(r"\n#{2,} ", text.split("\n## Error codes\n", 1)[1], maxsplit=1)[0]
     return re.findall(r"^- `([a-z0-9-]+)`: \S", section, flags=re.MULTILINE)
 
 

@@ -218,7 +218,6 @@ def test_another_package_is_imported_through_its_face() -> None:
     _report(face_offenders())
 
 
-@IN_PROGRESS
 def test_no_import_cycles() -> None:
     _report([" -> ".join(cycle) for cycle in cycles()])
 
@@ -354,3 +353,116 @@ def test_only_the_checkpoint_module_spells_a_trailer_name() -> None:
                  for i, line in enumerate(path.read_text().splitlines(), 1)
                  if TRAILER_NAME.search(line)]
     _report(offenders)
+
+
+# -- the sealed store ------------------------------------------------------------------------
+# ``snapshotd.store`` is the only code that writes ``store.git`` (``store.lending`` states the
+# seal): outside it, a repository is opened on the store or a stat cache only through
+# ``Store.reader``/``thread_reader`` or ``store.lending.open_cache``, no ref or commit is written
+# through any handle, and no git command that writes a repository runs. What follows may open a
+# repository of its own, or run such a command, because it is not the store's:
+SEAL_OPENS = {
+    "snapshotd.core.user_repo": "the user's repository, read only",
+    "snapshotd.capture.raw_bytes": "the user's git dir, for its config",
+    "snapshotd.capture.seeding": "the user's repository: its HEAD against its index",
+    "snapshotd.features.review.export": "a scratch repository for git format-patch",
+}
+SEAL_REF_WRITES = {
+    "snapshotd.features.review.export": "the user's branch, and commits in the scratch one",
+}
+# (module, git command): a stat cache's ``git add -A`` writes blobs and the cache's own index,
+# under the environment the store lends (``store.lending.cache_git_env``, checked below).
+SEAL_GIT_WRITES = {
+    ("snapshotd.capture.seeding", "add"): "a cold cache primed by git add -A",
+    ("snapshotd.capture.deep_scan", "add"): "the deep scan's git add -A into its cache",
+}
+_OPENERS = {"Repository", "init_repository", "clone_repository"}
+_REF_WRITERS = {"create_commit", "create_reference", "create_reference_direct",
+                "create_reference_symbolic", "set_target"}
+_GIT_WRITERS = {"add", "commit", "commit-tree", "fetch", "fast-import", "gc", "hash-object",
+                "index-pack", "merge", "mktree", "notes", "pack-objects", "pack-refs", "prune",
+                "prune-packed", "read-tree", "reflog", "repack", "replace", "reset",
+                "symbolic-ref", "tag", "unpack-objects", "update-index", "update-ref",
+                "write-tree"}
+
+
+def _called(node: ast.Call) -> str:
+    func = node.func
+    return func.attr if isinstance(func, ast.Attribute) else \
+        func.id if isinstance(func, ast.Name) else ""
+
+
+def _git_argv_writes(node: ast.AST, calls_git: bool) -> set[str]:
+    """The writing git commands a list literal spells, when it is a git command line: it holds
+    ``"git"`` or is handed to a function whose name says git."""
+    if not isinstance(node, ast.List | ast.Tuple):
+        return set()
+    words = {e.value for e in node.elts if isinstance(e, ast.Constant)
+             and isinstance(e.value, str)}
+    return words & _GIT_WRITERS if calls_git or "git" in words else set()
+
+
+def seal_offenders() -> list[str]:
+    out: list[str] = []
+    for name, tree in TREES.items():
+        if not name.startswith("snapshotd.") or unit(name) == "snapshotd.store" \
+                or name == "snapshotd.store":
+            continue
+        where = MODULES[name].relative_to(ROOT)
+        for node in ast.walk(tree):
+            # A command line built beside its call (``cmd = ["git", ...]``) counts too.
+            for command in sorted(_git_argv_writes(node, False)):
+                if (name, command) not in SEAL_GIT_WRITES or not _lends_env(name):
+                    out.append(f"{where}:{node.lineno} runs git {command}, which writes a "
+                               "repository: give Store a method for it")
+            if not isinstance(node, ast.Call):
+                continue
+            called = _called(node)
+            if called in _OPENERS and name not in SEAL_OPENS:
+                out.append(f"{where}:{node.lineno} opens a repository ({called}): go through "
+                           "Store.reader or store.lending.open_cache")
+            is_ref_write = called in _REF_WRITERS or (
+                called in ("create", "delete") and isinstance(node.func, ast.Attribute)
+                and _called_on(node.func.value) == "references")
+            if is_ref_write and name not in SEAL_REF_WRITES:
+                out.append(f"{where}:{node.lineno} writes a ref or a commit ({called}): only "
+                           "the store does")
+            # Handed to a git runner (``run_git([...])``), the list need not say "git" itself.
+            for arg in node.args if "git" in called.lower() else []:
+                for command in sorted(_git_argv_writes(arg, True) - _git_argv_writes(arg, False)):
+                    if (name, command) not in SEAL_GIT_WRITES or not _lends_env(name):
+                        out.append(f"{where}:{node.lineno} runs git {command}, which writes a "
+                                   "repository: give Store a method for it")
+    return out
+
+
+def _lends_env(name: str) -> bool:
+    """Whether ``name`` runs git under the environment the store lends its caches."""
+    return any(imp.target == "snapshotd.store.lending" for imp in imports(name))
+
+
+def _called_on(node: ast.AST) -> str:
+    return node.attr if isinstance(node, ast.Attribute) else \
+        node.id if isinstance(node, ast.Name) else ""
+
+
+def test_only_the_store_writes_its_repository() -> None:
+    _report(seal_offenders())
+
+
+def test_the_seal_check_sees_what_it_forbids() -> None:
+    """The check above finds each kind of breach in a module outside the store."""
+    probe = ast.parse("import pygit2, subprocess\n"
+                      "pygit2.Repository(path)\n"
+                      "repo.references.create(ref, oid)\n"
+                      "subprocess.run(['git', '-C', store, 'update-ref', ref, tip])\n"
+                      "run_git(['-C', store, 'fetch', url])\n"
+                      "cmd = ['git', '-C', store, 'gc']\n")
+    name = "snapshotd.features.probe"
+    MODULES[name], TREES[name] = MODULES["snapshotd.features.gc"], probe
+    try:
+        found = [line for line in seal_offenders() if ":" in line and "gc.py:" in line
+                 and int(line.split(":")[1].split()[0]) <= 6]
+    finally:
+        del MODULES[name], TREES[name]
+    assert len(found) == 5, found

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 from random import Random
 
+from snapshotd.capture.stat_caches import StatCaches
 from snapshotd.store.store import Store
 from snapshotd.store.trees import compute_tree_changes, tree_changes
 from tests.conftest import git, make_git_worktree
@@ -25,7 +26,8 @@ def test_fast_path_matches_full_capture_every_step(tmp_path: Path) -> None:
     git(wt, "add", "-A")
     git(wt, "commit", "-q", "-m", "base")
     store = Store(tmp_path / "home")
-    index = store.worktree(wt)
+    caches = StatCaches(store)
+    index = caches.worktree(wt)
     previous = index.capture().tree
     work = Workload(wt, Random(SEED))
     fast_steps = 0
@@ -71,7 +73,8 @@ def test_checkout_of_another_branch_via_directory_events(tmp_path: Path) -> None
     git(wt, "commit", "-q", "-m", "other")
     git(wt, "checkout", "-q", "main")
     store = Store(tmp_path / "home")
-    index = store.worktree(wt)
+    caches = StatCaches(store)
+    index = caches.worktree(wt)
     index.capture()
     git(wt, "checkout", "-q", "other")
     # What inotify reports: the changed file, the removed and the new top directories.
@@ -87,7 +90,8 @@ def test_a_path_that_came_and_went_between_captures_changes_nothing(tmp_path: Pa
     (wt / "pkg").mkdir()
     (wt / "pkg" / "a.py").write_text("a\n")
     store = Store(tmp_path / "home")
-    index = store.worktree(wt)
+    caches = StatCaches(store)
+    index = caches.worktree(wt)
     before = index.capture().tree
     (wt / "pkg" / ".a.py.swp").write_text("x\n")
     (wt / "pkg" / ".a.py.swp").unlink()

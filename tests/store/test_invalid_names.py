@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from snapshotd.capture.stat_caches import StatCaches
 from snapshotd.store.store import Store
 from tests.conftest import git, make_git_worktree
 
@@ -36,7 +37,8 @@ def test_full_scan_and_fast_path_list_them_and_capture_the_rest(tmp_path: Path) 
     wt = make_git_worktree(tmp_path / "wt")
     (wt / "a.txt").write_text("a\n")
     store = Store(tmp_path / "home")
-    index = store.worktree(wt)
+    caches = StatCaches(store)
+    index = caches.worktree(wt)
     index.capture()
     write_all(wt, INVALID)
     (wt / "a.txt").write_text("fast\n")
@@ -46,7 +48,7 @@ def test_full_scan_and_fast_path_list_them_and_capture_the_rest(tmp_path: Path) 
     assert listing(wt, store, fast.tree) == ["a.txt"]
     (wt / "a.txt").write_text("full\n")
     (wt / "b.txt").write_text("b\n")
-    full = Store(tmp_path / "home").worktree(wt).capture()  # a new daemon's full scan
+    full = StatCaches(Store(tmp_path / "home")).worktree(wt).capture()  # a new daemon's full scan
     assert invalid_skips(full.skipped) == LISTED
     assert listing(wt, store, full.tree) == ["a.txt", "b.txt"]
     assert git(wt, "--git-dir", str(store.path), "show", f"{full.tree}:a.txt") == "full\n"
@@ -57,12 +59,13 @@ def test_a_first_capture_and_git_s_deep_scan_list_them_too(tmp_path: Path) -> No
     (wt / "a.txt").write_text("a\n")
     write_all(wt, INVALID)
     store = Store(tmp_path / "home")
-    first = store.worktree(wt).capture()
+    caches = StatCaches(store)
+    first = caches.worktree(wt).capture()
     assert invalid_skips(first.skipped) == LISTED
     assert listing(wt, store, first.tree) == ["a.txt"]
     deep = wt.joinpath(*(["d"] * 110))
     deep.mkdir(parents=True)
     (deep / "bottom.txt").write_text("deep\n")
-    scanned = Store(tmp_path / "home").worktree(wt).capture()
+    scanned = StatCaches(Store(tmp_path / "home")).worktree(wt).capture()
     assert invalid_skips(scanned.skipped) == LISTED
     assert "/".join(["d"] * 110) + "/bottom.txt" in listing(wt, store, scanned.tree)

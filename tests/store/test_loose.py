@@ -13,6 +13,7 @@ from pathlib import Path
 import pygit2
 import pytest
 
+from snapshotd.capture.stat_caches import StatCaches
 from snapshotd.store.loose import StoredObjects, commit_bytes, stored_zlib, write_stored
 from snapshotd.store.store import Store
 from snapshotd.store.trees import known_file_count, rewrite_tree
@@ -82,7 +83,8 @@ def test_fast_path_capture_of_a_wide_root_stays_clean(tmp_path: Path) -> None:
         (wt / f"d{i:03d}").mkdir(parents=True)
         (wt / f"d{i:03d}" / "f.txt").write_text(f"{i}\n")
     store = Store(tmp_path / "home")
-    index = store.worktree(wt)
+    caches = StatCaches(store)
+    index = caches.worktree(wt)
     first = index.capture().tree
     (wt / "d005" / "f.txt").write_text("changed\n")
     second = index.capture_changed(["d005/f.txt"])
@@ -113,7 +115,8 @@ def test_a_full_scans_file_count_is_remembered_and_right(tmp_path: Path) -> None
         (wt / f"d{i % 4}" / f"s{i % 3}" / f"f{i}.txt").write_text(f"{i}\n")
     (wt / "link").symlink_to("d0")
     store = Store(tmp_path / "home")
-    tree = store.worktree(wt).capture().tree
+    caches = StatCaches(store)
+    tree = caches.worktree(wt).capture().tree
     listed = _git(store.path, "ls-tree", "-r", tree).splitlines()
     assert known_file_count(tree) == len(listed) == 41
     assert store.tree_changes(None, tree) == (41, 0, 0)

@@ -12,9 +12,10 @@ from pathlib import Path
 import pygit2
 import pytest
 
+from snapshotd.capture.stat_caches import StatCaches
 from snapshotd.core.checkpoint import Checkpoint
-from snapshotd.core.keys import AttemptKey
-from snapshotd.store.loose_refs import OLD_SUFFIX, SPARE_SUFFIX, LooseRefMover
+from snapshotd.core.keys import OLD_SUFFIX, SPARE_SUFFIX, AttemptKey
+from snapshotd.store.loose_refs import LooseRefMover
 from snapshotd.store.recovery import remove_stale_locks
 from snapshotd.store.store import Store
 from tests.support.helpers import git
@@ -149,13 +150,14 @@ def test_the_daemons_store_moves_attempt_refs_this_way_and_deletes_their_spares(
     wt = tmp_path / "wt"
     wt.mkdir()
     store = Store(tmp_path / "home", recover=True)  # as the daemon opens it
+    caches = StatCaches(store)
     key = AttemptKey("r", "n", 0, 1)
     ref_file = store.path / key.ref
     commits: list[str] = []
     for seq in range(3):
         (wt / "a.txt").write_text(f"{seq}\n")
         meta = Checkpoint(key=key, seq=seq, tier=1, source="cli", worktree=str(wt))
-        commits.append(store.commit(meta, store.worktree(wt).capture().tree,
+        commits.append(store.commit(meta, caches.worktree(wt).capture().tree,
                                     commits[-1] if commits else None))
         assert _rev(store.path, key.ref) == commits[-1]
     # Created by libgit2, then moved twice through its spare.

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from snapshotd.capture.stat_caches import StatCaches
 from snapshotd.store.store import Store
 from tests.conftest import git, make_git_worktree
 
@@ -63,7 +64,8 @@ def test_full_scan_and_fast_path_list_it_and_capture_the_rest(
     wt, odd = lying
     size = odd.stat().st_size
     store = Store(tmp_path / "home")
-    index = store.worktree(wt)
+    caches = StatCaches(store)
+    index = caches.worktree(wt)
     full = index.capture()
     entry = odd_skip(full.skipped)
     assert entry["reason"] == "unreadable", entry
@@ -76,7 +78,7 @@ def test_full_scan_and_fast_path_list_it_and_capture_the_rest(
     assert odd_skip(fast.skipped)["reason"] == "unreadable"
     assert git(wt, "--git-dir", str(store.path), "show", f"{fast.tree}:ok.txt") == "changed\n"
     # A full scan again (a new daemon's cache, loaded from disk): still listed, still no failure.
-    again = Store(tmp_path / "home").worktree(wt).capture()
+    again = StatCaches(Store(tmp_path / "home")).worktree(wt).capture()
     assert again.tree == fast.tree and odd_skip(again.skipped)["reason"] == "unreadable"
 
 
@@ -87,7 +89,8 @@ def test_git_s_scan_past_the_depth_limit_lists_it_too(lying: tuple[Path, Path],
     deep.mkdir(parents=True)
     (deep / "bottom.txt").write_text("deep\n")
     store = Store(tmp_path / "home")
-    capture = store.worktree(wt).capture()
+    caches = StatCaches(store)
+    capture = caches.worktree(wt).capture()
     assert odd_skip(capture.skipped)["reason"] == "unreadable"
     listing = git(wt, "--git-dir", str(store.path), "ls-tree", "-r", "--name-only", capture.tree)
     assert "ok.txt" in listing.split() and "odd" not in listing.split()

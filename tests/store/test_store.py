@@ -10,9 +10,10 @@ from pathlib import Path
 import pygit2
 import pytest
 
+from snapshotd.capture.stat_caches import StatCaches
 from snapshotd.core.checkpoint import Checkpoint
-from snapshotd.core.keys import AttemptKey
-from snapshotd.store.store import CACHE_REF_PREFIX, Store, StoreError, worktree_id
+from snapshotd.core.keys import AttemptKey, worktree_id
+from snapshotd.store.store import CACHE_REF_PREFIX, Store, StoreError
 from tests.conftest import Daemon, Env, git
 
 pytestmark = pytest.mark.one_ledger("the store's refs")
@@ -25,7 +26,8 @@ def _store_with_one_checkpoint(tmp_path: Path) -> tuple[Store, Path, str]:
     wt.mkdir()
     (wt / "a.txt").write_text("a\n")
     store = Store(tmp_path / "home")
-    tree = store.worktree(wt).capture().tree
+    caches = StatCaches(store)
+    tree = caches.worktree(wt).capture().tree
     meta = Checkpoint(key=KEY, seq=0, tier=1, source="cli", worktree=str(wt))
     return store, wt, store.commit(meta, tree, None)
 
@@ -80,10 +82,11 @@ def test_capture_over_an_unreadable_ref_continues_from_the_last_readable_checkpo
 
 def test_rewrite_chain_keeps_trees_and_messages_with_new_parents(tmp_path: Path) -> None:
     store, wt, first = _store_with_one_checkpoint(tmp_path)
+    caches = StatCaches(store)
     commits = [first]
     for seq in (1, 2):
         (wt / "a.txt").write_text(f"{seq}\n")
-        tree = store.worktree(wt).capture().tree
+        tree = caches.worktree(wt).capture().tree
         meta = Checkpoint(key=KEY, seq=seq, tier=1, source="cli", worktree=str(wt))
         commits.append(store.commit(meta, tree, commits[-1]))
     # Drop seq 1: seq 2 is rewritten onto seq 0.
@@ -116,10 +119,12 @@ def test_cache_keep_refs_name_every_cache_and_drop_a_broken_one(
         (wt / f"{name}.txt").write_text(f"{name}\n")
         worktrees.append(wt)
     first = Store(home)
-    trees = [first.worktree(wt).capture().tree for wt in worktrees]
-    first.persist_all()
+    first_caches = StatCaches(first)
+    trees = [first_caches.worktree(wt).capture().tree for wt in worktrees]
+    first_caches.persist_all()
     store = Store(home)  # a restarted daemon: only worktree "one" is loaded again
-    assert store.worktree(worktrees[0]).capture().tree == trees[0]
+    caches = StatCaches(store)
+    assert caches.worktree(worktrees[0]).capture().tree == trees[0]
     broken = home / "worktrees" / worktree_id(worktrees[2]) / "index"
     broken.write_bytes(b"DIRC garbage")
     ghost = store.path / CACHE_REF_PREFIX / "gone-0000"
@@ -127,7 +132,7 @@ def test_cache_keep_refs_name_every_cache_and_drop_a_broken_one(
     ghost.write_text(trees[0] + "\n")
     locks: dict[Path, threading.Lock] = {}
     with caplog.at_level(logging.WARNING, logger="snapshotd.store"):
-        store.refresh_cache_refs(lambda root: locks.setdefault(root, threading.Lock()))
+        caches.refresh_keep_refs(lambda root: locks.setdefault(root, threading.Lock()))
     assert _cache_refs(store) == {worktree_id(worktrees[0]): trees[0],
                                   worktree_id(worktrees[1]): trees[1]}
     assert not broken.exists()

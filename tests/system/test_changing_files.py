@@ -22,6 +22,7 @@ import pytest
 
 from snapshotd.capture import file_entry
 from snapshotd.capture.full_scan import Capture
+from snapshotd.capture.stat_caches import StatCaches
 from snapshotd.store.errors import changed_while_read
 from snapshotd.store.store import Store
 from snapshotd_client import SnapshotdError
@@ -161,7 +162,8 @@ def test_a_file_back_at_its_first_stat_after_changing_is_changing_not_the_store(
     big = wt / "big.txt"
     big.write_text("a" * 100)
     store = Store(tmp_path / "home")
-    cache = store.worktree(wt)
+    caches = StatCaches(store)
+    cache = caches.worktree(wt)
     cache.capture()
     marks = iter([(100, 1, 1), (200, 2, 2), (100, 1, 1)])
 

@@ -76,7 +76,7 @@ def test_it_compares_with_the_cache_as_captured_not_as_last_written(
     (wt / "a.txt").write_text("one")
     captured(service, wt)
     (wt / "a.txt").write_text("two, captured")
-    index = service.store.worktree(wt)
+    index = service.caches.worktree(wt)
     assert index.capture_changed({"a.txt"}) is not None  # the fast path's update, in memory
     assert Prescan.run(service, wt).found == set()
 
@@ -87,8 +87,8 @@ def test_it_never_writes_the_live_cache_file_while_it_scans(service: Service,
     (wt / "a.txt").write_text("one")
     (wt / "b.txt").write_text("same")
     captured(service, wt)
-    cache_file = service.store.worktree(wt).gitdir / "index"
-    service.store.worktree(wt).persist()
+    cache_file = service.caches.worktree(wt).gitdir / "index"
+    service.caches.worktree(wt).persist()
     before = cache_file.read_bytes()
     (wt / "a.txt").write_text("two")
     # Same content, new times: git's full refresh would write such an entry to the file.
@@ -101,7 +101,7 @@ def test_it_never_writes_the_live_cache_file_while_it_scans(service: Service,
     assert scan.found == ({"a.txt", "b.txt"} if scan_by == "git" else {"a.txt"})
     source = DriftRecorder()
     with service.worktree_lock(wt):
-        capture = scan.verify(service.store.worktree(wt), source, wt, reported={"a.txt"})
+        capture = scan.verify(service.caches.worktree(wt), source, wt, reported={"a.txt"})
     assert capture is not None and source.drifted == set()
     tree = service.store.repo[capture.tree]
     assert (tree["a.txt"].data, tree["b.txt"].data) == (b"two", b"same")
@@ -168,7 +168,7 @@ def test_without_git_or_when_git_fails_it_declines(service: Service, tmp_path: P
         scan = Prescan.run(service, wt)
     assert scan.found is None and "the scan failed" in scan.why_not
     # git refuses the cache's git dir (its HEAD gone): it says so, and the scan declines.
-    head = service.store.worktree(wt).gitdir / "HEAD"
+    head = service.caches.worktree(wt).gitdir / "HEAD"
     saved = head.read_bytes()
     head.unlink()
     try:

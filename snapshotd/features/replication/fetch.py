@@ -17,10 +17,7 @@ refs from their commit trailers) and ``local_commit``. Promises:
 
 from __future__ import annotations
 
-import itertools
 import logging
-import os
-import time
 from pathlib import Path
 
 import pygit2
@@ -36,17 +33,14 @@ from snapshotd.features.replication.gitremote import (
     descends,
     last_lines,
     normalize_remote,
-    run_git,
     run_pattern,
 )
 from snapshotd.service.service import Service
+from snapshotd.store.store import Store
 from snapshotd_client.protocol import validate_id
 
 log = logging.getLogger("snapshotd.replication")
 
-STAGING_PREFIX = "refs/snapshotd-fetch/"
-_ZERO = "0" * 40
-_counter = itertools.count()
 
 
 def fetch_run(service: Service, run_id: str, remote: str | None = None) -> dict:
@@ -132,14 +126,8 @@ def ensure_commit(service: Service, commit_id: str, tree_id: str, *,
 def _fetch_and_adopt(service: Service, url: str, src: str) -> dict:
     """Fetch ``src`` (a ref or a ``…/*`` pattern) into staging, verify, adopt. Returns
     ``{"remote", "refs": [{attempt…, commit, action}], "conflicts": [...]}``."""
-    store = service.store.path
-    staging = f"{STAGING_PREFIX}{os.getpid()}-{next(_counter)}-{time.time_ns()}/"
-    dst = staging + src[len("refs/"):]
+    proc, staging = service.store.fetch_staged(url, src, GIT_TIMEOUT_S)
     try:
-        proc = run_git(["-C", str(store), "-c", "transfer.fsckObjects=true",
-                        "-c", "fetch.fsckObjects=true", "fetch", "--no-tags",
-                        "--no-write-fetch-head", "--no-auto-gc", url, f"+{src}:{dst}"],
-                       timeout=GIT_TIMEOUT_S)
         if proc.returncode != 0:
             text = last_lines(proc)
             if "couldn't find remote ref" in text:
@@ -155,7 +143,7 @@ def _fetch_and_adopt(service: Service, url: str, src: str) -> dict:
             try:
                 key = _key_of(real)
                 _verify_chain(service, repo, key, tip)
-                action = _adopt(repo, store, real, tip)
+                action = _adopt(service.store, repo, key, tip)
             except _Refused as exc:
                 conflicts.append({"ref": real, "remote": tip, "reason": str(exc)})
                 continue
@@ -164,7 +152,9 @@ def _fetch_and_adopt(service: Service, url: str, src: str) -> dict:
             log.warning("fetch from %s refused %s: %s", redact_url(url), c["ref"], c["reason"])
         return {"remote": redact_url(url), "refs": refs, "conflicts": conflicts}
     finally:
-        _drop_staging(store, staging)
+        problem = service.store.drop_staged(staging)
+        if problem is not None:
+            log.warning("%s", problem)
 
 
 class _Refused(Exception):
@@ -216,8 +206,9 @@ def _verify_chain(service: Service, repo: pygit2.Repository, key: AttemptKey, ti
         commit = commit.parents[0]
 
 
-def _adopt(repo: pygit2.Repository, store: Path, ref: str, tip: str) -> str:
+def _adopt(store: Store, repo: pygit2.Repository, key: AttemptKey, tip: str) -> str:
     """Create or fast-forward the local ref to ``tip`` (compare-and-swap); never rewind it."""
+    ref = key.ref
     current = repo.references.get(ref)
     local = str(current.target) if current is not None else None
     if local == tip:
@@ -228,26 +219,10 @@ def _adopt(repo: pygit2.Repository, store: Path, ref: str, tip: str) -> str:
         if not descends(repo, tip, local):
             raise _Refused(f"the remote's history of {ref} ({tip[:12]}) and the local one "
                            f"({local[:12]}) diverge; the local one is kept")
-    proc = run_git(["-C", str(store), "update-ref", ref, tip, local or _ZERO], timeout=60.0)
+    proc = store.adopt_ref(key, tip, local)
     if proc.returncode != 0:
         raise _Refused(f"the local ref moved meanwhile: {last_lines(proc)}")
     return "updated" if local else "created"
-
-
-def _drop_staging(store: Path, staging: str) -> None:
-    """Remove the staging refs of one fetch. A failure leaves them behind (they only pin
-    objects until the next gc), so it is logged, not raised over the fetch's own outcome."""
-    proc = run_git(["-C", str(store), "for-each-ref", "--format=%(refname)", staging],
-                   timeout=60.0)
-    if proc.returncode != 0:
-        log.warning("could not list staging refs %s: %s", staging, last_lines(proc))
-        return
-    names = proc.stdout.decode(errors="replace").split()
-    if names:
-        script = "".join(f"delete {n}\n" for n in names).encode()
-        proc = run_git(["-C", str(store), "update-ref", "--stdin"], timeout=60.0, stdin=script)
-        if proc.returncode != 0:
-            log.warning("could not remove staging refs %s: %s", staging, last_lines(proc))
 
 
 def local_commit(service: Service, commit_id: str) -> pygit2.Commit | None:
