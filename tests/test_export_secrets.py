@@ -22,7 +22,7 @@ import pytest
 
 from conftest import Daemon, Env, git, make_git_worktree
 from snapshotd.core.errors import ServiceError
-from snapshotd.ops.mcp_ops import Operations
+from snapshotd.ops.operations import Operations
 from snapshotd_client.client import SnapshotdError
 
 KEY = "sk-proj-Qm3xT8vR2kLp9Wz4Yb7Nc1Hd6Fg0Js5A"

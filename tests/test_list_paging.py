@@ -11,7 +11,7 @@ from pathlib import Path
 import msgpack
 
 from conftest import Daemon, Env, make_git_worktree
-from snapshotd.ops.mcp_ops import Operations
+from snapshotd.ops.operations import Operations
 from snapshotd_client.protocol import MAX_FRAME, encode_frame
 
 # Labels near their 1,000-byte limit make a run whose whole listing is over the frame with

@@ -4,14 +4,14 @@ Owns the tools an agent (or any MCP client) uses to see and use its durability s
 ``list_runs``, ``list_checkpoints``, ``diff_checkpoint``, ``restore_checkpoint``, ``list_gaps``,
 ``status``, the review reads ``show_checkpoint``, ``log_checkpoints``, ``find_path``,
 ``blame_file`` and ``export_checkpoints``, built on the official MCP Python SDK (2.x,
-``MCPServer``), and how their failures and secrets reach the client. What each tool does is ``snapshotd.ops.mcp_ops``.
+``MCPServer``), and how their failures and secrets reach the client. What each tool does is
+``snapshotd.ops.operations.Operations``, the surface the CLI and the web app call too.
 
 Promises:
-- Every tool is a thin call into the code the CLI uses (``snapshotd.ops.mcp_ops`` on
-  ``snapshotd.ops.backend`` and ``snapshotd.service.listing``), so a restore through MCP is serialized with
-  captures of that worktree and obeys every rule the CLI obeys: it refuses while an attempt is
-  active on the worktree unless ``force``, takes a safety checkpoint first and returns the undo
-  command, stays confined to the target.
+- Every tool is a thin call into that surface (daemon or local, as the CLI runs), so a
+  restore through MCP is serialized with captures of that worktree and obeys every rule the
+  CLI obeys: it refuses while an attempt is active on the worktree unless ``force``, takes a
+  safety checkpoint first and returns the undo command, stays confined to the target.
 - Results are structured (``structuredContent``) with the fields of the matching ``--json``
   output; ``restore_checkpoint`` defaults to ``dry_run=true``.
 - A bad argument (an unknown run, a malformed id, a seq that does not exist, ``to_seq`` together
@@ -46,7 +46,7 @@ from snapshotd import __version__
 from snapshotd.core.config import ConfigError, redact_url
 from snapshotd.core.errors import ServiceError
 from snapshotd.ledger.ledger import LedgerError
-from snapshotd.ops.mcp_ops import DEFAULT_PATCH_BYTES, DEFAULT_PLAN_LIMIT, Operations
+from snapshotd.ops.operations import DEFAULT_PATCH_BYTES, DEFAULT_PLAN_LIMIT, Operations
 from snapshotd_client import DaemonUnavailable, SnapshotdError
 
 log = logging.getLogger("snapshotd.mcp")

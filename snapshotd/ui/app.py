@@ -11,7 +11,7 @@ and return the plan; with it they act and return the undo command).
 
 Promises: every failure is JSON ``{"error": code, "message": ...}`` with a 4xx status for a
 ``ServiceError`` (the message says what to do) and 500 for anything else, which is also logged.
-Restore and export go through ``snapshotd.ops.mcp_ops.Operations``: the daemon when one answers,
+Restore and export go through ``snapshotd.ops.operations.Operations``: the daemon when one answers,
 else the home under the daemon's lock, with every rule of the ``restore`` op.
 """
 
@@ -33,7 +33,7 @@ from starlette.staticfiles import StaticFiles
 
 from snapshotd.core import errors
 from snapshotd.core.errors import ServiceError
-from snapshotd.ops.mcp_ops import Operations
+from snapshotd.ops.operations import Operations
 from snapshotd.ui import actions
 from snapshotd.ui.data import Reader
 from snapshotd.ui.security import Guard, csrf_token

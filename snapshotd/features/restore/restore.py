@@ -2,7 +2,7 @@
 
 Owns ``restore_checkpoint`` (the one implementation behind the ``restore`` op, the CLI with or
 without a daemon, and the engine's ``attempt begin --resume``), the printed ``undo_command`` and
-``end_command``, ``page_plan`` and the daemon ops ``restore``, ``restore_progress`` and ``diff``
+``end_command``, ``page_plan`` and the daemon ops ``restore`` and ``restore_progress``
 (``attach``). It drives three modules: ``snapshotd.service.checkpoints`` finds the checkpoint,
 ``snapshotd.features.restore.plan`` computes what differs, ``snapshotd.features.restore.apply`` writes it
 (docs/restore.md).
@@ -62,7 +62,6 @@ from snapshotd.features.restore.apply import (
     open_confined,
 )
 from snapshotd.features.restore.plan import Plan, check_paths, obstacles, plan_trees, walk_tree
-from snapshotd.features.review.diff import diff_checkpoints
 from snapshotd.ledger.ledger import Attempt
 from snapshotd.service.checkpoints import (
     checkpoint_tree,
@@ -190,7 +189,7 @@ def fit_reply(result: dict) -> dict:
 
 
 def attach(service: Service, server: Server, config: Config) -> None:
-    """Register the ``restore``, ``restore_progress`` and ``diff`` ops on the daemon's server."""
+    """Register the ``restore`` and ``restore_progress`` ops on the daemon's server."""
     board = _ProgressBoard()
 
     def restore_op(fields: dict) -> dict:
@@ -220,17 +219,8 @@ def attach(service: Service, server: Server, config: Config) -> None:
             raise ServiceError(errors.BAD_REQUEST, "progress_token must be a string")
         return board.get(token)
 
-    def diff_op(fields: dict) -> dict:
-        return diff_checkpoints(
-            service, run_id=fields.get("run_id"), node_id=fields.get("node_id"),
-            seq=fields.get("seq"), to_seq=fields.get("to_seq"),
-            worktree=bool_field(fields, "worktree"), iteration=fields.get("iteration"),
-            attempt=fields.get("attempt"), patch=fields.get("patch", True) is not False,
-            wire=True)
-
     server.register("restore", restore_op)
     server.register("restore_progress", progress_op)
-    server.register("diff", diff_op)
 
 
 class _ProgressBoard:

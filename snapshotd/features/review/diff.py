@@ -1,7 +1,9 @@
 """Diff: what changed between two checkpoints, or between a checkpoint and the worktree now.
 
-Owns ``diff_checkpoints`` (behind the ``diff`` op and ``snapshotd diff``) and ``render_trees``,
-which turns two tree ids of the store into a git-style patch, a name-status list and a diffstat.
+Owns ``diff_checkpoints`` (behind the ``diff`` op, registered by ``attach``), ``compare``
+(any two checkpoints of the store, across attempts too: the web app's diffs) and
+``render_trees``, which turns two tree ids of the store into a git-style patch, a name-status
+list and a diffstat: the one diff engine of every front end (CLI, MCP, web app).
 
 Promises:
 - ``--seq A`` alone shows what checkpoint A changed against the previous checkpoint of its
@@ -20,18 +22,32 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 import pygit2
 from pygit2.enums import DiffOption, DiffStatsFormat
 
 from snapshotd.core import errors
 from snapshotd.core.commit_message import parse_trailers
-from snapshotd.core.errors import ServiceError, int_value
+from snapshotd.core.errors import ServiceError, bool_field, int_value
 from snapshotd.core.keys import AttemptKey
 from snapshotd.service.checkpoints import current_tree_of, empty_tree, find_checkpoint, selection
 from snapshotd.service.service import Service
 from snapshotd_client import protocol
+
+if TYPE_CHECKING:
+    from snapshotd.core.config import Config
+    from snapshotd.ledger.ledger import Ledger
+
+
+class OpRegistry(Protocol):
+    """What ``attach`` needs of the daemon's server: registering an op (features sit below
+    the daemon, so they name only this)."""
+
+    def register(self, op: str, handler: Callable[[dict], dict]) -> None: ...
+
 
 WIRE_PATCH_LIMIT = 768 * 1024
 WIRE_FILES_LIMIT = 5000
@@ -97,6 +113,49 @@ def diff_checkpoints(service: Service, *, run_id: str, node_id: str, seq: int | 
         _fit(out)
     out["elapsed_ms"] = round((time.perf_counter() - started) * 1000, 3)
     return out
+
+
+def compare(ledger: Ledger, repo: pygit2.Repository, sel: dict, against: dict | None, *,
+            patch: bool = True) -> dict:
+    """What checkpoint ``sel`` changed against checkpoint ``against`` (any of the store, across
+    attempts too) or, when None, against its parent checkpoint (the empty tree for a first one).
+    Selections are dicts of ``run_id``, ``node_id``, ``seq``, ``iteration``, ``attempt``;
+    safety checkpoints can be named. ``render_trees`` plus ``to`` and ``from`` (None for the
+    parent), each the checkpoint's ids, ``checkpoint`` (the ledger row of ``sel``) and
+    ``trailers`` (its commit's)."""
+    cp = _find_any(ledger, sel)
+    if against is None:
+        parent = cp.get("parent")
+        base_tree = (str(repo[parent].peel(pygit2.Commit).tree_id) if parent
+                     else empty_tree(repo))
+        base = None
+    else:
+        other = _find_any(ledger, against)
+        base_tree, base = other["tree"], ident(other)
+    out = render_trees(repo, base_tree, cp["tree"], patch=patch)
+    trailers = parse_trailers(repo[cp["commit"]].peel(pygit2.Commit).message)
+    out.update({"to": ident(cp), "from": base, "checkpoint": cp, "trailers": trailers})
+    return out
+
+
+def ident(cp: dict) -> dict:
+    """The ids that name a checkpoint in a reply."""
+    return {k: cp[k] for k in ("run_id", "node_id", "iteration", "attempt", "seq", "commit",
+                               "tree")}
+
+
+def attach(service: Service, server: OpRegistry, config: Config) -> None:
+    """Register the ``diff`` op on the daemon's server."""
+
+    def diff_op(fields: dict) -> dict:
+        return diff_checkpoints(
+            service, run_id=fields.get("run_id"), node_id=fields.get("node_id"),
+            seq=fields.get("seq"), to_seq=fields.get("to_seq"),
+            worktree=bool_field(fields, "worktree"), iteration=fields.get("iteration"),
+            attempt=fields.get("attempt"), patch=fields.get("patch", True) is not False,
+            wire=True)
+
+    server.register("diff", diff_op)
 
 
 def render_trees(repo: pygit2.Repository, tree_a: str, tree_b: str, *, patch: bool = True,
@@ -165,6 +224,14 @@ def _seq_of(repo: pygit2.Repository, commit: str, guess: int | None) -> int | No
     except (KeyError, ValueError, pygit2.GitError):
         return guess
     return int(value) if value is not None else guess
+
+
+def _find_any(ledger: Ledger, sel: dict) -> dict:
+    run, node, seq, iteration, attempt = selection(
+        sel.get("run_id"), sel.get("node_id"), sel.get("seq"), sel.get("iteration"),
+        sel.get("attempt"))
+    return find_checkpoint(ledger, run, node, seq=seq, iteration=iteration, attempt=attempt,
+                           skip_safety=False)
 
 
 def _key(cp: dict) -> AttemptKey:

@@ -1,7 +1,8 @@
 """Export: an attempt's checkpoints as commits in the user's own repository, or as patches.
 
 Owns ``export_checkpoints`` (behind the ``export`` op, ``snapshotd export`` and the MCP tool),
-``run_export`` (the front ends' one call: daemon or local) and ``attach``.
+``export_fields`` (a request's fields, validated) and ``attach``; the front ends reach it
+through ``snapshotd.ops`` (daemon or local).
 
 Promises:
 - One commit per checkpoint in (``from_seq``, ``to_seq``] of one attempt (default: every kept
@@ -48,7 +49,6 @@ from snapshotd.core.commit_message import parse_trailers
 from snapshotd.core.errors import ServiceError, abs_path_field, bool_field, opt_int_field
 from snapshotd.core.user_repo import common_dir, not_regular, objects_dir, open_user_repo
 from snapshotd.features.withhold import blob_at, chain_findings
-from snapshotd.ops import backend
 from snapshotd.service.checkpoints import find_checkpoint, format_seqs, selection
 from snapshotd.store.store import SIGNATURE_EMAIL, SIGNATURE_NAME
 
@@ -59,24 +59,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("snapshotd.export")
 
-EXPORT_TIMEOUT_S = 900.0
 FORMAT_PATCH_TIMEOUT_S = 600.0
 MAX_FINDINGS_NAMED = 20
 _GITLINK = 0o160000
 
 
 # -- public entry --------------------------------------------------------------------------------
-
-
-def run_export(fields: dict[str, Any], *, home: Path | None = None,
-               socket: Path | None = None) -> dict:
-    """Export through the daemon when one answers, else on the home directly."""
-
-    def local(service: Service) -> dict:
-        return export_fields(service, fields)
-
-    return backend.run_op("export", fields, local, home=home, socket=socket,
-                          timeout=EXPORT_TIMEOUT_S)
 
 
 def export_fields(service: Service, fields: dict) -> dict:

@@ -1,10 +1,10 @@
 """Review history: what one checkpoint changed (``show``), a run's checkpoints newest first
 (``log``), and which checkpoints of which runs changed a path of a worktree (``find``).
 
-Every function reads a home opened with ``snapshotd.ops.backend.read_home`` (the ledger, a store read
-handle, the gap spool), so it answers beside a running daemon or without one. No ref, ledger row
-or file is written; the store gains at most a few small unreferenced tree objects (``pruned_pair``,
-and git's empty tree), which gc collects.
+Every function reads a home opened for reading (``snapshotd.features.review.view.HomeView``:
+the ledger, a store read handle, the gap spool), so it answers beside a running daemon or
+without one. No ref, ledger row or file is written; the store gains at most a few small
+unreferenced tree objects (``pruned_pair``, and git's empty tree), which gc collects.
 The result shapes are documented in docs/review.md.
 
 Promises:
@@ -38,8 +38,8 @@ from snapshotd.core import errors
 from snapshotd.core.config import parse_duration
 from snapshotd.core.errors import ServiceError, id_field, int_value
 from snapshotd.features.review.diff import render_trees
+from snapshotd.features.review.view import HomeView
 from snapshotd.ledger.ledger import Attempt
-from snapshotd.ops.backend import HomeView
 from snapshotd.service.checkpoints import empty_tree, find_checkpoint, selection
 from snapshotd.service.listing import unknown_run
 
