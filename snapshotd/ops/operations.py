@@ -120,11 +120,11 @@ class Operations:
         """What checkpoint ``sel`` changed against ``against`` (any checkpoint of the store,
         across attempts too) or, when None, its parent checkpoint; selections are dicts of
         ``run_id``, ``node_id``, ``seq``, ``iteration``, ``attempt``. Read from the store
-        directly, daemon or not (``snapshotd.features.review.diff.compare``)."""
-        from snapshotd.features.review.diff import compare
+        directly, daemon or not (``snapshotd.features.review.history.compare``)."""
+        from snapshotd.features.review.history import compare
 
         def call(view: HomeView) -> dict:
-            return compare(view.ledger, view.repo, sel, against, patch=patch)
+            return compare(view, sel, against, patch=patch)
 
         result = backend.read_home(call, home=self._home)
         if max_patch_bytes is not None:

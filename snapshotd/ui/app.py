@@ -47,8 +47,10 @@ def create_app(*, home: Path, socket: Path | None, token: str, port: int,
                explicit_home: bool = False) -> Guard:
     """The guarded app for ``home`` served on 127.0.0.1:``port``. ``socket`` (and ``home``
     when ``explicit_home``) are passed on to restore and export, and to their undo commands."""
-    reader = Reader(home)
     ops = Operations(home=home if explicit_home else None, socket=socket)
+    # Reads name the home always; the acting ops name it only when the user did, so an undo
+    # command carries --home only then.
+    reader = Reader(home, Operations(home=home, socket=socket))
     static = resources.files("snapshotd.ui") / "static"
     shell = (static / "index.html").read_text().replace("{{csrf}}", csrf_token(token))
 

@@ -1,9 +1,9 @@
 """Diff: what changed between two checkpoints, or between a checkpoint and the worktree now.
 
-Owns ``diff_checkpoints`` (behind the ``diff`` op, registered by ``attach``), ``compare``
-(any two checkpoints of the store, across attempts too: the web app's diffs) and
+Owns ``diff_checkpoints`` (behind the ``diff`` op, registered by ``attach``) and
 ``render_trees``, which turns two tree ids of the store into a git-style patch, a name-status
-list and a diffstat: the one diff engine of every front end (CLI, MCP, web app).
+list and a diffstat: the one diff engine of every front end (CLI, MCP, web app; the review
+reads run it on ``snapshotd.features.review.history.pruned_pair``).
 
 Promises:
 - ``--seq A`` alone shows what checkpoint A changed against the previous checkpoint of its
@@ -39,7 +39,6 @@ from snapshotd_client import protocol
 
 if TYPE_CHECKING:
     from snapshotd.core.config import Config
-    from snapshotd.ledger.ledger import Ledger
 
 
 class OpRegistry(Protocol):
@@ -113,35 +112,6 @@ def diff_checkpoints(service: Service, *, run_id: str, node_id: str, seq: int | 
         _fit(out)
     out["elapsed_ms"] = round((time.perf_counter() - started) * 1000, 3)
     return out
-
-
-def compare(ledger: Ledger, repo: pygit2.Repository, sel: dict, against: dict | None, *,
-            patch: bool = True) -> dict:
-    """What checkpoint ``sel`` changed against checkpoint ``against`` (any of the store, across
-    attempts too) or, when None, against its parent checkpoint (the empty tree for a first one).
-    Selections are dicts of ``run_id``, ``node_id``, ``seq``, ``iteration``, ``attempt``;
-    safety checkpoints can be named. ``render_trees`` plus ``to`` and ``from`` (None for the
-    parent), each the checkpoint's ids, ``checkpoint`` (the ledger row of ``sel``) and
-    ``trailers`` (its commit's)."""
-    cp = _find_any(ledger, sel)
-    if against is None:
-        parent = cp.get("parent")
-        base_tree = (str(repo[parent].peel(pygit2.Commit).tree_id) if parent
-                     else empty_tree(repo))
-        base = None
-    else:
-        other = _find_any(ledger, against)
-        base_tree, base = other["tree"], ident(other)
-    out = render_trees(repo, base_tree, cp["tree"], patch=patch)
-    trailers = parse_trailers(repo[cp["commit"]].peel(pygit2.Commit).message)
-    out.update({"to": ident(cp), "from": base, "checkpoint": cp, "trailers": trailers})
-    return out
-
-
-def ident(cp: dict) -> dict:
-    """The ids that name a checkpoint in a reply."""
-    return {k: cp[k] for k in ("run_id", "node_id", "iteration", "attempt", "seq", "commit",
-                               "tree")}
 
 
 def attach(service: Service, server: OpRegistry, config: Config) -> None:
@@ -224,14 +194,6 @@ def _seq_of(repo: pygit2.Repository, commit: str, guess: int | None) -> int | No
     except (KeyError, ValueError, pygit2.GitError):
         return guess
     return int(value) if value is not None else guess
-
-
-def _find_any(ledger: Ledger, sel: dict) -> dict:
-    run, node, seq, iteration, attempt = selection(
-        sel.get("run_id"), sel.get("node_id"), sel.get("seq"), sel.get("iteration"),
-        sel.get("attempt"))
-    return find_checkpoint(ledger, run, node, seq=seq, iteration=iteration, attempt=attempt,
-                           skip_safety=False)
 
 
 def _key(cp: dict) -> AttemptKey:
