@@ -4,8 +4,8 @@ is written).
 Owns ``Reader``: the runs summary (newest first, with an activity strip), a run's timeline (one
 lane per node/iteration/attempt, every checkpoint row, the gaps with what to do), a cheap
 fingerprint of a run for live updates, the tree and a file at a checkpoint; and, through the
-front ends' one surface (``snapshotd.ops.operations.Operations.compare``), one checkpoint with
-the files it changed and the diff of any two checkpoints (across attempts too).
+front ends' one surface (``snapshotd.ops.operations.Operations``), the gaps, one checkpoint
+with the files it changed and the diff of any two checkpoints (across attempts too).
 
 Promises:
 - Reads only: the ledger (safe beside a running daemon), the spool and a per-call handle on the
@@ -102,9 +102,8 @@ class Reader:
         return f"{stats[0]}:{stats[1]}:{gaps}:{hash(tuple(states)) & 0xffffffff:x}"
 
     def gaps(self, run_id: str | None) -> dict:
-        if run_id is not None:
-            run_id = errors.id_field("run_id", run_id)
-        out = listing.list_gaps(self.home, run_id)
+        """The gaps (of one run, or all), as ``list_gaps`` gives them, each with its help."""
+        out = self.ops.list_gaps(run_id=run_id)
         out["gaps"] = [dict(g, help=help_for(g.get("reason"))) for g in out["gaps"]]
         return out
 
