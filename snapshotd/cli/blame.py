@@ -1,8 +1,8 @@
 """``snapshotd blame RUN --node X PATH``: which checkpoint (tool call) introduced each line.
 
-Owns the command line of blame. Through the daemon when one answers, else directly on the home
-(``snapshotd.features.review.blame.run_blame``); ``--json`` prints the documented shape
-(``snapshotd.features.review.blame.public_shape``).
+Owns the command line of blame. The blame is ``snapshotd.ops.operations.Operations.blame``, the
+one the MCP tool and the web app use: through the daemon when one answers, else directly on the
+home; ``--json`` prints its documented shape (``snapshotd.features.review.blame.public_shape``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from snapshotd.cli.common import attempt_options, call_or_fail, op_options, print_json
+from snapshotd.cli.common import attempt_options, call_or_fail, op_options, operations, print_json
 
 # How wide the "who" column is in the text form.
 WHO_WIDTH = 32
@@ -31,15 +31,15 @@ def blame(run_id: str, path: str, node_id: str, seq: int | None, iteration: int 
     """Show every line of PATH (relative to the worktree, or absolute inside it) at a
     checkpoint with the checkpoint and tool call that introduced it. Lines written outside the
     agent's tool calls (tier 2, before-tool captures) are marked with '*'."""
-    from snapshotd.features.review.blame import outside_tool_call, public_shape, run_blame
+    from snapshotd.features.review.blame import outside_tool_call
 
     if os.path.isabs(path):
         path = os.path.normpath(path)
     fields = {"run_id": run_id, "node_id": node_id, "path": path, "seq": seq,
               "iteration": iteration, "attempt": attempt}
-    result = call_or_fail(run_blame, fields, home=home, socket=socket_)
+    result = call_or_fail(operations(home, socket_).blame, fields)
     if as_json:
-        print_json(public_shape(result))
+        print_json(result)
         return
     width = len(str(len(result["lines"])))
     for line in result["lines"]:

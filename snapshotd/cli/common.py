@@ -8,12 +8,15 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from snapshotd_client import Client, DaemonUnavailable, SnapshotdError
 from snapshotd_client.paths import home_dir, socket_path
+
+if TYPE_CHECKING:
+    from snapshotd.ops.operations import Operations
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
@@ -132,6 +135,25 @@ def run_op(home: Path | None, sock: Path | None, op: str, fields: dict[str, Any]
         return call_or_fail(backend.run_op, op, fields, local, home=home, socket=sock,
                             timeout=timeout, via_daemon=via_daemon,
                             require_ledger=require_ledger)
+    except LedgerError as exc:
+        ledger_failure(exc)
+    raise AssertionError("unreachable")
+
+
+def operations(home: Path | None, sock: Path | None) -> Operations:
+    """The front ends' one operations surface on the home and socket the options named."""
+    from snapshotd.ops.operations import Operations
+
+    return Operations(home=home, socket=sock)
+
+
+def run_call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``call_or_fail`` for an op that may open the ledger here: a ledger that cannot be read
+    is said the way ``run_op`` says it."""
+    from snapshotd.ledger.ledger import LedgerError
+
+    try:
+        return call_or_fail(fn, *args, **kwargs)
     except LedgerError as exc:
         ledger_failure(exc)
     raise AssertionError("unreachable")

@@ -1,9 +1,9 @@
 """``snapshotd diff RUN --node X --seq A``: what changed, as a git-style patch.
 
-Owns the command line of diff. Through the daemon when one answers (a ``--worktree`` diff then
-captures the worktree under its lock), else directly on the home (``snapshotd.ops.backend``).
-A patch or file list too large for one reply is rendered from the two tree ids the reply names,
-reading the store (``backend.complete_diff``).
+Owns the command line of diff. The diff is ``snapshotd.ops.operations.Operations.diff``, the
+one the MCP tool and the web app use: through the daemon when one answers (a ``--worktree``
+diff then captures the worktree under its lock), else directly on the home; a patch or file
+list too large for one reply is rendered from the two tree ids the reply names.
 """
 
 from __future__ import annotations
@@ -15,16 +15,12 @@ import click
 
 from snapshotd.cli.common import (
     attempt_options,
-    call_or_fail,
     op_options,
+    operations,
     print_json,
-    run_op,
+    run_call,
     shown,
 )
-from snapshotd.ops.backend import complete_diff
-
-# A --worktree diff captures the worktree first.
-DIFF_TIMEOUT_S = 3600.0
 
 
 @click.command()
@@ -52,14 +48,7 @@ def diff(run_id: str, node_id: str, seq: int, to_seq: int | None, worktree: bool
     fields: dict[str, Any] = {"run_id": run_id, "node_id": node_id, "seq": seq,
                               "to_seq": to_seq, "worktree": worktree, "iteration": iteration,
                               "attempt": attempt, "patch": want_patch}
-
-    def direct(service: Any) -> dict:
-        from snapshotd.features.review.diff import diff_checkpoints
-
-        return diff_checkpoints(service, **fields)
-
-    result = run_op(home, socket_, "diff", fields, direct, timeout=DIFF_TIMEOUT_S)
-    result = call_or_fail(complete_diff, result, want_patch)
+    result = run_call(operations(home, socket_).diff, fields)
     if as_json:
         print_json(result)
     elif show_stat:

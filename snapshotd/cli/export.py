@@ -1,9 +1,10 @@
 """``snapshotd export RUN --node X (--branch NAME [--squash] [--repo DIR] | --patches DIR)``.
 
 Owns the command line of export: the agent's checkpoints as commits on a new branch of the
-user's repository, or as a ``git am``-able series (``snapshotd.features.review.export``). Through the daemon
-when one answers, else directly on the home. An export that would write an unreleased secret is
-refused (``secret-held``) unless ``--allow-secrets``, which then says on stderr what went out.
+user's repository, or as a ``git am``-able series (``snapshotd.features.review.export``), through
+``snapshotd.ops.operations.Operations.export``: the daemon when one answers, else the home. An
+export that would write an unreleased secret is refused (``secret-held``) unless
+``--allow-secrets``, which then says on stderr what went out.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from snapshotd.cli.common import attempt_options, call_or_fail, op_options, print_json
+from snapshotd.cli.common import attempt_options, call_or_fail, op_options, operations, print_json
 
 
 @click.command()
@@ -43,8 +44,6 @@ def export(run_id: str, node_id: str, from_seq: int | None, to_seq: int | None,
     tree, the config or an existing branch. Refused, before anything is written, when a file
     it would write holds a secret finding that was not released (see `snapshotd push
     --release`), unless --allow-secrets."""
-    from snapshotd.features.review.export import run_export
-
     if (branch is None) == (patches is None):
         raise click.UsageError("give --branch NAME or --patches DIR, one of the two")
     if repo is not None and patches is not None:
@@ -54,7 +53,7 @@ def export(run_id: str, node_id: str, from_seq: int | None, to_seq: int | None,
               "repo": str(repo.absolute()) if repo else None,
               "patches": str(patches.absolute()) if patches else None,
               "allow_secrets": allow_secrets}
-    result = call_or_fail(run_export, fields, home=home, socket=socket_)
+    result = call_or_fail(operations(home, socket_).export, fields)
     if result.get("secrets"):
         click.echo(f"exported {len(result['secrets'])} unreleased secret finding(s) "
                    "(--allow-secrets): " + ", ".join(

@@ -1,8 +1,9 @@
 """``snapshotd restore RUN --node X``: bring a worktree (or a new directory) back to a checkpoint.
 
-Owns the command line of restore. It runs through ``snapshotd.ops.backend.run_op``: in the daemon
-when one answers on the socket (so the restore is serialized with captures of that worktree),
-else directly on the home under the daemon's own home lock.
+Owns the command line of restore and its progress bar. The restore is
+``snapshotd.ops.operations.Operations.restore``, the one the MCP tool and the web app use: in
+the daemon when one answers on the socket (so the restore is serialized with captures of that
+worktree), else directly on the home under the daemon's own home lock.
 
 Promises: ``--dry-run`` prints one ``A``/``M``/``D`` line per path and changes nothing; an in-place
 restore prints the exact command that undoes it; ``--json`` prints the result map; a progress bar
@@ -12,8 +13,6 @@ shows on a terminal for large restores; errors go to stderr with exit 1.
 from __future__ import annotations
 
 import sys
-import threading
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +20,12 @@ import click
 
 from snapshotd.cli.common import (
     attempt_options,
-    daemon_client,
     op_options,
+    operations,
     print_json,
-    run_op,
+    run_call,
     shown,
 )
-from snapshotd.ops.backend import with_location
-from snapshotd_client import SnapshotdError
 
 # Restores with at least this many paths get a progress bar on a terminal.
 PROGRESS_MIN = 1000
@@ -64,8 +61,6 @@ def restore(run_id: str, node_id: str, seq: int | None, iteration: int | None,
                               "dry_run": dry_run, "force": force}
     show_bar = not as_json and not dry_run and sys.stdout.isatty()
     result = run_restore(home, socket_, fields, show_bar=show_bar)
-    if result.get("undo_command"):
-        result["undo_command"] = with_location(result["undo_command"], home, socket_)
     if as_json:
         print_json(result)
         return
@@ -74,43 +69,14 @@ def restore(run_id: str, node_id: str, seq: int | None, iteration: int | None,
 
 def run_restore(home: Path | None, socket_: Path | None, fields: dict,
                 *, show_bar: bool) -> dict:
-    """The restore through the daemon (paging a dry-run's plan) or directly on the home."""
-    from snapshotd.features.restore.restore import restore_checkpoint
-
-    def direct(service: Any) -> dict:
-        bar = _Bar(show_bar)
-        try:
-            result = restore_checkpoint(
-                service, run_id=fields["run_id"], node_id=fields["node_id"], seq=fields["seq"],
-                iteration=fields["iteration"], attempt=fields["attempt"],
-                to=Path(fields["to"]) if fields["to"] else None, dry_run=fields["dry_run"],
-                force=fields["force"], progress=bar.update)
-        finally:
-            bar.close()
-        # The same keys as the op's reply, whole.
-        result.update(plan_total=len(result["plan"]), plan_offset=0, plan_truncated=False,
-                      kept_total=len(result["kept"]))
-        return result
-
-    def via_daemon(client: Any) -> dict:
-        if show_bar:
-            first = _request_with_bar(client, socket_, fields)
-        else:
-            first = client.request("restore", **fields)
-        if not fields["dry_run"] or not first.get("plan_truncated"):
-            return first
-        # A dry-run's plan comes in pages; the result is recomputed per page, cheaply.
-        plan = list(first["plan"])
-        while len(plan) < first["plan_total"]:
-            page = client.request("restore", **fields, plan_offset=len(plan))
-            if not page["plan"]:
-                break
-            plan.extend(page["plan"])
-        first.update(plan=plan, plan_truncated=False, plan_offset=0)
-        return first
-
-    return run_op(home, socket_, "restore", fields, direct, timeout=RESTORE_TIMEOUT_S,
-                  via_daemon=via_daemon)
+    """The restore through the daemon (a dry-run's plan whole) or directly on the home, with a
+    progress bar on a terminal when ``show_bar``."""
+    bar = _Bar(show_bar)
+    try:
+        return run_call(operations(home, socket_).restore, fields,
+                        progress=bar.update if show_bar else None, timeout=RESTORE_TIMEOUT_S)
+    finally:
+        bar.close()
 
 
 class _Bar:
@@ -135,43 +101,6 @@ class _Bar:
         if self.bar is not None:
             self.bar.__exit__(None, None, None)
             self.bar = None
-
-
-def _request_with_bar(client: Any, socket_: Path | None, fields: dict) -> dict:
-    """Send the restore on one connection and poll its progress on another."""
-    token = uuid.uuid4().hex
-    box: dict[str, Any] = {}
-
-    def work() -> None:
-        try:
-            box["result"] = client.request("restore", **fields, progress_token=token)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-            box["error"] = exc
-
-    thread = threading.Thread(target=work, daemon=True)
-    thread.start()
-    bar = _Bar(True)
-    try:
-        with daemon_client(socket_, timeout=10) as poller:
-            while thread.is_alive():
-                thread.join(0.15)
-                if not thread.is_alive():
-                    break
-                try:
-                    board = poller.request("restore_progress", progress_token=token)
-                except SnapshotdError:
-                    break  # an older daemon without the op: no bar, same restore
-                if board.get("total"):
-                    bar.update(board["done"], board["total"])
-        thread.join()
-        if "result" in box and bar.bar is not None:
-            total = box["result"].get("plan_total", 0)
-            bar.update(total, total)
-    finally:
-        bar.close()
-    if "error" in box:
-        raise box["error"]
-    return box["result"]
 
 
 def _print_result(r: dict) -> None:

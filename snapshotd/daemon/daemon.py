@@ -40,7 +40,8 @@ log = logging.getLogger("snapshotd")
 # The parts that extend the core, attached at start-up when installed.
 OPTIONAL_PARTS = ("snapshotd.watch.watcher", "snapshotd.features.restore.restore", "snapshotd.features.engine",
                   "snapshotd.daemon.sdnotify", "snapshotd.daemon.metrics", "snapshotd.features.gc",
-                  "snapshotd.features.replication.replication", "snapshotd.features.review.blame", "snapshotd.features.review.export",
+                  "snapshotd.features.replication.replication", "snapshotd.features.review.diff",
+                  "snapshotd.features.review.blame", "snapshotd.features.review.export",
                   "snapshotd.features.review.bracket", "snapshotd.features.sessions", "snapshotd.features.purge",
                   "snapshotd.daemon.http_hook", "snapshotd.daemon.hook_relay", "snapshotd.daemon.fifo_guard")
 

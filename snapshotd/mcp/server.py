@@ -1,7 +1,7 @@
 """The MCP twin of the command line: ``snapshotd mcp`` serves its tools over stdio.
 
 Owns the tools an agent (or any MCP client) uses to see and use its durability surface (the
-``ops.mcp_ops`` calls: runs, checkpoints, diff, restore, gaps, status, show, log, find, blame,
+``ops.Operations`` calls: runs, checkpoints, diff, restore, gaps, status, show, log, find, blame,
 export), built on the official MCP Python SDK (2.x, ``MCPServer``), and how their failures and
 secrets reach the client. Promises:
 - Every tool is a thin call into the code the CLI uses, so a restore through MCP is serialized
@@ -38,7 +38,7 @@ from snapshotd import __version__
 from snapshotd.core.config import ConfigError, redact_url
 from snapshotd.core.errors import ServiceError
 from snapshotd.ledger.ledger import LedgerError
-from snapshotd.ops.mcp_ops import DEFAULT_PATCH_BYTES, DEFAULT_PLAN_LIMIT, Operations
+from snapshotd.ops.operations import DEFAULT_PATCH_BYTES, DEFAULT_PLAN_LIMIT, Operations
 from snapshotd_client import DaemonUnavailable, SnapshotdError
 
 log = logging.getLogger("snapshotd.mcp")

@@ -20,7 +20,6 @@ from __future__ import annotations
 import shlex
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,10 +29,7 @@ from snapshotd_client.paths import gaps_path, home_dir, socket_path
 from snapshotd_client.protocol import DAEMON_UNAVAILABLE
 
 if TYPE_CHECKING:
-    import pygit2
-
-    from snapshotd.ledger.ledger import Ledger
-    from snapshotd.service.gaps import GapSpool
+    from snapshotd.features.review.view import HomeView
     from snapshotd.service.service import Service
 
 # How long a held home lock with a silent socket is taken for a daemon still starting up.
@@ -106,20 +102,11 @@ def run_locally(home_path: Path, call: Callable[[Service], dict]) -> dict:
             service.close()
 
 
-@dataclass
-class HomeView:
-    """A home opened for reading only: its ledger, a store read handle and its gap spool."""
-
-    home: Path
-    ledger: Ledger
-    repo: pygit2.Repository
-    gaps: GapSpool
-
-
 def read_home(call: Callable[[HomeView], dict], *, home: Path | None = None) -> dict:
     """``call(view)`` on the home opened for reading, beside a running daemon or without one:
     the ledger (SQLite WAL or PostgreSQL) and git objects are safe to read while a daemon
     writes, and nothing here writes. A home where nothing was captured is ``NoLedger``."""
+    from snapshotd.features.review.view import HomeView
     from snapshotd.ledger.ledger import open_ledger
     from snapshotd.service.gaps import GapSpool
     from snapshotd.store.store import Store

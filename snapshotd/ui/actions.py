@@ -1,6 +1,6 @@
 """The web app's actions: restore and export with a preview first, and blame.
 
-Owns ``restore``, ``export`` and ``blame``, each over ``snapshotd.ops.mcp_ops.Operations`` (daemon
+Owns ``restore``, ``export`` and ``blame``, each over ``snapshotd.ops.operations.Operations`` (daemon
 or local, the CLI's path).
 
 Promises:
@@ -19,7 +19,7 @@ from typing import Any
 
 from snapshotd.core import errors
 from snapshotd.core.errors import ServiceError, id_field
-from snapshotd.ops.mcp_ops import Operations
+from snapshotd.ops.operations import Operations
 
 PLAN_SHOWN = 500
 

@@ -11,7 +11,7 @@ and return the plan; with it they act and return the undo command).
 
 Promises: every failure is JSON ``{"error": code, "message": ...}`` with a 4xx status for a
 ``ServiceError`` (the message says what to do) and 500 for anything else, which is also logged.
-Restore and export go through ``snapshotd.ops.mcp_ops.Operations``: the daemon when one answers,
+Restore and export go through ``snapshotd.ops.operations.Operations``: the daemon when one answers,
 else the home under the daemon's lock, with every rule of the ``restore`` op.
 """
 
@@ -33,7 +33,7 @@ from starlette.staticfiles import StaticFiles
 
 from snapshotd.core import errors
 from snapshotd.core.errors import ServiceError
-from snapshotd.ops.mcp_ops import Operations
+from snapshotd.ops.operations import Operations
 from snapshotd.ui import actions
 from snapshotd.ui.data import Reader
 from snapshotd.ui.security import Guard, csrf_token
@@ -47,8 +47,10 @@ def create_app(*, home: Path, socket: Path | None, token: str, port: int,
                explicit_home: bool = False) -> Guard:
     """The guarded app for ``home`` served on 127.0.0.1:``port``. ``socket`` (and ``home``
     when ``explicit_home``) are passed on to restore and export, and to their undo commands."""
-    reader = Reader(home)
     ops = Operations(home=home if explicit_home else None, socket=socket)
+    # Reads name the home always; the acting ops name it only when the user did, so an undo
+    # command carries --home only then.
+    reader = Reader(home, Operations(home=home, socket=socket))
     static = resources.files("snapshotd.ui") / "static"
     shell = (static / "index.html").read_text().replace("{{csrf}}", csrf_token(token))
 

@@ -1,15 +1,18 @@
-"""What the web app shows, read from the ledger, the gap spool and the store (never written).
+"""What the web app shows, read from the ledger, the gap spool and the store (no ref, row or file
+is written).
 
 Owns ``Reader``: the runs summary (newest first, with an activity strip), a run's timeline (one
 lane per node/iteration/attempt, every checkpoint row, the gaps with what to do), a cheap
-fingerprint of a run for live updates, one checkpoint with the files it changed, the diff of
-any two checkpoints of the store (across attempts too), the tree and a file at a checkpoint.
+fingerprint of a run for live updates, the tree and a file at a checkpoint; and, through the
+front ends' one surface (``snapshotd.ops.operations.Operations``), the gaps, one checkpoint
+with the files it changed and the diff of any two checkpoints (across attempts too).
 
 Promises:
 - Reads only: the ledger (safe beside a running daemon), the spool and a per-call handle on the
-  store (``Store.reader``); restore and export go through ``snapshotd.ops.mcp_ops`` instead.
-- Diffs are computed from tree ids by ``snapshotd.ui.treediff``, which skips every subtree the
-  two sides share, so their cost follows the difference, not the size of the worktree.
+  store (``Store.reader``); restore and export go through ``snapshotd.ops.operations`` instead.
+- Diffs are the CLI's and the MCP tools' (``snapshotd.features.review.diff.render_trees``:
+  renames found by similarity), run on ``pruned_pair`` as ``snapshotd show`` does, so their
+  cost follows the change (the store gains at most a few small unreferenced trees).
 - A selection that names nothing is ``ServiceError(not-found)`` saying what exists; patches and
   files over ``MAX_PATCH_BYTES``/``MAX_BLOB_BYTES`` are cut and flagged, never silently.
 """
@@ -17,19 +20,21 @@ Promises:
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pygit2
 
 from snapshotd.core import errors
-from snapshotd.core.checkpoint import parse_trailers
 from snapshotd.core.errors import ServiceError
 from snapshotd.service import listing
-from snapshotd.service.checkpoints import empty_tree, find_checkpoint, selection
+from snapshotd.service.checkpoints import find_checkpoint, selection
 from snapshotd.service.gaps import GapSpool
 from snapshotd.store.store import Store
 from snapshotd.ui.gap_help import help_for
-from snapshotd.ui.treediff import diff_trees
 from snapshotd_client.paths import gaps_path
+
+if TYPE_CHECKING:
+    from snapshotd.ops.operations import Operations
 
 STRIP_BUCKETS = 24
 RUNS_SHOWN = 200
@@ -43,8 +48,9 @@ ROW_KEYS = ("seq", "tier", "source", "label", "tool_use_id", "created_at", "adde
 class Reader:
     """Read-only views of one snapshotd home."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, ops: Operations) -> None:
         self.home = home
+        self.ops = ops
         self._store: Store | None = None
 
     # -- runs ---------------------------------------------------------------------------------
@@ -96,39 +102,25 @@ class Reader:
         return f"{stats[0]}:{stats[1]}:{gaps}:{hash(tuple(states)) & 0xffffffff:x}"
 
     def gaps(self, run_id: str | None) -> dict:
-        if run_id is not None:
-            run_id = errors.id_field("run_id", run_id)
-        out = listing.list_gaps(self.home, run_id)
+        """The gaps (of one run, or all), as ``list_gaps`` gives them, each with its help."""
+        out = self.ops.list_gaps(run_id=run_id)
         out["gaps"] = [dict(g, help=help_for(g.get("reason"))) for g in out["gaps"]]
         return out
 
     # -- one checkpoint -----------------------------------------------------------------------
 
     def checkpoint(self, sel: dict) -> dict:
-        cp = self._find(sel)
-        repo = self._repo()
-        commit = repo[cp["commit"]].peel(pygit2.Commit)
-        parent = _parent_tree(repo, cp)
-        changed = diff_trees(repo, parent, cp["tree"], patch=False)
-        return {"checkpoint": cp, "trailers": parse_trailers(commit.message),
+        changed = self.ops.compare(_named(sel), None, patch=False)
+        return {"checkpoint": changed["checkpoint"], "trailers": changed["trailers"],
                 "files": changed["files"], "stats": changed["stats"]}
 
     def diff(self, sel: dict, against: dict | None) -> dict:
         """What ``sel`` changed against ``against`` (any checkpoint of the store) or, when
         None, against the checkpoint before it in its attempt."""
-        cp = self._find(sel)
-        repo = self._repo()
-        if against is None:
-            base_tree, base = _parent_tree(repo, cp), None
-        else:
-            other = self._find(against)
-            base_tree, base = other["tree"], _ident(other)
-        out = diff_trees(repo, base_tree, cp["tree"], patch=True)
-        out.update({"to": _ident(cp), "from": base, "patch_truncated": False})
-        data = out["patch"].encode("utf-8", "surrogateescape")
-        if len(data) > MAX_PATCH_BYTES:
-            out["patch"] = data[:MAX_PATCH_BYTES].decode("utf-8", "ignore")
-            out["patch_truncated"] = True
+        out = self.ops.compare(_named(sel), _named(against) if against is not None else None,
+                               patch=True, max_patch_bytes=MAX_PATCH_BYTES)
+        out.pop("checkpoint")
+        out.pop("trailers")
         return out
 
     def tree(self, sel: dict, path: str) -> dict:
@@ -171,16 +163,15 @@ class Reader:
         return self._store.reader()
 
 
+def _named(sel: dict) -> dict:
+    """The web app's selection (``run``, ``node``, ...) as the ops name it."""
+    return {"run_id": sel.get("run"), "node_id": sel.get("node"), "seq": sel.get("seq"),
+            "iteration": sel.get("iteration"), "attempt": sel.get("attempt")}
+
+
 def _ident(cp: dict) -> dict:
     return {k: cp[k] for k in ("run_id", "node_id", "iteration", "attempt", "seq", "commit",
                                "tree")}
-
-
-def _parent_tree(repo: pygit2.Repository, cp: dict) -> str:
-    parent = cp.get("parent")
-    if not parent:
-        return empty_tree(repo)
-    return str(repo[parent].peel(pygit2.Commit).tree_id)
 
 
 def _lookup(repo: pygit2.Repository, root: pygit2.Tree, path: str) -> pygit2.Object:

@@ -103,7 +103,7 @@ def test_blame_errors(sd_env: Env, daemon: Daemon, tmp_path: Path) -> None:
 
 
 def test_the_mcp_twin_answers_the_same(sd_env: Env, daemon: Daemon, tmp_path: Path) -> None:
-    from snapshotd.ops.mcp_ops import Operations
+    from snapshotd.ops.operations import Operations
 
     commits = build_history(tmp_path / "wt", count=8)
     rep = replay(sd_env, daemon, tmp_path / "wt", commits, 2)

@@ -136,7 +136,7 @@ def test_export_outside_a_repository(sd_env: Env, daemon: Daemon, tmp_path: Path
 
 def test_the_mcp_twin_exports(sd_env: Env, daemon: Daemon, tmp_path: Path) -> None:
     from snapshotd.core.errors import ServiceError
-    from snapshotd.ops.mcp_ops import Operations
+    from snapshotd.ops.operations import Operations
 
     wt = tmp_path / "wt"
     commits = build_history(wt, count=8)

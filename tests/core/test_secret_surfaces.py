@@ -72,7 +72,7 @@ def test_both_gap_writers_hide_each_kind(kind: str, tmp_path: Path) -> None:
 
 def test_captured_files_are_scanned_for_each_kind_and_review_replies_stay_clean(
         sd_env: Env, daemon: Daemon, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from snapshotd.ops.mcp_ops import Operations
+    from snapshotd.ops.operations import Operations
 
     wt = tmp_path / "wt"
     wt.mkdir()

@@ -133,7 +133,7 @@ def bash_payload(wt: Path, tool_use_id: str, command: str) -> dict:
 
 def test_no_token_leaves_in_clear_through_any_surface(sd_env: Env, daemon: Daemon,
                                                       tmp_path: Path) -> None:
-    from snapshotd.ops.mcp_ops import Operations
+    from snapshotd.ops.operations import Operations
 
     wt = make_git_worktree(tmp_path / "wt")
     (wt / "a.txt").write_text("one\n")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import msgpack
 
-from snapshotd.ops.mcp_ops import Operations
+from snapshotd.ops.operations import Operations
 from snapshotd_client.protocol import MAX_FRAME, encode_frame
 from tests.conftest import Daemon, Env, make_git_worktree
 

@@ -2,7 +2,7 @@
 
 Owns ``restore_checkpoint`` (the one implementation behind the ``restore`` op, the CLI and
 ``attempt begin --resume``), ``undo_command``, ``end_command``, ``page_plan`` and the daemon ops
-``restore``, ``restore_progress`` and ``diff`` (``attach``); ``checkpoints`` finds, ``plan``
+``restore`` and ``restore_progress`` (``attach``); ``checkpoints`` finds, ``plan``
 computes, ``apply`` writes. Promises (in full: docs/restore.md, "Internals"):
 - In place: under the worktree's lock, after a safety checkpoint (source ``restore``) recorded in
   the restored checkpoint's attempt, ended or not, returning the exact undo command; refused
@@ -39,7 +39,6 @@ from snapshotd.features.restore.apply import (
     open_confined,
 )
 from snapshotd.features.restore.plan import Plan, check_paths, obstacles, plan_trees, walk_tree
-from snapshotd.features.review.diff import diff_checkpoints
 from snapshotd.ledger.ledger import Attempt
 from snapshotd.service.checkpoints import (
     checkpoint_tree,
@@ -167,7 +166,7 @@ def fit_reply(result: dict) -> dict:
 
 
 def attach(service: Service, server: Registry, config: Config) -> None:
-    """Register the ``restore``, ``restore_progress`` and ``diff`` ops on the daemon's server."""
+    """Register the ``restore`` and ``restore_progress`` ops on the daemon's server."""
     board = _ProgressBoard()
 
     def restore_op(fields: dict) -> dict:
@@ -197,17 +196,8 @@ def attach(service: Service, server: Registry, config: Config) -> None:
             raise ServiceError(errors.BAD_REQUEST, "progress_token must be a string")
         return board.get(token)
 
-    def diff_op(fields: dict) -> dict:
-        return diff_checkpoints(
-            service, run_id=fields.get("run_id"), node_id=fields.get("node_id"),
-            seq=fields.get("seq"), to_seq=fields.get("to_seq"),
-            worktree=bool_field(fields, "worktree"), iteration=fields.get("iteration"),
-            attempt=fields.get("attempt"), patch=fields.get("patch", True) is not False,
-            wire=True)
-
     server.register("restore", restore_op)
     server.register("restore_progress", progress_op)
-    server.register("diff", diff_op)
 
 
 class _ProgressBoard:

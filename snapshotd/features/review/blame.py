@@ -2,8 +2,10 @@
 
 Owns ``blame_checkpoint`` (behind the ``blame`` op, ``snapshotd blame`` and the MCP tool),
 ``blame_commit`` (the store-only part: libgit2's blame over one attempt's commit chain, each hunk
-mapped to its checkpoint through the commit trailers), ``run_blame`` (the front ends' one call:
-daemon or local, with a reply too large for a frame completed from the store) and ``attach``.
+mapped to its checkpoint through the commit trailers) and ``attach`` (the ``blame`` op). The
+front ends reach it through ``snapshotd.ops`` (daemon or local, a reply too large for a frame
+completed from the store with ``blame_commit``).
+
 Promises:
 - Every line of PATH at checkpoint N (default: the attempt's newest) carries the checkpoint that
   introduced it: ``seq``, ``tool_use_id``, ``label``, ``tier``, ``source``; a line present since
@@ -18,7 +20,7 @@ Promises:
 from __future__ import annotations
 
 import time
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 import pygit2
@@ -27,7 +29,6 @@ from pygit2.enums import BlameFlag
 from snapshotd.core import errors
 from snapshotd.core.checkpoint import DEFAULT_TIER, SEQ, TrailerError, Trailers
 from snapshotd.core.errors import ServiceError
-from snapshotd.ops import backend
 from snapshotd.service.checkpoints import find_checkpoint, selection
 
 if TYPE_CHECKING:
@@ -39,33 +40,9 @@ if TYPE_CHECKING:
 # store itself (the frame limit is 1 MiB).
 WIRE_TEXT_LIMIT = 512 * 1024
 LINE_KEYS = ("line", "text", "seq", "tool_use_id", "label", "tier", "source")
-BLAME_TIMEOUT_S = 120.0
 
 
 # -- public entry --------------------------------------------------------------------------------
-
-
-def run_blame(fields: dict[str, Any], *, home: Path | None = None,
-              socket: Path | None = None) -> dict:
-    """Blame through the daemon when one answers, else on the home directly; a reply whose
-    lines were left out (too large for a frame) is completed here from the store."""
-
-    def local(service: Service) -> dict:
-        return blame_checkpoint(service, **fields)
-
-    result = backend.run_op("blame", fields, local, home=home, socket=socket,
-                            timeout=BLAME_TIMEOUT_S)
-    if result.get("lines_omitted"):
-        from snapshotd.store.store import Store
-
-        store_path = Path(result["store"])
-        if store_path.name != "store.git" or not (store_path / "HEAD").exists():
-            raise ServiceError(errors.NOT_FOUND, f"the store {store_path} named by the daemon's "
-                                                 "reply is not readable here")
-        repo = Store(store_path.parent).reader()
-        result = dict(result, lines=blame_commit(repo, result["commit"], result["path"]))
-        result.pop("lines_omitted")
-    return result
 
 
 def blame_checkpoint(service: Service, *, run_id: object, node_id: object, path: object,

@@ -1,7 +1,10 @@
 """Diff: what changed between two checkpoints, or between a checkpoint and the worktree now.
 
-Owns ``diff_checkpoints`` (behind the ``diff`` op and ``snapshotd diff``) and ``render_trees``,
-which turns two tree ids of the store into a git-style patch, a name-status list and a diffstat.
+Owns ``diff_checkpoints`` (behind the ``diff`` op, registered by ``attach``) and
+``render_trees``, which turns two tree ids of the store into a git-style patch, a name-status
+list and a diffstat: the one diff engine of every front end (CLI, MCP, web app; the review
+reads run it on ``history.pruned_pair``).
+
 Promises:
 - ``--seq A`` alone shows what checkpoint A changed against the previous checkpoint of its
   attempt (like ``git show``; seq 0 against the empty tree); ``--to-seq B`` compares A with B of
@@ -20,17 +23,23 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pygit2
 from pygit2.enums import DiffOption, DiffStatsFormat
 
 from snapshotd.core import errors
 from snapshotd.core.checkpoint import Trailers
-from snapshotd.core.errors import ServiceError, int_value
+from snapshotd.core.errors import ServiceError, bool_field, int_value
 from snapshotd.core.keys import AttemptKey
+from snapshotd.core.registry import Registry
 from snapshotd.service.checkpoints import current_tree_of, empty_tree, find_checkpoint, selection
 from snapshotd.service.service import Service
 from snapshotd_client import protocol
+
+if TYPE_CHECKING:
+    from snapshotd.core.config import Config
+
 
 WIRE_PATCH_LIMIT = 768 * 1024
 WIRE_FILES_LIMIT = 5000
@@ -96,6 +105,20 @@ def diff_checkpoints(service: Service, *, run_id: str, node_id: str, seq: int | 
         _fit(out)
     out["elapsed_ms"] = round((time.perf_counter() - started) * 1000, 3)
     return out
+
+
+def attach(service: Service, server: Registry, config: Config) -> None:
+    """Register the ``diff`` op on the daemon's server."""
+
+    def diff_op(fields: dict) -> dict:
+        return diff_checkpoints(
+            service, run_id=fields.get("run_id"), node_id=fields.get("node_id"),
+            seq=fields.get("seq"), to_seq=fields.get("to_seq"),
+            worktree=bool_field(fields, "worktree"), iteration=fields.get("iteration"),
+            attempt=fields.get("attempt"), patch=fields.get("patch", True) is not False,
+            wire=True)
+
+    server.register("diff", diff_op)
 
 
 def render_trees(repo: pygit2.Repository, tree_a: str, tree_b: str, *, patch: bool = True,

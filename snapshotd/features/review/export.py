@@ -1,7 +1,7 @@
 """Export: an attempt's checkpoints as commits in the user's own repository, or as patches.
 
-Owns ``export_checkpoints`` (the ``export`` op, ``snapshotd export``, the MCP tool), ``run_export``
-(the front ends' one call: daemon or local) and ``attach``. Promises (docs/review.md, "Export"):
+Owns ``export_checkpoints`` (the ``export`` op, ``snapshotd export``, the MCP tool),
+``export_fields`` (a request's fields, validated) and ``attach``; front ends reach it through ``ops``. Promises (docs/review.md, "Export"):
 - One commit per checkpoint in (``from_seq``, ``to_seq``] of one attempt, or one with ``squash``;
   a checkpoint whose tree equals the previous one gives none (``skipped``); messages carry the
   label and the checkpoint's trailers (``Checkpoint.export_message``, ``squash_message``). The
@@ -32,7 +32,6 @@ from snapshotd.core.checkpoint import Checkpoint, Trailers, squash_message
 from snapshotd.core.errors import ServiceError, abs_path_field, bool_field, opt_int_field
 from snapshotd.core.user_repo import common_dir, not_regular, objects_dir, open_user_repo
 from snapshotd.features.withhold import blob_at, chain_findings
-from snapshotd.ops import backend
 from snapshotd.service.checkpoints import find_checkpoint, format_seqs, selection
 from snapshotd.store.store import SIGNATURE_EMAIL, SIGNATURE_NAME
 
@@ -43,24 +42,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("snapshotd.export")
 
-EXPORT_TIMEOUT_S = 900.0
 FORMAT_PATCH_TIMEOUT_S = 600.0
 MAX_FINDINGS_NAMED = 20
 _GITLINK = 0o160000
 
 
 # -- public entry --------------------------------------------------------------------------------
-
-
-def run_export(fields: dict[str, Any], *, home: Path | None = None,
-               socket: Path | None = None) -> dict:
-    """Export through the daemon when one answers, else on the home directly."""
-
-    def local(service: Service) -> dict:
-        return export_fields(service, fields)
-
-    return backend.run_op("export", fields, local, home=home, socket=socket,
-                          timeout=EXPORT_TIMEOUT_S)
 
 
 def export_fields(service: Service, fields: dict) -> dict:

@@ -1,7 +1,7 @@
 """Review history: what one checkpoint changed (``show``), a run's checkpoints newest first
 (``log``), and which checkpoints of which runs changed a path of a worktree (``find``).
 
-Every function reads a home opened with ``ops.backend.read_home``, so it answers beside a running
+Every function reads a home opened for reading (``view.HomeView``), so it answers beside a running
 daemon or without one, and writes nothing but a few unreferenced trees gc collects (``pruned_pair``,
 git's empty tree). Result shapes and promises in full: docs/review.md. Promises:
 - A checkpoint's change is its tree against its parent checkpoint's (the ledger row's ``parent``,
@@ -28,11 +28,12 @@ import pygit2
 from pygit2.enums import DiffOption
 
 from snapshotd.core import errors
+from snapshotd.core.commit_message import parse_trailers
 from snapshotd.core.config import parse_duration
 from snapshotd.core.errors import ServiceError, id_field, int_value
 from snapshotd.features.review.diff import render_trees
+from snapshotd.features.review.view import HomeView
 from snapshotd.ledger.ledger import Attempt
-from snapshotd.ops.backend import HomeView
 from snapshotd.service.checkpoints import empty_tree, find_checkpoint, selection
 from snapshotd.service.listing import unknown_run
 
@@ -156,6 +157,25 @@ def find_path(view: HomeView, *, path: object, cwd: object = None, since: object
     return {"path": str(target), "worktree": worktree, "relative": rel, "since": after,
             "checkpoints": found, "runs": runs, "total": len(found), "pruned_skipped": pruned,
             "elapsed_ms": _ms(started)}
+
+
+def compare(view: HomeView, sel: dict, against: dict | None, *, patch: bool = True) -> dict:
+    """What checkpoint ``sel`` changed against checkpoint ``against`` (any of the store, across
+    attempts too) or, when None, against its parent checkpoint (the empty tree for a first one):
+    the web app's diffs. Selections are dicts of ``run_id``, ``node_id``, ``seq``,
+    ``iteration``, ``attempt``; safety checkpoints can be named. ``render_trees`` (on
+    ``pruned_pair``) plus ``to`` and ``from`` (None for the parent), each the checkpoint's ids,
+    ``checkpoint`` (the ledger row of ``sel``) and ``trailers`` (its commit's)."""
+    cp = _find_any(view, sel)
+    if against is None:
+        base_tree, base = _parent_side(view.repo, cp, {})[0], None
+    else:
+        other = _find_any(view, against)
+        base_tree, base = other["tree"], _ident(other)
+    out = render_trees(view.repo, *pruned_pair(view.repo, base_tree, cp["tree"]), patch=patch)
+    trailers = parse_trailers(view.repo[cp["commit"]].peel(pygit2.Commit).message)
+    out.update({"to": _ident(cp), "from": base, "checkpoint": cp, "trailers": trailers})
+    return out
 
 
 def pruned_pair(repo: pygit2.Repository, tree_a: str | None, tree_b: str,
@@ -376,6 +396,20 @@ def _entry(record: bytes) -> tuple[str, tuple[int, pygit2.Oid]]:
     mode, _, rest = record.partition(b" ")
     name = rest[:-21].decode("utf-8", "surrogateescape")
     return name, (int(mode, 8), pygit2.Oid(raw=rest[-20:]))
+
+
+def _find_any(view: HomeView, sel: dict) -> dict:
+    run, node, seq, iteration, attempt = selection(
+        sel.get("run_id"), sel.get("node_id"), sel.get("seq"), sel.get("iteration"),
+        sel.get("attempt"))
+    return find_checkpoint(view.ledger, run, node, seq=seq, iteration=iteration,
+                           attempt=attempt, skip_safety=False)
+
+
+def _ident(cp: dict) -> dict:
+    """The ids that name a checkpoint in a reply."""
+    return {k: cp[k] for k in ("run_id", "node_id", "iteration", "attempt", "seq", "commit",
+                               "tree")}
 
 
 def _gaps_around(view: HomeView, cp: dict, rows: list[dict]) -> dict:

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from snapshotd.core.errors import ServiceError
-from snapshotd.ops.mcp_ops import Operations
+from snapshotd.ops.operations import Operations
 from snapshotd_client.client import SnapshotdError
 from tests.conftest import Daemon, Env, git, make_git_worktree
 

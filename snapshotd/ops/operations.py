@@ -1,42 +1,44 @@
-"""The operations behind the MCP tools, as plain calls with no MCP SDK in sight.
+"""The one operations surface of every front end: the CLI, the MCP server and the web app.
 
-Owns what each tool of ``snapshotd mcp`` does: ``list_runs``, ``list_checkpoints``,
-``diff_checkpoint``, ``restore_checkpoint``, ``list_gaps``, ``status``, the review reads
-``show_checkpoint``, ``log_checkpoints``, ``find_path`` and ``blame_file``, and
-``export_checkpoints`` (the ``review`` features), plus the restore progress board the restore
-tool polls. ``snapshotd.mcp.server`` wraps them as tools. Promises:
-- Diff and restore go through ``backend.run_op``, the CLI's path: in the daemon when one answers
-  (serialized with that worktree's captures, under every rule of the ``restore`` op: refused
-  while an attempt is active unless ``force``, safety checkpoint, confinement), else on the home
-  under the daemon's home lock.
-- ``list_checkpoints`` asks the daemon, else reads the ledger; ``list_runs`` and ``list_gaps`` read
-  the ledger and gap spool (``service.listing``); the review reads use ``backend.read_home``.
-- Results carry the fields of the matching CLI ``--json`` output. Every failure a caller can
-  act on is a ``ServiceError`` (or ``DaemonUnavailable``) whose message says what to do.
+Owns ``Operations``: each op they share (list, show, log, find, diff, compare, blame, export,
+restore, gaps, status) as one plain call on one home and socket, with no MCP SDK, click or HTTP
+in sight. Ops that act or capture go to the daemon when one answers, else run on the home under
+the daemon's lock (``snapshotd.ops.backend.run_op``, ``snapshotd.ops.review``,
+``snapshotd.ops.restore``: progress callback, plan paging); reads open the home for reading
+(``backend.read_home``). The field-level calls (``diff``, ``blame``, ``export``, ``restore``)
+return the op's reply as the CLI prints it; the keyword calls shape it for the MCP tools.
+
+Promises:
+- Every diff is ``snapshotd.features.review.diff.render_trees`` (renames found by similarity):
+  the CLI, the MCP tools and the web app describe a pair of checkpoints alike.
+- Every failure a caller can act on is a ``ServiceError`` (or the client's
+  ``DaemonUnavailable``) whose message says what to do; nothing here prints or exits.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from snapshotd.core.errors import BAD_REQUEST, ServiceError, id_field
-from snapshotd.features.review.blame import public_shape, run_blame
-from snapshotd.features.review.export import run_export
+from snapshotd.features.review.blame import public_shape
 from snapshotd.ops import backend
+from snapshotd.ops.restore import RESTORE_TIMEOUT_S, Progress, run_restore
+from snapshotd.ops.review import DIFF_TIMEOUT_S as WHOLE_DIFF_TIMEOUT_S
+from snapshotd.ops.review import run_blame, run_diff, run_export
 from snapshotd.service import listing
 from snapshotd_client import Client, DaemonUnavailable, SnapshotdError
 from snapshotd_client.paths import home_dir, socket_path
 
 if TYPE_CHECKING:
-    from snapshotd.service.service import Service
+    from snapshotd.features.review.view import HomeView
 
 # Daemon round trips: listing and status are quick; a diff captures the worktree (stat scan);
 # a restore may write a whole tree.
 QUICK_TIMEOUT_S = 30.0
 DIFF_TIMEOUT_S = 120.0
-RESTORE_TIMEOUT_S = 900.0
+MCP_RESTORE_TIMEOUT_S = 900.0
 PROGRESS_TIMEOUT_S = 5.0
 DEFAULT_PATCH_BYTES = 100_000
 DEFAULT_PLAN_LIMIT = 1000
@@ -86,10 +88,18 @@ class Operations:
         result["truncated"] = len(result["checkpoints"]) < len(checkpoints)
         return result
 
+    def diff(self, fields: dict[str, Any], *, timeout: float = WHOLE_DIFF_TIMEOUT_S) -> dict:
+        """``snapshotd diff --json``: the ``diff`` op's reply for ``fields`` (``run_id``,
+        ``node_id``, ``seq``, ``to_seq``, ``worktree``, ``iteration``, ``attempt``, ``patch``),
+        with a patch or file list too large for one reply frame rendered here, whole."""
+        result = run_diff(fields, home=self._home, socket=self._socket, timeout=timeout)
+        return backend.complete_diff(result, fields.get("patch", True) is not False)
+
     def diff_checkpoint(self, *, run_id: str, node_id: str, seq: int, to_seq: int | None = None,
                         worktree: bool = False, iteration: int | None = None,
                         attempt: int | None = None, patch: bool = True,
                         max_patch_bytes: int = DEFAULT_PATCH_BYTES) -> dict:
+        """The MCP tool's diff: the patch cut to ``max_patch_bytes``, a cut file list left cut."""
         run_id = id_field("run_id", run_id)
         node_id = id_field("node_id", node_id)
         if to_seq is not None and worktree:
@@ -97,20 +107,29 @@ class Operations:
         fields = {"run_id": run_id, "node_id": node_id, "seq": seq, "to_seq": to_seq,
                   "worktree": worktree, "iteration": iteration, "attempt": attempt,
                   "patch": patch}
-
-        def local(service: Service) -> dict:
-            from snapshotd.features.review.diff import diff_checkpoints
-
-            return diff_checkpoints(service, **fields)
-
-        result = backend.run_op("diff", fields, local, home=self._home, socket=self._socket,
-                                timeout=DIFF_TIMEOUT_S)
+        result = run_diff(fields, home=self._home, socket=self._socket, timeout=DIFF_TIMEOUT_S)
         if patch and result.get("patch_omitted"):
             # Too large for one reply frame: rendered here from the two trees, then cut to
             # what the caller asked for. A cut file list (files_total) stays cut.
             result = dict(result, patch=backend.complete_diff(result, True)["patch"])
             result.pop("patch_omitted", None)
         return _cut_patch(result, max_patch_bytes)
+
+    def compare(self, sel: dict[str, Any], against: dict[str, Any] | None, *,
+                patch: bool = True, max_patch_bytes: int | None = None) -> dict:
+        """What checkpoint ``sel`` changed against ``against`` (any checkpoint of the store,
+        across attempts too) or, when None, its parent checkpoint; selections are dicts of
+        ``run_id``, ``node_id``, ``seq``, ``iteration``, ``attempt``. Read from the store
+        directly, daemon or not (``snapshotd.features.review.history.compare``)."""
+        from snapshotd.features.review.history import compare
+
+        def call(view: HomeView) -> dict:
+            return compare(view, sel, against, patch=patch)
+
+        result = backend.read_home(call, home=self._home)
+        if max_patch_bytes is not None:
+            result = _cut_patch(result, max_patch_bytes)
+        return result
 
     def show_checkpoint(self, *, run_id: str, node_id: str, seq: int | None = None,
                         iteration: int | None = None, attempt: int | None = None,
@@ -143,34 +162,34 @@ class Operations:
         return backend.read_home(lambda view: find_path(view, path=path, cwd=cwd, since=since,
                                                         limit=limit), home=self._home)
 
-    def restore_checkpoint(self, *, run_id: str, node_id: str, seq: int | None = None,
-                           dry_run: bool = True, to_dir: str | None = None,
-                           iteration: int | None = None, attempt: int | None = None,
-                           force: bool = False, plan_limit: int = DEFAULT_PLAN_LIMIT,
-                           progress_token: str | None = None) -> dict:
-        run_id = id_field("run_id", run_id)
-        node_id = id_field("node_id", node_id)
-        to = _absolute_dir(to_dir)
-        fields = {"run_id": run_id, "node_id": node_id, "seq": seq, "iteration": iteration,
-                  "attempt": attempt, "to": to, "dry_run": dry_run, "force": force}
-
-        def local(service: Service) -> dict:
-            from snapshotd.features.restore.restore import page_plan, restore_checkpoint
-
-            result = restore_checkpoint(service, run_id=run_id, node_id=node_id, seq=seq,
-                                        iteration=iteration, attempt=attempt,
-                                        to=Path(to) if to else None, dry_run=dry_run,
-                                        force=force)
-            return page_plan(result, 0, plan_limit)
-
-        result = backend.run_op("restore", dict(fields, plan_limit=plan_limit,
-                                                progress_token=progress_token),
-                                local, home=self._home, socket=self._socket,
-                                timeout=RESTORE_TIMEOUT_S)
+    def restore(self, fields: dict[str, Any], *, plan_limit: int | None = None,
+                progress: Progress | None = None, progress_token: str | None = None,
+                timeout: float = RESTORE_TIMEOUT_S) -> dict:
+        """The ``restore`` op on ``fields`` (``run_id``, ``node_id``, ``seq``, ``iteration``,
+        ``attempt``, ``to``, ``dry_run``, ``force``), daemon or local
+        (``snapshotd.ops.restore.run_restore``: progress, the plan whole or its first page); an
+        undo command names the home and socket this surface was given."""
+        result = run_restore(fields, home=self._home, socket=self._socket,
+                             plan_limit=plan_limit, progress=progress,
+                             progress_token=progress_token, timeout=timeout)
         if result.get("undo_command") and (self._home is not None or self._socket is not None):
             result["undo_command"] = backend.with_location(result["undo_command"], self._home,
                                                            self._socket)
         return result
+
+    def restore_checkpoint(self, *, run_id: str, node_id: str, seq: int | None = None,
+                           dry_run: bool = True, to_dir: str | None = None,
+                           iteration: int | None = None, attempt: int | None = None,
+                           force: bool = False, plan_limit: int = DEFAULT_PLAN_LIMIT,
+                           progress: Progress | None = None,
+                           progress_token: str | None = None) -> dict:
+        """The MCP tool's and the web app's restore: ``to_dir`` absolute, the plan's first
+        ``plan_limit`` paths."""
+        fields = {"run_id": id_field("run_id", run_id), "node_id": id_field("node_id", node_id),
+                  "seq": seq, "iteration": iteration, "attempt": attempt,
+                  "to": _absolute_dir(to_dir), "dry_run": dry_run, "force": force}
+        return self.restore(fields, plan_limit=plan_limit, progress=progress,
+                            progress_token=progress_token, timeout=MCP_RESTORE_TIMEOUT_S)
 
     def restore_progress(self, token: str) -> dict:
         """The daemon's progress board for an in-flight restore (empty if it cannot say: a
@@ -181,16 +200,24 @@ class Operations:
         except SnapshotdError:
             return {}
 
+    def blame(self, fields: dict[str, Any]) -> dict:
+        """``snapshotd blame --json`` for ``fields`` (``run_id``, ``node_id``, ``path``, ``seq``,
+        ``iteration``, ``attempt``): the documented shape (``public_shape``), every line."""
+        return public_shape(run_blame(fields, home=self._home, socket=self._socket))
+
     def blame_file(self, *, run_id: str, node_id: str, path: str, seq: int | None = None,
                    iteration: int | None = None, attempt: int | None = None,
                    first_line: int = 1, last_line: int | None = None) -> dict:
         """``snapshotd blame --json``, cut to lines ``first_line``..``last_line``."""
-        fields = {"run_id": run_id, "node_id": node_id, "path": path, "seq": seq,
-                  "iteration": iteration, "attempt": attempt}
-        result = public_shape(run_blame(fields, home=self._home, socket=self._socket))
+        result = self.blame({"run_id": run_id, "node_id": node_id, "path": path, "seq": seq,
+                             "iteration": iteration, "attempt": attempt})
         result["lines"] = [x for x in result["lines"] if x["line"] >= first_line
                            and (last_line is None or x["line"] <= last_line)]
         return result
+
+    def export(self, fields: dict[str, Any]) -> dict:
+        """``snapshotd export --json`` for the ``export`` op's ``fields``, daemon or local."""
+        return run_export(fields, home=self._home, socket=self._socket)
 
     def export_checkpoints(self, *, run_id: str, node_id: str, branch: str | None = None,
                            patches_dir: str | None = None, squash: bool = False,
@@ -199,11 +226,10 @@ class Operations:
                            attempt: int | None = None) -> dict:
         """``snapshotd export --json``. Never with ``allow_secrets``: the agent being captured
         does not decide that a secret leaves the host; a person releases it after review."""
-        fields = {"run_id": run_id, "node_id": node_id, "branch": branch, "squash": squash,
-                  "repo": _absolute_dir(repo_dir), "patches": _absolute_dir(patches_dir),
-                  "from_seq": from_seq, "to_seq": to_seq, "iteration": iteration,
-                  "attempt": attempt}
-        return run_export(fields, home=self._home, socket=self._socket)
+        return self.export({"run_id": run_id, "node_id": node_id, "branch": branch,
+                            "squash": squash, "repo": _absolute_dir(repo_dir),
+                            "patches": _absolute_dir(patches_dir), "from_seq": from_seq,
+                            "to_seq": to_seq, "iteration": iteration, "attempt": attempt})
 
     def list_gaps(self, *, run_id: str | None = None, unresolved_only: bool = False,
                   limit: int | None = None) -> dict:
