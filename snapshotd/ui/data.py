@@ -1,13 +1,10 @@
-"""What the web app shows, read from the ledger, the gap spool and the store (no ref, row or file
-is written).
+"""What the web app shows, read from the ledger, the gap spool and the store (nothing written).
 
 Owns ``Reader``: the runs summary (newest first, with an activity strip), a run's timeline (one
 lane per node/iteration/attempt, every checkpoint row, the gaps with what to do), a cheap
 fingerprint of a run for live updates, the tree and a file at a checkpoint; and, through the
 front ends' one surface (``snapshotd.ops.operations.Operations``), the gaps, one checkpoint
-with the files it changed and the diff of any two checkpoints (across attempts too).
-
-Promises:
+with the files it changed and the diff of any two checkpoints (across attempts too). Promises:
 - Reads only: the ledger (safe beside a running daemon), the spool and a per-call handle on the
   store (``Store.reader``); restore and export go through ``snapshotd.ops.operations`` instead.
 - Diffs are the CLI's and the MCP tools' (``snapshotd.features.review.diff.render_trees``:

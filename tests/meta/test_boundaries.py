@@ -208,7 +208,6 @@ def test_every_module_is_in_a_layer() -> None:
              for name in MODULES if layer(name) not in LAYERS])
 
 
-@IN_PROGRESS
 def test_a_package_imports_only_lower_layers_or_itself() -> None:
     _report(layer_offenders())
 

@@ -2,10 +2,8 @@
 
 Owns ``blame_checkpoint`` (behind the ``blame`` op, ``snapshotd blame`` and the MCP tool),
 ``blame_commit`` (the store-only part: libgit2's blame over one attempt's commit chain, each hunk
-mapped to its checkpoint through the commit trailers) and ``attach`` (the ``blame`` op). The
-front ends reach it through ``snapshotd.ops`` (daemon or local, a reply too large for a frame
-completed from the store with ``blame_commit``).
-
+mapped to its checkpoint through the commit trailers) and ``attach`` (the ``blame`` op); front
+ends reach it through ``ops`` (a reply too large for a frame completed with ``blame_commit``).
 Promises:
 - Every line of PATH at checkpoint N (default: the attempt's newest) carries the checkpoint that
   introduced it: ``seq``, ``tool_use_id``, ``label``, ``tier``, ``source``; a line present since

@@ -3,13 +3,10 @@
 Owns ``diff_checkpoints`` (behind the ``diff`` op, registered by ``attach``) and
 ``render_trees``, which turns two tree ids of the store into a git-style patch, a name-status
 list and a diffstat: the one diff engine of every front end (CLI, MCP, web app; the review
-reads run it on ``history.pruned_pair``).
-
-Promises:
-- ``--seq A`` alone shows what checkpoint A changed against the previous checkpoint of its
-  attempt (like ``git show``; seq 0 against the empty tree); ``--to-seq B`` compares A with B of
-  the same attempt; ``--worktree`` compares A with the worktree as it is now (captured under the
-  worktree's lock into the stat cache, without recording a checkpoint).
+reads run it on ``history.pruned_pair``). Promises:
+- ``--seq A`` alone: what A changed against its attempt's previous checkpoint (seq 0 against the
+  empty tree); ``--to-seq B``: A against B; ``--worktree``: A against the worktree now (captured
+  under its lock into the stat cache, no checkpoint recorded).
 - The patch is git's format (``diff --git a/… b/…``, renames detected, binary files named, not
   dumped); it is computed by libgit2 from tree ids, so its cost follows the difference.
 - Over the socket, a patch or file list too large for one frame is left out and flagged; the two

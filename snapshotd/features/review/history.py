@@ -28,7 +28,7 @@ import pygit2
 from pygit2.enums import DiffOption
 
 from snapshotd.core import errors
-from snapshotd.core.commit_message import parse_trailers
+from snapshotd.core.checkpoint import parse_trailers
 from snapshotd.core.config import parse_duration
 from snapshotd.core.errors import ServiceError, id_field, int_value
 from snapshotd.features.review.diff import render_trees
