@@ -21,6 +21,17 @@ __version__ = "0.1.0"
 # not import): module -> the public names it gives the package, each loaded on first use.
 FACE: dict[str, tuple[str, ...]] = {
     "client": ("Client", "DaemonTimeout", "DaemonUnavailable", "SnapshotdError", "SocketUntrusted"),
+    "gaps": ("append_gap", "make_gap", "read_gaps"),
+    "hook": ("RELAYED_ENV", "before_tool_fields", "parse_json", "route", "snapshot_fields",
+        "try_autostart"),
+    "paths": ("gaps_path", "home_dir", "socket_dir_problem", "socket_path"),
+    "protocol": ("BAD_FRAME", "BAD_ID", "BAD_PAYLOAD", "BAD_REQUEST", "BUSY", "CAPTURE_FAILED",
+        "CONFLICT", "DAEMON_UNAVAILABLE", "ERROR_CODES", "FENCED", "FETCH_FAILED", "FORBIDDEN",
+        "FRAME_TOO_LARGE", "INTERNAL", "MAX_FRAME", "NOT_FOUND", "NO_REMOTE", "PROTOCOL_VERSION",
+        "PUSH_FAILED", "RESTORE_FAILED", "SECRET_HELD", "SHUTTING_DOWN", "UNKNOWN_OP",
+        "UNSUPPORTED_VERSION", "VERIFY_FAILED", "WORKTREE_MISSING", "WORKTREE_REFUSED",
+        "WORKTREE_REPLACED", "daemon_records_gap", "decode_body", "encode_frame", "pack_plain",
+        "validate_id", "validate_int"),
     "wrap": ("wrap",),
 }
 _HOME = {name: module for module, names in FACE.items() for name in names}

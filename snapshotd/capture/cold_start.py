@@ -26,10 +26,10 @@ import pygit2
 
 from snapshotd.capture.scan_rules import DirNames
 from snapshotd.capture.seeding import index_paths, prime_with_git_add, seed_from_repository
-from snapshotd.store.lending import open_cache
+from snapshotd.store import open_cache
 
 if TYPE_CHECKING:
-    from snapshotd.store.store import Store
+    from snapshotd.store import Store
 
 @dataclass
 class Primed:

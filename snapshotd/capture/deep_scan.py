@@ -25,8 +25,7 @@ import pygit2
 from pygit2.enums import FileMode
 
 from snapshotd.capture.scan_rules import git_dir_alias_of, invalid_alias
-from snapshotd.store.errors import STORE_WRITE_FAILED, WRITE_FAILURE_MESSAGES, StoreError
-from snapshotd.store.lending import cache_git_env
+from snapshotd.store import STORE_WRITE_FAILED, WRITE_FAILURE_MESSAGES, StoreError, cache_git_env
 
 # git reports a file it could not read as: error: open("path"): Permission denied
 _OPEN_FAILED = re.compile(r'error: open\("(.+)"\): (.+)$')

@@ -31,8 +31,8 @@ from snapshotd.capture.scan_rules import (
     source_readable,
     special_entry,
 )
-from snapshotd.core.secrets import scan_changed_file, secret_skip
-from snapshotd.store.errors import (
+from snapshotd.core import scan_changed_file, secret_skip
+from snapshotd.store import (
     STORE_WRITE_FAILED,
     FileChanging,
     InvalidPath,
@@ -44,7 +44,7 @@ from snapshotd.store.errors import (
 )
 
 if TYPE_CHECKING:
-    from snapshotd.store.store import Store
+    from snapshotd.store import Store
 
 # How many times a file that changed size while it was read is read again in one capture.
 CHANGING_TRIES = 3

@@ -37,8 +37,7 @@ from snapshotd.capture.scan_rules import (
     special_entry,
     unreadable_path,
 )
-from snapshotd.store.errors import StoreError
-from snapshotd.store.lending import open_cache
+from snapshotd.store import StoreError, open_cache
 
 log = logging.getLogger("snapshotd.store")
 

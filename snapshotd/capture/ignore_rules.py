@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pygit2
 
-from snapshotd.core.user_repo import read_regular, repo_info_exclude
+from snapshotd.core import read_regular, repo_info_exclude
 
 DEFAULT_PLAIN_EXCLUDES = (
     "node_modules/",

@@ -29,8 +29,7 @@ from typing import Protocol
 import pygit2
 
 from snapshotd.capture.full_scan import Capture
-from snapshotd.store.errors import StoreError
-from snapshotd.store.trees import graft_trees
+from snapshotd.store import StoreError, graft_trees
 
 log = logging.getLogger("snapshotd.store")
 

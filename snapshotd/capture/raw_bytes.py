@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pygit2
 
-from snapshotd.core.user_repo import NotRegularFile, read_regular
-from snapshotd.store.lending import cache_git_env
+from snapshotd.core import NotRegularFile, read_regular
+from snapshotd.store import cache_git_env
 
 log = logging.getLogger("snapshotd.store")
 

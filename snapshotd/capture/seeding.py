@@ -40,8 +40,8 @@ from snapshotd.capture.raw_bytes import (
     spoil_sizes,
 )
 from snapshotd.capture.scan_rules import DirNames
-from snapshotd.core.durable import GIT_FSYNC_ARGS, sync_object_dirs
-from snapshotd.core.user_repo import (
+from snapshotd.core import (
+    GIT_FSYNC_ARGS,
     CacheNode,
     SeedIndex,
     blocking_file,
@@ -50,13 +50,13 @@ from snapshotd.core.user_repo import (
     not_regular,
     read_regular,
     strip_index,
+    sync_object_dirs,
     user_gitdir,
 )
-from snapshotd.store.lending import cache_git_env
-from snapshotd.store.object_import import import_objects
+from snapshotd.store import cache_git_env, import_objects
 
 if TYPE_CHECKING:
-    from snapshotd.store.store import Store
+    from snapshotd.store import Store
 
 log = logging.getLogger("snapshotd.seeding")
 

@@ -44,13 +44,23 @@ from snapshotd.capture.ignore_rules import exclude_sources, write_excludes
 from snapshotd.capture.nested_repos import Workspace, WorkspaceMatcher
 from snapshotd.capture.scan_rules import DirNames, NestedRepos, git_dir_alias_of
 from snapshotd.capture.tracked_ignored import TrackedIgnored
-from snapshotd.core import durable, faults
-from snapshotd.core.keys import worktree_id
-from snapshotd.core.secrets import may_name_secret_files, scan_paths, secret_files_among
-from snapshotd.store.errors import STORE_WRITE_FAILED, StoreError, odb_retry
-from snapshotd.store.lending import open_cache
-from snapshotd.store.trees import (
+from snapshotd.core import (
+    check_fault,
+    crash_point,
+    injected_delay,
+    make_dirs,
+    may_name_secret_files,
+    scan_paths,
+    secret_files_among,
+    worktree_id,
+    write_file,
+)
+from snapshotd.store import (
+    STORE_WRITE_FAILED,
+    StoreError,
     TreeShapeChanged,
+    odb_retry,
+    open_cache,
     remember_changes,
     remember_file_count,
     rewrite_tree,
@@ -58,7 +68,7 @@ from snapshotd.store.trees import (
 
 if TYPE_CHECKING:
     from snapshotd.capture.settings import CaptureSettings
-    from snapshotd.store.store import Store
+    from snapshotd.store import Store
 
 log = logging.getLogger("snapshotd.store")
 
@@ -123,7 +133,7 @@ class WorktreeIndex:
         started_ns = time.time_ns()
         touched: list[str] = []
         previous_racy, self._racy = self._racy, set()
-        faults.delay("full-scan")  # tests: a scan as slow as a million files'
+        injected_delay("full-scan")  # tests: a scan as slow as a million files'
         try:
             for path in sorted(previous_racy):
                 self.update_path(index, path, result, touched, racy_recheck=True)
@@ -138,7 +148,7 @@ class WorktreeIndex:
             self._racy = previous_racy | set(touched)
             raise
         self._racy = {p for p in touched if _is_racy(self.root / p, started_ns)}
-        faults.crash_point("after-blobs")
+        crash_point("after-blobs")
         try:
             assert self._repo is not None
             written = str(odb_retry(index.write_tree))
@@ -147,7 +157,7 @@ class WorktreeIndex:
                 remember_file_count(written, len(index))
         except pygit2.GitError as exc:
             raise StoreError(STORE_WRITE_FAILED, f"could not write the tree: {exc}") from exc
-        faults.crash_point("after-tree")
+        crash_point("after-tree")
         self._tree = result.tree
         self._dirty = True
         self._unscanned = []
@@ -217,13 +227,13 @@ class WorktreeIndex:
             self._racy |= set(touched)  # partly updated: re-hash what was hashed, next time
             raise
         self._racy |= {p for p in touched if _is_racy(self.root / p, started_ns)}
-        faults.crash_point("after-blobs")
+        crash_point("after-blobs")
         try:
             result.tree = self.workspace.graft(
                 repo, self._write_changed_tree(index, repo, files, structural))
         except pygit2.GitError as exc:
             raise StoreError(STORE_WRITE_FAILED, f"could not write the tree: {exc}") from exc
-        faults.crash_point("after-tree")
+        crash_point("after-tree")
         self._tree = result.tree
         self._dirty = True
         return result
@@ -402,7 +412,7 @@ class WorktreeIndex:
             return
         gitdir = self.gitdir
         sync = self.store.fsync
-        durable.make_dirs(gitdir, sync=sync)
+        make_dirs(gitdir, sync=sync)
         # libgit2 takes the workdir from the parent of the path in ``gitdir``.
         wanted = {"commondir": f"{self.store.path}\n", "gitdir": f"{self.root / '.git'}\n",
                   "HEAD": "ref: refs/heads/snapshotd-unborn\n"}
@@ -415,7 +425,7 @@ class WorktreeIndex:
                 if current is not None:
                     log.warning("stat cache %s: %s was damaged (%d bytes); rewritten",
                                 self.id, name, len(current))
-                durable.write_file(gitdir / name, text.encode(), sync=sync)
+                write_file(gitdir / name, text.encode(), sync=sync)
         self._gitdir_checked = True
 
     def _refresh_excludes(self, force: bool = False) -> None:
@@ -441,7 +451,7 @@ class WorktreeIndex:
 
 def _check_objects_fault() -> None:
     try:
-        faults.check("objects")
+        check_fault("objects")
     except OSError as exc:
         raise StoreError(STORE_WRITE_FAILED, f"could not write objects: {exc}") from exc
 

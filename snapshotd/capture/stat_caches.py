@@ -22,8 +22,8 @@ from pathlib import Path
 
 from snapshotd.capture.settings import CaptureSettings
 from snapshotd.capture.stat_cache import WorktreeIndex
-from snapshotd.core.keys import worktree_id
-from snapshotd.store.store import Store
+from snapshotd.core import worktree_id
+from snapshotd.store import Store
 
 
 class StatCaches:

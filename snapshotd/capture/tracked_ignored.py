@@ -23,8 +23,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from snapshotd.core.user_repo import user_gitdir
-from snapshotd.store.lending import cache_git_env
+from snapshotd.core import user_gitdir
+from snapshotd.store import cache_git_env
 
 log = logging.getLogger("snapshotd.store")
 

@@ -31,7 +31,7 @@ def blame(run_id: str, path: str, node_id: str, seq: int | None, iteration: int 
     """Show every line of PATH (relative to the worktree, or absolute inside it) at a
     checkpoint with the checkpoint and tool call that introduced it. Lines written outside the
     agent's tool calls (tier 2, before-tool captures) are marked with '*'."""
-    from snapshotd.features.review.blame import outside_tool_call
+    from snapshotd.features.review import outside_tool_call
 
     if os.path.isabs(path):
         path = os.path.normpath(path)

@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from snapshotd_client import Client, DaemonUnavailable, SnapshotdError
-from snapshotd_client.paths import home_dir, socket_path
+from snapshotd.ops import DaemonSilent, NoLedger
+from snapshotd.ops import run_op as backend_run_op
+from snapshotd_client import Client, DaemonUnavailable, SnapshotdError, home_dir, socket_path
 
 if TYPE_CHECKING:
-    from snapshotd.ops.operations import Operations
+    from snapshotd.ops import Operations
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
@@ -69,7 +70,7 @@ def fail(message: str, code: int = 1) -> None:
 def ledger_failure(exc: Exception, doing: str = "read") -> None:
     """Fail on a ledger error: a damaged ledger's own sentence (what, where, ``snapshotd
     repair``), else "the ledger cannot be <doing>: ..."."""
-    from snapshotd.ledger.ledger import LedgerDamaged
+    from snapshotd.ledger import LedgerDamaged
 
     if isinstance(exc, LedgerDamaged):
         fail(str(exc))
@@ -79,8 +80,8 @@ def ledger_failure(exc: Exception, doing: str = "read") -> None:
 def read_ledger_or_fail(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """``fn(*args, **kwargs)`` reading the configured ledger directly, without a daemon; a bad
     ledger configuration or a ledger error printed as a sentence (``ledger_failure``), exit 1."""
-    from snapshotd.core.config import ConfigError
-    from snapshotd.ledger.ledger import LedgerError
+    from snapshotd.core import ConfigError
+    from snapshotd.ledger import LedgerError
 
     try:
         return fn(*args, **kwargs)
@@ -128,11 +129,11 @@ def run_op(home: Path | None, sock: Path | None, op: str, fields: dict[str, Any]
            require_ledger: bool = True) -> dict:
     """``snapshotd.ops.backend.run_op`` (the daemon when one answers, else the home directly under
     its lock), its failures printed as a sentence: a bad config exits 2, anything else 1."""
-    from snapshotd.ledger.ledger import LedgerError
-    from snapshotd.ops import backend
+    from snapshotd.ledger import LedgerError
+    pass
 
     try:
-        return call_or_fail(backend.run_op, op, fields, local, home=home, socket=sock,
+        return call_or_fail(backend_run_op, op, fields, local, home=home, socket=sock,
                             timeout=timeout, via_daemon=via_daemon,
                             require_ledger=require_ledger)
     except LedgerError as exc:
@@ -142,7 +143,7 @@ def run_op(home: Path | None, sock: Path | None, op: str, fields: dict[str, Any]
 
 def operations(home: Path | None, sock: Path | None) -> Operations:
     """The front ends' one operations surface on the home and socket the options named."""
-    from snapshotd.ops.operations import Operations
+    from snapshotd.ops import Operations
 
     return Operations(home=home, socket=sock)
 
@@ -150,7 +151,7 @@ def operations(home: Path | None, sock: Path | None) -> Operations:
 def run_call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """``call_or_fail`` for an op that may open the ledger here: a ledger that cannot be read
     is said the way ``run_op`` says it."""
-    from snapshotd.ledger.ledger import LedgerError
+    from snapshotd.ledger import LedgerError
 
     try:
         return call_or_fail(fn, *args, **kwargs)
@@ -163,17 +164,16 @@ def call_or_fail(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """``fn(*args, **kwargs)``, its failure printed as one sentence: a bad configuration exits
     2; a refused op (``ServiceError``) exits 1 with ``message (code)``, or, when the home holds
     nothing or its daemon is silent, with the option that names another home or socket."""
-    from snapshotd.core.config import ConfigError
-    from snapshotd.core.errors import ServiceError
-    from snapshotd.ops import backend
+    from snapshotd.core import ConfigError, ServiceError
+    pass
 
     try:
         return fn(*args, **kwargs)
     except ConfigError as exc:
         fail(str(exc), 2)
-    except backend.NoLedger as exc:
+    except NoLedger as exc:
         fail(f"{exc.message} (pass --home, or set SNAPSHOTD_HOME)")
-    except backend.DaemonSilent as exc:
+    except DaemonSilent as exc:
         fail(f"{exc.message}, or pass the socket it listens on with --socket")
     except ServiceError as exc:
         fail(f"{exc.message} ({exc.code})")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import click
 
 from snapshotd.cli.common import fail, json_option, print_json
-from snapshotd.core.config import ENV_VARS, ConfigError, config_path, load_config
+from snapshotd.core import ENV_VARS, ConfigError, config_path, load_config
 
 BAD_CONFIG = 2
 

@@ -103,7 +103,7 @@ def _daemon_home(client: Client, sock: Path) -> str | None:
         pass
     except SnapshotdError as exc:
         _fail(f"snapshotd at {sock} did not answer: {exc.message} ({exc.code}); nothing was run")
-    from snapshotd_client.hook import try_autostart
+    from snapshotd_client import try_autostart
 
     if os.environ.get("SNAPSHOTD_AUTOSTART") == "0":
         _fail(f"no daemon answers on {sock} (autostart is off: SNAPSHOTD_AUTOSTART=0); start "

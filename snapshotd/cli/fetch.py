@@ -27,7 +27,7 @@ def fetch(run_id: str, home: Path | None, socket_: Path | None, as_json: bool) -
     """Fetch RUN's checkpoints from the configured remote into the local store."""
 
     def direct(service: object) -> dict:
-        from snapshotd.features.replication.fetch import fetch_run
+        from snapshotd.features.replication import fetch_run
 
         return fetch_run(service, run_id)  # type: ignore[arg-type]
 

@@ -30,7 +30,7 @@ def find(path: str, since: str | None, cwd: Path | None, limit: int | None,
          home: Path | None, as_json: bool) -> None:
     """List the checkpoints of every run that changed PATH (a file or a directory), newest
     first: A added, M modified, D deleted."""
-    from snapshotd.features.review.history import find_path
+    from snapshotd.features.review import find_path
 
     base = os.path.abspath(cwd if cwd is not None else os.getcwd())
     result = read_only(home, lambda view: find_path(view, path=path, cwd=base, since=since,

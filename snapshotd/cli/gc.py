@@ -32,8 +32,8 @@ def gc(keep_last: int | None, older_than: str | None, max_store_size: str | None
     Never dropped: checkpoints of active attempts, the newest checkpoint of every attempt, an
     attempt's final pointer, and recent restore safety checkpoints.
     """
-    from snapshotd.core.config import parse_duration
-    from snapshotd.features.gc import policy_from_fields, run_gc
+    from snapshotd.core import parse_duration
+    from snapshotd.features import policy_from_fields, run_gc
 
     grace = None
     if prune_grace is not None:

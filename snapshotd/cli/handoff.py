@@ -25,8 +25,8 @@ from snapshotd.cli.common import daemon_or_local, fail, op_options, print_json
 
 def read_manifest(stream: IO[str]) -> dict:
     """A manifest file's content, checked for shape, version and digest (or exit 1)."""
-    from snapshotd.core.errors import ServiceError
-    from snapshotd.features.replication.handoff import check_manifest
+    from snapshotd.core import ServiceError
+    from snapshotd.features.replication import check_manifest
 
     try:
         data = json.loads(stream.read())
@@ -55,7 +55,7 @@ def handoff(run_id: str, node_id: str, iteration: int | None, attempt: int | Non
     """Write the handoff manifest of RUN's node: where it stands and how to resume elsewhere."""
 
     def direct(service: object) -> dict:
-        from snapshotd.features.replication.handoff import build_handoff
+        from snapshotd.features.replication import build_handoff
 
         return build_handoff(service, run_id, node_id, iteration=iteration,  # type: ignore[arg-type]
                              attempt=attempt, to=to)

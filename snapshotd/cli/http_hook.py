@@ -13,8 +13,8 @@ from pathlib import Path
 import click
 
 from snapshotd.cli.common import fail, home_option, resolve_home
-from snapshotd.core.config import ConfigError, load_config
-from snapshotd.daemon.http_hook import HEADER_ENV, HOOK_PATH, TokenError, ensure_token
+from snapshotd.core import ConfigError, load_config
+from snapshotd.daemon import HEADER_ENV, HOOK_PATH, TokenError, ensure_token
 
 
 @click.command("http-hook")

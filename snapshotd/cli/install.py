@@ -30,7 +30,7 @@ from pathlib import Path
 import click
 
 from snapshotd.cli.common import fail
-from snapshotd_client.paths import socket_path
+from snapshotd_client import socket_path
 
 UNIT = "snapshotd.service"
 SOCKET_UNIT = "snapshotd.socket"

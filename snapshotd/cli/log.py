@@ -44,7 +44,7 @@ def log(run_id: str, node_id: str | None, iteration: int | None, attempt: int | 
         root: bool, home: Path | None, as_json: bool) -> None:
     """List the run's checkpoints newest first across nodes and attempts, each with its tool
     call and what it changed."""
-    from snapshotd.features.review.history import log_run
+    from snapshotd.features.review import log_run
 
     result = read_only(home, lambda view: log_run(
         view, run_id=run_id, node_id=node_id, iteration=iteration, attempt=attempt, path=path,

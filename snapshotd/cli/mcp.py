@@ -29,7 +29,7 @@ def mcp(home: Path | None, socket_: Path | None, log_level: str) -> None:
     Register it with an MCP client as the command `snapshotd mcp` (the Claude Code plugin does
     this through .mcp.json)."""
     try:
-        from snapshotd.mcp.server import serve_stdio
+        from snapshotd.mcp import serve_stdio
     except ModuleNotFoundError as exc:
         if exc.name is not None and (exc.name == "mcp" or exc.name.startswith(("mcp.",
                                                                                "mcp_types"))):
@@ -41,7 +41,7 @@ def mcp(home: Path | None, socket_: Path | None, log_level: str) -> None:
              f"`{INSTALL_HINT}`")
     import sys
 
-    from snapshotd.daemon.daemon import setup_logging
+    from snapshotd.daemon import setup_logging
 
     setup_logging(log_level)
     if sys.stdin.isatty():

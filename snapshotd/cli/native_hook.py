@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from snapshotd.cli.common import fail
-from snapshotd.daemon.native_hook import BuildError, build, python_hook
+from snapshotd.daemon import BuildError, build, python_hook
 
 
 @click.command("native-hook")

@@ -33,7 +33,7 @@ def purge(run_id: str, path: str, home: Path | None, socket_: Path | None,
     """Remove PATH (worktree-relative) from every checkpoint of RUN."""
 
     def direct(service: object) -> dict:
-        from snapshotd.features.purge import purge_op, recover_journal
+        from snapshotd.features import purge_op, recover_journal
 
         recover_journal(service)  # type: ignore[arg-type]
         return purge_op(service, {"run_id": run_id, "path": path})  # type: ignore[arg-type]

@@ -36,7 +36,7 @@ def push(run_id: str | None, home: Path | None, socket_: Path | None, as_json: b
         _release(resolve_home(home), releases, release_paths)
 
     def direct(service: object) -> dict:
-        from snapshotd.features.replication.pusher import push_now
+        from snapshotd.features.replication import push_now
 
         return push_now(service, _checked(run_id))  # type: ignore[arg-type]
 
@@ -58,7 +58,7 @@ def push(run_id: str | None, home: Path | None, socket_: Path | None, as_json: b
 
 
 def _release(home: Path, commits: tuple[str, ...], paths: tuple[str, ...]) -> None:
-    from snapshotd.features.withhold import release
+    from snapshotd.features import release
 
     for commit in commits:
         if len(commit) != 40 or any(c not in "0123456789abcdef" for c in commit):
@@ -69,6 +69,6 @@ def _release(home: Path, commits: tuple[str, ...], paths: tuple[str, ...]) -> No
 
 
 def _checked(run_id: str | None) -> str | None:
-    from snapshotd.core.errors import id_field
+    from snapshotd.core import id_field
 
     return None if run_id is None else id_field("run_id", run_id)

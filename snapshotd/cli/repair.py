@@ -31,9 +31,9 @@ def repair(dry_run: bool, home: Path | None, as_json: bool) -> None:
     Stop the daemon first. The rebuilt ledger holds every attempt with a ref in the store and
     one row per checkpoint on its chain (seq, commit, label, tool call id, ...).
     """
-    from snapshotd.core.config import load_config
-    from snapshotd.features.repair import repair_ledger
-    from snapshotd.ledger.ledger import LedgerError
+    from snapshotd.core import load_config
+    from snapshotd.features import repair_ledger
+    from snapshotd.ledger import LedgerError
 
     home_path = resolve_home(home)
     try:

@@ -29,7 +29,7 @@ from snapshotd.cli.common import (
 def runs(home: Path | None, as_json: bool) -> None:
     """List runs with their node and attempt counts, worktrees and last activity."""
     home_path = resolve_home(home)
-    from snapshotd.service.listing import collect_runs
+    from snapshotd.service import collect_runs
 
     try:
         summary = read_ledger_or_fail(collect_runs, home_path)

@@ -15,7 +15,7 @@ from snapshotd.cli.common import (
     resolve_socket,
     socket_option,
 )
-from snapshotd.core.config import ConfigError, load_config
+from snapshotd.core import ConfigError, load_config
 
 
 @click.command()
@@ -35,9 +35,9 @@ def serve(home: Path | None, socket_: Path | None, log_level: str | None,
     # they are made frees next to nothing and costs about 5 % of the start's CPU. run_daemon
     # freezes them and turns collection back on once the daemon is wired.
     gc.disable()
-    from snapshotd.core.home_lock import DaemonLockError
-    from snapshotd.daemon.daemon import run_daemon, setup_logging
-    from snapshotd.ledger.ledger import LedgerError
+    from snapshotd.core import DaemonLockError
+    from snapshotd.daemon import run_daemon, setup_logging
+    from snapshotd.ledger import LedgerError
 
     try:
         config = load_config({"log_level": log_level, "durability": durability,
@@ -47,7 +47,7 @@ def serve(home: Path | None, socket_: Path | None, log_level: str | None,
     setup_logging(config.log_level)
     listener = None
     try:
-        from snapshotd.daemon.activation import listen_fds
+        from snapshotd.daemon import listen_fds
     except ModuleNotFoundError:
         listen_fds = None
     if listen_fds is not None:

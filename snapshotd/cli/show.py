@@ -23,6 +23,7 @@ from snapshotd.cli.common import (
     json_option,
     print_json,
 )
+from snapshotd.ops import read_home
 
 
 @click.command()
@@ -41,7 +42,7 @@ def show(run_id: str, node_id: str, seq: int | None, iteration: int | None,
          attempt: int | None, fmt: str, home: Path | None, as_json: bool) -> None:
     """Show what checkpoint --seq changed against the previous checkpoint of its attempt (the
     first one against the empty tree), with its tool call and the gaps around it."""
-    from snapshotd.features.review.history import show_checkpoint
+    from snapshotd.features.review import show_checkpoint
 
     result = read_only(home, lambda view: show_checkpoint(
         view, run_id=run_id, node_id=node_id, seq=seq, iteration=iteration, attempt=attempt,
@@ -73,11 +74,11 @@ def read_only(home: Path | None, call: Callable[[Any], dict]) -> dict:
     failures printed as a sentence: a bad config exits 2, anything else 1."""
     import pygit2
 
-    from snapshotd.ledger.ledger import LedgerError
-    from snapshotd.ops import backend
+    from snapshotd.ledger import LedgerError
+    pass
 
     try:
-        return call_or_fail(backend.read_home, call, home=home)
+        return call_or_fail(read_home, call, home=home)
     except LedgerError as exc:
         fail(f"the ledger could not be read: {exc} (ledger-error)")
     except (OSError, pygit2.GitError) as exc:

@@ -31,7 +31,7 @@ from snapshotd.cli.common import (
 from snapshotd.cli.runs import age
 
 if TYPE_CHECKING:
-    from snapshotd.ledger.ledger import Ledger
+    from snapshotd.ledger import Ledger
 
 DEFAULT_ROWS = 200
 
@@ -63,7 +63,7 @@ def snapshots(run_id: str, node_id: str | None, attempt: int | None, show_all: b
 
 def _open(home_path: Path) -> Ledger:
     """The home's ledger, or a failure saying nothing has been captured with this home."""
-    from snapshotd.ledger.ledger import describe_ledger, ledger_exists, open_ledger
+    from snapshotd.ledger import describe_ledger, ledger_exists, open_ledger
 
     if not ledger_exists(home_path):
         fail(f"no ledger at {describe_ledger(home_path)}: nothing has been captured with "
@@ -74,10 +74,9 @@ def _open(home_path: Path) -> Ledger:
 def _listing(ledger: Ledger, home_path: Path, run_id: str, node_id: str | None,
              attempt: int | None) -> dict:
     """The run's listing, or a failure naming the known runs."""
-    from snapshotd.ledger.ledger import describe_ledger
-    from snapshotd.service.gaps import GapSpool
-    from snapshotd.service.service import list_run
-    from snapshotd_client.paths import gaps_path
+    from snapshotd.ledger import describe_ledger
+    from snapshotd.service import GapSpool, list_run
+    from snapshotd_client import gaps_path
 
     known = ledger.run_ids()
     if not known:

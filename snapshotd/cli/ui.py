@@ -31,13 +31,13 @@ def ui(home: Path | None, socket_: Path | None, port: int, no_browser: bool,
        log_level: str) -> None:
     """Serve the web app: runs, a run's timeline, checkpoints and diffs, gaps, restore."""
     try:
-        from snapshotd.ui.app import bind, create_app, serve
+        from snapshotd.ui import bind, create_app, serve
     except ModuleNotFoundError as exc:
         if exc.name is not None and exc.name.split(".")[0] in ("starlette", "uvicorn", "anyio"):
             fail(f"the web app needs starlette and uvicorn, which are not installed; install "
                  f"them with `{INSTALL_HINT}`")
         raise
-    from snapshotd.daemon.daemon import setup_logging
+    from snapshotd.daemon import setup_logging
 
     setup_logging(log_level)
     try:

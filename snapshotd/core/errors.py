@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from snapshotd_client.protocol import (  # noqa: F401  (the vocabulary, re-exported)
+from snapshotd_client import (  # noqa: F401  (the vocabulary, re-exported)
     BAD_FRAME,
     BAD_ID,
     BAD_REQUEST,

@@ -68,7 +68,7 @@ def crash_point(name: str) -> None:
             os._exit(CRASH_EXIT_STATUS)
 
 
-def delay(name: str) -> None:
+def injected_delay(name: str) -> None:
     """Sleep here if this is the armed delay point."""
     if _DELAY_POINT is not None and name == _DELAY_POINT:
         if _DELAY_MARK is not None:
@@ -82,7 +82,7 @@ def stop_limit_s() -> float | None:
     return _STOP_LIMIT_S or None
 
 
-def check(seam: str) -> None:
+def check_fault(seam: str) -> None:
     """Raise the injected ``OSError`` for ``seam`` while the fault file names it."""
     if _FAULT_FILE is None:
         return

@@ -27,13 +27,17 @@ from pathlib import Path
 
 import pygit2
 
-from snapshotd.core import faults
-from snapshotd.core.config import Config, RedactingFilter
-from snapshotd.core.home_lock import HomeLock
-from snapshotd.core.home_perms import secure_home
+from snapshotd.core import (
+    Config,
+    HomeLock,
+    RedactingFilter,
+    injected_delay,
+    secure_home,
+    stop_limit_s,
+)
 from snapshotd.daemon.listener import bind_socket
 from snapshotd.daemon.server import STOP_CUT_S, STOP_GRACE_S, STOP_HOOKS_S, Server
-from snapshotd.service.service import Service
+from snapshotd.service import Service
 
 log = logging.getLogger("snapshotd")
 
@@ -106,7 +110,7 @@ def run_daemon(home: Path, socket_path: Path, config: Config,
         try:
             server.run()
         finally:
-            faults.delay("close")
+            injected_delay("close")
             service.close()
             if owned_path is not None:
                 try:
@@ -174,6 +178,6 @@ class _JournalFormatter(logging.Formatter):
 def _arm_stop_limit() -> None:
     """From the stop's start: past ``STOP_LIMIT_S``, dump every thread's stack and exit 1
     (a C watchdog thread: it fires even while a stuck thread holds the interpreter lock)."""
-    limit = faults.stop_limit_s() or STOP_LIMIT_S
+    limit = stop_limit_s() or STOP_LIMIT_S
     log.info("stopping within %gs", limit)
     faulthandler.dump_traceback_later(limit, exit=True, file=sys.stderr)

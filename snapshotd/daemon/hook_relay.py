@@ -23,20 +23,21 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from snapshotd.core.errors import ServiceError
-from snapshotd_client import protocol
-from snapshotd_client.hook import (
+from snapshotd.core import ServiceError
+from snapshotd_client import (
+    BAD_REQUEST,
+    INTERNAL,
     RELAYED_ENV,
     before_tool_fields,
+    daemon_records_gap,
     parse_json,
     route,
     snapshot_fields,
 )
 
 if TYPE_CHECKING:
-    from snapshotd.core.config import Config
-    from snapshotd.core.registry import Registry
-    from snapshotd.service.service import Service
+    from snapshotd.core import Config, Registry
+    from snapshotd.service import Service
 
 log = logging.getLogger("snapshotd.hook_relay")
 
@@ -68,14 +69,14 @@ class HookRunner:
         try:
             handler({k: v for k, v in fields.items() if v is not None})
         except ServiceError as exc:
-            if gap and not protocol.daemon_records_gap(exc.code):
+            if gap and not daemon_records_gap(exc.code):
                 self.gap(fields, env, exc.code, exc.message)
             return exc.code
         except Exception as exc:  # noqa: BLE001 - a failed capture is a gap, never a crash
             log.exception("relayed hook capture failed")
             if gap:
-                self.gap(fields, env, protocol.INTERNAL, f"{type(exc).__name__}: {exc}")
-            return protocol.INTERNAL
+                self.gap(fields, env, INTERNAL, f"{type(exc).__name__}: {exc}")
+            return INTERNAL
         return "ok"
 
     def run_routed(self, payload: dict, kind: str, env: dict[str, str]) -> str:
@@ -150,12 +151,12 @@ def _request(fields: dict) -> tuple[bytes, dict[str, str], str | None]:
     raw_env = fields.get("env", {})
     raw_cwd = fields.get("cwd")
     if not isinstance(payload, bytes):
-        raise ServiceError(protocol.BAD_REQUEST, "hook needs the payload as bytes")
+        raise ServiceError(BAD_REQUEST, "hook needs the payload as bytes")
     if not isinstance(raw_env, dict) or not all(
             isinstance(k, str) and isinstance(v, bytes) for k, v in raw_env.items()):
-        raise ServiceError(protocol.BAD_REQUEST, "hook's env maps names to bytes")
+        raise ServiceError(BAD_REQUEST, "hook's env maps names to bytes")
     if raw_cwd is not None and not isinstance(raw_cwd, bytes):
-        raise ServiceError(protocol.BAD_REQUEST, "hook's cwd is bytes")
+        raise ServiceError(BAD_REQUEST, "hook's cwd is bytes")
     env = {k: os.fsdecode(v) for k, v in raw_env.items() if k in RELAYED_ENV}
     cwd = os.fsdecode(raw_cwd) if raw_cwd else None
     return payload, env, cwd if absolute_path(cwd) else None

@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
 from snapshotd.daemon.workers import Workers
-from snapshotd_client import protocol
+from snapshotd_client import BAD_PAYLOAD
 
 log = logging.getLogger("snapshotd.http_hook")
 
@@ -86,7 +86,7 @@ class RequestHandler(BaseHTTPRequestHandler):
         length = self.headers.get("Content-Length", "")
         if not length.isdigit() or int(length) > hook.max_body:
             hook.count("bad_request")
-            hook.gap({}, {}, protocol.BAD_PAYLOAD,
+            hook.gap({}, {}, BAD_PAYLOAD,
                      f"the HTTP hook's body has no usable Content-Length ({length[:20]!r}, "
                      f"at most {hook.max_body} bytes)")
             self._reply(200)
@@ -94,7 +94,7 @@ class RequestHandler(BaseHTTPRequestHandler):
         try:
             body = self.rfile.read(int(length))
         except OSError as exc:
-            hook.gap({}, {}, protocol.BAD_PAYLOAD, f"the HTTP hook's body was not received: "
+            hook.gap({}, {}, BAD_PAYLOAD, f"the HTTP hook's body was not received: "
                      f"{exc}")
             self._reply(200)
             return

@@ -31,13 +31,11 @@ from typing import TYPE_CHECKING
 
 from snapshotd.daemon.hook_relay import HookRunner, absolute_path
 from snapshotd.daemon.workers import Workers
-from snapshotd_client import protocol
-from snapshotd_client.hook import parse_json, route
+from snapshotd_client import BAD_PAYLOAD, INTERNAL, parse_json, route
 
 if TYPE_CHECKING:
-    from snapshotd.core.config import Config
-    from snapshotd.core.registry import Registry
-    from snapshotd.service.service import Service
+    from snapshotd.core import Config, Registry
+    from snapshotd.service import Service
 
 log = logging.getLogger("snapshotd.http_hook")
 
@@ -197,7 +195,7 @@ class HttpHook:
             self._handle(body, env)
         except Exception as exc:  # noqa: BLE001 - a bug here must still leave a gap
             log.exception("HTTP hook request failed")
-            self.gap({}, env, protocol.INTERNAL, f"HTTP hook failed: {type(exc).__name__}: {exc}")
+            self.gap({}, env, INTERNAL, f"HTTP hook failed: {type(exc).__name__}: {exc}")
 
     def _handle(self, body: bytes, env: dict[str, str]) -> None:
         try:
@@ -212,7 +210,7 @@ class HttpHook:
             payload, kind = route(payload)
         if not isinstance(payload, dict) or not absolute_path(payload.get("cwd")):
             self.count("bad_request")
-            self.gap({}, env, protocol.BAD_PAYLOAD,
+            self.gap({}, env, BAD_PAYLOAD,
                      f"the HTTP hook's body is not a hook payload with an absolute cwd "
                      f"({len(body)} bytes)")
             return

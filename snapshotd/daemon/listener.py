@@ -19,8 +19,8 @@ import stat
 import struct
 from pathlib import Path
 
-from snapshotd.core.home_lock import DaemonLockError
-from snapshotd_client.paths import socket_dir_problem
+from snapshotd.core import DaemonLockError
+from snapshotd_client import socket_dir_problem
 
 
 def prepare_socket_dir(path: Path) -> None:

@@ -26,10 +26,8 @@ from pathlib import Path
 
 import psutil
 
-from snapshotd.core.config import Config
-from snapshotd.core.fswalk import files_under
-from snapshotd.core.registry import Registry
-from snapshotd.service.service import Service
+from snapshotd.core import Config, Registry, files_under
+from snapshotd.service import Service
 
 log = logging.getLogger("snapshotd.metrics")
 

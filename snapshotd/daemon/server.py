@@ -33,13 +33,27 @@ from pathlib import Path
 
 import msgpack
 
-from snapshotd.core import errors, faults
-from snapshotd.core.errors import ServiceError
-from snapshotd.core.registry import LAYERS, Handler, Wrapper
+from snapshotd.core import (
+    BAD_FRAME,
+    BAD_REQUEST,
+    BUSY,
+    FORBIDDEN,
+    FRAME_TOO_LARGE,
+    INTERNAL,
+    LAYERS,
+    SHUTTING_DOWN,
+    UNKNOWN_OP,
+    UNSUPPORTED_VERSION,
+    Handler,
+    ServiceError,
+    Wrapper,
+    check_fault,
+    injected_delay,
+)
 from snapshotd.daemon.listener import peer_uid
 from snapshotd.daemon.workers import Workers
-from snapshotd.service.service import Service
-from snapshotd_client import protocol
+from snapshotd.service import Service
+from snapshotd_client import MAX_FRAME, PROTOCOL_VERSION, decode_body, encode_frame
 
 log = logging.getLogger("snapshotd.server")
 
@@ -284,8 +298,8 @@ class Server:
             poller.register(self._wake[0], select.POLLIN)
             while not self._stop_flag.is_set():
                 poller.poll()
-                faults.delay("accept")
-                faults.check("acceptor")
+                injected_delay("accept")
+                check_fault("acceptor")
                 self._accept_pending()
         except Exception:  # noqa: BLE001 - logged; the stop that follows is the handling
             log.critical("the socket's accepting thread failed: stopping the daemon",
@@ -332,7 +346,7 @@ class Server:
                     self._connections.discard(conn)
         self.refused_connections += 1
         # A fresh socket's send buffer takes the short reply without blocking.
-        self._send_then_close(conn, _error(None, errors.BUSY, "too many connections; retry"))
+        self._send_then_close(conn, _error(None, BUSY, "too many connections; retry"))
 
     def _still_there(self) -> int:
         """How many open connections still have their client (the caller holds ``_lock``):
@@ -354,11 +368,11 @@ class Server:
             uid = peer_uid(conn)
             if uid is None or uid != os.getuid():
                 log.warning("refused a connection from uid %s", uid)
-                self._send(conn, _error(None, errors.FORBIDDEN,
+                self._send(conn, _error(None, FORBIDDEN,
                                         "this daemon serves only its own user"))
                 return
             conn.settimeout(self.idle_timeout_s)
-            faults.delay("serve")
+            injected_delay("serve")
             while self._serve_request(conn):
                 pass
         except OSError:
@@ -374,18 +388,18 @@ class Server:
         if header is None:
             return False
         (length,) = struct.unpack(">I", header)
-        if length > protocol.MAX_FRAME:
-            self._send(conn, _error(None, errors.FRAME_TOO_LARGE,
+        if length > MAX_FRAME:
+            self._send(conn, _error(None, FRAME_TOO_LARGE,
                                     f"frame of {length} bytes exceeds the "
-                                    f"{protocol.MAX_FRAME}-byte limit"))
+                                    f"{MAX_FRAME}-byte limit"))
             return False
         body = _recv_exactly(conn, length, self.idle_timeout_s)
         if body is None:
             return False
         try:
-            request = protocol.decode_body(body)
+            request = decode_body(body)
         except Exception as exc:  # noqa: BLE001 - hostile bytes of any kind
-            self._send(conn, _error(None, errors.BAD_FRAME, f"not a msgpack map: {exc}"))
+            self._send(conn, _error(None, BAD_FRAME, f"not a msgpack map: {exc}"))
             return False
         self._send(conn, self._dispatch(request))
         return True
@@ -393,19 +407,19 @@ class Server:
     def _dispatch(self, request: dict) -> dict:
         req_id = request.get("id")
         if not isinstance(req_id, (int, str)) or isinstance(req_id, bool):
-            return _error(None, errors.BAD_REQUEST, "every request needs an id (int or str)")
-        if request.get("v") != protocol.PROTOCOL_VERSION:
-            return _error(req_id, errors.UNSUPPORTED_VERSION,
+            return _error(None, BAD_REQUEST, "every request needs an id (int or str)")
+        if request.get("v") != PROTOCOL_VERSION:
+            return _error(req_id, UNSUPPORTED_VERSION,
                           f"protocol version {request.get('v')!r} is not supported; use 1")
         op = request.get("op")
         handler = self.handler(op) if isinstance(op, str) else None
         if handler is None:
-            return _error(req_id, errors.UNKNOWN_OP, f"unknown op {op!r}; known ops: "
+            return _error(req_id, UNKNOWN_OP, f"unknown op {op!r}; known ops: "
                           + ", ".join(sorted(self.handlers)))
         fields = {k: v for k, v in request.items() if k not in ("v", "op", "id")}
         with self._lock:
             if self._stop_flag.is_set():
-                return _error(req_id, errors.SHUTTING_DOWN,
+                return _error(req_id, SHUTTING_DOWN,
                               "the daemon is stopping; retry shortly")
             self._in_flight += 1
             self._serial += 1
@@ -419,7 +433,7 @@ class Server:
             return _error(req_id, exc.code, exc.message)
         except Exception as exc:  # noqa: BLE001 - never let one request kill the daemon
             log.exception("op %s failed", op)
-            return _error(req_id, errors.INTERNAL, f"{type(exc).__name__}: {exc}")
+            return _error(req_id, INTERNAL, f"{type(exc).__name__}: {exc}")
         finally:
             with self._lock:
                 self._in_flight -= 1
@@ -428,14 +442,14 @@ class Server:
 
     def _send(self, conn: socket.socket, message: dict) -> None:
         try:
-            frame = protocol.encode_frame(message)
+            frame = encode_frame(message)
         except (ValueError, TypeError, msgpack.PackException) as exc:
             # Whatever was done is done: an undo command the result carries must still reach
             # the caller (an applied restore), so the error message names it.
             result = message.get("result")
             undo = result.get("undo_command") if isinstance(result, dict) else None
             hint = f"; it was applied, undo with: {undo}" if isinstance(undo, str) else ""
-            frame = protocol.encode_frame(_error(message.get("id"), errors.INTERNAL,
+            frame = encode_frame(_error(message.get("id"), INTERNAL,
                                                  f"reply could not be encoded: {exc}{hint}"))
         # Bounded by the connection's timeout: a peer that never reads is cut, not waited on.
         conn.sendall(frame)
@@ -495,7 +509,7 @@ class Server:
     def _flush(self, fields: dict) -> dict:
         cwd = fields.get("cwd")
         if not isinstance(cwd, str) or not os.path.isabs(cwd) or "\0" in cwd:
-            raise ServiceError(errors.BAD_REQUEST, "flush needs an absolute cwd")
+            raise ServiceError(BAD_REQUEST, "flush needs an absolute cwd")
         root = Path(cwd).resolve()
         if self.flush_hook is not None:
             self.flush_hook(root)

@@ -4,5 +4,9 @@ retention, purge, the engine, agent sessions and ledger repair."""
 from snapshotd.faces import face
 
 FACE: dict[str, tuple[str, ...]] = {
+    "gc": ("policy_from_fields", "run_gc"),
+    "purge": ("purge_op", "recover_journal"),
+    "repair": ("repair_ledger",),
+    "withhold": ("Withholder", "blob_at", "chain_findings", "release"),
 }
 __all__, __getattr__, __dir__ = face(__name__, FACE)

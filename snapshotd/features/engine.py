@@ -27,13 +27,19 @@ from pathlib import Path
 
 import psutil
 
-from snapshotd.core import errors
-from snapshotd.core.config import Config
-from snapshotd.core.errors import ServiceError, abs_path_field, id_field, int_field
-from snapshotd.core.keys import AttemptKey
-from snapshotd.core.registry import Registry
-from snapshotd.ledger.ledger import ACTIVE, Attempt
-from snapshotd.service.service import Service
+from snapshotd.core import (
+    BAD_REQUEST,
+    RESTORE_FAILED,
+    AttemptKey,
+    Config,
+    Registry,
+    ServiceError,
+    abs_path_field,
+    id_field,
+    int_field,
+)
+from snapshotd.ledger import ACTIVE, Attempt
+from snapshotd.service import Service
 
 log = logging.getLogger("snapshotd.engine")
 
@@ -92,11 +98,11 @@ class Engine:
         """``attempt_begin`` with ``resume`` support; ``begin`` is the handler it extends."""
         resume = fields.get("resume", False)
         if not isinstance(resume, bool):
-            raise ServiceError(errors.BAD_REQUEST, "resume must be true or false")
+            raise ServiceError(BAD_REQUEST, "resume must be true or false")
         handoff = None
         if fields.get("handoff") is not None:
             # Another host's handoff: verify every digest (fetching as needed) first.
-            from snapshotd.features.replication.replication import verify_handoff
+            from snapshotd.features.replication import verify_handoff
 
             handoff = verify_handoff(self.service, fields)
         source = self._resume_source(fields) if resume else None
@@ -134,7 +140,7 @@ class Engine:
         iteration = int_field(fields, "iteration", 0, 0)
         cwd = abs_path_field(fields, "cwd")
         if cwd is None:
-            raise ServiceError(errors.BAD_REQUEST, "cwd must be an absolute path")
+            raise ServiceError(BAD_REQUEST, "cwd must be an absolute path")
         ledger = self.service.ledger
         if fields.get("attempt") is None:
             number = ledger.last_attempt_number(run_id, node_id, iteration) + 1
@@ -194,7 +200,7 @@ class Engine:
             raise
         except Exception as exc:  # noqa: BLE001 - reported to the caller, never a daemon crash
             log.exception("resume of %s/%s failed", k.run_id, k.node_id)
-            raise ServiceError(errors.RESTORE_FAILED, f"could not restore attempt {k.attempt} seq "
+            raise ServiceError(RESTORE_FAILED, f"could not restore attempt {k.attempt} seq "
                                f"{checkpoint['seq']} into {target}: "
                                f"{type(exc).__name__}: {exc}") from exc
         log.info("resumed %s/%s/%d from attempt %d seq %d into %s", k.run_id, k.node_id,
@@ -338,15 +344,15 @@ def _non_empty_dir(path: Path) -> bool:
 
 def _load_restore() -> Callable[..., dict]:
     try:
-        from snapshotd.features.restore.restore import restore_checkpoint
+        from snapshotd.features.restore import restore_checkpoint
     except ModuleNotFoundError as exc:
         if exc.name != "snapshotd.features.restore.restore":
             raise
-        raise ServiceError(errors.RESTORE_FAILED, "resume needs the restore of checkpoints, which "
+        raise ServiceError(RESTORE_FAILED, "resume needs the restore of checkpoints, which "
                            "this snapshotd does not have (no snapshotd.features.restore.restore); begin the "
                            "attempt without --resume") from None
     except ImportError as exc:
-        raise ServiceError(errors.RESTORE_FAILED, f"resume needs snapshotd.features.restore.restore."
+        raise ServiceError(RESTORE_FAILED, f"resume needs snapshotd.features.restore.restore."
                            f"restore_checkpoint, which could not be loaded: {exc}; begin the "
                            "attempt without --resume") from None
     return restore_checkpoint

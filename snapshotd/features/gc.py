@@ -29,16 +29,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from snapshotd.core import errors, faults
-from snapshotd.core.config import Config, parse_duration, parse_size
-from snapshotd.core.errors import ServiceError
-from snapshotd.core.keys import AttemptKey
-from snapshotd.ledger.ledger import ACTIVE, Attempt
-from snapshotd.service.service import Service
-from snapshotd.store.journal import read_journal, write_journal
+from snapshotd.core import (
+    BAD_REQUEST,
+    CONFLICT,
+    INTERNAL,
+    NOT_FOUND,
+    AttemptKey,
+    Config,
+    ServiceError,
+    crash_point,
+    opt_id_field,
+    opt_int_field,
+    parse_duration,
+    parse_size,
+)
+from snapshotd.ledger import ACTIVE, Attempt
+from snapshotd.service import Service
+from snapshotd.store import read_journal, write_journal
 
 if TYPE_CHECKING:
-    from snapshotd.core.registry import Registry
+    from snapshotd.core import Registry
 
 log = logging.getLogger("snapshotd.gc")
 
@@ -77,7 +87,7 @@ class AttemptPlan:
 def run_gc(service: Service, policy: Policy, *, dry_run: bool = False) -> dict:
     """Apply ``policy``: plan, prune (unless ``dry_run``), reclaim. Returns a report."""
     if policy.empty:
-        raise ServiceError(errors.BAD_REQUEST, "name a policy: --keep-last N, --older-than "
+        raise ServiceError(BAD_REQUEST, "name a policy: --keep-last N, --older-than "
                            "DURATION, --max-store-size SIZE, or --run R --all")
     with _RUN_LOCK:
         # One gc at a time (the automatic one and a requested one): a prune's rewritten chain
@@ -92,7 +102,7 @@ def _run_gc(service: Service, policy: Policy, *, dry_run: bool) -> dict:
                     "deleted_runs": [], "store_bytes_before": size_before}
     if policy.whole_run:
         if policy.run_id is None:
-            raise ServiceError(errors.BAD_REQUEST,
+            raise ServiceError(BAD_REQUEST,
                                "--all deletes a whole run: name it with --run R")
         _check_run_deletable(service, policy.run_id)
         report["deleted_runs"].append(_run_summary(service, policy.run_id))
@@ -177,7 +187,7 @@ def prune_attempt(service: Service, plan: AttemptPlan) -> None:
                    "reason": plan.reasons.get(next(iter(dropping))) if dropping else "policy",
                    "final_commit": new_final, "at": time.time()}
         _write_journal(service, journal)
-        faults.crash_point("gc-after-journal")
+        crash_point("gc-after-journal")
         _complete(service, journal)
         _journal_path(service).unlink(missing_ok=True)
 
@@ -250,7 +260,7 @@ def _git_gc(service: Service, safety_interval_s: float) -> None:
     # deleted packs, which libgit2 handles keep: ``Store.replaced_objects``).
     proc = service.store.collect_garbage(safety_interval_s)
     if proc.returncode != 0:
-        raise ServiceError(errors.INTERNAL, "git gc failed: "
+        raise ServiceError(INTERNAL, "git gc failed: "
                            f"{proc.stderr.decode(errors='replace').strip()}")
 
 
@@ -363,8 +373,8 @@ def tick(service: Service, auto: Policy | None, state: dict) -> None:
 def policy_from_fields(fields: dict) -> Policy:
     """A policy from request fields (``keep_last``, ``older_than``, ``max_store_size``,
     ``run_id``, ``all``, ``safety_interval_s``)."""
-    keep_last = errors.opt_int_field(fields, "keep_last", 0)
-    run_id = errors.opt_id_field(fields, "run_id")
+    keep_last = opt_int_field(fields, "keep_last", 0)
+    run_id = opt_id_field(fields, "run_id")
     try:
         policy = Policy(
             keep_last=keep_last,
@@ -377,7 +387,7 @@ def policy_from_fields(fields: dict) -> Policy:
         if fields.get("safety_interval_s") is not None:
             policy.safety_interval_s = float(fields["safety_interval_s"])
     except (ValueError, TypeError) as exc:
-        raise ServiceError(errors.BAD_REQUEST, str(exc)) from None
+        raise ServiceError(BAD_REQUEST, str(exc)) from None
     return policy
 
 
@@ -415,7 +425,7 @@ def _complete(service: Service, journal: dict) -> None:
     remap = {int(k): (v[0], v[1]) for k, v in journal["remap"].items()}
     service.ledger.apply_prune(attempt, [int(s) for s in journal["pruned"]], remap,
                                journal.get("reason") or "gc", journal.get("final_commit"))
-    faults.crash_point("gc-after-ledger")
+    crash_point("gc-after-ledger")
     if journal.get("new_tip"):
         service.store.set_attempt_ref(key, journal["new_tip"])
 
@@ -432,11 +442,11 @@ def _check_run_deletable(service: Service, run_id: str) -> None:
     attempts = service.ledger.attempts(run_id)
     if not attempts:
         known = ", ".join(service.ledger.run_ids()[-20:]) or "none"
-        raise ServiceError(errors.NOT_FOUND, f"unknown run {run_id!r}; known runs: {known}")
+        raise ServiceError(NOT_FOUND, f"unknown run {run_id!r}; known runs: {known}")
     active = [a for a in attempts if a.state == ACTIVE]
     if active:
         a = active[0]
-        raise ServiceError(errors.CONFLICT, f"run {run_id!r} has an active attempt "
+        raise ServiceError(CONFLICT, f"run {run_id!r} has an active attempt "
                            f"({a.key.node_id} attempt {a.key.attempt}); end it first with "
                            "`snapshotd attempt end`")
 

@@ -23,16 +23,13 @@ from typing import TYPE_CHECKING
 
 import pygit2
 
-from snapshotd.core import errors, faults
-from snapshotd.core.errors import ServiceError, id_field
-from snapshotd.core.keys import AttemptKey
-from snapshotd.store.journal import read_journal, write_journal
+from snapshotd.core import BAD_REQUEST, NOT_FOUND, AttemptKey, ServiceError, crash_point, id_field
+from snapshotd.store import read_journal, write_journal
 
 if TYPE_CHECKING:
-    from snapshotd.core.config import Config
-    from snapshotd.core.registry import Registry
-    from snapshotd.ledger.ledger import Attempt
-    from snapshotd.service.service import Service
+    from snapshotd.core import Config, Registry
+    from snapshotd.ledger import Attempt
+    from snapshotd.service import Service
 
 log = logging.getLogger("snapshotd.purge")
 
@@ -51,7 +48,7 @@ def purge_op(service: Service, fields: dict) -> dict:
     path = _checked_path(fields.get("path"))
     attempts = service.ledger.attempts(run_id)
     if not attempts:
-        raise ServiceError(errors.NOT_FOUND, f"run {run_id} has no attempts")
+        raise ServiceError(NOT_FOUND, f"run {run_id} has no attempts")
     done = []
     for attempt in attempts:
         rewritten = purge_attempt(service, attempt, path)
@@ -74,11 +71,11 @@ def purge_attempt(service: Service, attempt: Attempt, path: str) -> int:
         parent: str | None = rows[first - 1]["commit"] if first > 0 else None
         chain = rows[first:]
         remap, tip, final = _rewrite(service, current, chain, parent, path)
-        faults.crash_point("purge-after-commits")
+        crash_point("purge-after-commits")
         journal = {"key": attempt.key.as_dict(), "path": path, "new_tip": tip,
                    "remap": remap, "final_commit": final}
         _write_journal(service, journal)
-        faults.crash_point("purge-after-journal")
+        crash_point("purge-after-journal")
         _complete(service, journal)
         (service.home / JOURNAL).unlink(missing_ok=True)
         service.store.release_purge_holds(attempt.key)
@@ -117,7 +114,7 @@ def _complete(service: Service, journal: dict) -> None:
         return
     remap = {int(seq): (v[0], v[1], v[2]) for seq, v in journal["remap"].items()}
     service.ledger.apply_purge(attempt, remap, journal.get("final_commit"))
-    faults.crash_point("purge-after-ledger")
+    crash_point("purge-after-ledger")
     tip = journal.get("new_tip")
     later = [r for r in service.ledger.attempt_checkpoints(attempt.pk)
              if r["pruned_at"] is None and r["seq"] > max(remap, default=-1)]
@@ -167,8 +164,8 @@ def _holds(repo: pygit2.Repository, tree_id: str, path: str) -> bool:
 
 def _checked_path(value: object) -> str:
     if not isinstance(value, str) or not value.strip("/") or "\0" in value:
-        raise ServiceError(errors.BAD_REQUEST, "path must be a worktree-relative path")
+        raise ServiceError(BAD_REQUEST, "path must be a worktree-relative path")
     if value.startswith("/") or ".." in value.split("/"):
-        raise ServiceError(errors.BAD_REQUEST,
+        raise ServiceError(BAD_REQUEST,
                            f"path must be relative to the worktree, got {value!r}")
     return value.strip("/")

@@ -24,24 +24,21 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from snapshotd.core import errors
-from snapshotd.core.checkpoint import Trailers
-from snapshotd.core.errors import ServiceError
-from snapshotd.core.home_lock import DaemonLockError, HomeLock
-from snapshotd.core.keys import AttemptKey, worktree_id
-from snapshotd.ledger.ledger import (
-    ACTIVE,
-    POSTGRES_SCHEMES,
-    SQLITE_FILE,
-    Ledger,
-    LedgerError,
-    ledger_url,
+from snapshotd.core import (
+    CONFLICT,
+    AttemptKey,
+    DaemonLockError,
+    HomeLock,
+    ServiceError,
+    Trailers,
+    worktree_id,
 )
-from snapshotd.service.reconcile import reconcile_attempt
-from snapshotd.store.store import Store
+from snapshotd.ledger import ACTIVE, POSTGRES_SCHEMES, SQLITE_FILE, Ledger, LedgerError, ledger_url
+from snapshotd.service import reconcile_attempt
+from snapshotd.store import Store
 
 if TYPE_CHECKING:
-    from snapshotd.core.config import Config
+    from snapshotd.core import Config
 
 log = logging.getLogger("snapshotd.ledger_repair")
 
@@ -54,7 +51,7 @@ def repair_ledger(home: Path, config: Config, *, dry_run: bool = False) -> dict:
     try:
         lock.acquire()
     except DaemonLockError as exc:
-        raise ServiceError(errors.CONFLICT, f"{exc}: `snapshotd repair` rebuilds the ledger "
+        raise ServiceError(CONFLICT, f"{exc}: `snapshotd repair` rebuilds the ledger "
                                             "only while no daemon runs") from None
     try:
         url = ledger_url(home, config)
@@ -155,7 +152,7 @@ def _repair_postgres(home: Path, url: str, *, dry_run: bool) -> dict:
         report: dict = {"ledger": ledger.location, "dialect": "postgresql", "damage": None,
                         "dry_run": dry_run, "kept": [], "rebuilt": None}
         if ledger.attempts():
-            raise ServiceError(errors.CONFLICT, (
+            raise ServiceError(CONFLICT, (
                 f"the PostgreSQL ledger {ledger.location} holds attempts: `snapshotd repair` "
                 "rebuilds only into an empty database (PostgreSQL's own recovery and backups "
                 "cover damage to a live one); point ledger_url at a new database to rebuild "

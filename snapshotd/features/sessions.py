@@ -23,13 +23,9 @@ from pathlib import Path
 
 import psutil
 
-from snapshotd.core import errors
-from snapshotd.core.config import Config
-from snapshotd.core.errors import ServiceError, opt_int_field
-from snapshotd.core.registry import Registry
-from snapshotd.ledger.ledger import ACTIVE, Attempt
-from snapshotd.service.request import SnapshotRequest
-from snapshotd.service.service import Service
+from snapshotd.core import BAD_REQUEST, Config, Registry, ServiceError, opt_int_field
+from snapshotd.ledger import ACTIVE, Attempt
+from snapshotd.service import Service, SnapshotRequest
 
 log = logging.getLogger("snapshotd.sessions")
 
@@ -59,13 +55,13 @@ class Sessions:
         """One lifecycle event of an agent session; the reply describes its attempt."""
         event = fields.get("event")
         if event not in EVENTS:
-            raise ServiceError(errors.BAD_REQUEST, f"event must be one of {', '.join(EVENTS)}")
+            raise ServiceError(BAD_REQUEST, f"event must be one of {', '.join(EVENTS)}")
         agent_pid = opt_int_field(fields, "agent_pid", 1)
         req = SnapshotRequest.from_fields({
             "cwd": fields.get("cwd"), "source": "hook", "fallback": fields.get("fallback"),
             "label": f"session {event}"})
         if req.fallback is None:
-            raise ServiceError(errors.BAD_REQUEST, "fallback (the session's run) is required")
+            raise ServiceError(BAD_REQUEST, "fallback (the session's run) is required")
         registered = self.service.attribution.active_for(req.cwd, registered_only=True)
         if registered is not None:
             return _reply(event, registered, registered=True)

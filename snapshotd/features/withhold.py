@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pygit2
 
-from snapshotd.core.checkpoint import TrailerError, Trailers
+from snapshotd.core import TrailerError, Trailers
 
 log = logging.getLogger("snapshotd.replication")
 

@@ -4,5 +4,9 @@ PostgreSQL. Never reads or writes the store."""
 from snapshotd.faces import face
 
 FACE: dict[str, tuple[str, ...]] = {
+    "base": ("percentiles",),
+    "ledger": ("ACTIVE", "Attempt", "DuplicateToolCall", "Ledger", "LedgerDamaged", "LedgerError",
+        "POSTGRES_SCHEMES", "SQLITE_FILE", "SeqConflict", "describe_ledger", "ledger_exists",
+        "ledger_url", "open_ledger"),
 }
 __all__, __getattr__, __dir__ = face(__name__, FACE)

@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from snapshotd.core.keys import AttemptKey
+from snapshotd.core import AttemptKey
 
 ACTIVE = "active"
 ENDED_STATES = ("finished", "failed", "cancelled", "superseded", "abandoned")

@@ -25,9 +25,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from snapshotd.core import faults
-from snapshotd.core.config import redact_url
-from snapshotd.core.keys import AttemptKey
+from snapshotd.core import AttemptKey, check_fault, redact_url
 from snapshotd.ledger.base import (  # noqa: F401  (the ledger's vocabulary, re-exported)
     ACTIVE,
     ENDED_STATES,
@@ -50,7 +48,7 @@ from snapshotd.ledger.schema import SCHEMA_VERSION, migration_sql
 from snapshotd.ledger.sqlite import SqliteBackend, refuse_emptied, sqlite_path, sqlite_size
 
 if TYPE_CHECKING:
-    from snapshotd.core.config import Config
+    from snapshotd.core import Config
 
 __all__ = [
     "ACTIVE", "ENDED_STATES", "POSTGRES_SCHEMES", "SCHEMA_VERSION", "SQLITE_FILE", "Attempt",
@@ -82,7 +80,7 @@ def open_ledger(home: Path, config: Config | None = None) -> Ledger:
 def ledger_url(home: Path, config: Config | None = None) -> str:
     """The configured ledger as a URL (``sqlite:///…`` for the embedded default)."""
     if config is None:
-        from snapshotd.core.config import load_config
+        from snapshotd.core import load_config
 
         config = load_config()
     url = getattr(config, "ledger_url", "") or ""
@@ -339,7 +337,7 @@ class Ledger:
         # its tool call a known one; any failure drops both (``ReadCache.checkpoint_recorded``).
         with self._write(pipeline=True, keeps_cache=True, on_end=lambda committed:
                          self._cache.checkpoint_recorded(attempt, row, committed)) as db:
-            faults.check("ledger")
+            check_fault("ledger")
             db.lock_attempt(attempt.pk)
             found = db.execute(
                 "SELECT (SELECT MAX(seq) FROM checkpoints WHERE attempt_pk=?) AS s,"
@@ -370,7 +368,7 @@ class Ledger:
         """A deduplicated capture still maps its tool call to the seq that holds its state."""
         with self._write(keeps_cache=True, on_end=lambda committed: self._cache.
                          tool_call_recorded(attempt.pk, tool_use_id, committed)) as db:
-            faults.check("ledger")
+            check_fault("ledger")
             db.execute("INSERT INTO tool_calls VALUES (?,?,?,1,?) ON CONFLICT DO NOTHING",
                        (attempt.pk, tool_use_id, seq, time.time()))
 
@@ -415,7 +413,7 @@ class Ledger:
         """Mark seqs pruned and move kept rows to their rewritten commits, in one transaction."""
         now = time.time()
         with self.transaction() as db:
-            faults.check("ledger")
+            check_fault("ledger")
             db.lock_attempt(attempt.pk)
             for seq in pruned:
                 db.execute("UPDATE checkpoints SET pruned_at=COALESCE(pruned_at, ?), pruned_reason="
@@ -431,7 +429,7 @@ class Ledger:
         """Delete the rows (and their tool calls) of ``seqs``: checkpoints whose commits a power
         cut took from the store. Their seqs stay used (``snapshotd.service.seqmarks``)."""
         with self.transaction() as db:
-            faults.check("ledger")
+            check_fault("ledger")
             db.lock_attempt(attempt.pk)
             for seq in seqs:
                 db.execute("DELETE FROM tool_calls WHERE attempt_pk=? AND seq=?",
@@ -444,7 +442,7 @@ class Ledger:
         """Move rows to the commits and trees of a chain rewritten without a path, in one
         transaction: ``remap`` is ``{seq: (commit, parent, tree)}``."""
         with self.transaction() as db:
-            faults.check("ledger")
+            check_fault("ledger")
             db.lock_attempt(attempt.pk)
             for seq, (commit, parent, tree) in remap.items():
                 db.execute("UPDATE checkpoints SET commit_id=?, parent=?, tree=? WHERE attempt_pk=?"
@@ -455,7 +453,7 @@ class Ledger:
     def delete_run(self, run_id: str) -> int:
         """Remove a run's attempts, checkpoints and tool calls; returns the checkpoints removed."""
         with self.transaction() as db:
-            faults.check("ledger")
+            check_fault("ledger")
             pks = [r["pk"] for r in db.execute("SELECT pk FROM attempts WHERE run_id=?",
                                                (run_id,)).fetchall()]
             removed = 0

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from snapshotd.core.config import redact_url
+from snapshotd.core import redact_url
 from snapshotd.ledger.base import LedgerBackend, LedgerError, LedgerUnavailable, Tx
 
 log = logging.getLogger("snapshotd.ledger")

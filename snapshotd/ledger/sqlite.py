@@ -21,8 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from snapshotd.core.durable import fsync_path
-from snapshotd.core.keys import is_spare
+from snapshotd.core import fsync_path, is_spare
 from snapshotd.ledger.base import (
     LedgerBackend,
     LedgerDamaged,

@@ -3,5 +3,6 @@
 from snapshotd.faces import face
 
 FACE: dict[str, tuple[str, ...]] = {
+    "server": ("serve_stdio",),
 }
 __all__, __getattr__, __dir__ = face(__name__, FACE)

@@ -35,10 +35,9 @@ from pydantic import ConfigDict, Field, with_config
 from typing_extensions import TypedDict
 
 from snapshotd import __version__
-from snapshotd.core.config import ConfigError, redact_url
-from snapshotd.core.errors import ServiceError
-from snapshotd.ledger.ledger import LedgerError
-from snapshotd.ops.operations import DEFAULT_PATCH_BYTES, DEFAULT_PLAN_LIMIT, Operations
+from snapshotd.core import ConfigError, ServiceError, redact_url
+from snapshotd.ledger import LedgerError
+from snapshotd.ops import DEFAULT_PATCH_BYTES, DEFAULT_PLAN_LIMIT, Operations
 from snapshotd_client import DaemonUnavailable, SnapshotdError
 
 log = logging.getLogger("snapshotd.mcp")

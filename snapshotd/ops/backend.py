@@ -23,14 +23,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from snapshotd.core.errors import NOT_FOUND, UNKNOWN_OP, ServiceError
-from snapshotd_client import Client, DaemonUnavailable, SnapshotdError
-from snapshotd_client.paths import gaps_path, home_dir, socket_path
-from snapshotd_client.protocol import DAEMON_UNAVAILABLE
+from snapshotd.core import NOT_FOUND, UNKNOWN_OP, ServiceError
+from snapshotd_client import (
+    DAEMON_UNAVAILABLE,
+    Client,
+    DaemonUnavailable,
+    SnapshotdError,
+    gaps_path,
+    home_dir,
+    socket_path,
+)
 
 if TYPE_CHECKING:
-    from snapshotd.features.review.view import HomeView
-    from snapshotd.service.service import Service
+    from snapshotd.features.review import HomeView
+    from snapshotd.service import Service
 
 # How long a held home lock with a silent socket is taken for a daemon still starting up.
 LOCK_RETRY_S = 5.0
@@ -66,10 +72,10 @@ def run_op(op: str, fields: dict[str, Any], local: Callable[[Service], dict], *,
         if require_ledger:
             _require_ledger(home_path)
         else:
-            from snapshotd.daemon.daemon import prepare_home
+            from snapshotd.daemon import prepare_home
 
             home_path = prepare_home(home_path)
-        from snapshotd.core.home_lock import DaemonLockError, HomeLock
+        from snapshotd.core import DaemonLockError, HomeLock
 
         lock = HomeLock(home_path)
         try:
@@ -89,9 +95,9 @@ def run_op(op: str, fields: dict[str, Any], local: Callable[[Service], dict], *,
 
 def run_locally(home_path: Path, call: Callable[[Service], dict]) -> dict:
     """Open the home without a daemon (the caller holds its lock) and run ``call(service)``."""
-    from snapshotd.core.config import load_config
-    from snapshotd.daemon.fifo_guard import guarding
-    from snapshotd.service.service import Service
+    from snapshotd.core import load_config
+    from snapshotd.daemon import guarding
+    from snapshotd.service import Service
 
     # The op may read a worktree (restore's capture, a diff against it) as a daemon does.
     with guarding():
@@ -106,10 +112,10 @@ def read_home(call: Callable[[HomeView], dict], *, home: Path | None = None) -> 
     """``call(view)`` on the home opened for reading, beside a running daemon or without one:
     the ledger (SQLite WAL or PostgreSQL) and git objects are safe to read while a daemon
     writes, and nothing here writes. A home where nothing was captured is ``NoLedger``."""
-    from snapshotd.features.review.view import HomeView
-    from snapshotd.ledger.ledger import open_ledger
-    from snapshotd.service.gaps import GapSpool
-    from snapshotd.store.store import Store
+    from snapshotd.features.review import HomeView
+    from snapshotd.ledger import open_ledger
+    from snapshotd.service import GapSpool
+    from snapshotd.store import Store
 
     home_path = resolve_home(home)
     _require_ledger(home_path)
@@ -159,8 +165,8 @@ def complete_diff(result: dict, patch: bool) -> dict:
     """
     if not (result.get("patch_omitted") or result.get("files_truncated")):
         return result
-    from snapshotd.features.review.diff import render_trees
-    from snapshotd.store.store import Store
+    from snapshotd.features.review import render_trees
+    from snapshotd.store import Store
 
     store_path = Path(result["store"])
     if store_path.name != "store.git" or not (store_path / "HEAD").exists():
@@ -203,7 +209,7 @@ def _through_daemon(op: str, fields: dict[str, Any], sock: Path, timeout: float,
 
 
 def _require_ledger(home_path: Path) -> None:
-    from snapshotd.ledger.ledger import describe_ledger, ledger_exists
+    from snapshotd.ledger import describe_ledger, ledger_exists
 
     if not ledger_exists(home_path):
         raise NoLedger(NOT_FOUND, f"no ledger at {describe_ledger(home_path)}: nothing has been "

@@ -21,18 +21,18 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from snapshotd.core.errors import BAD_REQUEST, ServiceError, id_field
-from snapshotd.features.review.blame import public_shape
+from snapshotd.core import BAD_REQUEST, ServiceError, id_field
+from snapshotd.features.review import public_shape
 from snapshotd.ops import backend
 from snapshotd.ops.restore import RESTORE_TIMEOUT_S, Progress, run_restore
 from snapshotd.ops.review import DIFF_TIMEOUT_S as WHOLE_DIFF_TIMEOUT_S
 from snapshotd.ops.review import run_blame, run_diff, run_export
-from snapshotd.service import listing
-from snapshotd_client import Client, DaemonUnavailable, SnapshotdError
-from snapshotd_client.paths import home_dir, socket_path
+from snapshotd.service import collect_runs, list_from_ledger, require_known_run
+from snapshotd.service import list_gaps as listing_list_gaps
+from snapshotd_client import Client, DaemonUnavailable, SnapshotdError, home_dir, socket_path
 
 if TYPE_CHECKING:
-    from snapshotd.features.review.view import HomeView
+    from snapshotd.features.review import HomeView
 
 # Daemon round trips: listing and status are quick; a diff captures the worktree (stat scan);
 # a restore may write a whole tree.
@@ -60,7 +60,7 @@ class Operations:
         return socket_path(self._socket)
 
     def list_runs(self, *, limit: int | None = None) -> dict:
-        rows = listing.collect_runs(self.home)
+        rows = collect_runs(self.home)
         total = len(rows)
         if limit is not None:
             rows = rows[-limit:]
@@ -77,10 +77,10 @@ class Operations:
                                            run_id=run_id, node_id=node_id, attempt=attempt)
             result["source"] = "daemon"
         except DaemonUnavailable:
-            result = listing.list_from_ledger(self.home, run_id, node_id, attempt)
+            result = list_from_ledger(self.home, run_id, node_id, attempt)
             result["source"] = "ledger"
         if not result.get("checkpoints") and not result.get("gaps"):
-            listing.require_known_run(self.home, run_id)
+            require_known_run(self.home, run_id)
         checkpoints = result.get("checkpoints") or []
         result["checkpoints_total"] = len(checkpoints)
         if limit is not None and len(checkpoints) > limit:
@@ -121,7 +121,7 @@ class Operations:
         across attempts too) or, when None, its parent checkpoint; selections are dicts of
         ``run_id``, ``node_id``, ``seq``, ``iteration``, ``attempt``. Read from the store
         directly, daemon or not (``snapshotd.features.review.history.compare``)."""
-        from snapshotd.features.review.history import compare
+        from snapshotd.features.review import compare
 
         def call(view: HomeView) -> dict:
             return compare(view, sel, against, patch=patch)
@@ -134,7 +134,7 @@ class Operations:
     def show_checkpoint(self, *, run_id: str, node_id: str, seq: int | None = None,
                         iteration: int | None = None, attempt: int | None = None,
                         patch: bool = True, max_patch_bytes: int = DEFAULT_PATCH_BYTES) -> dict:
-        from snapshotd.features.review.history import show_checkpoint
+        from snapshotd.features.review import show_checkpoint
 
         result = backend.read_home(lambda view: show_checkpoint(
             view, run_id=run_id, node_id=node_id, seq=seq, iteration=iteration,
@@ -146,7 +146,7 @@ class Operations:
                         path: str | None = None, since: str | None = None,
                         pickaxe: str | None = None, patch: bool = False, limit: int | None = None,
                         root: bool = False, max_patch_bytes: int = DEFAULT_PATCH_BYTES) -> dict:
-        from snapshotd.features.review.history import log_run
+        from snapshotd.features.review import log_run
 
         result = backend.read_home(lambda view: log_run(
             view, run_id=run_id, node_id=node_id, iteration=iteration, attempt=attempt,
@@ -157,7 +157,7 @@ class Operations:
 
     def find_path(self, *, path: str, cwd: str | None = None, since: str | None = None,
                   limit: int | None = None) -> dict:
-        from snapshotd.features.review.history import find_path
+        from snapshotd.features.review import find_path
 
         return backend.read_home(lambda view: find_path(view, path=path, cwd=cwd, since=since,
                                                         limit=limit), home=self._home)
@@ -235,7 +235,7 @@ class Operations:
                   limit: int | None = None) -> dict:
         if run_id is not None:
             run_id = id_field("run_id", run_id)
-        return listing.list_gaps(self.home, run_id, unresolved_only=unresolved_only, limit=limit)
+        return listing_list_gaps(self.home, run_id, unresolved_only=unresolved_only, limit=limit)
 
     def status(self) -> dict:
         try:

@@ -23,11 +23,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from snapshotd.ops import backend
-from snapshotd_client import Client, SnapshotdError
-from snapshotd_client.paths import socket_path
+from snapshotd_client import Client, SnapshotdError, socket_path
 
 if TYPE_CHECKING:
-    from snapshotd.service.service import Service
+    from snapshotd.service import Service
 
 Progress = Callable[[int, int], None]
 
@@ -49,7 +48,7 @@ def run_restore(fields: dict[str, Any], *, home: Path | None = None,
         sent["plan_limit"] = plan_limit
 
     def local(service: Service) -> dict:
-        from snapshotd.features.restore.restore import page_plan, restore_checkpoint
+        from snapshotd.features.restore import page_plan, restore_checkpoint
 
         result = restore_checkpoint(
             service, run_id=fields["run_id"], node_id=fields["node_id"], seq=fields["seq"],

@@ -17,12 +17,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from snapshotd.core import errors
-from snapshotd.core.errors import ServiceError
+from snapshotd.core import NOT_FOUND, ServiceError
 from snapshotd.ops import backend
 
 if TYPE_CHECKING:
-    from snapshotd.service.service import Service
+    from snapshotd.service import Service
 
 # A --worktree diff captures the worktree first; a blame walks one attempt's chain; an export
 # may write a whole series.
@@ -36,7 +35,7 @@ def run_diff(fields: dict[str, Any], *, home: Path | None = None, socket: Path |
     """The ``diff`` op's reply (``snapshotd.features.review.diff.diff_checkpoints``)."""
 
     def local(service: Service) -> dict:
-        from snapshotd.features.review.diff import diff_checkpoints
+        from snapshotd.features.review import diff_checkpoints
 
         return diff_checkpoints(service, **fields)
 
@@ -47,7 +46,7 @@ def run_blame(fields: dict[str, Any], *, home: Path | None = None,
               socket: Path | None = None) -> dict:
     """Blame through the daemon when one answers, else on the home directly; a reply whose
     lines were left out (too large for a frame) is completed here from the store."""
-    from snapshotd.features.review.blame import blame_checkpoint, blame_commit
+    from snapshotd.features.review import blame_checkpoint, blame_commit
 
     def local(service: Service) -> dict:
         return blame_checkpoint(service, **fields)
@@ -55,11 +54,11 @@ def run_blame(fields: dict[str, Any], *, home: Path | None = None,
     result = backend.run_op("blame", fields, local, home=home, socket=socket,
                             timeout=BLAME_TIMEOUT_S)
     if result.get("lines_omitted"):
-        from snapshotd.store.store import Store
+        from snapshotd.store import Store
 
         store_path = Path(result["store"])
         if store_path.name != "store.git" or not (store_path / "HEAD").exists():
-            raise ServiceError(errors.NOT_FOUND, f"the store {store_path} named by the daemon's "
+            raise ServiceError(NOT_FOUND, f"the store {store_path} named by the daemon's "
                                                  "reply is not readable here")
         repo = Store(store_path.parent).reader()
         result = dict(result, lines=blame_commit(repo, result["commit"], result["path"]))
@@ -70,7 +69,7 @@ def run_blame(fields: dict[str, Any], *, home: Path | None = None,
 def run_export(fields: dict[str, Any], *, home: Path | None = None,
                socket: Path | None = None) -> dict:
     """Export through the daemon when one answers, else on the home directly."""
-    from snapshotd.features.review.export import export_fields
+    from snapshotd.features.review import export_fields
 
     def local(service: Service) -> dict:
         return export_fields(service, fields)

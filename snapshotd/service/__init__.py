@@ -4,5 +4,14 @@ or kept as a gap; listing and checkpoint lookup."""
 from snapshotd.faces import face
 
 FACE: dict[str, tuple[str, ...]] = {
+    "change_source": ("ChangeSource",),
+    "checkpoints": ("checkpoint_tree", "current_tree_of", "empty_tree", "find_checkpoint",
+        "format_seqs", "selection"),
+    "gaps": ("GapSpool",),
+    "listing": ("collect_runs", "list_from_ledger", "list_gaps", "list_run", "open_ledger_if_any",
+        "require_known_run", "unknown_run"),
+    "reconcile": ("reconcile_attempt",),
+    "request": ("SnapshotRequest",),
+    "service": ("Service",),
 }
 __all__, __getattr__, __dir__ = face(__name__, FACE)

@@ -22,12 +22,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
-from snapshotd.capture.stat_caches import StatCaches
-from snapshotd.core import errors
-from snapshotd.core.errors import ServiceError, abs_path_field, int_value
-from snapshotd.core.fswalk import files_under
-from snapshotd.core.keys import AttemptKey
-from snapshotd.ledger.ledger import ACTIVE, Attempt, Ledger
+from snapshotd.capture import StatCaches
+from snapshotd.core import (
+    BAD_REQUEST,
+    NOT_FOUND,
+    WORKTREE_MISSING,
+    WORKTREE_REFUSED,
+    AttemptKey,
+    ServiceError,
+    abs_path_field,
+    files_under,
+    int_value,
+)
+from snapshotd.ledger import ACTIVE, Attempt, Ledger
 from snapshotd.service.request import SnapshotRequest
 
 PSEUDO_FS = (Path("/proc"), Path("/sys"), Path("/dev"))
@@ -59,7 +66,7 @@ class Attribution:
             return registered
         if req.fallback is None:
             raise ServiceError(
-                errors.BAD_REQUEST, f"no attempt is registered for {req.cwd}: name run_id and "
+                BAD_REQUEST, f"no attempt is registered for {req.cwd}: name run_id and "
                 "node_id, or run `snapshotd attempt begin` for this worktree")
         attempt = self.session_attempt(req)
         self._outside_gap(req, attempt)
@@ -94,7 +101,7 @@ class Attribution:
             n = int_value("attempt", number, 1)
             attempt = self.ledger.get_attempt(AttemptKey(run_id, node_id, iteration, n))
         if attempt is None:
-            raise ServiceError(errors.NOT_FOUND,
+            raise ServiceError(NOT_FOUND,
                                f"no attempt for run {run_id!r} node {node_id!r} iteration "
                                f"{iteration}" + (f" attempt {number}" if number else ""))
         return attempt
@@ -125,7 +132,7 @@ class Attribution:
         gap: there is no capture request to attribute one to)."""
         cwd = abs_path_field(fields, "cwd")
         if cwd is None:
-            raise ServiceError(errors.BAD_REQUEST, "cwd must be an absolute path")
+            raise ServiceError(BAD_REQUEST, "cwd must be an absolute path")
         return self.checked_root(cwd, None)
 
     def checked_root(self, path: Path, req: SnapshotRequest | None) -> Path:
@@ -133,14 +140,14 @@ class Attribution:
         ``worktree-missing``/``worktree-refused`` error."""
         root = resolve(path)
         if not root.is_dir():
-            self._refuse(req, errors.WORKTREE_MISSING, f"{path} is not a directory",
+            self._refuse(req, WORKTREE_MISSING, f"{path} is not a directory",
                          f"{path} does not exist or is not a directory")
         if root == Path("/") or any(root == p or p in root.parents for p in PSEUDO_FS):
             detail = f"{root} is the filesystem root or a pseudo filesystem; it cannot be captured"
-            self._refuse(req, errors.WORKTREE_REFUSED, detail, detail)
+            self._refuse(req, WORKTREE_REFUSED, detail, detail)
         home = resolve(self.home)
         if root == home or root in home.parents or home in root.parents:
-            self._refuse(req, errors.WORKTREE_REFUSED,
+            self._refuse(req, WORKTREE_REFUSED,
                          f"{root} holds or is inside the snapshotd home {home}",
                          f"{root} holds or is inside the snapshotd home {home}; set "
                          "SNAPSHOTD_HOME elsewhere")
@@ -210,7 +217,7 @@ class Attribution:
         if reason is not None:
             detail = (f"refusing to adopt {root} as a zero-setup worktree: {reason}; begin an "
                       "attempt for a project directory instead")
-            self._refuse(req, errors.WORKTREE_REFUSED, detail, detail)
+            self._refuse(req, WORKTREE_REFUSED, detail, detail)
 
 
 def resolve(path: Path) -> Path:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from snapshotd.capture.stat_cache import Capture, WorktreeIndex
+    from snapshotd.capture import Capture, WorktreeIndex
 
 
 class ChangeSource(Protocol):

@@ -22,11 +22,10 @@ from typing import NoReturn
 
 import pygit2
 
-from snapshotd.core import errors
-from snapshotd.core.errors import ServiceError, id_field, int_value
-from snapshotd.ledger.ledger import Ledger
+from snapshotd.core import NOT_FOUND, RESTORE_FAILED, ServiceError, id_field, int_value
+from snapshotd.ledger import Ledger
 from snapshotd.service.service import Service
-from snapshotd.store.store import StoreError
+from snapshotd.store import StoreError
 
 
 def selection(run_id: object, node_id: object, seq: object = None, iteration: object = None,
@@ -60,7 +59,7 @@ def find_checkpoint(ledger: Ledger, run_id: str, node_id: str, *, seq: int | Non
         wanted = " ".join(part for part in (
             f"iteration {iteration}" if iteration is not None else "",
             f"attempt {attempt}" if attempt is not None else "") if part)
-        raise ServiceError(errors.NOT_FOUND, f"run {run_id!r} node {node_id!r} has no "
+        raise ServiceError(NOT_FOUND, f"run {run_id!r} node {node_id!r} has no "
                            f"checkpoints in {wanted}; it has: {listed}")
     newest = max((c["iteration"], c["attempt"]) for c in chosen)
     in_attempt = sorted((c for c in chosen if (c["iteration"], c["attempt"]) == newest),
@@ -71,14 +70,14 @@ def find_checkpoint(ledger: Ledger, run_id: str, node_id: str, *, seq: int | Non
     if seq is None:
         agent_made = [c for c in live if c["source"] != "restore"] if skip_safety else []
         if not live:
-            raise ServiceError(errors.NOT_FOUND, f"every checkpoint of {where} has been pruned")
+            raise ServiceError(NOT_FOUND, f"every checkpoint of {where} has been pruned")
         return (agent_made or live)[-1]
     for c in in_attempt:
         if c["seq"] == seq:
             if c.get("pruned_at"):
                 _refuse_pruned(c, where, [x["seq"] for x in live])
             return c
-    raise ServiceError(errors.NOT_FOUND, f"{where} has no checkpoint seq {seq}; its seqs are "
+    raise ServiceError(NOT_FOUND, f"{where} has no checkpoint seq {seq}; its seqs are "
                        f"{format_seqs([c['seq'] for c in live])}")
 
 
@@ -103,9 +102,9 @@ def current_tree_of(service: Service, root: Path) -> tuple[str, str]:
     try:
         found = service.read_worktree(root)
     except StoreError as exc:
-        raise ServiceError(errors.RESTORE_FAILED, f"could not read {root}: {exc.message}") from exc
+        raise ServiceError(RESTORE_FAILED, f"could not read {root}: {exc.message}") from exc
     except Exception as exc:  # noqa: BLE001 - reported to the caller, never a daemon crash
-        raise ServiceError(errors.RESTORE_FAILED, f"could not read {root}: {exc}") from exc
+        raise ServiceError(RESTORE_FAILED, f"could not read {root}: {exc}") from exc
     return found.tree, "full" if found.full_scan else "fast"
 
 
@@ -115,7 +114,7 @@ def checkpoint_tree(repo: pygit2.Repository, cp: dict) -> pygit2.Tree:
     try:
         return repo[tree_id].peel(pygit2.Tree)
     except (KeyError, ValueError, pygit2.GitError) as exc:
-        raise ServiceError(errors.RESTORE_FAILED, f"checkpoint seq {cp['seq']} "
+        raise ServiceError(RESTORE_FAILED, f"checkpoint seq {cp['seq']} "
                            f"({cp['commit'][:12]}) names tree {tree_id[:12]}, which the store no "
                            f"longer holds: {exc}") from exc
 
@@ -130,9 +129,9 @@ def _refuse_unknown(ledger: Ledger, run_id: str, node_id: str) -> NoReturn:
     runs = ledger.run_ids()
     if run_id not in runs:
         known = ", ".join(runs[-20:]) or "none"
-        raise ServiceError(errors.NOT_FOUND, f"unknown run {run_id!r}; known runs: {known}")
+        raise ServiceError(NOT_FOUND, f"unknown run {run_id!r}; known runs: {known}")
     nodes = sorted({c["node_id"] for c in ledger.checkpoints(run_id)})
-    raise ServiceError(errors.NOT_FOUND, f"run {run_id!r} has no checkpoints for node "
+    raise ServiceError(NOT_FOUND, f"run {run_id!r} has no checkpoints for node "
                        f"{node_id!r}; its nodes: {', '.join(nodes) or 'none'}")
 
 
@@ -143,6 +142,6 @@ def _refuse_pruned(cp: dict, where: str, kept: list[int]) -> NoReturn:
     above = [k for k in kept if k > seq]
     nearest = ", ".join(str(k) for k in ([below[-1]] if below else [])
                         + ([above[0]] if above else []))
-    raise ServiceError(errors.NOT_FOUND, f"{where} seq {seq} was pruned "
+    raise ServiceError(NOT_FOUND, f"{where} seq {seq} was pruned "
                        f"({cp.get('pruned_reason') or 'retention'}); the nearest kept seqs are "
                        f"{nearest or 'none'} (all kept: {format_seqs(kept)})")

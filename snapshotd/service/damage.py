@@ -21,12 +21,12 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from snapshotd.core.keys import AttemptKey
+from snapshotd.core import AttemptKey
 
 if TYPE_CHECKING:
-    from snapshotd.ledger.ledger import Ledger
+    from snapshotd.ledger import Ledger
     from snapshotd.service.gaps import GapSpool
-    from snapshotd.store.store import Store
+    from snapshotd.store import Store
 
 log = logging.getLogger("snapshotd.damage")
 

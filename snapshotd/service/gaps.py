@@ -16,9 +16,8 @@ import threading
 from collections import Counter
 from pathlib import Path
 
-from snapshotd.core import faults
-from snapshotd.core.secrets import redact_secrets
-from snapshotd_client.gaps import append_gap, make_gap, read_gaps
+from snapshotd.core import check_fault, redact_secrets
+from snapshotd_client import append_gap, make_gap, read_gaps
 
 log = logging.getLogger("snapshotd.gaps")
 
@@ -44,7 +43,7 @@ class GapSpool:
         with self._lock:
             self.counts[reason] += 1
         try:
-            faults.check("gaps")
+            check_fault("gaps")
             append_gap(gap, self.path)
         except OSError as exc:
             with self._lock:

@@ -23,14 +23,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from snapshotd.core.errors import NOT_FOUND, ServiceError, id_field, int_field, opt_int_field
+from snapshotd.core import NOT_FOUND, ServiceError, id_field, int_field, opt_int_field
 from snapshotd.service.damage import ATTEMPT_DAMAGED
 from snapshotd.service.gaps import GapSpool
-from snapshotd_client.paths import gaps_path
-from snapshotd_client.protocol import pack_plain
+from snapshotd_client import gaps_path, pack_plain
 
 if TYPE_CHECKING:
-    from snapshotd.ledger.ledger import Ledger
+    from snapshotd.ledger import Ledger
 
 KNOWN_RUNS_SHOWN = 20
 # A ``list`` page: at most this many items and about this many bytes, well under the 1 MiB
@@ -183,7 +182,7 @@ def unknown_run(run_id: str, ledger: Ledger | None) -> ServiceError:
 @contextlib.contextmanager
 def open_ledger_if_any(home: Path) -> Iterator[Ledger | None]:
     """The configured ledger, opened for reading; None when nothing was captured yet."""
-    from snapshotd.ledger.ledger import ledger_exists, open_ledger
+    from snapshotd.ledger import ledger_exists, open_ledger
 
     if not ledger_exists(home):
         yield None

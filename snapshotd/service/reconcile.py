@@ -23,12 +23,11 @@ from collections.abc import Callable
 
 import pygit2
 
-from snapshotd.core.checkpoint import Checkpoint, Trailers
-from snapshotd.core.keys import AttemptKey
-from snapshotd.ledger.ledger import Attempt, Ledger, LedgerDamaged
+from snapshotd.core import AttemptKey, Checkpoint, Trailers
+from snapshotd.ledger import Attempt, Ledger, LedgerDamaged
 from snapshotd.service.damage import DamageRegistry, repair_ref
 from snapshotd.service.gaps import GapSpool
-from snapshotd.store.store import Store
+from snapshotd.store import Store
 
 log = logging.getLogger("snapshotd.reconcile")
 

@@ -25,15 +25,20 @@ from pathlib import Path
 
 import pygit2
 
-from snapshotd.capture.stat_cache import Capture
-from snapshotd.core import errors, faults
-from snapshotd.core.checkpoint import Checkpoint, Trailers
-from snapshotd.core.errors import ServiceError
-from snapshotd.core.user_repo import user_head
-from snapshotd.ledger.ledger import Attempt, DuplicateToolCall, Ledger, SeqConflict
+from snapshotd.capture import Capture
+from snapshotd.core import (
+    CAPTURE_FAILED,
+    Checkpoint,
+    ServiceError,
+    Trailers,
+    crash_point,
+    injected_delay,
+    user_head,
+)
+from snapshotd.ledger import Attempt, DuplicateToolCall, Ledger, SeqConflict
 from snapshotd.service.request import SnapshotRequest
 from snapshotd.service.seqmarks import SeqMarks
-from snapshotd.store.store import Store, StoreError
+from snapshotd.store import Store, StoreError
 
 log = logging.getLogger("snapshotd.recording")
 
@@ -70,7 +75,7 @@ class Recorder:
             self.seqmarks.reserve(attempt.key, seq)
         except OSError as exc:
             self.record_gap(req, attempt, "commit-failed", f"seq reservation: {exc}")
-            raise ServiceError(errors.CAPTURE_FAILED,
+            raise ServiceError(CAPTURE_FAILED,
                                f"could not reserve a seq for {attempt.key}: {exc}") from exc
         added, modified, deleted = self._changes(head, capture.tree)
         found = capture.secrets[:MAX_SECRET_FINDINGS] or None
@@ -85,9 +90,9 @@ class Recorder:
         try:
             commit = self.store.commit(checkpoint, capture.tree, parent)
             row = replace(checkpoint, commit=commit, created_at=time.time()).to_row()
-            faults.delay("before-row")
+            injected_delay("before-row")
             self.ledger.record_checkpoint(attempt, row)
-            faults.crash_point("after-row")
+            crash_point("after-row")
         except DuplicateToolCall as exc:
             # Another daemon sharing the ledger recorded this tool call first: its checkpoint
             # is the answer, and ours never happened (a row-less ref would be "repaired" later).
@@ -103,15 +108,15 @@ class Recorder:
             self.store.rewind(attempt.key, commit, parent)
             self.record_gap(req, attempt, "commit-failed", f"another daemon recorded into "
                             f"{attempt.key} at the same time: {exc}")
-            raise ServiceError(errors.CAPTURE_FAILED,
+            raise ServiceError(CAPTURE_FAILED,
                                f"could not record the checkpoint: {exc}") from exc
         except StoreError as exc:  # the commit or ref: store-write-failed or commit-failed
             self.record_gap(req, attempt, exc.reason, exc.message)
-            raise ServiceError(errors.CAPTURE_FAILED,
+            raise ServiceError(CAPTURE_FAILED,
                                f"could not record the checkpoint: {exc}") from exc
         except Exception as exc:  # noqa: BLE001 - the ledger row
             self.record_gap(req, attempt, "ledger-failed", f"{type(exc).__name__}: {exc}")
-            raise ServiceError(errors.CAPTURE_FAILED,
+            raise ServiceError(CAPTURE_FAILED,
                                f"could not record the checkpoint: {exc}") from exc
         self.counters[f"captures_tier{req.tier}"] += 1
         self._announce(attempt, row)

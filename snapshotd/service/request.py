@@ -19,10 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from snapshotd.core import errors
-from snapshotd.core.errors import ServiceError, id_field, int_field
-from snapshotd.core.secrets import redact_secrets
-from snapshotd.ledger.ledger import Attempt
+from snapshotd.core import BAD_REQUEST, ServiceError, id_field, int_field, redact_secrets
+from snapshotd.ledger import Attempt
 
 if TYPE_CHECKING:
     from snapshotd.service.change_source import OffLockScan
@@ -59,20 +57,20 @@ class SnapshotRequest:
         """Validate a request's fields; raises ServiceError(bad-request | bad-id)."""
         cwd = fields.get("cwd")
         if not isinstance(cwd, str) or not cwd or "\0" in cwd:
-            raise ServiceError(errors.BAD_REQUEST, "cwd must be a non-empty path string")
+            raise ServiceError(BAD_REQUEST, "cwd must be a non-empty path string")
         if not os.path.isabs(cwd):
-            raise ServiceError(errors.BAD_REQUEST, f"cwd must be an absolute path, got {cwd!r}")
+            raise ServiceError(BAD_REQUEST, f"cwd must be an absolute path, got {cwd!r}")
         tier = int_field(fields, "tier", 1, 1)
         if tier not in (1, 2):
-            raise ServiceError(errors.BAD_REQUEST, f"tier must be 1 or 2, got {tier}")
+            raise ServiceError(BAD_REQUEST, f"tier must be 1 or 2, got {tier}")
         source = fields.get("source", "wrap")
         if source not in SOURCES:
-            raise ServiceError(errors.BAD_REQUEST,
+            raise ServiceError(BAD_REQUEST,
                                f"source must be one of {', '.join(SOURCES)}")
         req = cls(cwd=Path(cwd), tier=tier, source=source)
         run_id, node_id = fields.get("run_id"), fields.get("node_id")
         if (run_id is None) != (node_id is None):
-            raise ServiceError(errors.BAD_REQUEST,
+            raise ServiceError(BAD_REQUEST,
                                "run_id and node_id go together: name both or neither")
         if run_id is not None:
             req.run_id = id_field("run_id", run_id)
@@ -107,17 +105,17 @@ def gap_fields(req: SnapshotRequest, attempt: Attempt | None) -> dict:
 
 def _text_field(name: str, value: object) -> str:
     if not isinstance(value, str) or len(value.encode()) > MAX_TEXT_BYTES or "\0" in value:
-        raise ServiceError(errors.BAD_REQUEST,
+        raise ServiceError(BAD_REQUEST,
                            f"{name} must be a string under {MAX_TEXT_BYTES} bytes")
     return value
 
 
 def _fallback(fallback: object) -> dict:
     if not isinstance(fallback, dict):
-        raise ServiceError(errors.BAD_REQUEST, "fallback must be a map")
+        raise ServiceError(BAD_REQUEST, "fallback must be a map")
     wt = fallback.get("worktree")
     if not isinstance(wt, str) or not os.path.isabs(wt) or "\0" in wt:
-        raise ServiceError(errors.BAD_REQUEST, "fallback.worktree must be an absolute path")
+        raise ServiceError(BAD_REQUEST, "fallback.worktree must be an absolute path")
     return {
         "run_id": id_field("fallback.run_id", fallback.get("run_id")),
         "node_id": id_field("fallback.node_id", fallback.get("node_id")),

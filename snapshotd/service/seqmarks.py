@@ -22,8 +22,7 @@ import logging
 import threading
 from pathlib import Path
 
-from snapshotd.core.durable import boot_id, make_dirs, write_file
-from snapshotd.core.keys import AttemptKey
+from snapshotd.core import AttemptKey, boot_id, make_dirs, write_file
 
 log = logging.getLogger("snapshotd.seqmarks")
 

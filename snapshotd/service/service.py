@@ -26,22 +26,25 @@ from pathlib import Path
 import pygit2
 
 from snapshotd import __version__
-from snapshotd.capture.settings import CaptureSettings
-from snapshotd.capture.stat_cache import Capture
-from snapshotd.capture.stat_caches import StatCaches
-from snapshotd.core import errors, faults
-from snapshotd.core.checkpoint import Trailers
-from snapshotd.core.config import Config
-from snapshotd.core.errors import ServiceError, id_field, int_field, opt_int_field
-from snapshotd.core.keys import AttemptKey
-from snapshotd.ledger.base import percentiles
-from snapshotd.ledger.ledger import (
-    ACTIVE,
-    Attempt,
-    Ledger,
-    LedgerError,
-    open_ledger,
+from snapshotd.capture import Capture, CaptureSettings, StatCaches
+from snapshotd.core import (
+    BAD_REQUEST,
+    CAPTURE_FAILED,
+    CONFLICT,
+    FENCED,
+    NOT_FOUND,
+    WORKTREE_MISSING,
+    WORKTREE_REPLACED,
+    AttemptKey,
+    Config,
+    ServiceError,
+    Trailers,
+    crash_point,
+    id_field,
+    int_field,
+    opt_int_field,
 )
+from snapshotd.ledger import ACTIVE, Attempt, Ledger, LedgerError, open_ledger, percentiles
 from snapshotd.service.attribution import Attribution
 from snapshotd.service.change_source import ChangeSource, OffLockScan
 from snapshotd.service.damage import DamageRegistry, repair_ref
@@ -51,8 +54,8 @@ from snapshotd.service.reconcile import lost_gap_writer, reconcile, reconcile_at
 from snapshotd.service.recording import Recorder
 from snapshotd.service.request import SOURCES, SnapshotRequest, gap_fields
 from snapshotd.service.seqmarks import SeqMarks
-from snapshotd.store.store import Store, StoreError
-from snapshotd_client.paths import gaps_path
+from snapshotd.store import Store, StoreError
+from snapshotd_client import gaps_path
 
 # Names other modules import from here; their homes are the modules above.
 __all__ = ["SOURCES", "ChangeSource", "Service", "ServiceError", "SnapshotRequest", "list_run"]
@@ -143,7 +146,7 @@ class Service:
             if current.idle_since is not None and req.source == "hook":
                 # A tool call is its agent at work, whatever the last turn's end said.
                 self.ledger.set_attempt_idle(current.key, False)
-        faults.crash_point("before-reply")
+        crash_point("before-reply")
         return result
 
     def ping(self, _fields: dict | None = None) -> dict:
@@ -159,7 +162,7 @@ class Service:
         owner_pid = fields.get("owner_pid")
         if owner_pid is not None and (not isinstance(owner_pid, int) or isinstance(owner_pid, bool)
                                       or owner_pid <= 0):
-            raise ServiceError(errors.BAD_REQUEST, "owner_pid must be a positive integer")
+            raise ServiceError(BAD_REQUEST, "owner_pid must be a positive integer")
         settle_ms = opt_int_field(fields, "settle_ms", 1)
         max_wait_ms = opt_int_field(fields, "max_wait_ms", 1)
         with self.worktree_lock(root):
@@ -170,10 +173,10 @@ class Service:
             key = AttemptKey(run_id, node_id, iteration, number)
             existing = self.ledger.get_attempt(key)
             if existing is not None and existing.state != ACTIVE:
-                raise ServiceError(errors.CONFLICT, f"attempt {key} already ended "
+                raise ServiceError(CONFLICT, f"attempt {key} already ended "
                                    f"({existing.state}); begin a new attempt number")
             if existing is not None and existing.worktree != str(root):
-                raise ServiceError(errors.CONFLICT, f"attempt {key} works in "
+                raise ServiceError(CONFLICT, f"attempt {key} works in "
                                    f"{existing.worktree}, not {root}")
             self.ledger.ensure_worktree(self.caches.worktree(root).id, str(root))
             superseded = [a for a in self.ledger.active_attempts(str(root)) if a.key != key]
@@ -196,7 +199,7 @@ class Service:
         flushed first by the engine's wrapper of this op (``snapshotd.features.engine``)."""
         status = fields.get("status", "finished")
         if status not in ("finished", "failed", "cancelled"):
-            raise ServiceError(errors.BAD_REQUEST,
+            raise ServiceError(BAD_REQUEST,
                                "status must be finished, failed or cancelled")
         attempt = self.named_attempt(fields)
         with self.worktree_lock(Path(attempt.worktree)):
@@ -254,10 +257,10 @@ class Service:
         with self.worktree_lock(Path(attempt.worktree)):
             current = self.ledger.get_attempt(attempt.key)
             if current is None:
-                raise ServiceError(errors.NOT_FOUND,
+                raise ServiceError(NOT_FOUND,
                                    f"attempt {attempt.key} is not in the ledger")
             if require_active and current.state != ACTIVE:
-                raise ServiceError(errors.FENCED, f"attempt {current.key} is {current.state}")
+                raise ServiceError(FENCED, f"attempt {current.key} is {current.state}")
             try:
                 return self.capture_locked(current, req, started)
             except Exception as exc:
@@ -359,7 +362,7 @@ class Service:
     def record_gap(self, req: SnapshotRequest, attempt: Attempt | None, reason: str,
                    detail: str) -> None:
         """A gap for a capture request that could not be served (``fenced`` is not an error)."""
-        self.counters["errors"] += reason != errors.FENCED
+        self.counters["errors"] += reason != FENCED
         self.gaps.record(reason=reason, detail=detail, **gap_fields(req, attempt))
 
     def announce_active(self, attempt: Attempt) -> None:
@@ -414,12 +417,12 @@ class Service:
             # capture-failed (the gap names the store's reason).
             self.record_gap(req, attempt, exc.reason, exc.message)
             raise ServiceError(
-                errors.WORKTREE_MISSING if exc.reason == errors.WORKTREE_MISSING
-                else errors.WORKTREE_REPLACED if exc.reason == errors.WORKTREE_REPLACED
-                else errors.CAPTURE_FAILED, exc.message) from exc
+                WORKTREE_MISSING if exc.reason == WORKTREE_MISSING
+                else WORKTREE_REPLACED if exc.reason == WORKTREE_REPLACED
+                else CAPTURE_FAILED, exc.message) from exc
         except Exception as exc:  # noqa: BLE001 - any failure becomes a gap, never a crash
             self.record_gap(req, attempt, "capture-failed", f"{type(exc).__name__}: {exc}")
-            raise ServiceError(errors.CAPTURE_FAILED,
+            raise ServiceError(CAPTURE_FAILED,
                                f"capture of {root} failed: {exc}") from exc
 
     def _level_ledger(self, attempt: Attempt, req: SnapshotRequest,
@@ -433,15 +436,15 @@ class Service:
             self.reconcile_attempt(attempt.key, str(head.id))
         except Exception as exc:  # noqa: BLE001
             self.record_gap(req, attempt, "ledger-failed", f"{type(exc).__name__}: {exc}")
-            raise ServiceError(errors.CAPTURE_FAILED,
+            raise ServiceError(CAPTURE_FAILED,
                                f"the ledger cannot be written: {exc}") from exc
         return self.ledger.last_checkpoint(attempt.pk)
 
     def _fenced(self, req: SnapshotRequest, attempt: Attempt, current: Attempt | None) -> None:
         state = current.state if current else "missing"
         detail = f"attempt {attempt.key} is {state}; its captures are refused"
-        self.record_gap(req, attempt, errors.FENCED, detail)
-        raise ServiceError(errors.FENCED, detail)
+        self.record_gap(req, attempt, FENCED, detail)
+        raise ServiceError(FENCED, detail)
 
     def _ledger_failed(self, req: SnapshotRequest, attempt: Attempt | None,
                        exc: Exception) -> None:
@@ -451,7 +454,7 @@ class Service:
         if isinstance(exc, ServiceError) or not isinstance(exc, LedgerError):
             return
         self.record_gap(req, attempt, "ledger-failed", f"{type(exc).__name__}: {exc}")
-        raise ServiceError(errors.CAPTURE_FAILED, f"the ledger cannot be used: {exc}") from exc
+        raise ServiceError(CAPTURE_FAILED, f"the ledger cannot be used: {exc}") from exc
 
     def _capture_head(self, attempt: Attempt) -> pygit2.Commit | None:
         """The attempt's newest commit, the capture's parent. A ref broken for certain (it

@@ -4,5 +4,13 @@ writes to it (objects, commits, attempt refs, recovery after a crash)."""
 from snapshotd.faces import face
 
 FACE: dict[str, tuple[str, ...]] = {
+    "errors": ("FileChanging", "InvalidPath", "STORE_WRITE_FAILED", "SizeMismatch", "StoreError",
+        "WRITE_FAILURE_MESSAGES", "changed_while_read", "odb_retry", "refused_path"),
+    "journal": ("read_journal", "write_journal"),
+    "lending": ("cache_git_env", "open_cache"),
+    "object_import": ("import_objects",),
+    "store": ("SIGNATURE_EMAIL", "SIGNATURE_NAME", "Store"),
+    "trees": ("TreeShapeChanged", "graft_trees", "remember_changes", "remember_file_count",
+        "rewrite_tree"),
 }
 __all__, __getattr__, __dir__ = face(__name__, FACE)

@@ -18,7 +18,7 @@ import os
 import shutil
 from pathlib import Path
 
-from snapshotd.core.durable import make_dirs, write_file
+from snapshotd.core import make_dirs, write_file
 
 log = logging.getLogger("snapshotd.store")
 

@@ -19,7 +19,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from snapshotd.core.config import redact_text
+from snapshotd.core import redact_text
 
 _ZERO = "0" * 40
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pygit2
 
-from snapshotd.core.durable import fsync_path, write_new
+from snapshotd.core import fsync_path, write_new
 
 log = logging.getLogger("snapshotd.store")
 

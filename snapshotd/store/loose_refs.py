@@ -24,8 +24,7 @@ import os
 import stat
 from pathlib import Path
 
-from snapshotd.core.durable import fsync_path
-from snapshotd.core.keys import OLD_SUFFIX, SPARE_SUFFIX
+from snapshotd.core import OLD_SUFFIX, SPARE_SUFFIX, fsync_path
 
 log = logging.getLogger("snapshotd.store")
 

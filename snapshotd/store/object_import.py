@@ -25,8 +25,15 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-from snapshotd.core.durable import GIT_FSYNC_ARGS, sync_dirs, write_all, write_new
-from snapshotd.core.user_repo import common_dir, open_regular, read_regular
+from snapshotd.core import (
+    GIT_FSYNC_ARGS,
+    common_dir,
+    open_regular,
+    read_regular,
+    sync_dirs,
+    write_all,
+    write_new,
+)
 
 log = logging.getLogger("snapshotd.seeding")
 

@@ -28,8 +28,15 @@ from pathlib import Path
 
 import pygit2
 
-from snapshotd.core.durable import boot_id, fsync_path, make_dirs, sync_dirs, sync_tree, write_file
-from snapshotd.core.keys import is_spare
+from snapshotd.core import (
+    boot_id,
+    fsync_path,
+    is_spare,
+    make_dirs,
+    sync_dirs,
+    sync_tree,
+    write_file,
+)
 from snapshotd.store.attributes import drop_stat_caches, ensure_raw_attributes
 from snapshotd.store.loose_refs import spare_in_use
 

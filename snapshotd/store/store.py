@@ -28,10 +28,7 @@ from pathlib import Path
 
 import pygit2
 
-from snapshotd.core import faults
-from snapshotd.core.checkpoint import Checkpoint
-from snapshotd.core.durable import sync_dirs
-from snapshotd.core.keys import REF_PREFIX, AttemptKey
+from snapshotd.core import REF_PREFIX, AttemptKey, Checkpoint, check_fault, crash_point, sync_dirs
 from snapshotd.store import git_cli
 from snapshotd.store.errors import (
     ODB_TRIES,
@@ -174,7 +171,7 @@ class Store:
         # Formatted here, not by ``create_commit``, which parses the whole root tree first.
         raw = commit_bytes(tree, [parent] if parent else [], sig, sig, checkpoint.to_message())
         with self.lock:
-            faults.check("objects")
+            check_fault("objects")
             self._require_objects([tree] + ([parent] if parent else []))
             new_ref = False
             for attempt in range(1, ODB_TRIES + 1):
@@ -182,7 +179,7 @@ class Store:
                 # not held across the file's system calls (nor its inode's allocation). It
                 # retries a fan-out directory a concurrent gc removed itself.
                 oid = self.stored_objects.write("commit", raw)
-                faults.crash_point("after-commit")
+                crash_point("after-commit")
                 try:
                     if self._move_ref(checkpoint.key.ref, oid):
                         break
@@ -198,7 +195,7 @@ class Store:
                         raise
                     log.warning("commit %s vanished before its ref moved (%s); writing it "
                                 "again", oid, exc)
-            faults.crash_point("after-ref")
+            crash_point("after-ref")
             if self.fsync:
                 self._make_names_durable(checkpoint.key, new_ref)
         return str(oid)

@@ -8,5 +8,6 @@ optional part (``pip install 'snapshotd[ui]'``) that nothing below the front end
 from snapshotd.faces import face
 
 FACE: dict[str, tuple[str, ...]] = {
+    "app": ("bind", "create_app", "serve"),
 }
 __all__, __getattr__, __dir__ = face(__name__, FACE)

@@ -17,9 +17,8 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from snapshotd.core import errors
-from snapshotd.core.errors import ServiceError, id_field
-from snapshotd.ops.operations import Operations
+from snapshotd.core import BAD_REQUEST, ServiceError, id_field
+from snapshotd.ops import Operations
 
 PLAN_SHOWN = 500
 
@@ -44,7 +43,7 @@ def export(ops: Operations, reader: Any, body: dict[str, Any]) -> dict:
     sel = _selection(body)
     branch = body.get("branch")
     if not isinstance(branch, str) or not branch.strip():
-        raise ServiceError(errors.BAD_REQUEST, "name the new branch to export to")
+        raise ServiceError(BAD_REQUEST, "name the new branch to export to")
     branch = branch.strip()
     timeline = reader.timeline(sel["run"])
     cp = reader.checkpoint(sel)["checkpoint"]
@@ -70,7 +69,7 @@ def export(ops: Operations, reader: Any, body: dict[str, Any]) -> dict:
 
 def blame(ops: Operations, sel: dict, path: str) -> dict:
     if not path:
-        raise ServiceError(errors.BAD_REQUEST, "name the file to blame")
+        raise ServiceError(BAD_REQUEST, "name the file to blame")
     return ops.blame_file(run_id=sel["run"], node_id=sel["node"], path=path, seq=sel["seq"],
                           iteration=sel["iteration"], attempt=sel["attempt"])
 
@@ -80,6 +79,6 @@ def _selection(body: dict[str, Any]) -> dict:
     for name in ("seq", "iteration", "attempt"):
         value = body.get(name)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-            raise ServiceError(errors.BAD_REQUEST, f"{name} must be an integer")
+            raise ServiceError(BAD_REQUEST, f"{name} must be an integer")
         out[name] = value
     return out

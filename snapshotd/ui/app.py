@@ -31,16 +31,15 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from snapshotd.core import errors
-from snapshotd.core.errors import ServiceError
-from snapshotd.ops.operations import Operations
+from snapshotd.core import BAD_REQUEST, CONFLICT, INTERNAL, NOT_FOUND, ServiceError
+from snapshotd.ops import Operations
 from snapshotd.ui import actions
 from snapshotd.ui.data import Reader
 from snapshotd.ui.security import Guard, csrf_token
 
 log = logging.getLogger("snapshotd.ui")
 
-STATUS_OF = {errors.NOT_FOUND: 404, errors.CONFLICT: 409}
+STATUS_OF = {NOT_FOUND: 404, CONFLICT: 409}
 
 
 def create_app(*, home: Path, socket: Path | None, token: str, port: int,
@@ -110,7 +109,7 @@ def _int(name: str, value: Any) -> int:
     try:
         return int(value)
     except (TypeError, ValueError):
-        raise ServiceError(errors.BAD_REQUEST, f"{name} must be an integer, not {value!r}"
+        raise ServiceError(BAD_REQUEST, f"{name} must be an integer, not {value!r}"
                            ) from None
 
 
@@ -122,9 +121,9 @@ def _api(call: Callable[[Any], dict], *, post: bool = False) -> Callable:
             try:
                 body = json.loads(await request.body() or b"{}")
             except ValueError:
-                return _error(ServiceError(errors.BAD_REQUEST, "the body must be JSON"))
+                return _error(ServiceError(BAD_REQUEST, "the body must be JSON"))
             if not isinstance(body, dict):
-                return _error(ServiceError(errors.BAD_REQUEST, "the body must be an object"))
+                return _error(ServiceError(BAD_REQUEST, "the body must be an object"))
             from starlette.concurrency import run_in_threadpool
 
             return await run_in_threadpool(_answer, call, body)
@@ -142,7 +141,7 @@ def _answer(call: Callable[[Any], dict], arg: Any) -> Response:
         return _error(exc)
     except Exception as exc:  # noqa: BLE001 - one failed view, never a dead server
         log.exception("ui request failed")
-        return JSONResponse({"error": errors.INTERNAL, "message": f"{type(exc).__name__}: {exc}"},
+        return JSONResponse({"error": INTERNAL, "message": f"{type(exc).__name__}: {exc}"},
                             status_code=500)
 
 

@@ -21,17 +21,22 @@ from typing import TYPE_CHECKING
 
 import pygit2
 
-from snapshotd.core import errors
-from snapshotd.core.errors import ServiceError
-from snapshotd.service import listing
-from snapshotd.service.checkpoints import find_checkpoint, selection
-from snapshotd.service.gaps import GapSpool
-from snapshotd.store.store import Store
+from snapshotd.core import NOT_FOUND, ServiceError, id_field
+from snapshotd.service import (
+    GapSpool,
+    collect_runs,
+    find_checkpoint,
+    list_run,
+    open_ledger_if_any,
+    selection,
+    unknown_run,
+)
+from snapshotd.store import Store
 from snapshotd.ui.gap_help import help_for
-from snapshotd_client.paths import gaps_path
+from snapshotd_client import gaps_path
 
 if TYPE_CHECKING:
-    from snapshotd.ops.operations import Operations
+    from snapshotd.ops import Operations
 
 STRIP_BUCKETS = 24
 RUNS_SHOWN = 200
@@ -53,10 +58,10 @@ class Reader:
     # -- runs ---------------------------------------------------------------------------------
 
     def runs(self) -> dict:
-        rows = listing.collect_runs(self.home)
+        rows = collect_runs(self.home)
         total = len(rows)
         rows = list(reversed(rows))[:RUNS_SHOWN]
-        with listing.open_ledger_if_any(self.home) as ledger:
+        with open_ledger_if_any(self.home) as ledger:
             for row in rows:
                 times = [c["created_at"] for c in ledger.checkpoints(row["run_id"])] if ledger else []
                 row["strip"] = _strip(times, row["started_at"], row["last_activity"])
@@ -65,16 +70,16 @@ class Reader:
         return {"runs": rows, "total": total, "truncated": len(rows) < total}
 
     def timeline(self, run_id: str) -> dict:
-        run_id = errors.id_field("run_id", run_id)
+        run_id = id_field("run_id", run_id)
         # Taken before the rows: a change in between makes the live view fetch again.
         version = self.version(run_id)
-        with listing.open_ledger_if_any(self.home) as ledger:
+        with open_ledger_if_any(self.home) as ledger:
             if ledger is None:
-                raise listing.unknown_run(run_id, None)
+                raise unknown_run(run_id, None)
             attempts = ledger.attempts(run_id)
             if not attempts:
-                raise listing.unknown_run(run_id, ledger)
-            found = listing.list_run(ledger, GapSpool(gaps_path(self.home)), run_id)
+                raise unknown_run(run_id, ledger)
+            found = list_run(ledger, GapSpool(gaps_path(self.home)), run_id)
         lanes = [dict(a.as_dict(), lane=str(a.key)) for a in attempts]
         lane_of = {(a.key.node_id, a.key.iteration, a.key.attempt): i
                    for i, a in enumerate(attempts)}
@@ -90,7 +95,7 @@ class Reader:
     def version(self, run_id: str) -> str:
         """Changes whenever the run gains a checkpoint or a gap, or an attempt changes state:
         what the live view polls."""
-        with listing.open_ledger_if_any(self.home) as ledger:
+        with open_ledger_if_any(self.home) as ledger:
             if ledger is None:
                 return "none"
             stats = ledger.checkpoint_stats().get(run_id, (0, None))
@@ -145,16 +150,16 @@ class Reader:
         run, node, seq, iteration, attempt = selection(
             sel.get("run"), sel.get("node"), sel.get("seq"), sel.get("iteration"),
             sel.get("attempt"))
-        with listing.open_ledger_if_any(self.home) as ledger:
+        with open_ledger_if_any(self.home) as ledger:
             if ledger is None:
-                raise listing.unknown_run(run, None)
+                raise unknown_run(run, None)
             return find_checkpoint(ledger, run, node, seq=seq, iteration=iteration,
                                    attempt=attempt, skip_safety=False)
 
     def _repo(self) -> pygit2.Repository:
         if self._store is None:
             if not (self.home / "store.git" / "HEAD").exists():
-                raise ServiceError(errors.NOT_FOUND, f"no store under {self.home}: nothing "
+                raise ServiceError(NOT_FOUND, f"no store under {self.home}: nothing "
                                                      "has been captured with this home yet")
             self._store = Store(self.home)
         return self._store.reader()
@@ -175,7 +180,7 @@ def _lookup(repo: pygit2.Repository, root: pygit2.Tree, path: str) -> pygit2.Obj
     try:
         entry = root[path]
     except KeyError:
-        raise ServiceError(errors.NOT_FOUND, f"{path} is not in this checkpoint") from None
+        raise ServiceError(NOT_FOUND, f"{path} is not in this checkpoint") from None
     return repo[entry.id]
 
 

@@ -43,11 +43,10 @@ def chromium_path() -> str | None:
 
 def make_demo(home: Path, worktree: Path) -> None:
     """One run of an imaginary agent on ``worktree``, captured into ``home`` without a daemon."""
-    from snapshotd.core.config import load_config
-    from snapshotd.features.restore.restore import restore_checkpoint
-    from snapshotd.service.gaps import GapSpool
-    from snapshotd.service.service import Service
-    from snapshotd_client.paths import gaps_path
+    from snapshotd.core import load_config
+    from snapshotd.features.restore import restore_checkpoint
+    from snapshotd.service import GapSpool, Service
+    from snapshotd_client import gaps_path
 
     worktree.mkdir(parents=True, exist_ok=True)
     steps = [

@@ -27,7 +27,7 @@ import sys
 import threading
 from typing import Protocol
 
-from snapshotd.core import faults
+from snapshotd.core import check_fault
 
 OVERFLOW = 0
 ADDED = 1  # the codes of watchfiles' Change
@@ -342,7 +342,7 @@ class InotifyNotifier:
                 continue  # vanished or unreadable meanwhile: its own events say so
 
     def _add_watch(self, directory: bytes) -> None:
-        faults.check("watch")
+        check_fault("watch")
         new = directory not in self._wds
         if new and not _BUDGET.take():
             raise OSError(errno.ENOSPC, "max_watches", os.fsdecode(directory))
@@ -464,5 +464,5 @@ class WatchfilesNotifier:
     def close(self) -> None:
         """Raises what the native watcher raised when it could not be closed (the caller
         reports it: its kernel watches may be left behind)."""
-        faults.check("notifier-close")
+        check_fault("notifier-close")
         self._notify.close()

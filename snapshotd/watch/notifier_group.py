@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from snapshotd.core import faults
+from snapshotd.core import injected_delay
 from snapshotd.watch.notifier import Event, open_notifier
 
 # How often a polled notifier's thread (watchfiles) looks at its queue (ms), and how long an
@@ -213,7 +213,7 @@ class NotifierGroup:
         waiting up to ``block_ms`` for something to come."""
         changes = self.notify.read(block_ms)
         if changes:
-            faults.delay("dispatch")
+            injected_delay("dispatch")
             self._dispatch(self, changes)
 
     def _loop(self) -> None:

@@ -30,17 +30,14 @@ from typing import TYPE_CHECKING
 import pygit2
 from pygit2.enums import DeltaStatus, DiffOption
 
-from snapshotd.capture.full_scan import DIFF_FLAGS, Capture
-from snapshotd.capture.scan_rules import unreadable_path
-from snapshotd.capture.tracked_ignored import Listing, list_tracked_ignored
-from snapshotd.core import faults
-from snapshotd.store.lending import cache_git_env, open_cache
+from snapshotd.capture import DIFF_FLAGS, Capture, Listing, list_tracked_ignored, unreadable_path
+from snapshotd.core import injected_delay
+from snapshotd.store import cache_git_env, open_cache
 from snapshotd.watch.fastpath import DIRTY_LIMIT, directories_of
 
 if TYPE_CHECKING:
-    from snapshotd.capture.stat_cache import WorktreeIndex
-    from snapshotd.service.change_source import ChangeSource
-    from snapshotd.service.service import Service
+    from snapshotd.capture import WorktreeIndex
+    from snapshotd.service import ChangeSource, Service
 
 log = logging.getLogger("snapshotd.store")
 
@@ -106,7 +103,7 @@ class Prescan:
         if result.why_not:
             return result
         scan_started = time.monotonic()
-        faults.delay("full-scan")  # tests: a scan as slow as a million files'
+        injected_delay("full-scan")  # tests: a scan as slow as a million files'
         try:
             if generation is not None:
                 result.tracked = list_tracked_ignored(root, gitdir, generation)

@@ -26,9 +26,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from snapshotd.core import errors
-from snapshotd.core.errors import ServiceError
-from snapshotd.ledger.ledger import ACTIVE, Attempt
+from snapshotd.core import CAPTURE_FAILED, FENCED, WORKTREE_MISSING, WORKTREE_REPLACED, ServiceError
+from snapshotd.ledger import ACTIVE, Attempt
 from snapshotd.watch.fastpath import QUIET_VERIFY_FACTOR, FastPath
 from snapshotd.watch.groups import Groups
 from snapshotd.watch.notifier_group import STEP_MS
@@ -52,7 +51,7 @@ IDLE_GRACE_S = 5.0
 # core (``quiet_verify_share``) would allow.
 QUIET_VERIFY_GAP_S = 1.0
 # Capture errors after which the window is not reopened: nothing more can be captured.
-_FINAL_ERRORS = (errors.FENCED, errors.WORKTREE_MISSING, errors.WORKTREE_REPLACED)
+_FINAL_ERRORS = (FENCED, WORKTREE_MISSING, WORKTREE_REPLACED)
 
 
 @dataclass
@@ -132,15 +131,15 @@ class Settler:
                 self._reopen(entry, claim, kind)
             if entry.window.first is None:
                 self.state.markers.remove(entry)
-        if problem == "missing" or (error is not None and error.code in (errors.WORKTREE_MISSING,
-                                                                         errors.WORKTREE_REPLACED)):
+        if problem == "missing" or (error is not None and error.code in (WORKTREE_MISSING,
+                                                                         WORKTREE_REPLACED)):
             # A gap was written by the service when it was the one to find out.
             self.host.mark_missing(entry, record=error is None)
         elif problem == "replaced":
             now_identity = identity(entry.root)
             if now_identity is not None:
                 self.host.replaced(entry, now_identity)
-        if error is not None and raise_errors and error.code != errors.FENCED:
+        if error is not None and raise_errors and error.code != FENCED:
             raise error
         return result
 
@@ -415,7 +414,7 @@ class Settler:
             return None, exc, None
         except Exception as exc:  # noqa: BLE001 - a capture never takes the watcher down
             log.exception("tier-2 capture of %s failed", entry.root)
-            return None, ServiceError(errors.CAPTURE_FAILED, f"{type(exc).__name__}: {exc}"), None
+            return None, ServiceError(CAPTURE_FAILED, f"{type(exc).__name__}: {exc}"), None
 
     def _captured(self, entry: Entry, claim: Claim, kind: str, result: dict) -> None:
         """A capture succeeded: counters, and the verification that follows. Under the lock."""

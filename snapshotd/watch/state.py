@@ -27,14 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from snapshotd.core.config import Config
-from snapshotd.core.keys import worktree_id
-from snapshotd.ledger.ledger import Attempt
+from snapshotd.core import Config, worktree_id
+from snapshotd.ledger import Attempt
 from snapshotd.watch.notifier import WatchLimitError
 from snapshotd.watch.notifier_group import NotifierGroup
 
 if TYPE_CHECKING:
-    from snapshotd.service.service import Service  # the watcher's; service imports the fast path
+    from snapshotd.service import Service  # the watcher's; service imports the fast path
 
 log = logging.getLogger("snapshotd.watcher")
 

@@ -22,10 +22,9 @@ import shutil
 import time
 from pathlib import Path
 
-from snapshotd.core.config import Config
-from snapshotd.core.registry import Registry
-from snapshotd.ledger.ledger import Attempt
-from snapshotd.service.service import Service
+from snapshotd.core import Config, Registry
+from snapshotd.ledger import Attempt
+from snapshotd.service import Service
 from snapshotd.watch.fastpath import FastPath
 from snapshotd.watch.groups import Groups
 from snapshotd.watch.notifier import set_max_watches, watches_in_use

@@ -40,10 +40,6 @@ LAYERS: dict[str, int] = {
 # Modules of the top package that everything may import: the version and the package faces.
 TOP_MODULES = {"snapshotd", "snapshotd.faces"}
 
-# Issue 42 is under way: these rules hold once its layout work has landed (strict: a rule that
-# starts to hold fails here until this mark is taken off it).
-IN_PROGRESS = pytest.mark.xfail(strict=True, reason="issue 42: the layout work is under way")
-
 # `x._name` that is not a private of ours: the stdlib's and namedtuple's public API.
 ALLOWED_PRIVATE_ATTRS = {
     "_exit": "os._exit: the only way out of a forked child without running atexit handlers",
@@ -212,7 +208,6 @@ def test_a_package_imports_only_lower_layers_or_itself() -> None:
     _report(layer_offenders())
 
 
-@IN_PROGRESS
 def test_another_package_is_imported_through_its_face() -> None:
     _report(face_offenders())
 
@@ -226,8 +221,9 @@ def test_every_face_names_real_public_names() -> None:
     for package, table in FACES.items():
         for exported, module in table.items():
             defined = {getattr(node, "name", None) for node in TREES[module].body} | {
-                target.id for node in TREES[module].body if isinstance(node, ast.Assign)
-                for target in node.targets if isinstance(target, ast.Name)} | {
+                name.id for node in TREES[module].body if isinstance(node, ast.Assign)
+                for target in node.targets for name in ast.walk(target)
+                if isinstance(name, ast.Name)} | {
                 node.target.id for node in TREES[module].body
                 if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)} | {
                 alias.asname or alias.name for node in TREES[module].body

@@ -22,11 +22,19 @@ from pathlib import Path
 
 import pygit2
 
-from snapshotd.core import errors
-from snapshotd.core.checkpoint import SEQ, TrailerError, Trailers
-from snapshotd.core.config import redact_url
-from snapshotd.core.errors import ServiceError, id_field
-from snapshotd.core.keys import AttemptKey
+from snapshotd.core import (
+    FETCH_FAILED,
+    NO_REMOTE,
+    NOT_FOUND,
+    SEQ,
+    VERIFY_FAILED,
+    AttemptKey,
+    ServiceError,
+    TrailerError,
+    Trailers,
+    id_field,
+    redact_url,
+)
 from snapshotd.features.replication.gitremote import (
     GIT_TIMEOUT_S,
     NO_REMOTE_HINT,
@@ -35,9 +43,9 @@ from snapshotd.features.replication.gitremote import (
     normalize_remote,
     run_pattern,
 )
-from snapshotd.service.service import Service
-from snapshotd.store.store import Store
-from snapshotd_client.protocol import validate_id
+from snapshotd.service import Service
+from snapshotd.store import Store
+from snapshotd_client import validate_id
 
 log = logging.getLogger("snapshotd.replication")
 
@@ -49,11 +57,11 @@ def fetch_run(service: Service, run_id: str, remote: str | None = None) -> dict:
     run_id = id_field("run_id", run_id)
     url = normalize_remote(remote if remote is not None else service.config.remote)
     if not url:
-        raise ServiceError(errors.NO_REMOTE, NO_REMOTE_HINT)
+        raise ServiceError(NO_REMOTE, NO_REMOTE_HINT)
     src = run_pattern(run_id)
     outcome = _fetch_and_adopt(service, url, src)
     if not outcome["refs"] and not outcome["conflicts"]:
-        raise ServiceError(errors.NOT_FOUND, f"the remote {redact_url(url)} holds no checkpoints "
+        raise ServiceError(NOT_FOUND, f"the remote {redact_url(url)} holds no checkpoints "
                            f"of run {run_id!r} (looked for {src})")
     outcome["rebuilt_rows"] = rebuild_rows(service, outcome["refs"])
     outcome["run_id"] = run_id
@@ -97,7 +105,7 @@ def ensure_commit(service: Service, commit_id: str, tree_id: str, *,
     url = normalize_remote(service.config.remote)
     where = f"the local store {store.path}"
     if not url:
-        raise ServiceError(errors.NOT_FOUND, f"checkpoint commit {commit_id[:12]} (tree "
+        raise ServiceError(NOT_FOUND, f"checkpoint commit {commit_id[:12]} (tree "
                            f"{tree_id[:12]}) exists nowhere reachable: not in {where}, and no "
                            f"remote is configured (set remote in config.toml or "
                            f"SNAPSHOTD_REMOTE)")
@@ -114,7 +122,7 @@ def ensure_commit(service: Service, commit_id: str, tree_id: str, *,
         detail = (f"its ref {ref} there points to {remote_tip[:12]}, which does not contain it"
                   if remote_tip else f"it has no {ref}" if ref else "no ref was named")
         conflicts = "; ".join(c["reason"] for c in (outcome or {}).get("conflicts", []))
-        raise ServiceError(errors.NOT_FOUND, f"checkpoint commit {commit_id[:12]} (tree "
+        raise ServiceError(NOT_FOUND, f"checkpoint commit {commit_id[:12]} (tree "
                            f"{tree_id[:12]}) exists nowhere reachable: not in {where}, nor on "
                            f"the remote {redact_url(url)} ({detail})"
                            + (f"; the remote's history was refused: {conflicts}"
@@ -132,7 +140,7 @@ def _fetch_and_adopt(service: Service, url: str, src: str) -> dict:
             text = last_lines(proc)
             if "couldn't find remote ref" in text:
                 return {"remote": redact_url(url), "refs": [], "conflicts": []}
-            raise ServiceError(errors.FETCH_FAILED, f"could not fetch {src} from "
+            raise ServiceError(FETCH_FAILED, f"could not fetch {src} from "
                                f"{redact_url(url)}; nothing was restored or changed: {text}")
         repo = service.store.reader()  # opened after the fetch: sees the staged refs
         staged = [(r, str(repo.references[r].target)) for r in repo.references
@@ -235,6 +243,6 @@ def local_commit(service: Service, commit_id: str) -> pygit2.Commit | None:
 
 def _check_tree(commit: pygit2.Commit, commit_id: str, tree_id: str, where: str) -> None:
     if str(commit.id) != commit_id or str(commit.tree_id) != tree_id:
-        raise ServiceError(errors.VERIFY_FAILED, f"checkpoint commit {commit_id[:12]} from "
+        raise ServiceError(VERIFY_FAILED, f"checkpoint commit {commit_id[:12]} from "
                            f"{where} has tree {str(commit.tree_id)[:12]}, the ledger records "
                            f"{tree_id[:12]}; refusing to restore it")

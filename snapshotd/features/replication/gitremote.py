@@ -20,10 +20,15 @@ from pathlib import Path
 
 import pygit2
 
-from snapshotd.core import errors
-from snapshotd.core.config import RedactingFilter, redact_text, redact_url
-from snapshotd.core.errors import ServiceError
-from snapshotd.core.keys import REF_PREFIX, AttemptKey
+from snapshotd.core import (
+    PUSH_FAILED,
+    REF_PREFIX,
+    AttemptKey,
+    RedactingFilter,
+    ServiceError,
+    redact_text,
+    redact_url,
+)
 
 # Every replication module logs to this logger; the filter redacts whatever a message or a
 # logged exception echoes (a URL, git's stderr) on top of the redaction at each call site.
@@ -51,7 +56,7 @@ def ls_remote(url: str, pattern: str) -> dict[str, str]:
     """The remote's refs matching ``pattern`` (ref -> commit id). ``push-failed`` on failure."""
     proc = run_git(["ls-remote", "--refs", url, pattern], timeout=60.0)
     if proc.returncode != 0:
-        raise ServiceError(errors.PUSH_FAILED,
+        raise ServiceError(PUSH_FAILED,
                            f"cannot reach {redact_url(url)}: {last_lines(proc)}")
     out = {}
     for line in proc.stdout.decode(errors="replace").splitlines():

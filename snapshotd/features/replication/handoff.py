@@ -24,10 +24,17 @@ import re
 import socket
 import time
 
-from snapshotd.core import errors
-from snapshotd.core.config import redact_url
-from snapshotd.core.errors import ServiceError, id_field, opt_int_field
-from snapshotd.core.keys import AttemptKey
+from snapshotd.core import (
+    BAD_REQUEST,
+    CONFLICT,
+    NOT_FOUND,
+    VERIFY_FAILED,
+    AttemptKey,
+    ServiceError,
+    id_field,
+    opt_int_field,
+    redact_url,
+)
 from snapshotd.features.replication.fetch import (
     ensure_commit,
     fetch_run,
@@ -36,8 +43,8 @@ from snapshotd.features.replication.fetch import (
 )
 from snapshotd.features.replication.gitremote import descends, ls_remote, normalize_remote
 from snapshotd.features.replication.pusher import Replicator
-from snapshotd.ledger.ledger import ACTIVE, Attempt
-from snapshotd.service.service import Service, list_run
+from snapshotd.ledger import ACTIVE, Attempt
+from snapshotd.service import Service, list_run
 
 log = logging.getLogger("snapshotd.replication")
 
@@ -56,7 +63,7 @@ def build_handoff(service: Service, run_id: str, node_id: str, *, iteration: int
                 and (iteration is None or a.key.iteration == iteration)
                 and (attempt is None or a.key.attempt == attempt)]
     if not attempts:
-        raise ServiceError(errors.NOT_FOUND, f"no attempt of run {run_id!r} node {node_id!r} "
+        raise ServiceError(NOT_FOUND, f"no attempt of run {run_id!r} node {node_id!r} "
                            "matches"
                            + (f" iteration {iteration}" if iteration is not None else "")
                            + (f" attempt {attempt}" if attempt is not None else ""))
@@ -107,20 +114,20 @@ def manifest_digest(manifest: dict) -> str:
 def check_manifest(manifest: object) -> dict:
     """Validate a handoff manifest's shape, version and digest; ServiceError otherwise."""
     if not isinstance(manifest, dict) or manifest.get("format") != HANDOFF_FORMAT:
-        raise ServiceError(errors.BAD_REQUEST, "not a snapshotd handoff manifest (write one with "
+        raise ServiceError(BAD_REQUEST, "not a snapshotd handoff manifest (write one with "
                            "`snapshotd handoff RUN --node X --output FILE`)")
     if manifest.get("version") != HANDOFF_VERSION:
-        raise ServiceError(errors.BAD_REQUEST, "handoff manifest version "
+        raise ServiceError(BAD_REQUEST, "handoff manifest version "
                            f"{manifest.get('version')!r} is not supported (this snapshotd "
                            f"reads version {HANDOFF_VERSION})")
     if manifest.get("digest") != manifest_digest(manifest):
-        raise ServiceError(errors.VERIFY_FAILED, "the handoff manifest's digest does not match its "
+        raise ServiceError(VERIFY_FAILED, "the handoff manifest's digest does not match its "
                            "content: it was edited or damaged; write a new one")
     cp = manifest.get("checkpoint")
     if cp is not None:
         for name in ("commit", "tree"):
             if not isinstance(cp.get(name), str) or not re.fullmatch(r"[0-9a-f]{40}", cp[name]):
-                raise ServiceError(errors.BAD_REQUEST,
+                raise ServiceError(BAD_REQUEST,
                                    f"handoff checkpoint {name} is not a sha-1 id")
     return manifest
 
@@ -131,19 +138,19 @@ def verify_handoff(service: Service, fields: dict) -> dict:
     will restore exactly the manifest's checkpoint, and fence the previous owner's attempt."""
     manifest = check_manifest(fields.get("handoff"))
     if fields.get("resume") is not True:
-        raise ServiceError(errors.BAD_REQUEST,
+        raise ServiceError(BAD_REQUEST,
                            "a handoff is resumed: pass --resume with --handoff")
     run_id = id_field("run_id", fields.get("run_id"))
     node_id = id_field("node_id", fields.get("node_id"))
     iteration = opt_int_field(fields, "iteration", 0) or 0
     if (manifest["run_id"], manifest["node_id"], manifest["iteration"]) != (run_id, node_id,
                                                                            iteration):
-        raise ServiceError(errors.CONFLICT, f"the handoff is for {manifest['run_id']}/"
+        raise ServiceError(CONFLICT, f"the handoff is for {manifest['run_id']}/"
                            f"{manifest['node_id']} iteration {manifest['iteration']}, not "
                            f"{run_id}/{node_id} iteration {iteration}")
     cp = manifest.get("checkpoint")
     if cp is None:
-        raise ServiceError(errors.NOT_FOUND, "the handoff names no checkpoint: there is nothing "
+        raise ServiceError(NOT_FOUND, "the handoff names no checkpoint: there is nothing "
                            "to resume from; begin the attempt without --resume")
     key = AttemptKey(run_id, node_id, int(cp["iteration"]), int(cp["attempt"]))
     fetched = _fetch_for_handoff(service, run_id, cp["commit"])
@@ -185,10 +192,10 @@ def _check_ledger_row(service: Service, owner: Attempt | None, key: AttemptKey,
             if owner else {})
     row = rows.get(cp["seq"])
     if row is None:
-        raise ServiceError(errors.VERIFY_FAILED, f"the ledger has no row for {key} seq "
+        raise ServiceError(VERIFY_FAILED, f"the ledger has no row for {key} seq "
                            f"{cp['seq']}, which the handoff names")
     if (row["commit"], row["tree"]) != (cp["commit"], cp["tree"]):
-        raise ServiceError(errors.VERIFY_FAILED, f"{key} seq {cp['seq']}: the ledger says "
+        raise ServiceError(VERIFY_FAILED, f"{key} seq {cp['seq']}: the ledger says "
                            f"commit {row['commit'][:12]} tree {row['tree'][:12]}, the handoff "
                            f"says {cp['commit'][:12]} tree {cp['tree'][:12]}")
 
@@ -207,7 +214,7 @@ def _check_not_stale(service: Service, key: AttemptKey, cp: dict, number: object
         if last is None:
             continue
         if (candidate.key, last["commit"]) != (key, cp["commit"]):
-            raise ServiceError(errors.CONFLICT, f"the handoff is stale: the node's newest "
+            raise ServiceError(CONFLICT, f"the handoff is stale: the node's newest "
                                f"checkpoint is now {candidate.key} seq {last['seq']} "
                                f"({last['commit'][:12]}), not seq {cp['seq']}; write a new "
                                "handoff, or resume without --handoff")

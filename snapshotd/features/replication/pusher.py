@@ -22,10 +22,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from snapshotd.core import errors
-from snapshotd.core.config import redact_text, redact_url
-from snapshotd.core.errors import ServiceError
-from snapshotd.core.keys import AttemptKey
+from snapshotd.core import NO_REMOTE, PUSH_FAILED, AttemptKey, ServiceError, redact_text, redact_url
+from snapshotd.features import Withholder
 from snapshotd.features.replication.gitremote import (
     GIT_TIMEOUT_S,
     NO_REMOTE_HINT,
@@ -35,9 +33,8 @@ from snapshotd.features.replication.gitremote import (
     push_refs,
     run_pattern,
 )
-from snapshotd.features.withhold import Withholder
-from snapshotd.ledger.ledger import Attempt
-from snapshotd.service.service import Service
+from snapshotd.ledger import Attempt
+from snapshotd.service import Service
 
 log = logging.getLogger("snapshotd.replication")
 
@@ -52,7 +49,7 @@ PUSH_QUIET_S = 0.03
 def push_now(service: Service, run_id: str | None) -> dict:
     """``snapshotd push`` without a daemon: compare with the remote and push, once."""
     if not service.config.remote:
-        raise ServiceError(errors.NO_REMOTE, NO_REMOTE_HINT)
+        raise ServiceError(NO_REMOTE, NO_REMOTE_HINT)
     return Replicator(service, service.config.remote, 0).sync(run_id)
 
 
@@ -255,7 +252,7 @@ class Replicator:
                 self.last_push_at = time.time()
         if error is not None:
             self._failed(error)
-            raise ServiceError(errors.PUSH_FAILED,
+            raise ServiceError(PUSH_FAILED,
                                f"could not push to {self.display_remote}: {error}")
         self.failures = 0
         self.next_retry_at = None

@@ -16,8 +16,14 @@ replication log line has its credentials redacted (``config.redact_url``/``redac
 
 from __future__ import annotations
 
-from snapshotd.core import errors
-from snapshotd.core.errors import ServiceError, id_field, opt_id_field, opt_int_field
+from snapshotd.core import (
+    BAD_REQUEST,
+    NO_REMOTE,
+    ServiceError,
+    id_field,
+    opt_id_field,
+    opt_int_field,
+)
 from snapshotd.features.replication.fetch import ensure_commit, fetch_run
 from snapshotd.features.replication.gitremote import NO_REMOTE_HINT
 from snapshotd.features.replication.handoff import (
@@ -27,12 +33,11 @@ from snapshotd.features.replication.handoff import (
     verify_handoff,
 )
 from snapshotd.features.replication.pusher import Replicator
-from snapshotd.service.service import Service
+from snapshotd.service import Service
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from snapshotd.core.config import Config
-    from snapshotd.core.registry import Registry
+    from snapshotd.core import Config, Registry
 
 __all__ = ["attach", "build_handoff", "check_manifest", "ensure_commit", "fetch_run",
            "manifest_digest", "Replicator", "verify_handoff"]
@@ -45,7 +50,7 @@ def attach(service: Service, server: Registry, config: Config) -> None:
 
     def need() -> Replicator:
         if replicator is None:
-            raise ServiceError(errors.NO_REMOTE, NO_REMOTE_HINT)
+            raise ServiceError(NO_REMOTE, NO_REMOTE_HINT)
         return replicator
 
     def push_op(fields: dict) -> dict:
@@ -80,5 +85,5 @@ def _opt_short_str(fields: dict, name: str) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or len(value) > 200 or "\0" in value:
-        raise ServiceError(errors.BAD_REQUEST, f"{name} must be a short string")
+        raise ServiceError(BAD_REQUEST, f"{name} must be a short string")
     return value

@@ -4,5 +4,6 @@ first and written confined and atomic per file."""
 from snapshotd.faces import face
 
 FACE: dict[str, tuple[str, ...]] = {
+    "restore": ("page_plan", "restore_checkpoint"),
 }
 __all__, __getattr__, __dir__ = face(__name__, FACE)

@@ -33,8 +33,7 @@ from pathlib import Path
 
 import pygit2
 
-from snapshotd.core import faults
-from snapshotd.core.durable import write_all
+from snapshotd.core import crash_point, write_all
 from snapshotd.features.restore.plan import MODE_EXEC, MODE_LINK, Plan, Write
 
 log = logging.getLogger("snapshotd.restore")
@@ -282,7 +281,7 @@ class _InPlace:
         """Rename into place: each file switches from old to new content atomically."""
         for renamed, (parent, tmp, name) in enumerate(self.staged):
             if renamed == len(self.staged) // 2:
-                faults.crash_point("restore-mid")  # test seam: die half-way through the renames
+                crash_point("restore-mid")  # test seam: die half-way through the renames
             fd = self.walker.open_dir(parent, create=False)
             if fd is None:
                 raise Obstacle(f"directory {os.fsdecode(parent)!r} vanished during the restore")

@@ -26,8 +26,7 @@ from pathlib import Path
 
 import pygit2
 
-from snapshotd.core import errors
-from snapshotd.core.errors import ServiceError
+from snapshotd.core import RESTORE_FAILED, ServiceError
 
 MODE_TREE = 0o040000
 MODE_BLOB = 0o100644
@@ -85,7 +84,7 @@ def check_paths(plan: Plan, cp: dict) -> None:
         reason = _bad_path(path)
         if reason:
             raise ServiceError(
-                errors.RESTORE_FAILED, f"checkpoint seq {cp['seq']} ({cp['commit'][:12]}) holds "
+                RESTORE_FAILED, f"checkpoint seq {cp['seq']} ({cp['commit'][:12]}) holds "
                 f"the path {os.fsdecode(path)!r}, which {reason}; refusing to restore it (nothing "
                 "was written)")
 

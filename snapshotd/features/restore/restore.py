@@ -27,10 +27,17 @@ from pathlib import Path
 import msgpack
 import pygit2
 
-from snapshotd.core import errors
-from snapshotd.core.errors import ServiceError, abs_path_field, bool_field
-from snapshotd.core.keys import AttemptKey
-from snapshotd.features.replication.replication import ensure_commit
+from snapshotd.core import (
+    BAD_REQUEST,
+    CONFLICT,
+    NOT_FOUND,
+    RESTORE_FAILED,
+    AttemptKey,
+    ServiceError,
+    abs_path_field,
+    bool_field,
+)
+from snapshotd.features.replication import ensure_commit
 from snapshotd.features.restore.apply import (
     Obstacle,
     Progress,
@@ -39,21 +46,21 @@ from snapshotd.features.restore.apply import (
     open_confined,
 )
 from snapshotd.features.restore.plan import Plan, check_paths, obstacles, plan_trees, walk_tree
-from snapshotd.ledger.ledger import Attempt
-from snapshotd.service.checkpoints import (
+from snapshotd.ledger import Attempt
+from snapshotd.service import (
+    Service,
+    SnapshotRequest,
     checkpoint_tree,
     current_tree_of,
     empty_tree,
     find_checkpoint,
     selection,
 )
-from snapshotd.service.service import Service, SnapshotRequest
-from snapshotd_client import protocol
+from snapshotd_client import encode_frame
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from snapshotd.core.config import Config
-    from snapshotd.core.registry import Registry
+    from snapshotd.core import Config, Registry
 
 log = logging.getLogger("snapshotd.restore")
 
@@ -87,7 +94,7 @@ def restore_checkpoint(service: Service, *, run_id: str, node_id: str, seq: int 
     key = AttemptKey(run_id, node_id, cp["iteration"], cp["attempt"])
     owner = service.ledger.get_attempt(key)
     if owner is None:
-        raise ServiceError(errors.NOT_FOUND, f"attempt {key} is not in the ledger")
+        raise ServiceError(NOT_FOUND, f"attempt {key} is not in the ledger")
     # Restore anywhere: a checkpoint this store lacks is fetched and checked against the row.
     ensure_commit(service, cp["commit"], cp["tree"], ref=key.ref)
     repo = service.store.reader()
@@ -144,7 +151,7 @@ def fit_reply(result: dict) -> dict:
     ``kept`` (and ``reply_trimmed`` saying why): a restore that was applied always gets its
     ``undo_command`` back to the caller."""
     try:
-        protocol.encode_frame({"id": 0, "ok": True, "result": result})
+        encode_frame({"id": 0, "ok": True, "result": result})
         return result
     except (ValueError, TypeError) as exc:
         reason = str(exc)
@@ -153,7 +160,7 @@ def fit_reply(result: dict) -> dict:
            ("safety", "counts", "timings")}
     out.update(plan=[], kept=[], plan_truncated=True, reply_trimmed=reason)
     try:
-        protocol.encode_frame({"id": 0, "ok": True, "result": out})
+        encode_frame({"id": 0, "ok": True, "result": out})
     except (ValueError, TypeError):
         keep = ("run_id", "node_id", "iteration", "attempt", "seq", "commit", "mode",
                 "dry_run", "applied", "undo_command")
@@ -172,9 +179,9 @@ def attach(service: Service, server: Registry, config: Config) -> None:
     def restore_op(fields: dict) -> dict:
         token = fields.get("progress_token")
         if token is not None and (not isinstance(token, str) or len(token) > 100):
-            raise ServiceError(errors.BAD_REQUEST, "progress_token must be a short string")
+            raise ServiceError(BAD_REQUEST, "progress_token must be a short string")
         if isinstance(fields.get("to"), msgpack.ExtType):
-            raise ServiceError(errors.BAD_REQUEST, "to is a path that is not UTF-8, which a "
+            raise ServiceError(BAD_REQUEST, "to is a path that is not UTF-8, which a "
                                "request cannot carry (docs/protocol.md); name a directory whose "
                                "path is UTF-8")
         to = abs_path_field(fields, "to")
@@ -193,7 +200,7 @@ def attach(service: Service, server: Registry, config: Config) -> None:
     def progress_op(fields: dict) -> dict:
         token = fields.get("progress_token")
         if not isinstance(token, str):
-            raise ServiceError(errors.BAD_REQUEST, "progress_token must be a string")
+            raise ServiceError(BAD_REQUEST, "progress_token must be a string")
         return board.get(token)
 
     server.register("restore", restore_op)
@@ -237,7 +244,7 @@ def _restore_in_place(service: Service, repo: pygit2.Repository, owner: Attempt,
                       progress: Progress | None) -> dict:
     root = Path(owner.worktree)
     if not root.is_absolute():
-        raise ServiceError(errors.RESTORE_FAILED, f"attempt {owner.key} has no usable worktree "
+        raise ServiceError(RESTORE_FAILED, f"attempt {owner.key} has no usable worktree "
                            f"path ({owner.worktree!r}); restore it with --to DIR instead")
     _refuse_links(root)
     if not dry_run and not force:
@@ -279,7 +286,7 @@ def _current_state(service: Service, repo: pygit2.Repository, owner: Attempt, cp
     how it was read (``fast``/``full``; None for a missing worktree on a dry run)."""
     missing = not os.path.lexists(root)
     if not missing and (root.is_symlink() or not root.is_dir()):
-        raise ServiceError(errors.RESTORE_FAILED, f"{root} is no longer a directory; restore "
+        raise ServiceError(RESTORE_FAILED, f"{root} is no longer a directory; restore "
                            "with --to DIR instead")
     if missing and dry_run:
         return empty_tree(repo), None, None
@@ -287,7 +294,7 @@ def _current_state(service: Service, repo: pygit2.Repository, owner: Attempt, cp
         try:
             os.close(open_confined(root, create=True))
         except OSError as exc:
-            raise ServiceError(errors.RESTORE_FAILED, f"could not recreate the worktree {root} "
+            raise ServiceError(RESTORE_FAILED, f"could not recreate the worktree {root} "
                                f"without following a link: {exc}; nothing was changed") from exc
     if dry_run:
         tree, scan = current_tree_of(service, root)
@@ -305,7 +312,7 @@ def _apply(repo: pygit2.Repository, root: Path, plan: Plan, progress: Progress |
         k = owner.key
         undo = (undo_command(k.run_id, k.node_id, k.iteration, k.attempt, safety["seq"])
                 if safety else None)
-        raise ServiceError(errors.RESTORE_FAILED, f"restore of seq {cp['seq']} into {root} "
+        raise ServiceError(RESTORE_FAILED, f"restore of seq {cp['seq']} into {root} "
                            f"stopped part-way: {exc}" + (
                                f"; the previous state is safety checkpoint seq "
                                f"{safety['seq']}: `{undo}` brings it back" if safety else "")
@@ -319,7 +326,7 @@ def _refuse_active(service: Service, root: Path) -> None:
     if active:
         a = active[-1]
         raise ServiceError(
-            errors.CONFLICT, f"attempt {a.key} is active on {root}; restoring under a working "
+            CONFLICT, f"attempt {a.key} is active on {root}; restoring under a working "
             f"agent would fight it. End it first (`{end_command(a.key)}`), or pass --force")
 
 
@@ -334,7 +341,7 @@ def _safety_checkpoint(service: Service, owner: Attempt, cp: dict) -> dict:
         # capture_locked: capture_attempt() would take the worktree lock we already hold.
         return service.capture_locked(current, req, time.perf_counter())
     except ServiceError as exc:
-        raise ServiceError(errors.RESTORE_FAILED, f"could not take the safety checkpoint of "
+        raise ServiceError(RESTORE_FAILED, f"could not take the safety checkpoint of "
                            f"{owner.worktree}, so nothing was changed: {exc.message}") from exc
 
 
@@ -357,7 +364,7 @@ def _restore_to(service: Service, repo: pygit2.Repository, tree: pygit2.Tree, to
     try:
         materialize(service.store.reader, target, entries, progress, timings)
     except (OSError, Obstacle) as exc:
-        raise ServiceError(errors.RESTORE_FAILED, f"could not materialize seq {cp['seq']} into "
+        raise ServiceError(RESTORE_FAILED, f"could not materialize seq {cp['seq']} into "
                            f"{target}: {exc} (a component of the path that is a link or not a "
                            "directory is never followed; what was created is taken back)"
                            ) from exc
@@ -374,14 +381,14 @@ def _resolve_to_target(to: Path, service: Service) -> Path:
         real = Path(os.path.realpath(place))
         if target == real or real in target.parents:
             shown = f"{to} (which resolves to {target})" if str(target) != str(to) else str(to)
-            raise ServiceError(errors.BAD_REQUEST, f"--to {shown} is inside the {name} {real}; "
+            raise ServiceError(BAD_REQUEST, f"--to {shown} is inside the {name} {real}; "
                                "choose a directory elsewhere")
     if os.path.lexists(target):
         if not target.is_dir():
-            raise ServiceError(errors.BAD_REQUEST, f"--to {target} exists and is not a "
+            raise ServiceError(BAD_REQUEST, f"--to {target} exists and is not a "
                                "directory; name a new or empty directory")
         if any(os.scandir(target)):
-            raise ServiceError(errors.BAD_REQUEST, f"--to {target} is not empty; name a new or "
+            raise ServiceError(BAD_REQUEST, f"--to {target} is not empty; name a new or "
                                "empty directory (a restore into another directory never "
                                "overwrites)")
     return target
@@ -392,7 +399,7 @@ def _refuse_links(root: Path) -> None:
     made since, and following it would read and write a directory that is not the worktree."""
     real = os.path.realpath(root)
     if real != str(root):
-        raise ServiceError(errors.RESTORE_FAILED, f"the worktree {root} now resolves to {real} "
+        raise ServiceError(RESTORE_FAILED, f"the worktree {root} now resolves to {real} "
                            "through a symbolic link; nothing was changed (restore into a "
                            "directory of your choice with --to DIR)")
 

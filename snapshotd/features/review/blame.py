@@ -24,15 +24,20 @@ from typing import TYPE_CHECKING, Any
 import pygit2
 from pygit2.enums import BlameFlag
 
-from snapshotd.core import errors
-from snapshotd.core.checkpoint import DEFAULT_TIER, SEQ, TrailerError, Trailers
-from snapshotd.core.errors import ServiceError
-from snapshotd.service.checkpoints import find_checkpoint, selection
+from snapshotd.core import (
+    BAD_REQUEST,
+    DEFAULT_TIER,
+    NOT_FOUND,
+    SEQ,
+    ServiceError,
+    TrailerError,
+    Trailers,
+)
+from snapshotd.service import find_checkpoint, selection
 
 if TYPE_CHECKING:
-    from snapshotd.core.config import Config
-    from snapshotd.core.registry import Registry
-    from snapshotd.service.service import Service
+    from snapshotd.core import Config, Registry
+    from snapshotd.service import Service
 
 # A reply over this many bytes of line text leaves the lines out; the client blames from the
 # store itself (the frame limit is 1 MiB).
@@ -71,11 +76,11 @@ def blame_commit(repo: pygit2.Repository, commit: str, path: str) -> list[dict]:
     try:
         entry = tip.tree[path]
     except KeyError:
-        raise ServiceError(errors.NOT_FOUND, f"{path} is not in checkpoint "
+        raise ServiceError(NOT_FOUND, f"{path} is not in checkpoint "
                            f"{_seq_text(tip.message)} "
                            f"({commit[:12]})") from None
     if entry.type_str != "blob":
-        raise ServiceError(errors.BAD_REQUEST, f"{path} is a directory in that checkpoint; "
+        raise ServiceError(BAD_REQUEST, f"{path} is a directory in that checkpoint; "
                            "name a file")
     texts = split_lines(repo[entry.id].peel(pygit2.Blob).data)
     if not texts:
@@ -154,16 +159,16 @@ def _relative(path: object, worktree: str) -> str:
     """``path`` as a store path: relative to the worktree (an absolute path must lie in it),
     normalized, never leaving it."""
     if not isinstance(path, str) or not path or "\0" in path:
-        raise ServiceError(errors.BAD_REQUEST, "path must be a non-empty file path")
+        raise ServiceError(BAD_REQUEST, "path must be a non-empty file path")
     p = PurePosixPath(path)
     if p.is_absolute():
         try:
             p = p.relative_to(PurePosixPath(worktree))
         except ValueError:
-            raise ServiceError(errors.BAD_REQUEST, f"{path} is not inside the attempt's "
+            raise ServiceError(BAD_REQUEST, f"{path} is not inside the attempt's "
                                f"worktree {worktree}") from None
     parts = [x for x in p.parts if x not in ("", ".")]
     if not parts or ".." in parts:
-        raise ServiceError(errors.BAD_REQUEST, f"path {path!r} must name a file inside the "
+        raise ServiceError(BAD_REQUEST, f"path {path!r} must name a file inside the "
                            "worktree")
     return "/".join(parts)

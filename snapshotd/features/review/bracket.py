@@ -19,9 +19,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from snapshotd.core.config import Config
-    from snapshotd.core.registry import Registry
-    from snapshotd.service.service import Service
+    from snapshotd.core import Config, Registry
+    from snapshotd.service import Service
 
 SOURCE = "outside"
 

@@ -25,17 +25,22 @@ from typing import TYPE_CHECKING
 import pygit2
 from pygit2.enums import DiffOption, DiffStatsFormat
 
-from snapshotd.core import errors
-from snapshotd.core.checkpoint import Trailers
-from snapshotd.core.errors import ServiceError, bool_field, int_value
-from snapshotd.core.keys import AttemptKey
-from snapshotd.core.registry import Registry
-from snapshotd.service.checkpoints import current_tree_of, empty_tree, find_checkpoint, selection
-from snapshotd.service.service import Service
-from snapshotd_client import protocol
+from snapshotd.core import (
+    BAD_REQUEST,
+    CAPTURE_FAILED,
+    WORKTREE_MISSING,
+    AttemptKey,
+    Registry,
+    ServiceError,
+    Trailers,
+    bool_field,
+    int_value,
+)
+from snapshotd.service import Service, current_tree_of, empty_tree, find_checkpoint, selection
+from snapshotd_client import encode_frame
 
 if TYPE_CHECKING:
-    from snapshotd.core.config import Config
+    from snapshotd.core import Config
 
 
 WIRE_PATCH_LIMIT = 768 * 1024
@@ -49,9 +54,9 @@ def diff_checkpoints(service: Service, *, run_id: str, node_id: str, seq: int | 
     """Diff checkpoint ``seq`` against ``to_seq``, the worktree now, or its parent checkpoint."""
     started = time.perf_counter()
     if seq is None:
-        raise ServiceError(errors.BAD_REQUEST, "name the checkpoint to compare with --seq")
+        raise ServiceError(BAD_REQUEST, "name the checkpoint to compare with --seq")
     if to_seq is not None and worktree:
-        raise ServiceError(errors.BAD_REQUEST, "compare with --to-seq or with --worktree, not both")
+        raise ServiceError(BAD_REQUEST, "compare with --to-seq or with --worktree, not both")
     run_id, node_id, seq, iteration, attempt = selection(run_id, node_id, seq, iteration, attempt)
     if to_seq is not None:
         to_seq = int_value("to_seq", to_seq, 0)
@@ -67,14 +72,14 @@ def diff_checkpoints(service: Service, *, run_id: str, node_id: str, seq: int | 
         attempt_row = service.ledger.get_attempt(_key(base))
         root = Path(attempt_row.worktree if attempt_row else base["worktree"])
         if not root.is_dir():
-            raise ServiceError(errors.WORKTREE_MISSING, f"worktree {root} does not exist any more; "
+            raise ServiceError(WORKTREE_MISSING, f"worktree {root} does not exist any more; "
                                "compare two checkpoints with --to-seq instead")
         # Through the watcher when it vouches (a watched or lingering worktree): O(changes).
         with service.worktree_lock(root):
             try:
                 tree, _scan = current_tree_of(service, root)
             except ServiceError as exc:
-                raise ServiceError(errors.CAPTURE_FAILED, exc.message) from exc
+                raise ServiceError(CAPTURE_FAILED, exc.message) from exc
         side_b = {"seq": None, "commit": None, "tree": tree, "worktree": str(root)}
     else:
         # What checkpoint A changed: its parent commit in the attempt's chain, or nothing.
@@ -169,7 +174,7 @@ def _fit(out: dict) -> None:
     """A reply that still does not fit one frame (long paths, a long stat) goes without its
     patch, file list and stat; the client renders all three from the two trees."""
     try:
-        protocol.encode_frame({"id": 0, "ok": True, "result": out})
+        encode_frame({"id": 0, "ok": True, "result": out})
         return
     except (ValueError, TypeError) as exc:
         out["patch_omitted"] = (f"the reply did not fit one frame ({exc}); render it from the "

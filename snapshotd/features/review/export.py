@@ -27,18 +27,31 @@ from typing import TYPE_CHECKING, Any
 
 import pygit2
 
-from snapshotd.core import errors
-from snapshotd.core.checkpoint import Checkpoint, Trailers, squash_message
-from snapshotd.core.errors import ServiceError, abs_path_field, bool_field, opt_int_field
-from snapshotd.core.user_repo import common_dir, not_regular, objects_dir, open_user_repo
-from snapshotd.features.withhold import blob_at, chain_findings
-from snapshotd.service.checkpoints import find_checkpoint, format_seqs, selection
-from snapshotd.store.store import SIGNATURE_EMAIL, SIGNATURE_NAME
+from snapshotd.core import (
+    BAD_REQUEST,
+    CONFLICT,
+    INTERNAL,
+    NOT_FOUND,
+    SECRET_HELD,
+    Checkpoint,
+    ServiceError,
+    Trailers,
+    abs_path_field,
+    bool_field,
+    common_dir,
+    not_regular,
+    objects_dir,
+    open_user_repo,
+    opt_int_field,
+    squash_message,
+)
+from snapshotd.features import blob_at, chain_findings
+from snapshotd.service import find_checkpoint, format_seqs, selection
+from snapshotd.store import SIGNATURE_EMAIL, SIGNATURE_NAME
 
 if TYPE_CHECKING:
-    from snapshotd.core.config import Config
-    from snapshotd.core.registry import Registry
-    from snapshotd.service.service import Service
+    from snapshotd.core import Config, Registry
+    from snapshotd.service import Service
 
 log = logging.getLogger("snapshotd.export")
 
@@ -54,7 +67,7 @@ def export_fields(service: Service, fields: dict) -> dict:
     """``export_checkpoints`` on a request's fields, validated."""
     branch = fields.get("branch")
     if branch is not None and (not isinstance(branch, str) or not branch):
-        raise ServiceError(errors.BAD_REQUEST, "branch must be a branch name")
+        raise ServiceError(BAD_REQUEST, "branch must be a branch name")
     return export_checkpoints(
         service, run_id=fields.get("run_id"), node_id=fields.get("node_id"),
         from_seq=opt_int_field(fields, "from_seq", 0), to_seq=fields.get("to_seq"),
@@ -73,7 +86,7 @@ def export_checkpoints(service: Service, *, run_id: object, node_id: object,
     """Export checkpoints (``from_seq``, ``to_seq``] as ``branch`` or into ``patches``."""
     started = time.perf_counter()
     if (branch is None) == (patches is None):
-        raise ServiceError(errors.BAD_REQUEST, "name a new branch (--branch) or a directory "
+        raise ServiceError(BAD_REQUEST, "name a new branch (--branch) or a directory "
                            "for patches (--patches), one of the two")
     run, node, to, i, a = selection(run_id, node_id, to_seq, iteration, attempt)
     tip = find_checkpoint(service.ledger, run, node, seq=to, iteration=i, attempt=a)
@@ -86,19 +99,19 @@ def export_checkpoints(service: Service, *, run_id: object, node_id: object,
                            "squash": squash, "repo": user.workdir if user else None}
     if branch is not None:
         if user is None:
-            raise ServiceError(errors.NOT_FOUND, f"{user_path} is not in a git repository; "
+            raise ServiceError(NOT_FOUND, f"{user_path} is not in a git repository; "
                                "pass --repo DIR, or write patches with --patches DIR")
         ref = _check_branch(user, branch)
         base, out["base_source"] = _base(store, tip["commit"], user)
         out.update(_secrets_check(service, store, tip, rows, squash, base, user, allow_secrets))
         commits, skipped = _write_commits(store, user, rows, base, squash)
         if not commits:
-            raise ServiceError(errors.NOT_FOUND, "nothing to export: every checkpoint in the "
+            raise ServiceError(NOT_FOUND, "nothing to export: every checkpoint in the "
                                "range has the tree of the base commit")
         try:
             user.references.create(ref, pygit2.Oid(hex=commits[-1]["commit"]), force=False)
         except (pygit2.GitError, ValueError) as exc:
-            raise ServiceError(errors.CONFLICT, f"could not create {ref}: {exc}") from exc
+            raise ServiceError(CONFLICT, f"could not create {ref}: {exc}") from exc
         out.update(branch=branch, ref=ref)
     else:
         assert patches is not None
@@ -122,14 +135,14 @@ def attach(service: Service, server: Registry, config: Config) -> None:
 def _rows(service: Service, tip: dict, from_seq: int | None) -> list[dict]:
     """The kept checkpoints of ``tip``'s attempt in (from_seq, tip], oldest first."""
     if from_seq is not None and from_seq >= tip["seq"]:
-        raise ServiceError(errors.BAD_REQUEST, f"--from-seq {from_seq} must be below the last "
+        raise ServiceError(BAD_REQUEST, f"--from-seq {from_seq} must be below the last "
                            f"exported checkpoint, seq {tip['seq']}")
     rows = sorted((c for c in service.ledger.checkpoints(tip["run_id"], tip["node_id"])
                    if c["iteration"] == tip["iteration"] and c["attempt"] == tip["attempt"]
                    and not c.get("pruned_at") and c["seq"] <= tip["seq"]
                    and (from_seq is None or c["seq"] > from_seq)), key=lambda c: c["seq"])
     if not rows:
-        raise ServiceError(errors.NOT_FOUND, f"no kept checkpoint in ({from_seq}, {tip['seq']}]")
+        raise ServiceError(NOT_FOUND, f"no kept checkpoint in ({from_seq}, {tip['seq']}]")
     return rows
 
 
@@ -144,7 +157,7 @@ def _secrets_check(service: Service, store: pygit2.Repository, tip: dict, rows: 
                           f"(commit {f['commit']})" for f in found[:MAX_FINDINGS_NAMED])
         more = (f"; and {len(found) - MAX_FINDINGS_NAMED} more"
                 if len(found) > MAX_FINDINGS_NAMED else "")
-        raise ServiceError(errors.SECRET_HELD, (
+        raise ServiceError(SECRET_HELD, (
             f"not exported: {len(found)} unreleased secret finding(s) in what it would write: "
             f"{named}{more}. Review them; then release each with `snapshotd push --release "
             "COMMIT` or `--release-path PATH` (the release file replication reads), take the "
@@ -184,20 +197,20 @@ def _open(path: Path) -> pygit2.Repository | None:
     try:
         return open_user_repo(path)
     except (pygit2.GitError, OSError) as exc:
-        raise ServiceError(errors.NOT_FOUND, f"cannot open the repository at {path}: "
+        raise ServiceError(NOT_FOUND, f"cannot open the repository at {path}: "
                            f"{exc}") from exc
 
 
 def _check_branch(user: pygit2.Repository, branch: str) -> str:
     ref = f"refs/heads/{branch}"
     if not pygit2.reference_is_valid_name(ref) or branch.startswith("-"):
-        raise ServiceError(errors.BAD_REQUEST, f"{branch!r} is not a valid branch name")
+        raise ServiceError(BAD_REQUEST, f"{branch!r} is not a valid branch name")
     odd = not_regular(common_dir(Path(user.path)) / ref)
     if odd is not None:
-        raise ServiceError(errors.CONFLICT, f"cannot tell whether branch {branch!r} exists in "
+        raise ServiceError(CONFLICT, f"cannot tell whether branch {branch!r} exists in "
                            f"{user.workdir}: {odd} is not a regular file")
     if ref in user.references:
-        raise ServiceError(errors.CONFLICT, f"branch {branch!r} already exists in "
+        raise ServiceError(CONFLICT, f"branch {branch!r} already exists in "
                            f"{user.workdir}; choose a new name")
     return ref
 
@@ -256,7 +269,7 @@ def _write_patches(store: pygit2.Repository, user: pygit2.Repository | None, row
                    ) -> tuple[list[dict], list[int], list[str]]:
     """The series as ``git format-patch`` files in ``directory`` (new or empty)."""
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
-        raise ServiceError(errors.CONFLICT, f"{directory} exists and is not an empty directory")
+        raise ServiceError(CONFLICT, f"{directory} exists and is not an empty directory")
     with tempfile.TemporaryDirectory(prefix="snapshotd-export-") as scratch_dir:
         pygit2.init_repository(scratch_dir, bare=True)
         if user is not None:
@@ -266,7 +279,7 @@ def _write_patches(store: pygit2.Repository, user: pygit2.Repository | None, row
         scratch = pygit2.Repository(scratch_dir)
         commits, skipped = _write_commits(store, scratch, rows, base, squash)
         if not commits:
-            raise ServiceError(errors.NOT_FOUND, "nothing to export: every checkpoint in the "
+            raise ServiceError(NOT_FOUND, "nothing to export: every checkpoint in the "
                                "range has the tree of the base commit")
         directory.mkdir(parents=True, exist_ok=True)
         span = [f"{base}..{commits[-1]['commit']}"] if base else ["--root", commits[-1]["commit"]]
@@ -277,9 +290,9 @@ def _write_patches(store: pygit2.Repository, user: pygit2.Repository | None, row
                                    *span], env=env, cwd=scratch_dir, capture_output=True,
                                   text=True, timeout=FORMAT_PATCH_TIMEOUT_S)
         except (OSError, subprocess.TimeoutExpired) as exc:
-            raise ServiceError(errors.INTERNAL, f"git format-patch could not run: {exc}") from exc
+            raise ServiceError(INTERNAL, f"git format-patch could not run: {exc}") from exc
         if done.returncode != 0:
-            raise ServiceError(errors.INTERNAL, f"git format-patch failed: "
+            raise ServiceError(INTERNAL, f"git format-patch failed: "
                                f"{done.stderr.strip()[:500]}")
     files = [line.strip() for line in done.stdout.splitlines() if line.strip()]
     return commits, skipped, files

@@ -27,15 +27,19 @@ from pathlib import Path, PurePosixPath
 import pygit2
 from pygit2.enums import DiffOption
 
-from snapshotd.core import errors
-from snapshotd.core.checkpoint import parse_trailers
-from snapshotd.core.config import parse_duration
-from snapshotd.core.errors import ServiceError, id_field, int_value
+from snapshotd.core import (
+    BAD_REQUEST,
+    NOT_FOUND,
+    ServiceError,
+    id_field,
+    int_value,
+    parse_duration,
+    parse_trailers,
+)
 from snapshotd.features.review.diff import render_trees
 from snapshotd.features.review.view import HomeView
-from snapshotd.ledger.ledger import Attempt
-from snapshotd.service.checkpoints import empty_tree, find_checkpoint, selection
-from snapshotd.service.listing import unknown_run
+from snapshotd.ledger import Attempt
+from snapshotd.service import empty_tree, find_checkpoint, selection, unknown_run
 
 _TREE_MODE = 0o040000
 # Trees whose entry records a log keeps at once (each is a top directory's worth at most).
@@ -212,10 +216,10 @@ def newest_first(rows: Iterable[dict]) -> list[dict]:
 def relative_path(value: object) -> str:
     """A path inside a worktree as a store path (``a/b``); ``""`` is the whole worktree."""
     if not isinstance(value, str) or "\0" in value:
-        raise ServiceError(errors.BAD_REQUEST, f"path must be a string, not {value!r}")
+        raise ServiceError(BAD_REQUEST, f"path must be a string, not {value!r}")
     parts = [p for p in PurePosixPath(value.replace(os.sep, "/")).parts if p not in (".", "")]
     if value.startswith("/") or ".." in parts:
-        raise ServiceError(errors.BAD_REQUEST, f"path {value!r} must be relative to the worktree "
+        raise ServiceError(BAD_REQUEST, f"path {value!r} must be relative to the worktree "
                                                "and stay inside it (no `..`, not absolute)")
     return "/".join(parts)
 
@@ -231,7 +235,7 @@ def parse_since(value: object, now: float | None = None) -> float:
     try:
         stamp = datetime.fromisoformat(text)
     except ValueError:
-        raise ServiceError(errors.BAD_REQUEST, f"since {value!r} is neither a duration (90s, "
+        raise ServiceError(BAD_REQUEST, f"since {value!r} is neither a duration (90s, "
                                                "30m, 2h, 7d, 2w) nor an ISO time") from None
     if stamp.tzinfo is None:
         stamp = stamp.replace(tzinfo=timezone.utc)
@@ -291,7 +295,7 @@ def _parent_tree(repo: pygit2.Repository, cp: dict, trees: dict[str, str]) -> st
     try:
         return str(repo[parent].peel(pygit2.Commit).tree_id)
     except (KeyError, ValueError, pygit2.GitError) as exc:
-        raise ServiceError(errors.NOT_FOUND, f"checkpoint seq {cp['seq']} of {cp['run_id']}/"
+        raise ServiceError(NOT_FOUND, f"checkpoint seq {cp['seq']} of {cp['run_id']}/"
                            f"{cp['node_id']} names parent {parent[:12]}, which the store no "
                            f"longer holds: {exc}") from exc
 
@@ -324,7 +328,7 @@ def _pickaxe_bytes(value: object) -> bytes | None:
     if value is None:
         return None
     if not isinstance(value, str) or not value:
-        raise ServiceError(errors.BAD_REQUEST, "the pickaxe text (-S) must be a non-empty string")
+        raise ServiceError(BAD_REQUEST, "the pickaxe text (-S) must be a non-empty string")
     return value.encode("utf-8", "surrogateescape")
 
 
@@ -459,9 +463,9 @@ def _attempt_rows(view: HomeView, att: Attempt) -> tuple[list[dict], int]:
 
 def _absolute(path: object, cwd: object) -> Path:
     if not isinstance(path, str) or not path or "\0" in path:
-        raise ServiceError(errors.BAD_REQUEST, f"path must be a non-empty string, not {path!r}")
+        raise ServiceError(BAD_REQUEST, f"path must be a non-empty string, not {path!r}")
     if cwd is not None and (not isinstance(cwd, str) or not os.path.isabs(cwd)):
-        raise ServiceError(errors.BAD_REQUEST, f"cwd must be an absolute path, not {cwd!r}")
+        raise ServiceError(BAD_REQUEST, f"cwd must be an absolute path, not {cwd!r}")
     base = Path(cwd) if isinstance(cwd, str) else Path.cwd()
     joined = base / os.path.expanduser(path)
     try:
@@ -476,7 +480,7 @@ def _worktree_of(target: Path, worktrees: set[str]) -> str:
     holding = [w for w in worktrees if target == Path(w) or Path(w) in target.parents]
     if not holding:
         known = ", ".join(sorted(worktrees)[:20]) or "none"
-        raise ServiceError(errors.NOT_FOUND, f"{target} is in no worktree snapshotd has "
+        raise ServiceError(NOT_FOUND, f"{target} is in no worktree snapshotd has "
                                              f"captured; known worktrees: {known}")
     return max(holding, key=len)
 

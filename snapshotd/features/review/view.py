@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pygit2
 
-    from snapshotd.ledger.ledger import Ledger
-    from snapshotd.service.gaps import GapSpool
+    from snapshotd.ledger import Ledger
+    from snapshotd.service import GapSpool
 
 
 @dataclass
