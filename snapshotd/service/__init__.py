@@ -5,7 +5,7 @@ from snapshotd.faces import face
 
 FACE: dict[str, tuple[str, ...]] = {
     "change_source": ("ChangeSource",),
-    "checkpoints": ("checkpoint_tree", "current_tree_of", "empty_tree", "find_checkpoint",
+    "checkpoints": ("checkpoint_tree", "current_tree_of", "find_checkpoint",
         "format_seqs", "selection"),
     "gaps": ("GapSpool",),
     "listing": ("collect_runs", "list_from_ledger", "list_gaps", "list_run", "open_ledger_if_any",

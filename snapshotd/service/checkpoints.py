@@ -3,7 +3,7 @@
 Owns the resolution of ``RUN/NODE[/ITERATION/ATTEMPT][@SEQ]`` to one ledger row
 (``find_checkpoint``, with ``selection`` validating the request's fields first), the printed form
 of a seq list (``format_seqs``), the worktree's current tree without recording anything
-(``current_tree_of``) and a checkpoint's tree in the store (``checkpoint_tree``, ``empty_tree``).
+(``current_tree_of``) and a checkpoint's tree in the store (``checkpoint_tree``).
 Restore and diff (``features``) build on it; it imports neither. Promises:
 - Default selection: the newest attempt of the node that has checkpoints (highest iteration, then
   attempt number) and its newest checkpoint, skipping safety checkpoints (source ``restore``)
@@ -117,11 +117,6 @@ def checkpoint_tree(repo: pygit2.Repository, cp: dict) -> pygit2.Tree:
         raise ServiceError(RESTORE_FAILED, f"checkpoint seq {cp['seq']} "
                            f"({cp['commit'][:12]}) names tree {tree_id[:12]}, which the store no "
                            f"longer holds: {exc}") from exc
-
-
-def empty_tree(repo: pygit2.Repository) -> str:
-    """The id of the empty tree (written to the store if it is not there yet)."""
-    return str(repo.TreeBuilder().write())
 
 
 def _refuse_unknown(ledger: Ledger, run_id: str, node_id: str) -> NoReturn:

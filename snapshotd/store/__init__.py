@@ -9,6 +9,7 @@ FACE: dict[str, tuple[str, ...]] = {
     "journal": ("read_journal", "write_journal"),
     "lending": ("cache_git_env", "open_cache"),
     "object_import": ("import_objects",),
+    "read_trees": ("empty_tree", "pruned_pair"),
     "store": ("SIGNATURE_EMAIL", "SIGNATURE_NAME", "Store"),
     "trees": ("TreeShapeChanged", "graft_trees", "remember_changes", "remember_file_count",
         "rewrite_tree"),

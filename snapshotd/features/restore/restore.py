@@ -52,10 +52,10 @@ from snapshotd.service import (
     SnapshotRequest,
     checkpoint_tree,
     current_tree_of,
-    empty_tree,
     find_checkpoint,
     selection,
 )
+from snapshotd.store import empty_tree
 from snapshotd_client import encode_frame
 
 TYPE_CHECKING = False

@@ -3,7 +3,7 @@
 Owns ``diff_checkpoints`` (behind the ``diff`` op, registered by ``attach``) and
 ``render_trees``, which turns two tree ids of the store into a git-style patch, a name-status
 list and a diffstat: the one diff engine of every front end (CLI, MCP, web app; the review
-reads run it on ``history.pruned_pair``). Promises:
+reads run it on ``store.pruned_pair``). Promises:
 - ``--seq A`` alone: what A changed against its attempt's previous checkpoint (seq 0 against the
   empty tree); ``--to-seq B``: A against B; ``--worktree``: A against the worktree now (captured
   under its lock into the stat cache, no checkpoint recorded).
@@ -36,7 +36,8 @@ from snapshotd.core import (
     bool_field,
     int_value,
 )
-from snapshotd.service import Service, current_tree_of, empty_tree, find_checkpoint, selection
+from snapshotd.service import Service, current_tree_of, find_checkpoint, selection
+from snapshotd.store import empty_tree
 from snapshotd_client import encode_frame
 
 if TYPE_CHECKING:

@@ -18,7 +18,6 @@ git's empty tree). Result shapes and promises in full: docs/review.md. Promises:
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections.abc import Iterable
 from datetime import datetime, timezone
@@ -39,13 +38,11 @@ from snapshotd.core import (
 from snapshotd.features.review.diff import render_trees
 from snapshotd.features.review.view import HomeView
 from snapshotd.ledger import Attempt
-from snapshotd.service import empty_tree, find_checkpoint, selection, unknown_run
+from snapshotd.service import find_checkpoint, selection, unknown_run
+from snapshotd.store import empty_tree, pruned_pair
 
-_TREE_MODE = 0o040000
 # Trees whose entry records a log keeps at once (each is a top directory's worth at most).
 TREE_CACHE_ENTRIES = 256
-# One entry of a raw tree object: mode, space, name, NUL, the 20-byte id (any bytes).
-_TREE_RECORD = re.compile(rb"[0-7]+ [^\0]*\0.{20}", re.DOTALL)
 # The fields of a ledger row that say which tool call a checkpoint was.
 CALL_FIELDS = ("run_id", "node_id", "iteration", "attempt", "seq", "commit", "tree", "parent",
                "label", "tool_use_id", "tier", "source", "worktree", "created_at")
@@ -180,20 +177,6 @@ def compare(view: HomeView, sel: dict, against: dict | None, *, patch: bool = Tr
     trailers = parse_trailers(view.repo[cp["commit"]].peel(pygit2.Commit).message)
     out.update({"to": _ident(cp), "from": base, "checkpoint": cp, "trailers": trailers})
     return out
-
-
-def pruned_pair(repo: pygit2.Repository, tree_a: str | None, tree_b: str,
-                cache: dict | None = None) -> tuple[str, str]:
-    """Two trees that differ exactly as ``tree_a`` (None: the empty tree) and ``tree_b`` do, at
-    the same paths, holding only the differing entries: libgit2 diffs them in O(changes).
-    ``cache`` (kept across calls by a caller walking a chain) holds trees already read."""
-    if tree_a is None:
-        return empty_tree(repo), tree_b
-    if tree_a == tree_b:
-        return tree_a, tree_b
-    a, b = _pruned(repo, pygit2.Oid(hex=tree_a), pygit2.Oid(hex=tree_b),
-                   {} if cache is None else cache)
-    return str(a), str(b)
 
 
 def findings(cp: dict) -> list[dict]:
@@ -362,44 +345,6 @@ def _occurrences(repo: pygit2.Repository, side: pygit2.DiffFile, needle: bytes) 
         return 0
     return data.count(needle)
 
-
-def _pruned(repo: pygit2.Repository, tree_a: pygit2.Oid, tree_b: pygit2.Oid,
-            cache: dict[pygit2.Oid, frozenset[bytes]]) -> tuple[pygit2.Oid, pygit2.Oid]:
-    """``pruned_pair`` of two different trees: an entry equal on both sides (same mode, name
-    and id: the same raw record) is left out, two differing subtrees are pruned in turn, anything
-    else is kept as it is. Comparing raw record sets keeps a large directory's cost in C."""
-    records_a, records_b = _records(repo, tree_a, cache), _records(repo, tree_b, cache)
-    only_a = dict(_entry(r) for r in records_a - records_b)
-    only_b = dict(_entry(r) for r in records_b - records_a)
-    side_a, side_b = repo.TreeBuilder(), repo.TreeBuilder()
-    for name in only_a.keys() | only_b.keys():
-        ea, eb = only_a.get(name), only_b.get(name)
-        if ea is not None and eb is not None and ea[0] == eb[0] == _TREE_MODE:
-            sub_a, sub_b = _pruned(repo, ea[1], eb[1], cache)
-            side_a.insert(name, sub_a, _TREE_MODE)
-            side_b.insert(name, sub_b, _TREE_MODE)
-            continue
-        if ea is not None:
-            side_a.insert(name, ea[1], ea[0])
-        if eb is not None:
-            side_b.insert(name, eb[1], eb[0])
-    return side_a.write(), side_b.write()
-
-
-def _records(repo: pygit2.Repository, tree_id: pygit2.Oid,
-             cache: dict[pygit2.Oid, frozenset[bytes]]) -> frozenset[bytes]:
-    """A tree's raw entry records (``MODE NAME\\0`` + a 20-byte id each), read once per call."""
-    found = cache.get(tree_id)
-    if found is None:
-        found = cache[tree_id] = frozenset(_TREE_RECORD.findall(repo.odb.read(tree_id)[1]))
-    return found
-
-
-def _entry(record: bytes) -> tuple[str, tuple[int, pygit2.Oid]]:
-    """``name, (mode, id)`` of one raw tree record."""
-    mode, _, rest = record.partition(b" ")
-    name = rest[:-21].decode("utf-8", "surrogateescape")
-    return name, (int(mode, 8), pygit2.Oid(raw=rest[-20:]))
 
 
 def _find_any(view: HomeView, sel: dict) -> dict:
