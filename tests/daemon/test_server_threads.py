@@ -224,7 +224,7 @@ def test_a_stop_that_hangs_past_its_limit_dumps_the_stacks_and_exits(
     log = d.log.read_text()
     assert "stopping within 2s" in log
     assert "Timeout (0:00:02)!" in log
-    assert "Thread 0x" in log and "in run_daemon" in log and "in delay" in log, log[-2000:]
+    assert "Thread 0x" in log and "in run_daemon" in log and "in injected_delay" in log, log[-2000:]
     assert took < 20, took
     assert make_daemon(sd_env).ping()  # the home was let go: a new daemon takes it
 
