@@ -27,8 +27,7 @@ from snapshotd.ops import backend
 from snapshotd.ops.restore import RESTORE_TIMEOUT_S, Progress, run_restore
 from snapshotd.ops.review import DIFF_TIMEOUT_S as WHOLE_DIFF_TIMEOUT_S
 from snapshotd.ops.review import run_blame, run_diff, run_export
-from snapshotd.service import collect_runs, list_from_ledger, require_known_run
-from snapshotd.service import list_gaps as listing_list_gaps
+from snapshotd.service import collect_runs, list_from_ledger, list_gaps, require_known_run
 from snapshotd_client import Client, DaemonUnavailable, SnapshotdError, home_dir, socket_path
 
 if TYPE_CHECKING:
@@ -235,7 +234,7 @@ class Operations:
                   limit: int | None = None) -> dict:
         if run_id is not None:
             run_id = id_field("run_id", run_id)
-        return listing_list_gaps(self.home, run_id, unresolved_only=unresolved_only, limit=limit)
+        return list_gaps(self.home, run_id, unresolved_only=unresolved_only, limit=limit)
 
     def status(self) -> dict:
         try:
