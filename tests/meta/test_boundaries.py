@@ -194,26 +194,32 @@ def cycles() -> list[list[str]]:
     return found
 
 
-def _report(offenders: list[str]) -> None:
-    print("\n".join(offenders))
-    assert not offenders, f"{len(offenders)} offenders:\n" + "\n".join(offenders)
+def _report(offenders: list[str]) -> str:
+    """Every offender, printed (so ``-s`` shows them) and as the failing assertion's message."""
+    text = f"{len(offenders)} offenders:\n" + "\n".join(offenders)
+    print(text)
+    return text
 
 
 def test_every_module_is_in_a_layer() -> None:
-    _report([f"{MODULES[name].relative_to(ROOT)}: in no layer of LAYERS"
-             for name in MODULES if layer(name) not in LAYERS])
+    offenders = [f"{MODULES[name].relative_to(ROOT)}: in no layer of LAYERS"
+                 for name in MODULES if layer(name) not in LAYERS]
+    assert not offenders, _report(offenders)
 
 
 def test_a_package_imports_only_lower_layers_or_itself() -> None:
-    _report(layer_offenders())
+    offenders = layer_offenders()
+    assert not offenders, _report(offenders)
 
 
 def test_another_package_is_imported_through_its_face() -> None:
-    _report(face_offenders())
+    offenders = face_offenders()
+    assert not offenders, _report(offenders)
 
 
 def test_no_import_cycles() -> None:
-    _report([" -> ".join(cycle) for cycle in cycles()])
+    offenders = [" -> ".join(cycle) for cycle in cycles()]
+    assert not offenders, _report(offenders)
 
 
 def test_every_face_names_real_public_names() -> None:
@@ -231,7 +237,7 @@ def test_every_face_names_real_public_names() -> None:
             if exported not in defined or exported.startswith("_"):
                 offenders.append(f"{MODULES[package].relative_to(ROOT)}: {exported} is not a "
                                  f"public name of {module}")
-    _report(offenders)
+    assert not offenders, _report(offenders)
 
 
 def test_every_package_is_installed() -> None:
@@ -239,16 +245,18 @@ def test_every_package_is_installed() -> None:
     package missing there would be left out of every install but pass every test here."""
     listed = set(re.search(r"^packages = \[(.*?)\]", (ROOT / "pyproject.toml").read_text(),
                            re.M | re.S).group(1).replace('"', "").replace(",", " ").split())
-    _report([f"{MODULES[package].relative_to(ROOT)}: not in pyproject.toml's packages"
-             for package in sorted(PACKAGES - listed)]
-            + [f"pyproject.toml lists {name}, which is no package" for name in sorted(listed - PACKAGES)])
+    offenders = [f"{MODULES[package].relative_to(ROOT)}: not in pyproject.toml's packages"
+                 for package in sorted(PACKAGES - listed)] + [
+        f"pyproject.toml lists {name}, which is no package" for name in sorted(listed - PACKAGES)]
+    assert not offenders, _report(offenders)
 
 
 def test_every_package_says_what_it_is() -> None:
-    _report([f"{MODULES[package].relative_to(ROOT)}: no docstring of one or two lines"
-             for package in PACKAGES
-             if not (doc := ast.get_docstring(TREES[package]) or "")
-             or len(doc.splitlines()) > 2])
+    offenders = [f"{MODULES[package].relative_to(ROOT)}: no docstring of one or two lines"
+                 for package in PACKAGES
+                 if not (doc := ast.get_docstring(TREES[package]) or "")
+                 or len(doc.splitlines()) > 2]
+    assert not offenders, _report(offenders)
 
 
 def _own_names(tree: ast.AST) -> set[str]:
@@ -280,7 +288,7 @@ def test_no_module_uses_another_modules_privates() -> None:
                   and not node.attr.startswith("__")
                   and node.attr not in ALLOWED_PRIVATE_ATTRS and node.attr not in own):
                 offenders.append(f"{MODULES[name]}:{node.lineno} uses {ast.unparse(node)}")
-    _report(offenders)
+    assert not offenders, _report(offenders)
 
 
 def test_modules_and_functions_stay_small() -> None:
@@ -296,7 +304,7 @@ def test_modules_and_functions_stay_small() -> None:
                 if length > MAX_FUNCTION_LINES:
                     offenders.append(f"{MODULES[name].relative_to(ROOT)}:{node.lineno} "
                                      f"{node.name}: {length} lines (max {MAX_FUNCTION_LINES})")
-    _report(offenders)
+    assert not offenders, _report(offenders)
 
 
 def test_module_docstrings_stay_short() -> None:
@@ -308,7 +316,7 @@ def test_module_docstrings_stay_short() -> None:
             offenders.append(f"{where}: no module docstring")
         elif (lines := len(doc.splitlines())) > MAX_DOCSTRING_LINES:
             offenders.append(f"{where}: docstring of {lines} lines (max {MAX_DOCSTRING_LINES})")
-    _report(offenders)
+    assert not offenders, _report(offenders)
 
 
 @pytest.mark.parametrize("word", ["DESIGN §", "DESIGN.md"])
@@ -317,7 +325,7 @@ def test_no_reference_to_documents_outside_the_repository(word: str) -> None:
              *sorted((ROOT / "tests").rglob("*.py")), *sorted((ROOT / "bench").glob("*.py"))]
     offenders = [f"{p}:{i}" for p in paths if p.name != "test_boundaries.py"
                  for i, line in enumerate(p.read_text().splitlines(), 1) if word in line]
-    _report(offenders)
+    assert not offenders, _report(offenders)
 
 
 def test_the_docs_name_only_files_that_exist() -> None:
@@ -328,7 +336,7 @@ def test_the_docs_name_only_files_that_exist() -> None:
                  for page in [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
                  for number, line in enumerate(page.read_text().splitlines(), 1)
                  for found in pattern.findall(line) if not (ROOT / found).is_file()]
-    _report(offenders)
+    assert not offenders, _report(offenders)
 
 
 # A checkpoint trailer's name (``Snapshotd-Seq``, ...) or the prefix as a string to build one
@@ -347,7 +355,7 @@ def test_only_the_checkpoint_module_spells_a_trailer_name() -> None:
                  if name.startswith("snapshotd.") and name != CHECKPOINT_MODULE
                  for i, line in enumerate(path.read_text().splitlines(), 1)
                  if TRAILER_NAME.search(line)]
-    _report(offenders)
+    assert not offenders, _report(offenders)
 
 
 # -- the sealed store ------------------------------------------------------------------------
@@ -445,7 +453,8 @@ def _called_on(node: ast.AST) -> str:
 
 
 def test_only_the_store_writes_its_repository() -> None:
-    _report(seal_offenders())
+    offenders = seal_offenders()
+    assert not offenders, _report(offenders)
 
 
 def test_the_seal_check_sees_what_it_forbids() -> None:
