@@ -18,6 +18,7 @@ FACE: dict[str, tuple[str, ...]] = {
         "int_field", "int_value", "opt_id_field", "opt_int_field"),
     "faults": ("check_fault", "crash_point", "injected_delay", "stop_limit_s"),
     "fswalk": ("files_under",),
+    "git_cmd": ("last_lines", "run_git"),
     "home_lock": ("DaemonLockError", "HomeLock"),
     "home_perms": ("secure_home",),
     "keys": ("AttemptKey", "OLD_SUFFIX", "REF_PREFIX", "SPARE_SUFFIX", "is_spare", "worktree_id"),

@@ -1,10 +1,7 @@
 """The git commands that write ``store.git``: a remote's refs fetched, refs adopted, ``git gc``.
 
-Owns ``run_store_git`` (``git -C <store> …`` under a scrubbed environment: the daemon's
-``GIT_*`` variables never redirect it, and a remote that wants a password fails instead of
-waiting on a terminal that is not there; a timeout comes back as a failed result, exit -1,
-because ``TimeoutExpired`` would carry the command line, a remote URL included) and the writing
-commands ``Store`` runs through it: ``fetch_staged``, ``adopt_ref``, ``drop_staged`` and
+Owns ``run_store_git`` (``git -C <store> …`` through ``core.run_git``: scrubbed environment,
+no terminal prompt, a timeout as a failed result) and the writing commands ``Store`` runs through it: ``fetch_staged``, ``adopt_ref``, ``drop_staged`` and
 ``collect_garbage``. Their callers read the ``CompletedProcess`` for git's own words.
 
 Promises: no other module of snapshotd runs a git command that writes the store
@@ -15,11 +12,10 @@ compare-and-swap from the value the caller saw; refs stay loose through a gc.
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
-from snapshotd.core import redact_text
+from snapshotd.core import last_lines, run_git
 
 _ZERO = "0" * 40
 
@@ -27,20 +23,8 @@ _ZERO = "0" * 40
 def run_store_git(store: Path, args: list[str], *, timeout: float | None,
                   stdin: bytes | None = None,
                   env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """``git -C <store> *args`` under a scrubbed environment (plus ``env``)."""
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    full_env["GIT_TERMINAL_PROMPT"] = "0"
-    full_env.setdefault("SSH_ASKPASS_REQUIRE", "never")
-    full_env.update(env or {})
-    command = ["git", "-C", str(store), *args]
-    try:
-        return subprocess.run(command, env=full_env, capture_output=True, timeout=timeout,
-                              input=stdin,
-                              stdin=None if stdin is not None else subprocess.DEVNULL)
-    except subprocess.TimeoutExpired as exc:
-        verb = next((a for a in args if not a.startswith("-") and "=" not in a), "")
-        return subprocess.CompletedProcess(
-            command, -1, exc.stdout or b"", f"git {verb} timed out after {timeout:.0f}s".encode())
+    """``git -C <store> *args`` through ``core.run_git`` (scrubbed environment, plus ``env``)."""
+    return run_git(["-C", str(store), *args], timeout=timeout, stdin=stdin, env=env)
 
 
 def fetch_staged(store: Path, url: str, src: str, dst: str,
@@ -63,13 +47,13 @@ def drop_staged(store: Path, staging: str) -> str | None:
     behind (they only pin objects until the next gc): the caller logs it, never raises."""
     proc = run_store_git(store, ["for-each-ref", "--format=%(refname)", staging], timeout=60.0)
     if proc.returncode != 0:
-        return f"could not list staging refs {staging}: {_stderr(proc)}"
+        return f"could not list staging refs {staging}: {last_lines(proc)}"
     names = proc.stdout.decode(errors="replace").split()
     if names:
         script = "".join(f"delete {n}\n" for n in names).encode()
         proc = run_store_git(store, ["update-ref", "--stdin"], timeout=60.0, stdin=script)
         if proc.returncode != 0:
-            return f"could not remove staging refs {staging}: {_stderr(proc)}"
+            return f"could not remove staging refs {staging}: {last_lines(proc)}"
     return None
 
 
@@ -81,9 +65,3 @@ def collect_garbage(store: Path, prune_grace_s: float) -> subprocess.CompletedPr
                                  "-c", "gc.reflogExpireUnreachable=now", "gc", "--quiet",
                                  f"--prune={int(prune_grace_s)}.seconds.ago"],
                          timeout=None, env={"GIT_CONFIG_NOSYSTEM": "1"})
-
-
-def _stderr(proc: subprocess.CompletedProcess) -> str:
-    lines = [ln.strip() for ln in (proc.stderr or b"").decode(errors="replace").splitlines()
-             if ln.strip()]
-    return redact_text(" | ".join(lines[-4:]) or f"git exited {proc.returncode}")

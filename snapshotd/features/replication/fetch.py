@@ -33,13 +33,13 @@ from snapshotd.core import (
     TrailerError,
     Trailers,
     id_field,
+    last_lines,
     redact_url,
 )
 from snapshotd.features.replication.gitremote import (
     GIT_TIMEOUT_S,
     NO_REMOTE_HINT,
     descends,
-    last_lines,
     normalize_remote,
     run_pattern,
 )

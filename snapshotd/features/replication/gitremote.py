@@ -1,8 +1,6 @@
 """The git command line against a replication remote: reachability, listing, pushing.
 
-Owns how snapshotd runs git for replication (``run_git``: scrubbed environment, no terminal
-prompt, a timeout that becomes a failed result instead of an exception carrying the command
-line), how a remote setting is normalised (``normalize_remote``), ``ls_remote``, ``push_refs``,
+Owns how a remote setting is normalised (``normalize_remote``), ``ls_remote``, ``push_refs``,
 and the ancestry test the pusher and the fetcher share (``descends``).
 
 Promises: nothing here returns or raises text with a credential in it: every error text is built
@@ -14,8 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pygit2
@@ -26,8 +22,9 @@ from snapshotd.core import (
     AttemptKey,
     RedactingFilter,
     ServiceError,
-    redact_text,
+    last_lines,
     redact_url,
+    run_git,
 )
 
 # Every replication module logs to this logger; the filter redacts whatever a message or a
@@ -37,7 +34,6 @@ logging.getLogger("snapshotd.replication").addFilter(RedactingFilter())
 GIT_TIMEOUT_S = 300.0
 NO_REMOTE_HINT = ("no remote is configured: set remote = \"<git url or path>\" in config.toml "
                   "or SNAPSHOTD_REMOTE")
-_NICE = shutil.which("nice") is not None
 
 
 def normalize_remote(remote: str | None) -> str:
@@ -102,40 +98,3 @@ def run_pattern(run_id: str | None) -> str:
     if run_id is None:
         return REF_PREFIX + "*"
     return AttemptKey(run_id, "x", 0, 1).ref.rsplit("/", 3)[0] + "/*"
-
-
-def run_git(args: list[str], *, timeout: float, stdin: bytes | None = None,
-            background: bool = False) -> subprocess.CompletedProcess:
-    """``git *args``; a timeout is returned as a failed result (exit -1, a stderr line saying
-    so), because ``TimeoutExpired`` would carry the command line, remote URL included."""
-    # The daemon's environment must not redirect git (GIT_DIR, GIT_INDEX_FILE…), and a remote
-    # that wants a password fails instead of waiting on a terminal that is not there.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env["GIT_TERMINAL_PROMPT"] = "0"
-    env.setdefault("SSH_ASKPASS_REQUIRE", "never")
-    # Background pushes yield the CPU to captures (the budget is capture latency, not lag).
-    nice = ["nice", "-n", "10"] if background and _NICE else []
-    command = [*nice, "git", *args]
-    try:
-        return subprocess.run(command, env=env, capture_output=True, timeout=timeout,
-                              input=stdin,
-                              stdin=None if stdin is not None else subprocess.DEVNULL)
-    except subprocess.TimeoutExpired as exc:
-        return subprocess.CompletedProcess(
-            command, -1, exc.stdout or b"",
-            f"git {_verb(args)} timed out after {timeout:.0f}s".encode())
-
-
-def last_lines(proc: subprocess.CompletedProcess, n: int = 4) -> str:
-    """The last ``n`` non-blank lines of git's stderr on one line, credentials redacted."""
-    text = (proc.stderr or b"").decode(errors="replace").splitlines()
-    lines = [line.strip() for line in text if line.strip()]
-    joined = " | ".join(lines[-n:]) or f"git exited {proc.returncode}"
-    return redact_text(joined)
-
-
-def _verb(args: list[str]) -> str:
-    i = 0
-    while i < len(args) and args[i] in ("-C", "-c"):
-        i += 2
-    return args[i] if i < len(args) else ""
