@@ -85,13 +85,6 @@ class Import(NamedTuple):
     target: str        # the module that defines what is imported
     through: str       # the module or package the statement names
     line: int
-    type_checking: bool
-
-
-def _type_checking_lines(tree: ast.AST) -> list[tuple[int, int]]:
-    return [(node.lineno, node.end_lineno or node.lineno) for node in ast.walk(tree)
-            if isinstance(node, ast.If) and isinstance(node.test, ast.Name)
-            and node.test.id == "TYPE_CHECKING"]
 
 
 def _resolve(base: str, name: str | None) -> tuple[str, str] | None:
@@ -108,7 +101,6 @@ def _resolve(base: str, name: str | None) -> tuple[str, str] | None:
 def imports(name: str) -> list[Import]:
     """What ``name`` imports of ours, anywhere in its body."""
     package = name if MODULES[name].name == "__init__.py" else name.rpartition(".")[0]
-    guarded = _type_checking_lines(TREES[name])
     out: list[Import] = []
     for node in ast.walk(TREES[name]):
         if isinstance(node, ast.Import):
@@ -125,8 +117,7 @@ def imports(name: str) -> list[Import]:
         for base, imported in pairs:
             found = _resolve(base, imported)
             if found and found[0] != name:
-                checking = any(a <= node.lineno <= b for a, b in guarded)
-                out.append(Import(found[0], found[1], node.lineno, checking))
+                out.append(Import(found[0], found[1], node.lineno))
     return sorted(set(out), key=lambda imp: (imp.line, imp.target))
 
 
