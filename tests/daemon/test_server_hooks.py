@@ -17,12 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from snapshotd.core import LAYERS
 from snapshotd.core.config import load_config
 from snapshotd.core.registry import Registry
 from snapshotd.daemon import metrics
 from snapshotd.daemon.daemon import OPTIONAL_PARTS, attach_optional_parts
 from snapshotd.daemon.listener import bind_socket
-from snapshotd.daemon.server import LAYERS, Server
+from snapshotd.daemon.server import Server
 from snapshotd.features import engine
 from snapshotd.service.service import Service
 from tests.conftest import Daemon, Env
