@@ -69,6 +69,7 @@ def render(info: dict) -> list[str]:
     out.extend(_capture_lines(info))
     out.extend(_config_lines(info.get("config") or {}))
     out.extend(_replication_lines(info.get("replication")))
+    out.extend(_http_hook_lines(info.get("http_hook")))
     recon = info.get("reconciliation") or {}
     if recon.get("rebuilt_rows"):
         at = recon.get("at")
@@ -196,6 +197,18 @@ def _replication_lines(rep: object) -> list[str]:
                        f"(secret: {where}); release: snapshotd push {w.get('run_id')} "
                        f"--release {w.get('commit')}")
     return out
+
+
+def _http_hook_lines(hook: object) -> list[str]:
+    """The HTTP hook endpoint: where it listens and its counts, or OFF with the reason."""
+    if not isinstance(hook, dict):
+        return []
+    if not hook.get("enabled"):
+        return [f"http hook OFF ({hook.get('reason', '-')}, port {hook.get('port', '-')}): "
+                f"{hook.get('error', '-')}"]
+    return [f"http hook {hook.get('url', '-')}  accepted {hook.get('accepted', 0)}, refused "
+            f"{hook.get('refused_token', 0)} token / {hook.get('refused_host', 0)} host, "
+            f"late {hook.get('late', 0)}, gaps {hook.get('gaps', 0)}"]
 
 
 def human_bytes(value: object) -> str:

@@ -17,6 +17,7 @@ Promises:
 
 from __future__ import annotations
 
+import errno
 import heapq
 import hmac
 import logging
@@ -64,18 +65,36 @@ def attach(service: Service, server: Registry, config: Config) -> None:
     """Start the endpoint when ``http_hook`` is on; stop it with the daemon."""
     if not config.http_hook:
         return
+    port = config.http_hook_port
     try:
         endpoint = HttpHook(service, server, config, ensure_token(service.home))
     except (OSError, TokenError) as exc:
-        # The daemon still serves its socket: the process hook keeps working.
-        error = str(exc)
-        log.error("the HTTP hook endpoint is off: %s", error)
-        server.status_extras.append(lambda: {"http_hook": {"enabled": False, "error": error}})
+        # The daemon still serves its socket: the process hook keeps working. `snapshotd
+        # http-hook` reads this entry and prints no settings: an agent must not send the token
+        # to a port another process holds.
+        off = off_status(exc, port)
+        log.error("the HTTP hook endpoint is off (%s): %s", off["reason"], off["error"])
+        server.status_extras.append(lambda: {"http_hook": off})
         return
     endpoint.start()
     server.status_extras.append(lambda: {"http_hook": endpoint.status()})
     server.on_stopping.append(endpoint.stop_accepting)
     server.shutdown_hooks.append(endpoint.close)
+
+
+def off_status(exc: Exception, port: int) -> dict:
+    """The ``status`` entry of an endpoint that could not start: ``reason`` is ``port-in-use``
+    (another listener held the port when the daemon started), ``token`` (an unsafe token
+    file) or ``listen-failed``; ``error`` says it in a sentence."""
+    if isinstance(exc, TokenError):
+        reason, error = "token", str(exc)
+    elif isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
+        reason = "port-in-use"
+        error = (f"port {port} on 127.0.0.1 is in use by another process; set "
+                 f"http_hook_port to a free port (0 picks one) and restart the daemon")
+    else:
+        reason, error = "listen-failed", f"cannot listen on 127.0.0.1 port {port}: {exc}"
+    return {"enabled": False, "reason": reason, "error": error, "port": port}
 
 
 class TokenError(Exception):
@@ -175,7 +194,8 @@ class HttpHook:
     def status(self) -> dict:
         with self._counts_lock:
             counts = dict(self.counts)
-        return {"enabled": True, "url": f"http://127.0.0.1:{self.port}{HOOK_PATH}", **counts,
+        return {"enabled": True, "url": f"http://127.0.0.1:{self.port}{HOOK_PATH}",
+                "port": self.port, **counts,
                 "threads_started": self.workers.started, "threads_idle": self.workers.idle()}
 
     def count(self, name: str) -> None:

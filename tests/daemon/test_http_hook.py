@@ -193,8 +193,12 @@ def test_an_unsafe_token_file_keeps_the_endpoint_off(sd_env: Env, make_daemon) -
     assert block["enabled"] is False and "0600" in block["error"]
 
 
-def test_the_cli_prints_the_settings_with_the_token(tmp_path: Path) -> None:
-    env = Env(tmp_path)
+def test_the_cli_prints_the_settings_with_the_token(sd_env: Env, make_daemon) -> None:
+    """The entry names the running daemon's endpoint (tests/cli/test_http_hook_port.py covers
+    the refusals: no daemon, the endpoint off, its port taken)."""
+    env = sd_env
+    daemon = make_daemon(env, HTTP_ENV)
+    addr = _endpoint(daemon)
     run = subprocess.run([sys.executable, "-m", "snapshotd", "http-hook"], env=env.environ(),
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
@@ -202,10 +206,9 @@ def test_the_cli_prints_the_settings_with_the_token(tmp_path: Path) -> None:
     token = _token(env)
     for event in ("PostToolUse", "PostToolUseFailure"):
         (entry,) = settings["hooks"][event][0]["hooks"]
-        assert entry["type"] == "http" and entry["url"] == "http://127.0.0.1:47681/hook"
+        assert entry["type"] == "http" and entry["url"] == f"http://127.0.0.1:{addr[1]}/hook"
         assert entry["headers"]["Authorization"] == f"Bearer {token}"
         assert set(entry["allowedEnvVars"]) >= {"SNAPSHOTD_RUN_ID", "CLAUDE_PROJECT_DIR"}
-    assert "http_hook = true" in run.stderr  # the endpoint is off in this config
     only = subprocess.run([sys.executable, "-m", "snapshotd", "http-hook", "--token"],
                           env=env.environ(), capture_output=True, text=True, timeout=60)
     assert only.stdout.strip() == token
