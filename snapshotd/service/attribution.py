@@ -60,7 +60,9 @@ class Attribution:
     def attribute(self, req: SnapshotRequest) -> Attempt:
         """Which attempt a capture belongs to: explicit, registered worktree, or zero-setup."""
         if req.run_id is not None:
-            return self._named(req)
+            attempt = self._named(req)
+            self._refuse_outside(req, attempt)
+            return attempt
         registered = self.active_for(req.cwd, registered_only=req.fallback is not None)
         if registered is not None:
             return registered
@@ -180,9 +182,10 @@ class Attribution:
         return attempt
 
     def _refuse(self, req: SnapshotRequest | None, code: str, gap_detail: str,
-                message: str) -> NoReturn:
+                message: str, *, reason: str | None = None,
+                attempt: Attempt | None = None) -> NoReturn:
         if req is not None:
-            self.record_gap(req, None, code, gap_detail)
+            self.record_gap(req, attempt, reason or code, gap_detail)
         raise ServiceError(code, message)
 
     def _outside_gap(self, req: SnapshotRequest, attempt: Attempt) -> None:
@@ -202,6 +205,21 @@ class Attribution:
                         f"session's attempt {attempt.key}: {root} is captured, {project}'s "
                         f"changes are not; run the agent there in a session of its own, or "
                         f"`snapshotd attempt begin` for it")
+
+    def _refuse_outside(self, req: SnapshotRequest, attempt: Attempt) -> None:
+        """A request naming its attempt from a directory outside that attempt's worktree (a
+        hook inheriting ``SNAPSHOTD_RUN_ID`` in another checkout): capturing the attempt's
+        worktree would acknowledge a tree without the tool call's change, so it is an
+        ``outside-worktree`` gap and a ``worktree-refused`` reply (the hook still exits 0)."""
+        cwd = resolve(req.cwd)
+        root = resolve(Path(attempt.worktree))
+        if cwd == root or root in cwd.parents:
+            return
+        detail = (f"this request ran in {cwd}, outside {root}, the worktree of the attempt "
+                  f"{attempt.key} it names: nothing was captured; run it there, or name an "
+                  f"attempt begun for {cwd}")
+        self._refuse(req, WORKTREE_REFUSED, detail, detail, reason="outside-worktree",
+                     attempt=attempt)
 
     def _refuse_zero_setup(self, root: Path, req: SnapshotRequest) -> None:
         reason = None
