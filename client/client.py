@@ -192,6 +192,11 @@ class Client:
         return result
 
     def restore(self, **fields: Any) -> dict:
+        """``umask`` defaults to this process's: what the daemon creates gets git's modes less
+        it (docs/restore.md, "Modes")."""
+        umask = _umask()
+        if umask is not None:
+            fields.setdefault("umask", umask)
         return self.request("restore", **_abs_paths(fields))
 
     def diff(self, **fields: Any) -> dict:
@@ -425,3 +430,15 @@ def _abs_paths(fields: dict[str, Any]) -> dict[str, Any]:
             out[key] = _abs(out[key])
     return out
 
+
+def _umask() -> int | None:
+    """This process's umask from ``/proc/self/status`` (``os.umask`` would change it a moment
+    for every thread), or None where the kernel does not say."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8) & 0o777
+    except (OSError, ValueError, IndexError):
+        pass
+    return None

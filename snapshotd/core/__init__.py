@@ -25,6 +25,8 @@ FACE: dict[str, tuple[str, ...]] = {
     "registry": ("Handler", "LAYERS", "Registry", "Wrapper"),
     "secrets": ("may_name_secret_files", "redact_secrets", "scan_changed_file", "scan_paths",
         "secret_files_among", "secret_skip"),
+    "user_modes": ("DEFAULT_UMASK", "process_umask", "repo_mode", "share_paths",
+        "shared_setting", "umask_field", "worktree_dir_mode", "worktree_file_mode"),
     "user_repo": ("CacheNode", "NotRegularFile", "SeedIndex", "blocking_file", "common_dir",
         "head_commit", "not_regular", "objects_dir", "open_regular", "open_user_repo",
         "read_regular", "repo_info_exclude", "strip_index", "user_gitdir", "user_head"),

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from snapshotd.core import process_umask
 from snapshotd.ops import backend
 from snapshotd_client import Client, SnapshotdError, socket_path
 
@@ -42,8 +43,11 @@ def run_restore(fields: dict[str, Any], *, home: Path | None = None,
                 progress: Progress | None = None, progress_token: str | None = None,
                 timeout: float = RESTORE_TIMEOUT_S) -> dict:
     """Restore ``fields`` (``run_id``, ``node_id``, ``seq``, ``iteration``, ``attempt``,
-    ``to``: an absolute path or None, ``dry_run``, ``force``) through the daemon or here."""
+    ``to``: an absolute path or None, ``dry_run``, ``force``; ``umask``, this process's when
+    absent) through the daemon or here."""
     sent = dict(fields)
+    # The restore runs in the daemon (umask 077): what it creates gets git's modes less ours.
+    sent.setdefault("umask", process_umask())
     if plan_limit is not None:
         sent["plan_limit"] = plan_limit
 
@@ -54,7 +58,7 @@ def run_restore(fields: dict[str, Any], *, home: Path | None = None,
             service, run_id=fields["run_id"], node_id=fields["node_id"], seq=fields["seq"],
             iteration=fields["iteration"], attempt=fields["attempt"],
             to=Path(fields["to"]) if fields["to"] else None, dry_run=fields["dry_run"],
-            force=fields["force"], progress=progress)
+            force=fields["force"], progress=progress, umask=sent["umask"])
         if plan_limit is not None:
             return page_plan(result, 0, plan_limit)
         # The same keys as the op's reply, whole.

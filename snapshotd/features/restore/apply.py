@@ -13,6 +13,7 @@ writes. Promises (in full: docs/restore.md, "Internals"):
   ``SMALL_PLAN`` writes each file and directory is fsynced, above it two ``syncfs`` barriers.
 - ``materialize`` into a new directory renames it in after a ``syncfs`` (whole or not at all);
   into an empty one, a failure takes back what it created.
+- Modes are git's under the user's umask (``Modes``), never the daemon's 077.
 """
 
 from __future__ import annotations
@@ -33,7 +34,14 @@ from pathlib import Path
 
 import pygit2
 
-from snapshotd.core import crash_point, write_all
+from snapshotd.core import (
+    DEFAULT_UMASK,
+    crash_point,
+    process_umask,
+    worktree_dir_mode,
+    worktree_file_mode,
+    write_all,
+)
 from snapshotd.features.restore.plan import MODE_EXEC, MODE_LINK, Plan, Write
 
 log = logging.getLogger("snapshotd.restore")
@@ -54,15 +62,36 @@ class Obstacle(Exception):
     """Something that is not a directory stands where the restore needs one."""
 
 
+class Modes:
+    """The modes a restore gives what it creates: git's (a file 0666, an executable 0777, a
+    directory 0777) less the user's ``umask``. Created with them, then set explicitly where
+    this process's umask (the daemon's 077) took bits off."""
+
+    def __init__(self, umask: int = DEFAULT_UMASK) -> None:
+        self.file = worktree_file_mode(umask, False)
+        self.exe = worktree_file_mode(umask, True)
+        self.dir = worktree_dir_mode(umask)
+        ours = process_umask()
+        self.fix_files = bool((self.file | self.exe) & ours)
+        self.fix_dirs = bool(self.dir & ours)
+
+    def set_dir(self, fd: int) -> None:
+        """Give the directory at ``fd``, just created, ``self.dir`` (an inherited setgid bit
+        stays, as with mkdir under the user's own umask)."""
+        if self.fix_dirs:
+            os.fchmod(fd, self.dir | (os.fstat(fd).st_mode & stat.S_ISGID))
+
+
 def apply_in_place(repo: pygit2.Repository, root: Path, plan: Plan,
-                   progress: Progress | None) -> None:
+                   progress: Progress | None, modes: Modes | None = None) -> None:
     """Apply ``plan`` to the worktree at ``root`` (the caller holds the worktree lock).
 
     Raises ``OSError`` or ``Obstacle`` when it stops part-way; the files renamed so far stay.
     """
     kept = {p for p, _ in plan.kept}
     writes = [w for w in plan.writes if w.path not in kept]
-    run = _InPlace(repo, root, writes, progress, total=len(writes) + len(plan.deletes))
+    run = _InPlace(repo, root, writes, progress, total=len(writes) + len(plan.deletes),
+                   modes=modes or Modes())
     try:
         # Deletions first, so directories can replace files and links (and vice versa).
         emptied = run.delete(plan.deletes)
@@ -76,19 +105,21 @@ def apply_in_place(repo: pygit2.Repository, root: Path, plan: Plan,
 
 
 def materialize(reader: Callable[[], pygit2.Repository], target: Path, entries: list[Write],
-                progress: Progress | None, timings: dict[str, float]) -> None:
+                progress: Progress | None, timings: dict[str, float],
+                modes: Modes | None = None) -> None:
     """Write every entry under ``target``, a new directory (made whole, by rename) or an existing
     empty one; ``reader`` opens a store handle for each writing thread.
 
     ``target`` is a resolved absolute path: it is entered from ``/`` without following links
     (``open_confined``), so a component that has become a link since raises ``OSError``."""
+    modes = modes or Modes()
     try:
         root_fd = open_confined(target, create=False)
     except FileNotFoundError:
-        _materialize_new(reader, target, entries, progress, timings)
+        _materialize_new(reader, target, entries, progress, timings, modes)
         return
     try:
-        _write_all(reader, root_fd, entries, progress, timings)
+        _write_all(reader, root_fd, entries, progress, timings, modes)
     except BaseException:
         # Into an existing empty directory: take back what we created, leave it empty.
         for top in sorted({w.path.partition(b"/")[0] for w in entries}):
@@ -98,11 +129,11 @@ def materialize(reader: Callable[[], pygit2.Repository], target: Path, entries: 
         os.close(root_fd)
 
 
-def open_confined(path: Path, *, create: bool) -> int:
+def open_confined(path: Path, *, create: bool, modes: Modes | None = None) -> int:
     """A descriptor on the directory at absolute ``path``, entered from ``/`` one component at a
     time with ``O_NOFOLLOW``: a component that is a link raises ``OSError`` (``ELOOP``), one that
-    is a file ``NotADirectoryError``; a missing one is created when ``create``, else
-    ``FileNotFoundError``. The caller closes the descriptor."""
+    is a file ``NotADirectoryError``; a missing one is created when ``create`` (with
+    ``modes.dir``), else ``FileNotFoundError``. The caller closes the descriptor."""
     raw = os.fsencode(path)
     if not raw.startswith(b"/"):
         raise ValueError(f"{path} is not an absolute path")
@@ -118,11 +149,10 @@ def open_confined(path: Path, *, create: bool) -> int:
             except FileNotFoundError:
                 if not create:
                     raise
-                try:
-                    os.mkdir(part, 0o777, dir_fd=fd)
-                except FileExistsError:
-                    pass  # made by someone else since the open: entering it checks what it is
+                made = _mkdir(part, fd)
                 child = os.open(part, DirWalker.FLAGS, dir_fd=fd)
+                if made:
+                    (modes or Modes()).set_dir(child)
             os.close(fd)
             fd = child
     except BaseException:
@@ -154,8 +184,9 @@ class DirWalker:
 
     FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
-    def __init__(self, root_fd: int) -> None:
+    def __init__(self, root_fd: int, modes: Modes | None = None) -> None:
         self.root_fd = root_fd
+        self.modes = modes or Modes()
         self.chain: list[tuple[bytes, int]] = []
         self.touched: set[bytes] = set()
 
@@ -200,12 +231,16 @@ class DirWalker:
                                "directory") from None
             # A symlink where the checkpoint has a directory: replace the link itself.
             os.unlink(name, dir_fd=parent)
-        try:
-            os.mkdir(name, 0o777, dir_fd=parent)
-        except FileExistsError:
-            pass  # made by someone else since the open: entering it below checks what it is
+        made = _mkdir(name, parent)
         self.touched.add(rel.rpartition(b"/")[0])
-        return os.open(name, self.FLAGS, dir_fd=parent)
+        fd = os.open(name, self.FLAGS, dir_fd=parent)
+        if made:
+            try:
+                self.modes.set_dir(fd)
+            except OSError:
+                os.close(fd)
+                raise
+        return fd
 
 
 # -- in place ------------------------------------------------------------------------------------
@@ -215,15 +250,16 @@ class _InPlace:
     """One in-place application: its descriptors, progress and the temp files not yet renamed."""
 
     def __init__(self, repo: pygit2.Repository, root: Path, writes: list[Write],
-                 progress: Progress | None, *, total: int) -> None:
+                 progress: Progress | None, *, total: int, modes: Modes) -> None:
         self.repo = repo
+        self.modes = modes
         self.writes = writes
         self.progress = progress
         self.total = total
         self.done = 0
         self.small = len(writes) <= SMALL_PLAN
         self.root_fd = open_confined(root, create=False)
-        self.walker = DirWalker(self.root_fd)
+        self.walker = DirWalker(self.root_fd, modes)
         self.staged: list[tuple[bytes, bytes, bytes]] = []  # (dir, temp name, final name)
 
     def delete(self, deletes: list[bytes]) -> set[bytes]:
@@ -272,7 +308,7 @@ class _InPlace:
             assert fd is not None
             tmp = _temp_name()
             self.staged.append((parent, tmp, name))  # first: a half-written temp is removed
-            _write_entry(self.repo, fd, tmp, w, fsync=self.small, like=name)
+            _write_entry(self.repo, fd, tmp, w, self.modes, fsync=self.small, like=name)
             self._step()
         if self.staged and not self.small:
             _sync_fs(self.root_fd)  # the data of every temp file is durable before any rename
@@ -335,9 +371,9 @@ class _InPlace:
 
 def _materialize_new(reader: Callable[[], pygit2.Repository], target: Path,
                      entries: list[Write], progress: Progress | None,
-                     timings: dict[str, float]) -> None:
+                     timings: dict[str, float], modes: Modes) -> None:
     """Build ``target`` under a hidden sibling name and rename it into place once durable."""
-    parent_fd = open_confined(target.parent, create=True)
+    parent_fd = open_confined(target.parent, create=True, modes=modes)
     try:
         name = os.fsencode(target.name)
         staging = b".%s.snapshotd-%d-%d" % (name, os.getpid(), next(_tmp_counter))
@@ -345,7 +381,8 @@ def _materialize_new(reader: Callable[[], pygit2.Repository], target: Path,
         try:
             root_fd = os.open(staging, DirWalker.FLAGS, dir_fd=parent_fd)
             try:
-                _write_all(reader, root_fd, entries, progress, timings)
+                modes.set_dir(root_fd)
+                _write_all(reader, root_fd, entries, progress, timings, modes)
             finally:
                 os.close(root_fd)
             # The directory appears whole, or not at all.
@@ -359,7 +396,7 @@ def _materialize_new(reader: Callable[[], pygit2.Repository], target: Path,
 
 
 def _write_all(reader: Callable[[], pygit2.Repository], root_fd: int, entries: list[Write],
-               progress: Progress | None, timings: dict[str, float]) -> None:
+               progress: Progress | None, timings: dict[str, float], modes: Modes) -> None:
     """Write every entry straight to its name in the empty directory ``root_fd``, then one sync
     barrier.
 
@@ -375,13 +412,13 @@ def _write_all(reader: Callable[[], pygit2.Repository], root_fd: int, entries: l
     def write_chunk(k: int) -> None:
         # A repository object per thread: libgit2 objects are not shared across threads here.
         repo = reader()
-        walker = DirWalker(root_fd)
+        walker = DirWalker(root_fd, modes)
         try:
             for i, w in enumerate(chunks[k], 1):
                 parent, _, name = w.path.rpartition(b"/")
                 fd = walker.open_dir(parent, create=True)
                 assert fd is not None
-                _write_entry(repo, fd, name, w, fsync=False)
+                _write_entry(repo, fd, name, w, modes, fsync=False)
                 if progress is not None and i % 200 == 0:
                     with lock:
                         done[k] = i
@@ -404,19 +441,22 @@ def _write_all(reader: Callable[[], pygit2.Repository], root_fd: int, entries: l
 # -- helpers -------------------------------------------------------------------------------------
 
 
-def _write_entry(repo: pygit2.Repository, dir_fd: int, name: bytes, w: Write, *, fsync: bool,
-                 like: bytes | None = None) -> None:
-    """Create ``name`` in ``dir_fd`` as the checkpoint's blob or link (never following links)."""
+def _write_entry(repo: pygit2.Repository, dir_fd: int, name: bytes, w: Write, modes: Modes, *,
+                 fsync: bool, like: bytes | None = None) -> None:
+    """Create ``name`` in ``dir_fd`` as the checkpoint's blob or link (never following links):
+    a new file gets ``modes``, one replacing a regular file keeps that file's bits."""
     data = repo.odb.read(w.oid)[1]
     if w.mode == MODE_LINK:
         os.symlink(data, name, dir_fd=dir_fd)
         return
-    mode = 0o777 if w.mode == MODE_EXEC else 0o666
+    mode = modes.exe if w.mode == MODE_EXEC else modes.file
     fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                  mode, dir_fd=dir_fd)
     try:
-        if like is not None:
-            _keep_permissions(fd, dir_fd, like, executable=w.mode == MODE_EXEC)
+        kept = like is not None and _keep_permissions(fd, dir_fd, like,
+                                                      executable=w.mode == MODE_EXEC)
+        if not kept and modes.fix_files:
+            os.fchmod(fd, mode)
         write_all(fd, data)
         if fsync:
             os.fsync(fd)
@@ -424,19 +464,31 @@ def _write_entry(repo: pygit2.Repository, dir_fd: int, name: bytes, w: Write, *,
         os.close(fd)
 
 
-def _keep_permissions(fd: int, dir_fd: int, name: bytes, *, executable: bool) -> None:
+def _keep_permissions(fd: int, dir_fd: int, name: bytes, *, executable: bool) -> bool:
     """A file that replaces an existing regular file keeps its permission bits (as an editor
-    would); only the exec bits follow the checkpoint, where read is allowed (as git does)."""
+    would); only the exec bits follow the checkpoint, where read is allowed (as git does).
+    False when there is no such file (the new one then gets the restore's ``Modes``)."""
     try:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except OSError:
-        return  # nothing there to keep: the new file has the checkpoint's default mode
+        return False
     if not stat.S_ISREG(st.st_mode):
-        return
+        return False
     perms = stat.S_IMODE(st.st_mode) & 0o7777 & ~0o111
     if executable:
         perms |= (perms & 0o444) >> 2
     os.fchmod(fd, perms)
+    return True
+
+
+def _mkdir(name: bytes, parent: int) -> bool:
+    """Create directory ``name`` in ``parent``; False when it was there already (made by
+    someone else since the open: entering it checks what it is, and its mode is theirs)."""
+    try:
+        os.mkdir(name, 0o777, dir_fd=parent)
+    except FileExistsError:
+        return False
+    return True
 
 
 def _ancestors(path: bytes) -> Iterator[bytes]:

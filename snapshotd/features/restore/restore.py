@@ -30,15 +30,18 @@ import pygit2
 from snapshotd.core import (
     BAD_REQUEST,
     CONFLICT,
+    DEFAULT_UMASK,
     NOT_FOUND,
     RESTORE_FAILED,
     AttemptKey,
     ServiceError,
     abs_path_field,
     bool_field,
+    umask_field,
 )
 from snapshotd.features.replication import ensure_commit
 from snapshotd.features.restore.apply import (
+    Modes,
     Obstacle,
     Progress,
     apply_in_place,
@@ -77,11 +80,13 @@ WIRE_KEPT_BYTES = 128 * 1024
 def restore_checkpoint(service: Service, *, run_id: str, node_id: str, seq: int | None = None,
                        iteration: int | None = None, attempt: int | None = None,
                        to: Path | None = None, dry_run: bool = False, force: bool = False,
-                       progress: Progress | None = None, into: Attempt | None = None) -> dict:
+                       progress: Progress | None = None, into: Attempt | None = None,
+                       umask: int = DEFAULT_UMASK) -> dict:
     """Restore one checkpoint in place (default) or into ``to``; see the module docstring.
 
     ``into`` (the engine's resume into a directory of its own): restore in place into that
     attempt's worktree instead, with the safety checkpoint recorded in that attempt.
+    ``umask``: the user's; what the restore creates gets git's modes less it (``Modes``).
 
     Raises ``ServiceError`` with code ``not-found`` (names the runs, nodes, attempts or seqs that
     exist), ``conflict`` (an attempt is active on the worktree and ``force`` is false),
@@ -107,10 +112,11 @@ def restore_checkpoint(service: Service, *, run_id: str, node_id: str, seq: int 
     }
     if to is not None:
         result.update(_restore_to(service, repo, target_tree, Path(to), cp,
-                                  dry_run=dry_run, progress=progress))
+                                  dry_run=dry_run, progress=progress, modes=Modes(umask)))
     else:
         result.update(_restore_in_place(service, repo, into or owner, cp, target_tree,
-                                        dry_run=dry_run, force=force, progress=progress))
+                                        dry_run=dry_run, force=force, progress=progress,
+                                        modes=Modes(umask)))
     result["counts"] = {op: sum(1 for p in result["plan"] if p["op"] == op) for op in "AMD"}
     result["elapsed_ms"] = _ms(started)
     return result
@@ -191,7 +197,7 @@ def attach(service: Service, server: Registry, config: Config) -> None:
                 seq=fields.get("seq"), iteration=fields.get("iteration"),
                 attempt=fields.get("attempt"), to=to, dry_run=bool_field(fields, "dry_run"),
                 force=bool_field(fields, "force"),
-                progress=board.callback(token) if token else None)
+                progress=board.callback(token) if token else None, umask=umask_field(fields))
         finally:
             if token:
                 board.finish(token)
@@ -241,7 +247,7 @@ class _ProgressBoard:
 
 def _restore_in_place(service: Service, repo: pygit2.Repository, owner: Attempt, cp: dict,
                       target_tree: pygit2.Tree, *, dry_run: bool, force: bool,
-                      progress: Progress | None) -> dict:
+                      progress: Progress | None, modes: Modes) -> dict:
     root = Path(owner.worktree)
     if not root.is_absolute():
         raise ServiceError(RESTORE_FAILED, f"attempt {owner.key} has no usable worktree "
@@ -255,7 +261,7 @@ def _restore_in_place(service: Service, repo: pygit2.Repository, owner: Attempt,
             _refuse_active(service, root)  # again under the lock: a begin may have raced us
         t0 = time.perf_counter()
         current_tree, safety, scan = _current_state(service, repo, owner, cp, root,
-                                                    dry_run=dry_run)
+                                                    dry_run=dry_run, modes=modes)
         timings["capture_ms"] = _ms(t0)
         t0 = time.perf_counter()
         plan = plan_trees(repo, repo[current_tree].peel(pygit2.Tree), target_tree)
@@ -264,7 +270,7 @@ def _restore_in_place(service: Service, repo: pygit2.Repository, owner: Attempt,
         timings["plan_ms"] = _ms(t0)
         t0 = time.perf_counter()
         if not dry_run and (plan.writes or plan.deletes):
-            _apply(repo, root, plan, progress, owner, cp, safety)
+            _apply(repo, root, plan, progress, owner, cp, safety, modes)
         timings["apply_ms"] = _ms(t0)
     out: dict = {"target": str(root), "mode": "in-place", "plan": plan.as_list(),
                  "kept": plan.kept_list(), "applied": not dry_run, "timings": timings,
@@ -281,7 +287,8 @@ def _restore_in_place(service: Service, repo: pygit2.Repository, owner: Attempt,
 
 
 def _current_state(service: Service, repo: pygit2.Repository, owner: Attempt, cp: dict,
-                   root: Path, *, dry_run: bool) -> tuple[str, dict | None, str | None]:
+                   root: Path, *, dry_run: bool,
+                   modes: Modes) -> tuple[str, dict | None, str | None]:
     """The worktree's tree now, the safety checkpoint that recorded it (None on a dry run) and
     how it was read (``fast``/``full``; None for a missing worktree on a dry run)."""
     missing = not os.path.lexists(root)
@@ -292,7 +299,7 @@ def _current_state(service: Service, repo: pygit2.Repository, owner: Attempt, cp
         return empty_tree(repo), None, None
     if missing:
         try:
-            os.close(open_confined(root, create=True))
+            os.close(open_confined(root, create=True, modes=modes))
         except OSError as exc:
             raise ServiceError(RESTORE_FAILED, f"could not recreate the worktree {root} "
                                f"without following a link: {exc}; nothing was changed") from exc
@@ -304,10 +311,10 @@ def _current_state(service: Service, repo: pygit2.Repository, owner: Attempt, cp
 
 
 def _apply(repo: pygit2.Repository, root: Path, plan: Plan, progress: Progress | None,
-           owner: Attempt, cp: dict, safety: dict | None) -> None:
+           owner: Attempt, cp: dict, safety: dict | None, modes: Modes) -> None:
     """Apply the plan; a failure part-way names the safety checkpoint and its undo command."""
     try:
-        apply_in_place(repo, root, plan, progress)
+        apply_in_place(repo, root, plan, progress, modes)
     except (OSError, Obstacle) as exc:
         k = owner.key
         undo = (undo_command(k.run_id, k.node_id, k.iteration, k.attempt, safety["seq"])
@@ -349,7 +356,7 @@ def _safety_checkpoint(service: Service, owner: Attempt, cp: dict) -> dict:
 
 
 def _restore_to(service: Service, repo: pygit2.Repository, tree: pygit2.Tree, to: Path, cp: dict,
-                *, dry_run: bool, progress: Progress | None) -> dict:
+                *, dry_run: bool, progress: Progress | None, modes: Modes) -> dict:
     t0 = time.perf_counter()
     target = _resolve_to_target(to, service)
     entries = list(walk_tree(repo, tree))
@@ -362,7 +369,7 @@ def _restore_to(service: Service, repo: pygit2.Repository, tree: pygit2.Tree, to
         return out
     t0 = time.perf_counter()
     try:
-        materialize(service.store.reader, target, entries, progress, timings)
+        materialize(service.store.reader, target, entries, progress, timings, modes)
     except (OSError, Obstacle) as exc:
         raise ServiceError(RESTORE_FAILED, f"could not materialize seq {cp['seq']} into "
                            f"{target}: {exc} (a component of the path that is a link or not a "
