@@ -4,6 +4,7 @@ read commands take ``--json``, errors go to stderr as a sentence that says what 
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 import click
 
@@ -44,9 +45,32 @@ COMMANDS: dict[str, str] = {
 }
 
 
+# Commands whose stdout is a protocol (msgpack, MCP), not text for a reader: their streams stay
+# as they are; every other command's output passes ``terminal.guard_output``.
+RAW_OUTPUT = frozenset({"serve", "mcp"})
+
+
 class LazyGroup(click.Group):
     """A group whose subcommands are imported by name when asked for (click's documented
-    lazy-loading pattern)."""
+    lazy-loading pattern), whose text output has its control characters escaped."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        from snapshotd.cli.terminal import guard_output, unguard_output
+
+        guard_output()
+        try:
+            return super().main(*args, **kwargs)
+        finally:
+            unguard_output()
+
+    def resolve_command(self, ctx: click.Context,
+                        args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        name, command, rest = super().resolve_command(ctx, args)
+        if name in RAW_OUTPUT:
+            from snapshotd.cli.terminal import unguard_output
+
+            unguard_output()
+        return name, command, rest
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)

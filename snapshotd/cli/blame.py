@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from snapshotd.cli.common import attempt_options, call_or_fail, op_options, operations, print_json
+from snapshotd.cli.terminal import escape_text, field
 
 # How wide the "who" column is in the text form.
 WHO_WIDTH = 32
@@ -44,6 +45,6 @@ def blame(run_id: str, path: str, node_id: str, seq: int | None, iteration: int 
     width = len(str(len(result["lines"])))
     for line in result["lines"]:
         mark = "*" if outside_tool_call(line) else " "
-        who = line["label"] or f"({line['source']})"
+        who = field(line["label"] or f"({line['source']})")
         click.echo(f"{line['seq']:>4}{mark} {who[:WHO_WIDTH]:<{WHO_WIDTH}} "
-                   f"{line['line']:>{width}}) {line['text']}")
+                   f"{line['line']:>{width}}) {escape_text(line['text'])}")

@@ -21,6 +21,7 @@ from snapshotd.cli.common import (
     run_call,
     shown,
 )
+from snapshotd.cli.terminal import field, raw_stdout
 
 
 @click.command()
@@ -56,11 +57,11 @@ def diff(run_id: str, node_id: str, seq: int, to_seq: int | None, worktree: bool
     elif name_status:
         for f in result["files"]:
             if f["old_path"]:
-                click.echo(f"{f['status']}\t{shown(f['old_path'])}\t{shown(f['path'])}")
+                click.echo(f"{f['status']}\t{field(f['old_path'])}\t{field(f['path'])}")
             else:
-                click.echo(f"{f['status']}\t{shown(f['path'])}")
+                click.echo(f"{f['status']}\t{field(f['path'])}")
     else:
         # Byte for byte, as git writes a patch: names and text that are not UTF-8 included.
-        out = click.get_binary_stream("stdout")
+        out = raw_stdout()
         out.write((result["patch"] or "").encode("utf-8", "surrogateescape"))
         out.flush()

@@ -14,6 +14,7 @@ import click
 
 from snapshotd.cli.common import home_option, json_option, print_json
 from snapshotd.cli.show import describe_call, read_only
+from snapshotd.cli.terminal import field
 
 
 @click.command()
@@ -38,8 +39,8 @@ def find(path: str, since: str | None, cwd: Path | None, limit: int | None,
     if as_json:
         print_json(result)
         return
-    click.echo(f"{result['relative'] or '.'} in {result['worktree']}: {result['total']} "
+    click.echo(f"{field(result['relative'] or '.')} in {field(result['worktree'])}: {result['total']} "
                f"checkpoint(s) in {len(result['runs'])} run(s)")
     for cp in result["checkpoints"]:
-        click.echo(f"{cp['status']}  {cp['run_id']}/{cp['node_id']}/{cp['iteration']}/"
+        click.echo(f"{cp['status']}  {field(cp['run_id'])}/{field(cp['node_id'])}/{cp['iteration']}/"
                    f"{cp['attempt']} seq {cp['seq']}  {describe_call(cp)}")

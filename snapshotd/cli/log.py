@@ -13,6 +13,7 @@ import click
 
 from snapshotd.cli.common import home_option, json_option, print_json
 from snapshotd.cli.show import describe_call, echo_change, read_only
+from snapshotd.cli.terminal import field
 
 
 @click.command()
@@ -53,10 +54,10 @@ def log(run_id: str, node_id: str | None, iteration: int | None, attempt: int | 
         print_json(result)
         return
     for entry in result["entries"]:
-        click.echo(f"seq {entry['seq']}  {entry['run_id']}/{entry['node_id']}/"
+        click.echo(f"seq {entry['seq']}  {field(entry['run_id'])}/{field(entry['node_id'])}/"
                    f"{entry['iteration']}/{entry['attempt']}  {describe_call(entry)}")
         if entry.get("diff_omitted"):
-            click.echo(f" ({entry['diff_omitted']})")
+            click.echo(f" ({field(entry['diff_omitted'])})")
         else:
             echo_change(entry, fmt)
         click.echo("")

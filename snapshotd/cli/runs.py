@@ -21,6 +21,7 @@ from snapshotd.cli.common import (
     read_ledger_or_fail,
     resolve_home,
 )
+from snapshotd.cli.terminal import field
 
 
 @click.command()
@@ -54,9 +55,9 @@ def _print_table(summary: list[dict]) -> None:
         gaps = str(r["gaps"]) + (f" ({r['unresolved_gaps']} open)" if r["unresolved_gaps"] else "")
         worktree = r["worktrees"][0] if len(r["worktrees"]) == 1 else (
             f"{r['worktrees'][0]} (+{len(r['worktrees']) - 1})" if r["worktrees"] else "-")
-        rows.append((r["run_id"], str(r["nodes"]), str(r["attempts"]), states,
+        rows.append((field(r["run_id"]), str(r["nodes"]), str(r["attempts"]), states,
                      str(r["checkpoints"]), gaps, age(now - r["last_activity"]) + " ago",
-                     worktree))
+                     field(worktree)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         click.echo("  ".join(c.ljust(w) for c, w in zip(row[:-1], widths, strict=True))

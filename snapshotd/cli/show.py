@@ -23,6 +23,7 @@ from snapshotd.cli.common import (
     json_option,
     print_json,
 )
+from snapshotd.cli.terminal import field
 from snapshotd.ops import read_home
 
 
@@ -51,7 +52,7 @@ def show(run_id: str, node_id: str, seq: int | None, iteration: int | None,
         print_json(result)
         return
     cp = result["checkpoint"]
-    click.echo(f"checkpoint {cp['seq']} of {cp['run_id']}/{cp['node_id']} iteration "
+    click.echo(f"checkpoint {cp['seq']} of {field(cp['run_id'])}/{field(cp['node_id'])} iteration "
                f"{cp['iteration']} attempt {cp['attempt']} (commit {cp['commit'][:12]})")
     click.echo(f"tool call  {describe_call(cp)}")
     base = result["from"]
@@ -60,10 +61,10 @@ def show(run_id: str, node_id: str, seq: int | None, iteration: int | None,
     for side in ("before", "after", "undated"):
         for gap in result["gaps"][side]:
             state = "resolved" if gap["resolved"] else "unresolved"
-            click.echo(f"gap {side:<6} {gap.get('ts')} {gap.get('reason')}: "
-                       f"{gap.get('detail')} ({state})")
+            click.echo(f"gap {side:<6} {field(gap.get('ts'))} {field(gap.get('reason'))}: "
+                       f"{field(gap.get('detail'))} ({state})")
     for finding in result["secrets"]:
-        click.echo(f"SECRET     {finding['path']}:{finding['line']} {finding['kind']}"
+        click.echo(f"SECRET     {field(finding['path'])}:{finding['line']} {finding['kind']}"
                    " (kept here, not replicated unless released)")
     click.echo("")
     echo_change(result, fmt)
@@ -88,9 +89,9 @@ def read_only(home: Path | None, call: Callable[[Any], dict]) -> dict:
 
 def describe_call(cp: dict) -> str:
     """``label [tool id]  tier N source  time`` for a checkpoint's tool call."""
-    tool = f"[{cp['tool_use_id']}]  " if cp.get("tool_use_id") else ""
-    label = cp.get("label") or "(no label)"
-    return f"{label}  {tool}tier {cp['tier']} {cp['source']}  {cp['time']}"
+    tool = f"[{field(cp['tool_use_id'])}]  " if cp.get("tool_use_id") else ""
+    label = field(cp.get("label") or "(no label)")
+    return f"{label}  {tool}tier {cp['tier']} {field(cp['source'])}  {cp['time']}"
 
 
 def echo_change(result: dict, fmt: str) -> None:
@@ -100,8 +101,8 @@ def echo_change(result: dict, fmt: str) -> None:
     elif fmt == "name-status":
         for f in result["files"]:
             if f["old_path"]:
-                click.echo(f"{f['status']}\t{f['old_path']}\t{f['path']}")
+                click.echo(f"{f['status']}\t{field(f['old_path'])}\t{field(f['path'])}")
             else:
-                click.echo(f"{f['status']}\t{f['path']}")
+                click.echo(f"{f['status']}\t{field(f['path'])}")
     else:
         click.echo(result["patch"] or "", nl=False)

@@ -29,6 +29,7 @@ from snapshotd.cli.common import (
     resolve_home,
 )
 from snapshotd.cli.runs import age
+from snapshotd.cli.terminal import field
 
 if TYPE_CHECKING:
     from snapshotd.ledger import Ledger
@@ -122,7 +123,7 @@ def print_listing(listing: dict, *, show_all: bool, attempt_given: bool = False)
             rows.append(_gap_row(item, when, now, listing["checkpoints"]))
     total_gaps = len(listing["gaps"])
     open_gaps = sum(1 for g in listing["gaps"] if not g.get("resolved"))
-    click.echo(f"run {listing['run_id']}: {len(listing['checkpoints'])} checkpoint(s), "
+    click.echo(f"run {field(listing['run_id'])}: {len(listing['checkpoints'])} checkpoint(s), "
                f"{total_gaps} gap(s)" + (f", {open_gaps} unresolved" if open_gaps else ""))
     if len(rows) == 1:
         click.echo("(no checkpoints or gaps match)")
@@ -140,27 +141,28 @@ def _checkpoint_row(cp: dict, now: float) -> tuple[str, ...]:
     worktree = cp.get("worktree") or ""
     if worktree and label:
         label = label.replace(worktree.rstrip("/") + "/", "")  # paths relative to the worktree
+    label = field(label)
     if cp.get("tool_use_id"):
-        label = (label + "  " if label else "") + f"[{cp['tool_use_id']}]"
+        label = (label + "  " if label else "") + f"[{field(cp['tool_use_id'])}]"
     if cp.get("skipped"):
         label += f"  (skipped: {_skipped_text(cp['skipped'])})"
     if cp.get("secrets"):
         first = cp["secrets"][0]
-        label += (f"  (SECRET {first['path']}:{first['line']} {first['kind']}"
+        label += (f"  (SECRET {field(first['path'])}:{first['line']} {first['kind']}"
                   + (f" +{len(cp['secrets']) - 1}" if len(cp["secrets"]) > 1 else "")
                   + ": kept here, not replicated)")
     commit = "pruned" if cp.get("pruned_at") else cp["commit"][:10]
     if cp.get("pruned_at"):
         label += (f"  (pruned {age(now - cp['pruned_at'])} ago: "
-                  f"{cp.get('pruned_reason') or 'retention'})")
-    return (str(cp["seq"]), cp["node_id"], str(cp["iteration"]), str(cp["attempt"]),
+                  f"{field(cp.get('pruned_reason') or 'retention')})")
+    return (str(cp["seq"]), field(cp["node_id"]), str(cp["iteration"]), str(cp["attempt"]),
             f"{cp['tier']}/{cp['source']}", age(now - cp["created_at"]), commit,
             f"+{cp['added']} ~{cp['modified']} -{cp['deleted']}", label)
 
 
 def _skipped_text(skipped: list[dict], shown: int = 3) -> str:
     """``a.txt unreadable, fifo special, and 4 more``: what a checkpoint left out, and why."""
-    parts = [f"{s.get('path')} {s.get('reason')}" for s in skipped[:shown]]
+    parts = [f"{field(s.get('path'))} {field(s.get('reason'))}" for s in skipped[:shown]]
     if len(skipped) > shown:
         parts.append(f"and {len(skipped) - shown} more")
     return ", ".join(parts)
@@ -182,13 +184,15 @@ def _gap_row(gap: dict, when: float, now: float, checkpoints: list[dict]) -> tup
                      None)
         state = ("UNRESOLVED" if later is None
                  else f"UNRESOLVED (later seq {later['seq']} captured the tree after it)")
-    label = f"GAP {gap.get('reason')}" + (f" [{tool}]" if tool else "") + f"  {state}"
+    label = f"GAP {field(gap.get('reason'))}" + (f" [{field(tool)}]" if tool else "") \
+        + f"  {state}"
     if gap.get("detail"):
-        label += f": {gap['detail']}"
+        label += f": {field(gap['detail'])}"
     tier = gap.get("tier")
     source = gap.get("source")
-    return ("gap", str(gap.get("node_id") or "-"), _dash(gap.get("iteration")),
-            _dash(gap.get("attempt")), f"{_dash(tier)}/{source or '-'}", age(now - when), "-",
+    return ("gap", field(gap.get("node_id") or "-"), field(_dash(gap.get("iteration"))),
+            field(_dash(gap.get("attempt"))), field(f"{_dash(tier)}/{source or '-'}"),
+            age(now - when), "-",
             "-", label)
 
 

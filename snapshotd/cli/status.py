@@ -21,6 +21,7 @@ from snapshotd.cli.common import (
     resolve_socket,
     socket_option,
 )
+from snapshotd.cli.terminal import field
 from snapshotd_client import DaemonUnavailable, SnapshotdError
 
 NOT_RUNNING = 3
@@ -57,8 +58,8 @@ def render(info: dict) -> list[str]:
     spool = info.get("gap_spool") or {}
     out = [f"snapshotd {info.get('version', '?')}  pid {info.get('pid', '?')}  "
            f"up {human_duration(info.get('uptime_s'))}  log level {info.get('log_level', '-')}"]
-    out.append(f"home      {info.get('home', '-')}")
-    out.append(f"socket    {info.get('socket', '-')}  ({info.get('connections', 0)} open "
+    out.append(f"home      {field(info.get('home', '-'))}")
+    out.append(f"socket    {field(info.get('socket', '-'))}  ({info.get('connections', 0)} open "
                f"connections, {info.get('refused_connections', 0)} refused)")
     out.append(f"store     {human_bytes(info.get('store_bytes'))}   stat caches "
                f"{human_bytes(info.get('stat_cache_bytes'))}   ledger "
@@ -77,8 +78,8 @@ def render(info: dict) -> list[str]:
         out.append(f"recovery  {recon['rebuilt_rows']} checkpoint rows rebuilt from the store at "
                    f"start-up{when}")
     for item in info.get("damaged_attempts") or []:
-        out.append(f"DAMAGED   {item.get('run_id')}/{item.get('node_id')}/{item.get('iteration')}/"
-                   f"{item.get('attempt')}: {item.get('detail')}")
+        out.append(f"DAMAGED   {field(item.get('run_id'))}/{field(item.get('node_id'))}/"
+                   f"{item.get('iteration')}/{item.get('attempt')}: {field(item.get('detail'))}")
     return out
 
 
@@ -86,7 +87,7 @@ def _process_lines(info: dict) -> list[str]:
     out = []
     proc = info.get("process") or {}
     if "error" in proc:
-        out.append(f"process   unavailable: {proc['error']}")
+        out.append(f"process   unavailable: {field(proc['error'])}")
     elif proc:
         out.append(f"process   RSS {human_bytes(proc.get('rss_bytes'))}   CPU "
                    f"{proc.get('cpu_percent', '-')}% now, {proc.get('cpu_percent_avg', '-')}% "
@@ -115,10 +116,11 @@ def _worktree_lines(info: dict) -> list[str]:
         degraded = row.get("degraded_reason")
         watch = row.get("watch") if isinstance(row.get("watch"), dict) else {}
         watch_state = watch.get("state") or watch.get("mode")
-        extra = f"  watch {watch_state}" if watch_state else ""
-        extra += f"  DEGRADED: {degraded}" if degraded else ""
-        out.append(f"  {row.get('path')}")
-        out.append(f"      {row.get('attempt') or '-'}  {row.get('state') or '-'}  {last}{extra}")
+        extra = f"  watch {field(watch_state)}" if watch_state else ""
+        extra += f"  DEGRADED: {field(degraded)}" if degraded else ""
+        out.append(f"  {field(row.get('path'))}")
+        out.append(f"      {field(row.get('attempt') or '-')}  {field(row.get('state') or '-')}  "
+                   f"{last}{extra}")
     return out
 
 
@@ -173,14 +175,14 @@ def _replication_lines(rep: object) -> list[str]:
     last_push = rep.get("last_push_at")
     pushed = (time.strftime("%H:%M:%S", time.localtime(last_push))
               if isinstance(last_push, (int, float)) else "never")
-    out = [f"replicate {rep.get('remote') or '-'}  {state}  last push {pushed}  "
+    out = [f"replicate {field(rep.get('remote') or '-')}  {state}  last push {pushed}  "
            f"({rep.get('pushes', 0)} pushes, {rep.get('refs_pushed', 0)} refs)"]
     if rep.get("last_error") and rep.get("consecutive_failures"):
         retry = rep.get("next_retry_in_s")
-        out.append(f"          FAILING x{rep['consecutive_failures']}: {rep['last_error']}"
+        out.append(f"          FAILING x{rep['consecutive_failures']}: {field(rep['last_error'])}"
                    + (f"  (retry in {human_duration(retry)})" if retry is not None else ""))
     for a in (rep.get("attempts") or [])[:5]:
-        out.append(f"          {a.get('run_id')}/{a.get('node_id')}/{a.get('iteration')}/"
+        out.append(f"          {field(a.get('run_id'))}/{field(a.get('node_id'))}/{a.get('iteration')}/"
                    f"{a.get('attempt')}: {a.get('unpushed')} unpushed, lag "
                    f"{human_duration(a.get('lag_s'))}")
     for d in (rep.get("diverged") or [])[:5]:
@@ -204,8 +206,8 @@ def _http_hook_lines(hook: object) -> list[str]:
     if not isinstance(hook, dict):
         return []
     if not hook.get("enabled"):
-        return [f"http hook OFF ({hook.get('reason', '-')}, port {hook.get('port', '-')}): "
-                f"{hook.get('error', '-')}"]
+        return [f"http hook OFF ({field(hook.get('reason', '-'))}, port {hook.get('port', '-')}): "
+                f"{field(hook.get('error', '-'))}"]
     return [f"http hook {hook.get('url', '-')}  accepted {hook.get('accepted', 0)}, refused "
             f"{hook.get('refused_token', 0)} token / {hook.get('refused_host', 0)} host, "
             f"late {hook.get('late', 0)}, gaps {hook.get('gaps', 0)}"]
