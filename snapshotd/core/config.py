@@ -59,6 +59,9 @@ class Config:
     quiet_verify_share: float = 0.0025
     # How long an ended attempt's worktree stays passively watched (0 = not at all).
     linger_s: float = 3600.0
+    # How long an agent session's attempt with no owner process (none could be named) may go
+    # without a capture before liveness ends it ``abandoned`` (docs/agents.md).
+    ownerless_idle_s: float = 3600.0
     # Where the watcher's events come from: "auto" (inotify on Linux, else watchfiles),
     # "inotify" or "watchfiles".
     notifier: str = "auto"
@@ -124,6 +127,7 @@ ENV_VARS: dict[str, str] = {
     "verify_interval_s": "SNAPSHOTD_VERIFY_INTERVAL_S",
     "quiet_verify_share": "SNAPSHOTD_QUIET_VERIFY_SHARE",
     "linger_s": "SNAPSHOTD_LINGER_S",
+    "ownerless_idle_s": "SNAPSHOTD_OWNERLESS_IDLE_S",
     "notifier": "SNAPSHOTD_NOTIFIER",
     "log_level": "SNAPSHOTD_LOG_LEVEL",
     "gc_keep_last": "SNAPSHOTD_GC_KEEP_LAST",
@@ -312,7 +316,7 @@ def _coerce(key: str, value: object, source: str) -> object:
             raise ConfigError(f"{where}: {exc}") from None
         return str(value)
     if key in ("idle_timeout_s", "scan_interval_s", "gc_interval_s", "verify_interval_s",
-               "linger_s"):
+               "linger_s", "ownerless_idle_s"):
         try:
             number = float(value)  # type: ignore[arg-type]
         except (TypeError, ValueError):

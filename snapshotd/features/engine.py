@@ -9,7 +9,8 @@ checkpoint the new attempt's first, a failure ending it ``failed``) and the flus
 ``attempt_end``. Both wrap the core ops at the server's ``engine`` layer. Promises (in full:
 docs/agents.md, "From an engine"):
 - An owner is gone when its pid is gone or reused; one we may not inspect is alive; a zombie
-  keeps its attempt ``ZOMBIE_GRACE_S``. A dead owner is noticed within ``LIVENESS_INTERVAL_S``
+  keeps its attempt ``ZOMBIE_GRACE_S``. A session's (zero-setup) attempt with no owner ends the
+  same way once it had no capture for ``ownerless_idle_s``. A dead owner is noticed within ``LIVENESS_INTERVAL_S``
   plus one capture; abandoning happens under the worktree's lock, only to an ``active`` attempt.
 - ``resume`` restores the previous attempt's newest seq as it stood at the request (superseding
   it first if still active elsewhere); none: ``resumed_from: null``; no restore: ``restore-failed``.
@@ -55,7 +56,7 @@ _START_SLACK_S = 2.0
 
 def attach(service: Service, server: Registry, config: Config) -> None:
     """Wire the engine into a daemon: liveness monitor, ``resume`` on begin, flush on end."""
-    engine = Engine(service, server)
+    engine = Engine(service, server, ownerless_idle_s=config.ownerless_idle_s)
     server.wrap("attempt_begin", engine.attempt_begin, layer="engine")
     server.wrap("attempt_end", engine.attempt_end, layer="engine")
     server.status_extras.append(engine.status)
@@ -67,10 +68,12 @@ class Engine:
     """The liveness monitor thread and the ``resume`` step of ``attempt_begin``."""
 
     def __init__(self, service: Service, server: Registry | None = None, *,
-                 interval_s: float = LIVENESS_INTERVAL_S) -> None:
+                 interval_s: float = LIVENESS_INTERVAL_S,
+                 ownerless_idle_s: float = 3600.0) -> None:
         self.service = service
         self.server = server
         self.interval_s = interval_s
+        self.ownerless_idle_s = ownerless_idle_s
         self.abandoned = 0
         self.resumed = 0
         self._zombies: dict[int, float] = {}  # owner pid -> when first seen exited, unreaped
@@ -91,6 +94,7 @@ class Engine:
     def status(self) -> dict:
         owned = [a for a in self.service.ledger.active_attempts() if a.owner_pid]
         return {"engine": {"liveness_interval_s": self.interval_s,
+                           "ownerless_idle_s": self.ownerless_idle_s,
                            "watched_owners": len(owned), "abandoned": self.abandoned,
                            "resumed": self.resumed}}
 
@@ -230,13 +234,18 @@ class Engine:
         return str(current.key)
 
     def check_owners(self) -> list[Attempt]:
-        """One pass of the monitor: abandon every active attempt whose owner is gone."""
+        """One pass of the monitor: abandon every active attempt whose owner is gone, and every
+        session attempt with no owner that had no capture for ``ownerless_idle_s``."""
         abandoned = []
         zombies: dict[int, float] = {}
         now = time.monotonic()
         for attempt in self.service.ledger.active_attempts():
             pid = attempt.owner_pid
             if not pid:
+                quiet = self._ownerless_quiet(attempt)
+                ended = self._abandon(attempt, quiet) if quiet else None
+                if ended is not None:
+                    abandoned.append(ended)
                 continue
             state = owner_state(pid, attempt.started_at)
             if state == ALIVE:
@@ -263,9 +272,24 @@ class Engine:
             except Exception:  # noqa: BLE001 - the monitor must outlive any one bad pass
                 log.exception("liveness pass failed")
 
-    def _abandon(self, attempt: Attempt) -> Attempt | None:
+    def _ownerless_quiet(self, attempt: Attempt) -> str | None:
+        """Why an attempt with no owner is over, or None. Only a session's (zero-setup) attempt:
+        nothing would ever end it, and the session's next tool call goes on in a new attempt;
+        one begun by ``attempt_begin`` is its runner's to end (its later captures are fenced)."""
+        if not attempt.zero_setup:
+            return None
+        wall = time.time()
+        if wall - attempt.started_at < self.ownerless_idle_s:
+            return None
+        last = self.service.ledger.last_checkpoint(attempt.pk)
+        since = max(attempt.started_at, last["created_at"] if last else 0.0)
+        if wall - since < self.ownerless_idle_s:
+            return None
+        return f"no owner process and no capture for {self.ownerless_idle_s:g} s"
+
+    def _abandon(self, attempt: Attempt, why: str | None = None) -> Attempt | None:
         root = Path(attempt.worktree)
-        label = f"owner process {attempt.owner_pid} exited"
+        label = why or f"owner process {attempt.owner_pid} exited"
         # What the dead owner left is exactly what a crash must not cost: commit pending
         # tier-2 work, then one last capture (deduplicated when nothing changed since).
         # Both take the worktree lock themselves, so they run before we take it below.

@@ -2,9 +2,10 @@
 
 Owns the repair of a crash (or a ledger fault) between a checkpoint's ref update and its ledger
 row: the rows the ref's chain holds but the ledger lacks are rebuilt from the commits' trailers
-(``Checkpoint.from_commit``: seq, source, tier, label, tool call, worktree, secrets). An
-attempt the ledger does not know is recreated ``interrupted``; one that cannot be reconciled (a
-broken ref, a missing commit, an unreadable row) goes to ``service.damage``, the others go on.
+(``Checkpoint.from_commit``: seq, source, tier, label, tool call, worktree, secrets). An attempt
+the ledger lost is recreated as ``repair`` does (``active`` when its worktree's newest, else
+``interrupted``); one that cannot be reconciled (a broken ref, a missing commit, an unreadable
+row) goes to ``service.damage``, the others go on.
 And of a power cut with ``durability = "process"``, which can take an attempt's newest commits
 while rows (or the ref) still name them: such rows are dropped newest first until one whose
 commit is whole, each reported through ``on_lost`` (a ``checkpoint-lost`` gap), and the ref
@@ -20,11 +21,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pygit2
 
-from snapshotd.core import AttemptKey, Checkpoint, Trailers
-from snapshotd.ledger import Attempt, Ledger, LedgerDamaged
+from snapshotd.core import AttemptKey, Checkpoint, Trailers, worktree_id
+from snapshotd.ledger import ACTIVE, Attempt, Ledger, LedgerDamaged
 from snapshotd.service.damage import DamageRegistry, repair_ref
 from snapshotd.service.gaps import GapSpool
 from snapshotd.store import Store
@@ -114,12 +116,29 @@ def reconcile_attempt(store: Store, ledger: Ledger, key: AttemptKey, tip: str) -
     if not missing:
         return 0
     if attempt is None:
-        worktree = Trailers(missing[-1].message).worktree or ""
-        attempt = ledger.create_attempt(key, worktree, state="interrupted")
+        attempt = _recreate_attempt(ledger, key, missing)
     for c in reversed(missing):
         checkpoint = Checkpoint.from_commit(c, key, worktree=attempt.worktree)
         ledger.record_checkpoint(attempt, checkpoint.to_row())
     return len(missing)
+
+
+def _recreate_attempt(ledger: Ledger, key: AttemptKey, missing: list[pygit2.Commit]) -> Attempt:
+    """The row of an attempt the store holds and the ledger lost (its first writes did not
+    survive a power cut), as ``snapshotd repair`` rebuilds it: ``active`` when no attempt on its
+    worktree began after its newest commit (else it would be fenced for good while it still
+    works), ``interrupted`` when one did. Commit times are whole seconds: an attempt begun in
+    the same second does not count as newer (a ledger loses its newest writes first, so the
+    lost attempt is the newer one)."""
+    worktree = Trailers(missing[-1].message).worktree or ""
+    newest = missing[0].commit_time
+    newer = [a for a in ledger.attempts() if a.worktree == worktree and a.key != key
+             and a.started_at >= newest + 1]
+    state = "interrupted" if newer or not worktree else ACTIVE
+    if state == ACTIVE:
+        ledger.ensure_worktree(worktree_id(Path(worktree)), worktree)
+    log.warning("attempt %s was not in the ledger: recreated %s from the store", key, state)
+    return ledger.create_attempt(key, worktree, state=state)
 
 
 def _worktree_of(ledger: Ledger, key: AttemptKey) -> str | None:
