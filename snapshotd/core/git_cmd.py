@@ -53,7 +53,10 @@ def run_git(args: list[str], *, timeout: float | None, stdin: bytes | None = Non
     full_env["GIT_TERMINAL_PROMPT"] = "0"
     full_env.setdefault("SSH_ASKPASS_REQUIRE", "never")
     full_env.update(env or {})
-    args, config, secret_env = strip_credentials(args)
+    try:
+        args, config, secret_env = strip_credentials(args)
+    except ValueError as exc:
+        return subprocess.CompletedProcess(["git", _verb(args)], -1, b"", str(exc).encode())
     full_env.update(secret_env)
     nice = ["nice", "-n", "10"] if background and _NICE else []
     command = [*nice, "git", *config, *args]

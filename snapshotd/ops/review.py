@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from snapshotd.core import NOT_FOUND, ServiceError
+from snapshotd.core import NOT_FOUND, ServiceError, process_umask
 from snapshotd.ops import backend
 
 if TYPE_CHECKING:
@@ -68,8 +68,12 @@ def run_blame(fields: dict[str, Any], *, home: Path | None = None,
 
 def run_export(fields: dict[str, Any], *, home: Path | None = None,
                socket: Path | None = None) -> dict:
-    """Export through the daemon when one answers, else on the home directly."""
+    """Export through the daemon when one answers, else on the home directly. ``umask`` is
+    this process's unless given: what the export writes gets git's modes under it."""
     from snapshotd.features.review import export_fields
+
+    fields = dict(fields)
+    fields.setdefault("umask", process_umask())
 
     def local(service: Service) -> dict:
         return export_fields(service, fields)

@@ -12,8 +12,7 @@ writes. Promises (in full: docs/restore.md, "Internals"):
   files. The exec bit follows the checkpoint; a replaced file keeps its other bits. Up to
   ``SMALL_PLAN`` writes each file and directory is fsynced, above it two ``syncfs`` barriers.
 - ``materialize`` into a new directory renames it in after a ``syncfs`` (whole or not at all);
-  into an empty one, a failure takes back what it created.
-- Modes are git's under the user's umask (``Modes``), never the daemon's 077.
+  into an empty one, a failure takes back its own. Modes: git's, user's umask (``Modes``).
 """
 
 from __future__ import annotations

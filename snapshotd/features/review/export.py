@@ -6,9 +6,9 @@ Owns ``export_checkpoints`` (the ``export`` op, ``snapshotd export``, the MCP to
   a checkpoint whose tree equals the previous one gives none (``skipped``); messages carry the
   label and the checkpoint's trailers (``Checkpoint.export_message``, ``squash_message``). The
   first parent is the user's HEAD when the attempt began (the base trailer), else HEAD now, else none (``base_source`` says which).
-- ``branch`` writes only objects and a new ``refs/heads/NAME`` (an existing NAME: ``conflict``,
-  before any write); ``patches`` writes a ``git am``-able series into a new or empty directory
-  from a scratch repository borrowing the user's objects read-only.
+- ``branch`` writes only objects and a new ``refs/heads/NAME`` (existing: ``conflict``, before
+  any write) in git's modes (user's umask, ``core.sharedRepository``: ``_Shared``); ``patches``
+  a ``git am``-able series into a new or empty directory, via a scratch repository.
 - A tree holding an unreleased secret finding (the secrets trailer, ``withhold``) is refused
   (``secret-held``, naming path:line kind, never the value) before any write, unless
   ``allow_secrets``; a file the base already holds byte for byte is not counted. Trees are
@@ -30,6 +30,7 @@ import pygit2
 from snapshotd.core import (
     BAD_REQUEST,
     CONFLICT,
+    DEFAULT_UMASK,
     INTERNAL,
     NOT_FOUND,
     SECRET_HELD,
@@ -43,7 +44,10 @@ from snapshotd.core import (
     objects_dir,
     open_user_repo,
     opt_int_field,
+    share_paths,
+    shared_setting,
     squash_message,
+    umask_field,
 )
 from snapshotd.features import blob_at, chain_findings
 from snapshotd.service import find_checkpoint, format_seqs, selection
@@ -74,7 +78,7 @@ def export_fields(service: Service, fields: dict) -> dict:
         iteration=fields.get("iteration"), attempt=fields.get("attempt"), branch=branch,
         squash=bool_field(fields, "squash"), repo=abs_path_field(fields, "repo"),
         patches=abs_path_field(fields, "patches"),
-        allow_secrets=bool_field(fields, "allow_secrets"))
+        allow_secrets=bool_field(fields, "allow_secrets"), umask=umask_field(fields))
 
 
 def export_checkpoints(service: Service, *, run_id: object, node_id: object,
@@ -82,7 +86,7 @@ def export_checkpoints(service: Service, *, run_id: object, node_id: object,
                        iteration: object = None, attempt: object = None,
                        branch: str | None = None, squash: bool = False,
                        repo: Path | None = None, patches: Path | None = None,
-                       allow_secrets: bool = False) -> dict:
+                       allow_secrets: bool = False, umask: int = DEFAULT_UMASK) -> dict:
     """Export checkpoints (``from_seq``, ``to_seq``] as ``branch`` or into ``patches``."""
     started = time.perf_counter()
     if (branch is None) == (patches is None):
@@ -104,7 +108,8 @@ def export_checkpoints(service: Service, *, run_id: object, node_id: object,
         ref = _check_branch(user, branch)
         base, out["base_source"] = _base(store, tip["commit"], user)
         out.update(_secrets_check(service, store, tip, rows, squash, base, user, allow_secrets))
-        commits, skipped = _write_commits(store, user, rows, base, squash)
+        shared = _Shared(user, ref)
+        commits, skipped = _write_commits(store, user, rows, base, squash, shared.objects)
         if not commits:
             raise ServiceError(NOT_FOUND, "nothing to export: every checkpoint in the "
                                "range has the tree of the base commit")
@@ -112,12 +117,13 @@ def export_checkpoints(service: Service, *, run_id: object, node_id: object,
             user.references.create(ref, pygit2.Oid(hex=commits[-1]["commit"]), force=False)
         except (pygit2.GitError, ValueError) as exc:
             raise ServiceError(CONFLICT, f"could not create {ref}: {exc}") from exc
+        shared.apply(umask)
         out.update(branch=branch, ref=ref)
     else:
         assert patches is not None
         base, out["base_source"] = _base(store, tip["commit"], user)
         out.update(_secrets_check(service, store, tip, rows, squash, base, user, allow_secrets))
-        commits, skipped, files = _write_patches(store, user, rows, base, squash, patches)
+        commits, skipped, files = _write_patches(store, user, rows, base, squash, patches, umask)
         out.update(patches=str(patches), files=files)
     out.update(base=base, commits=commits, skipped=skipped,
                elapsed_ms=round((time.perf_counter() - started) * 1000, 3))
@@ -236,9 +242,12 @@ def _base(store: pygit2.Repository, tip: str, user: pygit2.Repository | None
 
 
 def _write_commits(store: pygit2.Repository, target: pygit2.Repository, rows: list[dict],
-                   base: str | None, squash: bool) -> tuple[list[dict], list[int]]:
+                   base: str | None, squash: bool, written: list[str] | None = None
+                   ) -> tuple[list[dict], list[int]]:
     """The export's commits written into ``target`` (objects copied from the store first),
-    oldest first, and the seqs that gave none (same tree as their parent)."""
+    oldest first, and the seqs that gave none (same tree as their parent). Every object id
+    written is appended to ``written``."""
+    written = [] if written is None else written
     parent = base
     parent_tree = str(target[base].peel(pygit2.Commit).tree_id) if base else None
     committer = _committer(target)
@@ -251,13 +260,14 @@ def _write_commits(store: pygit2.Repository, target: pygit2.Repository, rows: li
         if tree == parent_tree:
             skipped.append(row["seq"])
             continue
-        _copy_tree(store, target, source.tree_id)
+        _copy_tree(store, target, source.tree_id, written)
         author = pygit2.Signature(SIGNATURE_NAME, SIGNATURE_EMAIL, source.commit_time,
                                   source.commit_time_offset)
         message = _squash_message(rows) if squash else _message(row)
         oid = target.create_commit(None, author, committer or author, message,
                                    pygit2.Oid(hex=tree),
                                    [pygit2.Oid(hex=parent)] if parent else [])
+        written.append(str(oid))
         commits.append({"seq": row["seq"] if not squash else [r["seq"] for r in rows],
                         "commit": str(oid), "tree": tree, "subject": message.split("\n", 1)[0]})
         parent, parent_tree = str(oid), tree
@@ -265,9 +275,10 @@ def _write_commits(store: pygit2.Repository, target: pygit2.Repository, rows: li
 
 
 def _write_patches(store: pygit2.Repository, user: pygit2.Repository | None, rows: list[dict],
-                   base: str | None, squash: bool, directory: Path
+                   base: str | None, squash: bool, directory: Path, umask: int
                    ) -> tuple[list[dict], list[int], list[str]]:
-    """The series as ``git format-patch`` files in ``directory`` (new or empty)."""
+    """The series as ``git format-patch`` files in ``directory`` (new or empty), with the
+    modes git gives files it creates under the user's ``umask``."""
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
         raise ServiceError(CONFLICT, f"{directory} exists and is not an empty directory")
     with tempfile.TemporaryDirectory(prefix="snapshotd-export-") as scratch_dir:
@@ -281,6 +292,7 @@ def _write_patches(store: pygit2.Repository, user: pygit2.Repository | None, row
         if not commits:
             raise ServiceError(NOT_FOUND, "nothing to export: every checkpoint in the "
                                "range has the tree of the base commit")
+        made = not directory.exists()
         directory.mkdir(parents=True, exist_ok=True)
         span = [f"{base}..{commits[-1]['commit']}"] if base else ["--root", commits[-1]["commit"]]
         env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
@@ -295,10 +307,13 @@ def _write_patches(store: pygit2.Repository, user: pygit2.Repository | None, row
             raise ServiceError(INTERNAL, f"git format-patch failed: "
                                f"{done.stderr.strip()[:500]}")
     files = [line.strip() for line in done.stdout.splitlines() if line.strip()]
+    share_paths(([(directory, 0o777)] if made else []) + [(Path(f), 0o666) for f in files],
+                umask, 0)
     return commits, skipped, files
 
 
-def _copy_tree(src: pygit2.Repository, dst: pygit2.Repository, root: pygit2.Oid) -> None:
+def _copy_tree(src: pygit2.Repository, dst: pygit2.Repository, root: pygit2.Oid,
+               written: list[str]) -> None:
     """Write the objects of tree ``root`` that ``dst`` lacks, children before their tree (an
     interrupted copy never leaves a tree whose entries are missing)."""
     stack: list[tuple[pygit2.Oid, bool]] = [(root, False)]
@@ -313,6 +328,50 @@ def _copy_tree(src: pygit2.Repository, dst: pygit2.Repository, root: pygit2.Oid)
             continue
         kind, data = src.odb.read(oid)[:2]
         dst.odb.write(kind, data)
+        written.append(str(oid))
+
+
+class _Shared:
+    """What an export writes into the user's repository, given git's modes once written.
+
+    Made before any write: it notes which fan-out directories and which directories above the
+    ref and its reflog exist, so that ``apply`` changes only what the export created (a
+    directory that was there keeps the mode its owner gave it)."""
+
+    def __init__(self, user: pygit2.Repository, ref: str) -> None:
+        self.git_dir = common_dir(Path(user.path))
+        self.objects_dir = Path(objects_dir(user))
+        self.ref = ref
+        try:
+            self.shared = shared_setting(user.config["core.sharedRepository"])
+        except (KeyError, ValueError, pygit2.GitError):
+            self.shared = 0
+        self.fans = {p.name for p in self.objects_dir.iterdir()} \
+            if self.objects_dir.is_dir() else set()
+        self.missing = [d for top in ("refs/heads", "logs/refs/heads")
+                        for d in self._dirs_between(top) if not d.exists()]
+        self.objects: list[str] = []
+
+    def _dirs_between(self, top: str) -> list[Path]:
+        """``top`` (and above it, up to the git dir) and every directory down to the ref's."""
+        base = "logs/" if top.startswith("logs/") else ""
+        parts = (base + self.ref).split("/")[:-1]
+        return [self.git_dir.joinpath(*parts[:i]) for i in range(1, len(parts) + 1)]
+
+    def apply(self, umask: int) -> None:
+        """Set git's modes on what the export wrote (``core.user_modes.share_paths``)."""
+        paths: list[tuple[Path, int]] = []
+        for oid in self.objects:
+            if oid[:2] not in self.fans:
+                self.fans.add(oid[:2])
+                paths.append((self.objects_dir / oid[:2], 0o777))
+            paths.append((self.objects_dir / oid[:2] / oid[2:], 0o444))
+        paths.extend((d, 0o777) for d in self.missing)
+        paths += [(self.git_dir / self.ref, 0o666), (self.git_dir / "logs" / self.ref, 0o666)]
+        failed = share_paths(paths, umask, self.shared)
+        if failed:
+            log.warning("export into %s: %d path(s) kept the daemon's private mode",
+                        self.git_dir, failed)
 
 
 def _committer(target: pygit2.Repository) -> pygit2.Signature | None:
