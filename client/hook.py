@@ -37,7 +37,9 @@ MAX_TIMEOUT_MS = 120_000
 # from the environment must not become a 10 MB spool line.
 GAP_DETAIL_MAX = 2000
 GAP_FIELD_MAX = 1024
-LABEL_PART_MAX = 60
+# The most of a command (or of apply_patch's paths) a label sends: the daemon redacts it whole,
+# then keeps a hook label's first 100 characters (its request limit is 1000 bytes in all).
+LABEL_PART_MAX_BYTES = 800
 # An agent session's lifecycle events and what each tells the daemon (docs/agents.md has the table
 # per agent): each agent module's LIFECYCLE (snapshotd_client.agents) renames its events to these.
 SESSION_EVENTS = {"SessionStart": "start", "UserPromptSubmit": "working", "BeforeAgent": "working",
@@ -221,8 +223,9 @@ def tool_use_id_for(payload: Mapping[str, Any], agent: str) -> str | None:
 
 
 def label_for(payload: Mapping[str, Any]) -> str | None:
-    """``"<tool_name> <path-or-command>"``: the file the tool touched, else the first 60
-    characters of its command on one line; for ``apply_patch`` the patched paths."""
+    """``"<tool_name> <path-or-command>"``: the file the tool touched, else its command on one
+    line; for ``apply_patch`` the patched paths. The daemon redacts the label whole and then
+    cuts it; here the command is only bounded (``word_cut``), never split inside a word."""
     tool = _text(payload.get("tool_name")).strip()
     tool_input = payload.get("tool_input")
     if not isinstance(tool_input, dict):
@@ -233,7 +236,7 @@ def label_for(payload: Mapping[str, Any]) -> str | None:
         if isinstance(patch, str):
             from .agents import patched_paths
 
-            part = patched_paths(patch)[:LABEL_PART_MAX]
+            part = word_cut(patched_paths(patch), LABEL_PART_MAX_BYTES)
     if not part:
         for key in ("file_path", "notebook_path", "path"):
             value = tool_input.get(key)
@@ -245,7 +248,7 @@ def label_for(payload: Mapping[str, Any]) -> str | None:
         if isinstance(command, list):  # older Codex: argv, e.g. ["bash", "-lc", "..."]
             command = " ".join(_text(arg) for arg in command)
         if isinstance(command, str):
-            part = _one_line(command)[:LABEL_PART_MAX].rstrip()
+            part = word_cut(_one_line(command), LABEL_PART_MAX_BYTES).rstrip()
     label = f"{tool} {part}" if tool and part else (tool or part)
     return label or None
 
@@ -428,12 +431,25 @@ class _GapWriter:
                 attempt=_cut(attribution.get("attempt"), GAP_FIELD_MAX),
                 worktree=_cut(attribution.get("worktree"), GAP_FIELD_MAX), tier=1,
                 source="hook", tool_use_id=_cut(tool_use_id, GAP_FIELD_MAX), reason=reason,
-                detail=_cut(detail, GAP_DETAIL_MAX)), deadline=self.deadline)
+                detail=word_cut(detail, GAP_DETAIL_MAX)), deadline=self.deadline)
         except Exception as exc:  # noqa: BLE001 - the spool is unwritable (its path is a
             # directory, the disk is full): stdout/stderr would reach the model, and the agent
             # must not be disturbed; the system log gets the gap. docs/durability.md says so.
             last_resort(f"gap not written ({exc!r}): {reason} for tool call {tool_use_id}: "
                         f"{detail}")
+
+
+def word_cut(text: str, limit: int) -> str:
+    """``text`` in at most ``limit`` UTF-8 bytes, ``…`` marking a cut, which never leaves a piece
+    of a word: the word it would split is dropped whole. The hook has no secret rules (the
+    daemon redacts what it receives), and a token cut in two is one no rule recognises."""
+    data = text.encode(errors="replace")
+    if len(data) <= limit:
+        return text
+    head = data[:max(limit - 3, 0)].decode(errors="ignore")  # room for the 3 bytes of "…"
+    if not text[len(head)].isspace() and head and not head[-1].isspace():
+        head = head[:len(head) - len(head.split()[-1])]
+    return head.rstrip() + "…"
 
 
 def _cut(value: Any, limit: int) -> Any:

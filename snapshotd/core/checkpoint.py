@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from snapshotd.core.keys import AttemptKey
+from snapshotd.core.secrets import redacted_line
 
 if TYPE_CHECKING:
     import pygit2
@@ -148,13 +149,13 @@ class Checkpoint:
 
     def to_message(self) -> str:
         """The checkpoint commit's message: a subject, then the trailers."""
-        label = _one_line(self.label, _STORE_LINE) if self.label else ""
+        label = redacted_line(self.label, _STORE_LINE, "") if self.label else ""
         subject = f"snapshotd: {self.source} seq {self.seq}" + (f" {label}" if label else "")
         trailers = [(RUN, self.key.run_id), (NODE, self.key.node_id),
                     (ITERATION, str(self.key.iteration)), (ATTEMPT, str(self.key.attempt)),
                     (SEQ, str(self.seq)), (TIER, str(self.tier)), (SOURCE, self.source)]
         if self.tool_use_id:
-            trailers.append((TOOL_USE_ID, _one_line(self.tool_use_id, _STORE_LINE)))
+            trailers.append((TOOL_USE_ID, redacted_line(self.tool_use_id, _STORE_LINE, "")))
         if label:
             trailers.append((LABEL, label))
         trailers.append((WORKTREE, _one_line(self.worktree, _STORE_LINE)))
@@ -243,7 +244,7 @@ class Checkpoint:
     def export_message(self) -> str:
         """The message of this checkpoint's commit in the user's repository: the tool call's
         label (else ``snapshotd: SOURCE seq N``), then the attempt, seq and tool call."""
-        subject = (_one_line(self.label or "", _EXPORT_LINE)
+        subject = (redacted_line(self.label or "", _EXPORT_LINE, "")
                    or f"snapshotd: {self.source} seq {self.seq}")
         return subject + "\n\n" + self._export_trailers([(SEQ, str(self.seq))], tool=True)
 
@@ -251,7 +252,7 @@ class Checkpoint:
         pairs = [(RUN, self.key.run_id), (NODE, self.key.node_id),
                  (ITERATION, str(self.key.iteration)), (ATTEMPT, str(self.key.attempt)), *seq]
         if tool and self.tool_use_id:
-            pairs.append((TOOL_USE_ID, _one_line(self.tool_use_id, _EXPORT_LINE)))
+            pairs.append((TOOL_USE_ID, redacted_line(self.tool_use_id, _EXPORT_LINE, "")))
         return _lines(pairs)
 
 
@@ -260,7 +261,7 @@ def squash_message(checkpoints: list[Checkpoint], seqs: str) -> str:
     their seqs as ``format_seqs`` prints them): one body line per tool call."""
     last = checkpoints[-1]
     subject = f"snapshotd: {last.key.run_id}/{last.key.node_id} checkpoints {seqs}"
-    body = "".join(f"- seq {c.seq}: {_one_line(c.label or '', _EXPORT_LINE) or c.source}"
+    body = "".join(f"- seq {c.seq}: {redacted_line(c.label or '', _EXPORT_LINE, '') or c.source}"
                    + (f" [{c.tool_use_id}]" if c.tool_use_id else "") + "\n"
                    for c in checkpoints)
     return subject + "\n\n" + body + "\n" + last._export_trailers([(SEQS, seqs)], tool=False)

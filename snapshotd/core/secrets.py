@@ -1,9 +1,9 @@
 """Secrets: the tokens snapshotd must never show in clear, and the files it does not capture.
 
 Owns the detection rule set (regular expressions for AWS, GitHub, GitLab, Slack, Stripe, Google,
-Anthropic and OpenAI keys, private-key blocks, bearer tokens, URL passwords, and high-entropy
-values assigned to names like ``*_KEY``, ``*_TOKEN``, ``*_SECRET`` or ``PASSWORD``),
-``redact_secrets`` (a token becomes a marker keeping its kind, e.g. ``sk-…[redacted:openai]``),
+Anthropic and OpenAI keys, private-key blocks, bearer tokens, URL passwords, values assigned
+to secrets' names and the other shapes of ``credential_shapes``), ``redact_secrets`` (a token
+becomes a marker keeping its kind, ``sk-…[redacted:openai]``; ``redacted_line`` cuts after),
 ``scan_file`` (where in a captured file tokens are) and ``secret_file_kind`` (names that hold
 credentials by convention: ``.env``, private keys, ``.netrc``, cloud credential files, ...).
 Patterns of our own, not a library: they run in the daemon on every label and gap within a
@@ -19,15 +19,15 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import os
 import re
 import stat
-from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from snapshotd.core.credential_shapes import entropy, secret_name, secret_value, shape_spans
 
 log = logging.getLogger("snapshotd.secrets")
 
@@ -71,13 +71,11 @@ _BEARER = (r"(?:[Bb]earer|BEARER|[Tt]oken|TOKEN|[Bb]asic)\s+"
 # keyword the name ends with (the whole name is read backwards from it, ``_name_before``): the
 # name decides, and the value must look random enough that it is not a placeholder, a path or
 # a variable reference.
-_ASSIGNMENT_WORDS = ("key", "token", "secret", "passw", "pwd", "credential")
-_KEYWORDS = r"(?:key|token|secret|passwd|password|pwd|credentials?)"
-_ASSIGNMENT = _KEYWORDS + r"[\"']?\s*(?::=|=|:)\s*[\"']?(?P<value>[a-z0-9+/=_\-.~!@#%^*]{8,})"
-_SECRET_NAME = re.compile(
-    r"(?:^|[_.\-]|api|access|auth|private|client|secret)"
-    r"(?:key|token|secret|password|passwd|pwd|credentials?)$", re.IGNORECASE)
-_PASSWORD_NAME = re.compile(r"(?:password|passwd|pwd)$", re.IGNORECASE)
+_ASSIGNMENT_WORDS = ("key", "token", "secret", "pass", "pwd", "auth", "credential")
+_KEYWORDS = r"(?:key|token|secret|password|passwd|passphrase|pass|pwd|auth|credentials?)"
+_ASSIGNMENT = _KEYWORDS + r"[\"']?\s*(?::=|=|:)\s*[\"']?(?P<value>[a-z0-9+/=_\-.~!@#%^*]{6,})"
+# Literals of the shapes (``credential_shapes``) that hold no assignment word.
+_SHAPE_LITERALS = ("curl", "mysql", "mariadb")
 _NAME_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-"
 
 
@@ -108,7 +106,8 @@ def _rules(as_bytes: bool) -> _Rules:
     def conv(text: str) -> Any:
         return text.encode() if as_bytes else text
 
-    literals = [lit for _kind, lits, _pattern in _TOKEN_RULES for lit in lits] + list(_BEARER_WORDS)
+    literals = [lit for _kind, lits, _pattern in _TOKEN_RULES for lit in lits] \
+        + list(_BEARER_WORDS) + list(_SHAPE_LITERALS)
     any_literal = ("|".join(re.escape(lit) for lit in literals)
                    + "|(?i:" + "|".join(_ASSIGNMENT_WORDS) + ")")
 
@@ -140,6 +139,13 @@ def redact_secrets(text: str) -> str:
         at = end
     out.append(text[at:])
     return "".join(out)
+
+
+def redacted_line(text: str, limit: int, mark: str = "…") -> str:
+    """``text`` on one line, redacted on its whole length, then cut to ``limit`` characters
+    (``mark`` ends a cut one): a cut never splits a token before the rules have seen it whole."""
+    line = redact_secrets(" ".join(str(text).split()))
+    return line if len(line) <= limit else line[:limit - len(mark)] + mark
 
 
 def find_secrets(text: str) -> list[tuple[str, int]]:
@@ -244,6 +250,7 @@ def _spans(text: Any, rules: _Rules) -> list[tuple[int, int, str]]:
             name = _name_before(text, m.start(), rules)
             if _secret_assignment(_as_str(name), _as_str(text[start:end])):
                 found.append((start, end, "assignment"))
+    found.extend(shape_spans(text, lowered if len(lowered) == len(text) else None))
     kept: list[tuple[int, int, str]] = []
     for span in found:
         if all(span[1] <= k[0] or span[0] >= k[1] for k in kept):
@@ -291,23 +298,12 @@ def _as_str(value: Any) -> str:
 
 
 def _random_enough(value: str) -> bool:
-    return _entropy(value) >= 3.0 and any(c.isdigit() for c in value)
+    return entropy(value) >= 3.0 and any(c.isdigit() for c in value)
 
 
 def _secret_assignment(name: str, value: str) -> bool:
-    if not name or not _SECRET_NAME.search(name):
-        return False
-    if _PASSWORD_NAME.search(name):
-        return _entropy(value) >= 2.5
-    return len(value) >= 12 and _entropy(value) >= 3.0
-
-
-def _entropy(value: str) -> float:
-    """Shannon entropy in bits per character: placeholders (``changeme``, ``xxxxxxxx``) score
-    low, generated tokens high."""
-    counts = Counter(value)
-    n = len(value)
-    return -sum(c / n * math.log2(c / n) for c in counts.values())
+    kind = secret_name(name) if name else None
+    return kind is not None and secret_value(kind, value)
 
 
 def secret_files_among(root: Path, paths: Iterable[str]) -> list[str]:

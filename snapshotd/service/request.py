@@ -7,9 +7,10 @@ node, attempt and worktree a gap about a request names when it is recorded.
 Promises: ``SnapshotRequest.from_fields`` either returns a request whose every field can be used
 verbatim (ref names, trailers, ledger rows) or raises ``ServiceError`` with ``bad-request`` or
 ``bad-id``; ``full`` is never set from the wire. A request's ``label`` and ``tool_use_id`` never
-hold a token ``secrets.redact_secrets`` finds (however the request was made): this is the one
-point where labels enter the system, so commit messages, ledger rows, listings, MCP replies and
-exports built from them never show one.
+hold a token ``secrets.redact_secrets`` finds (however the request was made), and a hook's label
+is redacted whole before it is cut (``HOOK_LABEL_MAX``): this is the one point where labels
+enter the system, so commit messages, ledger rows, listings, MCP replies and exports never
+show one.
 """
 
 from __future__ import annotations
@@ -19,7 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from snapshotd.core import BAD_REQUEST, ServiceError, id_field, int_field, redact_secrets
+from snapshotd.core import (
+    BAD_REQUEST,
+    ServiceError,
+    id_field,
+    int_field,
+    redact_secrets,
+    redacted_line,
+)
 from snapshotd.ledger import Attempt
 
 if TYPE_CHECKING:
@@ -27,6 +35,10 @@ if TYPE_CHECKING:
 
 SOURCES = ("hook", "wrap", "watch", "restore", "cli", "outside")
 MAX_TEXT_BYTES = 1000
+# A hook's label kept (commit messages, ledger rows, listings): its first characters once the
+# whole of what the hook sent is redacted. The hook sends the command whole (its first 800
+# bytes, never a piece of a word): a cut before redaction splits a token no rule recognises.
+HOOK_LABEL_MAX = 100
 
 
 @dataclass
@@ -78,10 +90,12 @@ class SnapshotRequest:
         req.iteration = int_field(fields, "iteration", 0, 0)
         if fields.get("attempt") is not None:
             req.attempt = int_field(fields, "attempt", 1, 1)
-        for name in ("label", "tool_use_id"):
-            value = fields.get(name)
-            if value is not None:
-                setattr(req, name, redact_secrets(_text_field(name, value)))
+        if fields.get("label") is not None:
+            label = _text_field("label", fields["label"])
+            req.label = redacted_line(label, HOOK_LABEL_MAX) if source == "hook" \
+                else redact_secrets(label)
+        if fields.get("tool_use_id") is not None:
+            req.tool_use_id = redact_secrets(_text_field("tool_use_id", fields["tool_use_id"]))
         fallback = fields.get("fallback")
         if fallback is not None:
             req.fallback = _fallback(fallback)

@@ -122,7 +122,7 @@ def test_claude_code_payloads_give_labelled_checkpoints(sd_env: Env, daemon: Dae
             for c in cps} == {("session", 0, 1, "hook", 1)}
     assert [c["label"] for c in cps] == [
         f"Write {wt}/hello.txt",
-        "Bash " + "echo more >> hello.txt && mkdir -p sub && echo x > sub/y.txt"[:60],
+        "Bash echo more >> hello.txt && mkdir -p sub && echo x > sub/y.txt",
         f"Edit {wt}/hello.txt",
     ]
     assert all(c["worktree"] == str(wt) for c in cps)
@@ -167,7 +167,7 @@ def test_codex_payloads_give_labelled_checkpoints(sd_env: Env, daemon: Daemon,
         (0, "call_shell_ok", "Bash echo hi > hello.txt"),
         (1, "call_patch", "apply_patch hello.txt, added.txt"),
         (2, "call_shell_fail",
-         "Bash " + "echo to-stdout; echo to-stderr >&2; echo partial > failed.txt; exit 3"[:60]),
+         "Bash echo to-stdout; echo to-stderr >&2; echo partial > failed.txt; exit 3"),
     ]
     assert all((c["node_id"], c["attempt"], c["worktree"]) == ("session", 1, str(wt))
                for c in cps)
@@ -227,7 +227,7 @@ def test_gemini_payloads_give_labelled_checkpoints(sd_env: Env, daemon: Daemon,
     cps = listing(sd_env, f"gemini-{session}")["checkpoints"]
     assert [c["label"] for c in cps] == [
         "write_file hello.txt", "replace hello.txt",
-        "run_shell_command " + raw[2]["tool_input"]["command"][:60]]
+        "run_shell_command " + raw[2]["tool_input"]["command"]]
     ids = [c["tool_use_id"] for c in cps]
     assert all(i.startswith("gemini-") for i in ids) and len(set(ids)) == 3
     assert show(sd_env, cps[1]["commit"], "hello.txt") == "hello harness\n"

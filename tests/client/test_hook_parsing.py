@@ -51,8 +51,8 @@ CLAUDE_LABELS = {
 CODEX_LABELS = {
     "call_shell_ok": "Bash echo hi > hello.txt",
     "call_patch": "apply_patch hello.txt, added.txt",
-    # 69 characters: cut at 60
-    "call_shell_fail": "Bash echo to-stdout; echo to-stderr >&2; echo partial > failed.tx",
+    # 69 characters: sent whole (the daemon redacts, then cuts at 100)
+    "call_shell_fail": "Bash echo to-stdout; echo to-stderr >&2; echo partial > failed.txt; exit 3",
     "call_par_a": "Bash echo a > a.txt",
     "call_par_b": "Bash echo b > b.txt",
     "call_bg": "Bash echo started; sleep 2; echo late > late.txt; echo finished",
@@ -135,14 +135,21 @@ def test_label_rules(tool_input, expected):
     assert label_for({"tool_name": "Bash", "tool_input": tool_input}) == expected
 
 
-def test_label_of_apply_patch_caps_the_paths_at_60_characters():
+def test_label_of_apply_patch_sends_every_path():
     names = [f"src/module_{i:02d}/implementation.py" for i in range(5)]
     patch = "*** Begin Patch\n" + "".join(
         f"*** Update File: {n}\n@@\n-a\n+b\n" for n in names[:3]) + (
         f"*** Delete File: {names[3]}\n*** Add File: {names[4]}\n+x\n*** End Patch\n")
     label = label_for({"tool_name": "apply_patch", "tool_input": {"command": patch}})
-    assert label == "apply_patch " + ", ".join(names)[:60]
-    assert label.startswith("apply_patch src/module_00/implementation.py, src/module_01/")
+    assert label == "apply_patch " + ", ".join(names)
+
+
+def test_a_long_command_is_bounded_without_splitting_a_word():
+    token = "ghp_" + "Qm3xT8vR2kLp9Wz4Yb7Nc1Hd6Fg0Js5AxYz9"
+    command = "echo " + "x" * 780 + " " + token + " done"
+    label = label_for({"tool_name": "Bash", "tool_input": {"command": command}})
+    assert len(label.encode()) <= 5 + 800
+    assert label == "Bash echo " + "x" * 780 + "…"  # the token the bound met is dropped whole
 
 
 def test_label_without_tool_name_or_input():

@@ -171,8 +171,9 @@ def test_config_text_and_json_hide_remote_and_ledger_passwords(sd_env: Env) -> N
     settings = json.loads(js.stdout)["settings"]
     assert settings["remote"]["value"] == shown
     assert settings["remote"]["env"] == "SNAPSHOTD_REMOTE"
+    # ``sslpassword`` is a joined password name: the token rules redact it first.
     assert settings["ledger_url"]["value"] == \
-        "postgresql://bob:***@127.0.0.1:1/db?sslpassword=***"
+        "postgresql://bob:***@127.0.0.1:1/db?sslpassword=…[redacted:assignment]"
 
 
 # -- status and the daemon's log -------------------------------------------------------------------
@@ -252,3 +253,126 @@ def test_git_errors_echoing_credentials_are_redacted_in_replies_status_and_log(
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "could not fetch" in proc.stderr and "dave:***@" in proc.stderr
     assert_clean(proc.stdout + proc.stderr, "snapshotd restore (fetch failed)")
+
+
+# -- credential shapes in labels (issue 48, item 5) ------------------------------------------------
+
+# One row per shape: the text, and the secret it holds (which must not survive redaction).
+# Every value is made up.
+CREDENTIAL_SHAPES = [
+    ("PGPASSWORD=hunter2x psql -h db", "hunter2x"),
+    ("PGPASSWORD=hunt3r psql", "hunt3r"),
+    ("HFTOKEN=hf_Qm3xT8vR2kLp9Wz4Yb7N huggingface-cli", "hf_Qm3xT8vR2kLp9Wz4Yb7N"),
+    ("HF_TOKEN=hf_Zq8Wx2Lm5Rt9Yp3Ks7Dv python train.py", "hf_Zq8Wx2Lm5Rt9Yp3Ks7Dv"),
+    ("REDISPASSWORD=r3d1s-Pw0rd redis-cli", "r3d1s-Pw0rd"),
+    ("PG_PASS=p4ssW0rd! ./migrate", "p4ssW0rd!"),
+    ("DB_PASSWD=Sup3rS3cr3t make db", "Sup3rS3cr3t"),
+    ("export API_KEY=Zx9Yw8Vu7Ts6Rq5Po4Nm3", "Zx9Yw8Vu7Ts6Rq5Po4Nm3"),
+    ("AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY aws s3 ls",
+     "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"),
+    ("MYSQL_PWD=Tr0ub4dor3 mysql", "Tr0ub4dor3"),
+    ("SSHPASS=c0rrectHorse sshpass -e ssh host", "c0rrectHorse"),
+    ("GITHUB_AUTH=Xy7Qw2Er9Ty5Ui8Op1As deploy", "Xy7Qw2Er9Ty5Ui8Op1As"),
+    ("GOOGLE_CREDENTIALS=Qm3xT8vR2kLp9Wz4Yb7Nc1 gcloud", "Qm3xT8vR2kLp9Wz4Yb7Nc1"),
+    ("dbPassword=Kx8Lm2Nq7 node app.js", "Kx8Lm2Nq7"),
+    ("clientSecret: Vb8Nm2Qx7Lk4Jh9Gf3Ds6", "Vb8Nm2Qx7Lk4Jh9Gf3Ds6"),
+    ("mysqladmin --password=Hx7Lk2Pq9 status", "Hx7Lk2Pq9"),
+    ("psql --password Hx7Lk2Pq9 -h db", "Hx7Lk2Pq9"),
+    ("deploy --token Rt5Yu8Io2Pa7Sd3Fg", "Rt5Yu8Io2Pa7Sd3Fg"),
+    ("deploy --token=Rt5Yu8Io2Pa7Sd3Fg", "Rt5Yu8Io2Pa7Sd3Fg"),
+    ("openai --api-key Qw8Er4Ty7Ui1Op3As5Df", "Qw8Er4Ty7Ui1Op3As5Df"),
+    ("tool --secret 'Mn4Bv7Cx1Zl9Kj3Hg' run", "Mn4Bv7Cx1Zl9Kj3Hg"),
+    ("mysql -uroot -pS3cr3tPw db", "S3cr3tPw"),
+    ("mysqldump -u app -p'Qz7Wx3Ec' shop > dump.sql", "Qz7Wx3Ec"),
+    ("mariadb -h db -pMar1aPw9", "Mar1aPw9"),
+    ("sshpass -p Hunter2Pw ssh host", "Hunter2Pw"),
+    ("curl -H 'Authorization: Bearer abcdefghij' api.example", "abcdefghij"),
+    ('curl -H "Authorization: Basic dXNlcjpwYXNz" api.example', "dXNlcjpwYXNz"),
+    ("curl -H 'Authorization: token plainvalue' x", "plainvalue"),
+    ("curl -u alice:Pa55w0rdX https://api.example/", "Pa55w0rdX"),
+    ("curl --user alice:Pa55w0rdX https://api.example/", "Pa55w0rdX"),
+    ("git clone https://alice:Pw9xQ2mV@git.example/r.git", "Pw9xQ2mV"),
+    ("psql postgresql://app:s3cr3t@db/prod", "s3cr3t"),
+]
+
+
+@pytest.mark.parametrize(("text", "secret"), CREDENTIAL_SHAPES,
+                         ids=[t.split()[0][:24] + f"-{i}" for i, (t, _s) in
+                              enumerate(CREDENTIAL_SHAPES)])
+def test_each_credential_shape_is_redacted(text: str, secret: str) -> None:
+    from snapshotd.core.secrets import redact_secrets
+
+    out = redact_secrets(text)
+    assert secret not in out, out
+    assert "[redacted:" in out, out
+    assert redact_secrets(out) == out  # idempotent
+    # What is not the secret is kept: the command stays readable.
+    assert out.split()[-1] == text.split()[-1] or secret in text.split()[-1]
+
+
+# Names and flags that look like credentials and are not: left alone.
+NOT_CREDENTIALS = [
+    "KEYBOARD=us-intl-altgr setxkbmap",
+    "PASSTHROUGH=enabled-for-all ./run",
+    "monkey=Zx9Yw8Vu7Ts6Rq5Po4Nm3",
+    "turkey=Zx9Yw8Vu7Ts6Rq5Po4Nm3",
+    "HOTKEY=ctrl-alt-shift-9 ./app",
+    "BYPASS=sandbox-mode-2 make",
+    "PWD=/home/me/src/project-42 make",
+    "OLDPWD=/home/me/src/project-41 cd -",
+    "PGPASSWORD=${DB_PASSWORD} psql",
+    "PGPASSWORD=$PW psql",
+    "psql --password -h db",
+    "deploy --token \"$TOKEN\"",
+    "deploy --token-file /run/secrets/token",
+    "curl --key /etc/ssl/client.key https://x",
+    "mysql -p shop",
+    "mysql -P3306 -h db",
+    "git add -p src/main.py",
+    "docker run -u 1000:1000 image",
+    "sort -u names.txt",
+    "curl -u alice https://api.example/",
+    "grep -rn 'Authorization' src/",
+    "password: string",
+    "MAX_TOKENS=4096 ./bench",
+]
+
+
+@pytest.mark.parametrize("text", NOT_CREDENTIALS)
+def test_what_only_looks_like_a_credential_is_left_alone(text: str) -> None:
+    from snapshotd.core.secrets import redact_secrets
+
+    assert redact_secrets(text) == text
+
+
+def test_label_is_redacted_before_it_is_cut(sd_env: Env, make_daemon: MakeDaemon,
+                                            tmp_path: Path) -> None:
+    """A Bash command whose GitHub token straddles the old 60-character cut: no piece of the
+    token beyond its well-known prefix (and four characters) reaches the store or a listing."""
+    from tests.conftest import run_hook
+
+    token = "ghp_" + "Qm3xT8vR2kLp9Wz4Yb7Nc1Hd6Fg0Js5AxYz9"  # ghp_ + 36
+    assert len(token) == 40
+    lead = "echo deploying the service now && git push https://"  # 52 characters
+    command = f"{lead}{token}@github.com/o/r.git"
+    assert len(lead) < 60 < len(lead) + len(token)  # the old cut fell inside the token
+    daemon = make_daemon(sd_env, dict(QUIET_WATCHER))
+    wt = make_git_worktree(tmp_path / "wt")
+    (wt / "f.txt").write_text("x\n")
+    payload = {"session_id": "sess-cut", "cwd": str(wt), "tool_use_id": "toolu_cut1",
+               "hook_event_name": "PostToolUse", "tool_name": "Bash",
+               "tool_input": {"command": command}, "tool_response": {"stdout": ""}}
+    hook = run_hook(sd_env, payload)
+    assert hook.returncode == 0, hook.stderr
+    messages = git(sd_env.home / "store.git", "log", "--all", "--format=%B")
+    listing = cli(sd_env, "snapshots", "claude-sess-cut")
+    listing_json = cli(sd_env, "snapshots", "claude-sess-cut", "--json")
+    assert listing.returncode == 0 and listing_json.returncode == 0, listing.stderr
+    daemon.stop()
+    assert "Snapshotd-Label: Bash echo deploying" in messages, messages
+    assert "[redacted:github]" in messages, messages
+    for where, text in (("the store's commit messages", messages),
+                        ("snapshotd snapshots", listing.stdout + listing.stderr),
+                        ("snapshotd snapshots --json", listing_json.stdout),
+                        ("the daemon's log", daemon.log.read_text(errors="replace"))):
+        assert token[:9] not in text, f"{where} holds a piece of the token:\n{text}"
