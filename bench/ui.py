@@ -3,7 +3,7 @@
 
 Builds, through a real daemon, a ``--files``-file git worktree (default 100,000) and a few
 checkpoints that each change three files, then serves ``snapshotd ui`` on that home (in this
-process, on 127.0.0.1) and times, over HTTP with the token cookie, the requests the checkpoint
+process, on 127.0.0.1) and times, over HTTP with the API token (bearer), the requests the checkpoint
 page makes: ``/api/checkpoint`` (the tool call and the files it changed), ``/api/diff``
 (against the previous checkpoint, and against the first one) and ``/api/run``. Each figure is
 the median of ``--rounds`` requests, measured at the client on loopback: an upper bound of the
@@ -28,6 +28,7 @@ import secrets
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from bench.common import DaemonProc, cpu_speed_ms, make_tree, median
@@ -73,13 +74,13 @@ def main() -> None:
                                       "&a_seq=0",
                      "timeline_ms": "/api/run?run=bench"}
             out = {"files": args.files, "first_capture_ms": round(first_ms, 1)}
-            cookie = f"snapshotd_ui_{port}={token}"
+            auth = f"Bearer {token}"
             for name, path in paths.items():
-                out[name] = median([_get(port, path, cookie) for _ in range(args.rounds)])
+                out[name] = median([_get(port, path, auth) for _ in range(args.rounds)])
             if args.paint:
                 _record_long_run(daemon, Path(tmp) / "long", args.paint)
                 out["paint_checkpoints"] = args.paint
-                out["first_paint_ms"] = _first_paint(f"http://127.0.0.1:{port}", token,
+                out["first_paint_ms"] = _first_paint(f"http://127.0.0.1:{port}", app.mint_code,
                                                      args.paint, args.paint_rounds)
                 out["cpu_speed_ms"] = cpu_speed_ms()
     finally:
@@ -96,7 +97,7 @@ def _record_long_run(daemon: DaemonProc, wt: Path, checkpoints: int) -> None:
             c.snapshot(str(wt), run_id="long", node_id="n", label=f"step {i}")
 
 
-def _first_paint(base: str, token: str, checkpoints: int, rounds: int) -> float:
+def _first_paint(base: str, mint_code: Callable[[], str], checkpoints: int, rounds: int) -> float:
     """The median time from asking for run ``long``'s page to its last timeline mark drawn,
     in a fresh page each round (the app's own cache empty), the session cookie already set."""
     from playwright.sync_api import sync_playwright
@@ -113,7 +114,7 @@ def _first_paint(base: str, token: str, checkpoints: int, rounds: int) -> float:
         try:
             for _ in range(rounds):
                 page = browser.new_page()
-                page.goto(f"{base}/?token={token}")
+                page.goto(f"{base}/login?code={mint_code()}")
                 page.wait_for_selector("table.runs")
                 started = time.perf_counter()
                 page.goto(f"{base}/#/run/long")
@@ -127,10 +128,10 @@ def _first_paint(base: str, token: str, checkpoints: int, rounds: int) -> float:
     return median(times)
 
 
-def _get(port: int, path: str, cookie: str) -> float:
+def _get(port: int, path: str, auth: str) -> float:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     started = time.perf_counter()
-    conn.request("GET", path, headers={"Cookie": cookie})
+    conn.request("GET", path, headers={"Authorization": auth})
     resp = conn.getresponse()
     body = resp.read()
     elapsed = (time.perf_counter() - started) * 1000

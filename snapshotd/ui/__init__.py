@@ -1,7 +1,8 @@
 """The local web app of ``snapshotd ui`` (runs, timelines, checkpoints, diffs, gaps, restore): an
 optional part (``pip install 'snapshotd[ui]'``) that nothing below the front ends imports."""
 
-# ``app``: the routes and the server; ``security``: the token, Host and CSRF guard; ``data``: the
+# ``app``: the routes and the server; ``security``: the sign-in, Host and CSRF guard (``sessions``:
+# one-time codes, cookie sessions, their CSRF values); ``data``: the
 # read-only views; ``actions``: restore/export/blame; ``gap_help``: what each gap reason means;
 # ``screenshots``: the script that renders docs/ui.md's pictures.
 

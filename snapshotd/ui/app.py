@@ -35,7 +35,7 @@ from snapshotd.core import BAD_REQUEST, CONFLICT, INTERNAL, NOT_FOUND, ServiceEr
 from snapshotd.ops import Operations
 from snapshotd.ui import actions
 from snapshotd.ui.data import Reader
-from snapshotd.ui.security import Guard, csrf_token
+from snapshotd.ui.security import CSRF_SCOPE_KEY, Guard
 
 log = logging.getLogger("snapshotd.ui")
 
@@ -51,10 +51,11 @@ def create_app(*, home: Path, socket: Path | None, token: str, port: int,
     # command carries --home only then.
     reader = Reader(home, Operations(home=home, socket=socket))
     static = resources.files("snapshotd.ui") / "static"
-    shell = (static / "index.html").read_text().replace("{{csrf}}", csrf_token(token))
+    shell = (static / "index.html").read_text()
 
     def page(request: Request) -> Response:
-        return HTMLResponse(shell)
+        # The signed-in session's own CSRF value (random per session, not the token's).
+        return HTMLResponse(shell.replace("{{csrf}}", request.scope.get(CSRF_SCOPE_KEY, "")))
 
     routes = [
         Route("/", page),

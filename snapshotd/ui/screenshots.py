@@ -114,7 +114,7 @@ def main(argv: list[str]) -> int:
         with sync_playwright() as pw:
             chrome = pw.chromium.launch(executable_path=browser, args=["--no-sandbox"])
             page = chrome.new_page(viewport={"width": 1280, "height": 760})
-            page.goto(base + "?token=" + token)
+            page.goto(base + "login?code=" + app.mint_code())
             for name, frag, drawn in SHOTS:
                 page.goto(base + frag)
                 page.wait_for_selector(drawn)

@@ -1,27 +1,31 @@
-"""The web app's guard on a shared machine: token, Host header, CSRF, response headers.
+"""The web app's guard on a shared machine: sign-in, Host header, CSRF, response headers.
 
-Owns ``Guard``, an ASGI middleware in front of every route, and ``csrf_token``.
-
+Owns ``Guard``, an ASGI middleware in front of every route, and ``safe_next``.
 Promises (every request, static files included):
 - The Host header must be exactly ``127.0.0.1:PORT``, the loopback address the app serves: a
   page on another origin that rebinds its DNS name to 127.0.0.1 is refused (403).
-- The random token must come with it: as ``?token=`` (then it is set as an HttpOnly,
-  SameSite=Strict cookie for this port and the browser is sent to the same URL without it, so
-  the token stays out of history and logs) or as that cookie. Without it: 403.
-- Only GET, HEAD and POST; a POST must carry ``X-CSRF-Token`` (derived from the token, handed
-  to the page in a meta tag) and, when the browser sends one, an ``Origin`` of this app: 403
-  otherwise.
+- A browser signs in at ``/login?code=C`` with a one-time code (``snapshotd.ui.sessions``): it
+  gets an HttpOnly, SameSite=Strict cookie holding a random session id and is sent on to
+  ``next`` only when that is a path on this app (else to ``/``). No URL ever carries the token.
+- Any other request needs that cookie or ``Authorization: Bearer <token>`` (scripts; the token
+  is in a 0600 file; ``POST /login/code`` with it mints a code): 403 otherwise.
+- Only GET, HEAD and POST; a POST with a cookie must carry ``X-CSRF-Token`` equal to its
+  session's own random value (the page's meta tag); any POST with an ``Origin`` not this app's
+  is refused (403).
 - Every response forbids framing, sniffing, referrers and any script or style from elsewhere.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
+import json
+import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from http.cookies import CookieError, SimpleCookie
 from typing import Any
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, unquote
+
+from snapshotd.ui.sessions import Session, Sessions
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -38,11 +42,26 @@ SECURITY_HEADERS = [
     (b"x-frame-options", b"DENY"),
     (b"cache-control", b"no-store"),
 ]
+CSRF_SCOPE_KEY = "snapshotd.csrf"  # the session's CSRF value, for the page ("" for a script)
+# A path on this app: one leading "/", then no "/" or "\" (browsers read "/\host" as "//host"),
+# and only characters that cannot start another scheme or authority (no controls: browsers drop
+# tabs and newlines, so "/\t/host" would become "//host").
+_SAFE_NEXT = re.compile(r"/(?![/\\])[A-Za-z0-9._~!$&'()*+,;=:@%/?#-]*")
 
 
-def csrf_token(token: str) -> str:
-    """The value a POST must carry in ``X-CSRF-Token``; derived, so it never reveals the token."""
-    return hmac.new(token.encode(), b"snapshotd-ui-csrf", hashlib.sha256).hexdigest()
+def safe_next(value: str | None) -> str:
+    """``value`` when it is a path on this app, however often it is percent-decoded; else ``/``."""
+    if not value or not _SAFE_NEXT.fullmatch(value):
+        return "/"
+    seen = value
+    for _ in range(4):  # a browser or proxy decoding it again must not find "//" either
+        decoded = unquote(seen)
+        if decoded[1:2] in ("/", "\\") or any(c < " " or c in "\\\x7f" for c in decoded):
+            return "/"
+        if decoded == seen:
+            return value
+        seen = decoded
+    return "/"
 
 
 def cookie_name(port: int) -> str:
@@ -53,14 +72,19 @@ def cookie_name(port: int) -> str:
 class Guard:
     """Refuses what the module docstring says; passes the rest to ``app``."""
 
-    def __init__(self, app: ASGIApp, *, token: str, port: int) -> None:
+    def __init__(self, app: ASGIApp, *, token: str, port: int,
+                 sessions: Sessions | None = None) -> None:
         self.app = app
         self.token = token
         self.port = port
+        self.sessions = sessions or Sessions()
         self.host = f"127.0.0.1:{port}".encode()
         self.origin = f"http://127.0.0.1:{port}"
-        self.csrf = csrf_token(token)
         self.cookie = cookie_name(port)
+
+    def mint_code(self) -> str:
+        """A one-time sign-in code; the browser opens ``/login?code=`` with it."""
+        return self.sessions.mint_code()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -72,10 +96,21 @@ class Guard:
         if refusal is not None:
             await _plain(send, 403, refusal)
             return
-        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
-        if "token" in query:
-            await self._adopt_token(scope, query, send)
+        path = scope.get("path", "/")
+        if path == "/login":
+            await self._login(scope, send)
             return
+        bearer = self._bearer(headers)
+        if path == "/login/code" and bearer:
+            body = json.dumps({"code": self.mint_code()}).encode()
+            await _reply(send, 200, body, b"application/json")
+            return
+        session = None if bearer else self.sessions.get(_cookie(headers, self.cookie))
+        refusal = self._refusal_for(scope, headers, bearer, session)
+        if refusal is not None:
+            await _plain(send, 403, refusal)
+            return
+        scope[CSRF_SCOPE_KEY] = session.csrf if session else ""
 
         async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -88,27 +123,39 @@ class Guard:
         if headers.get(b"host") != self.host:
             return (f"refused: this snapshotd ui answers only to Host 127.0.0.1:{self.port} "
                     "(open the URL `snapshotd ui` printed)")
-        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
-        given = query.get("token") or _cookie(headers, self.cookie)
-        if not given or not hmac.compare_digest(given, self.token):
-            return ("refused: open the URL with its token, as `snapshotd ui` printed it "
-                    "(the token is asked for on every request)")
         method = scope.get("method", "GET")
         if method not in ("GET", "HEAD", "POST"):
             return f"refused: method {method} is not served"
-        if method == "POST":
-            sent = headers.get(b"x-csrf-token", b"").decode("latin-1")
-            if not hmac.compare_digest(sent, self.csrf):
-                return "refused: a change needs the page's CSRF token"
-            origin = headers.get(b"origin")
-            if origin is not None and origin.decode("latin-1") != self.origin:
-                return "refused: a change from another origin"
+        origin = headers.get(b"origin")
+        if method == "POST" and origin is not None and origin.decode("latin-1") != self.origin:
+            return "refused: a change from another origin"
         return None
 
-    async def _adopt_token(self, scope: Scope, query: dict[str, str], send: Send) -> None:
-        rest = urlencode({k: v for k, v in query.items() if k != "token"})
-        location = scope.get("path", "/") + (f"?{rest}" if rest else "")
-        cookie = (f"{self.cookie}={self.token}; Path=/; HttpOnly; SameSite=Strict")
+    def _bearer(self, headers: dict[bytes, bytes]) -> bool:
+        given = headers.get(b"authorization", b"").decode("latin-1")
+        scheme, _, value = given.partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(),
+                                                                  self.token.encode())
+
+    def _refusal_for(self, scope: Scope, headers: dict[bytes, bytes], bearer: bool,
+                     session: Session | None) -> str | None:
+        if not bearer and session is None:
+            return ("refused: sign in by opening the URL `snapshotd ui` printed (its code "
+                    "works once; the session is kept in a cookie)")
+        if scope.get("method") == "POST" and session is not None:
+            sent = headers.get(b"x-csrf-token", b"")
+            if not hmac.compare_digest(sent, session.csrf.encode()):
+                return "refused: a change needs the page's CSRF token"
+        return None
+
+    async def _login(self, scope: Scope, send: Send) -> None:
+        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+        session, why = self.sessions.redeem(query.get("code", ""))
+        if session is None:
+            await _plain(send, 403, "refused: " + why)
+            return
+        cookie = f"{self.cookie}={session.sid}; Path=/; HttpOnly; SameSite=Strict"
+        location = safe_next(query.get("next"))
         await send({"type": "http.response.start", "status": 303,
                     "headers": [(b"location", location.encode()),
                                 (b"set-cookie", cookie.encode()),
@@ -123,15 +170,18 @@ def _cookie(headers: dict[bytes, bytes], name: str) -> str | None:
     jar: SimpleCookie = SimpleCookie()
     try:
         jar.load(raw.decode("latin-1"))
-    except CookieError:  # a malformed cookie header is simply no token
+    except CookieError:  # a malformed cookie header is simply no session
         return None
     morsel = jar.get(name)
     return morsel.value if morsel else None
 
 
 async def _plain(send: Send, status: int, text: str) -> None:
-    body = (text + "\n").encode()
+    await _reply(send, status, (text + "\n").encode(), b"text/plain; charset=utf-8")
+
+
+async def _reply(send: Send, status: int, body: bytes, ctype: bytes) -> None:
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"text/plain; charset=utf-8"),
+                "headers": [(b"content-type", ctype),
                             (b"content-length", str(len(body)).encode()), *SECURITY_HEADERS]})
     await send({"type": "http.response.body", "body": body})

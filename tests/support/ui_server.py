@@ -1,8 +1,10 @@
 """``snapshotd ui`` as a real subprocess for the web app's tests, and raw HTTP to it.
 
 ``UiServer.start(env)`` runs ``snapshotd ui --no-browser --port 0`` with the env's home and
-socket and reads the URL it prints; ``request`` sends one request with exactly the headers
-given (http.client, so Host and Cookie are under the test's control).
+socket and reads the sign-in URL it prints and the API token from the file it names;
+``login_url`` mints a fresh one-time code (``POST /login/code`` with the token as a bearer);
+``request`` sends one request with exactly the headers given (http.client, so Host and Cookie
+are under the test's control).
 """
 
 from __future__ import annotations
@@ -12,19 +14,22 @@ import json
 import re
 import subprocess
 import sys
+from urllib.parse import quote
 
 from tests.conftest import Env
 
-URL_RE = re.compile(r"(http://127\.0\.0\.1:(\d+)/\?token=(\S+))")
+URL_RE = re.compile(r"(http://127\.0\.0\.1:(\d+)/login\?code=(\S+))")
+TOKEN_FILE_RE = re.compile(r"is in (/\S+\.token)\)")
 
 
 class UiServer:
     def __init__(self, proc: subprocess.Popen, url: str, port: int, token: str) -> None:
         self.proc = proc
-        self.url = url
+        self.printed_url = url  # its code works once: use login_url() for each sign-in
         self.port = port
         self.token = token
         self.host = f"127.0.0.1:{port}"
+        self.base = f"http://127.0.0.1:{port}/"
 
     @classmethod
     def start(cls, env: Env) -> UiServer:
@@ -35,10 +40,13 @@ class UiServer:
         # The URL is the first line; a failed start closes stdout, so readline returns.
         line = proc.stdout.readline()
         match = URL_RE.search(line)
-        if not match:
+        second = proc.stdout.readline()
+        token_file = TOKEN_FILE_RE.search(second)
+        if not match or not token_file:
             proc.kill()
-            raise RuntimeError(f"snapshotd ui printed {line!r}: {proc.communicate()[1]}")
-        return cls(proc, match.group(1), int(match.group(2)), match.group(3))
+            raise RuntimeError(f"snapshotd ui printed {line + second!r}: {proc.communicate()[1]}")
+        token = open(token_file.group(1)).read().strip()
+        return cls(proc, match.group(1), int(match.group(2)), token)
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -65,11 +73,30 @@ class UiServer:
         conn.close()
         return out
 
-    def cookie(self) -> str:
-        """The cookie the first request with the token sets."""
-        status, headers, _ = self.request("GET", "/?token=" + self.token)
+    def login_code(self) -> str:
+        status, _, body = self.request("POST", "/login/code",
+                                       headers={"Authorization": f"Bearer {self.token}"})
+        assert status == 200, (status, body)
+        return json.loads(body)["code"]
+
+    def login_url(self, next_path: str = "") -> str:
+        """A fresh sign-in URL (its code works once), going on to ``next_path``."""
+        extra = f"&next={quote(next_path, safe='')}" if next_path else ""
+        return f"{self.base}login?code={self.login_code()}{extra}"
+
+    def login(self) -> tuple[str, str]:
+        """A new session: its cookie (``name=value``) and its CSRF value (from the page)."""
+        status, headers, _ = self.request("GET", "/login?code=" + self.login_code())
         assert status == 303, status
-        return headers["set-cookie"].split(";")[0]
+        cookie = headers["set-cookie"].split(";")[0]
+        status, _, page = self.request("GET", "/", headers={"Cookie": cookie})
+        found = re.search(rb'name="csrf-token" content="([^"]+)"', page)
+        assert status == 200 and found, (status, page[:200])
+        return cookie, found.group(1).decode()
+
+    def cookie(self) -> str:
+        """The cookie of a new session."""
+        return self.login()[0]
 
     def get_json(self, path: str, cookie: str) -> tuple[int, dict]:
         status, _, body = self.request("GET", path, headers={"Cookie": cookie})

@@ -1,4 +1,4 @@
-"""The web app over HTTP: the token, Host and CSRF guard, the JSON views and the restore preview,
+"""The web app over HTTP: the sign-in, Host and CSRF guard, the JSON views and the restore preview,
 against ``snapshotd ui`` as a real subprocess beside a real daemon (the browser tests are in
 test_ui_browser.py)."""
 
@@ -13,7 +13,6 @@ import psutil
 import pytest
 
 from snapshotd.ui.gap_help import GAP_HELP, help_for
-from snapshotd.ui.security import csrf_token
 from tests.conftest import REPO, Daemon, Env, make_git_worktree
 from tests.support.helpers import git
 from tests.support.ui_server import UiServer
@@ -48,20 +47,26 @@ def test_every_readme_gap_reason_has_help() -> None:
     assert "report it" in help_for("no-such-reason")["todo"]
 
 
-def test_token_host_and_csrf_are_required(ui: UiServer) -> None:
+def test_sign_in_host_and_csrf_are_required(ui: UiServer) -> None:
     status, _, body = ui.request("GET", "/")
-    assert status == 403 and b"token" in body
-    status, _, _ = ui.request("GET", "/?token=" + "x" * len(ui.token))
+    assert status == 403 and b"sign in" in body
+    # The token in a URL is no sign-in (no URL carries it); as a bearer header it is.
+    status, _, _ = ui.request("GET", "/?token=" + ui.token)
     assert status == 403
-    # The right token with a foreign Host (DNS rebinding) is still refused.
-    status, _, body = ui.request("GET", "/?token=" + ui.token, headers={"Host": "evil.test"})
+    assert ui.request("GET", "/api/runs",
+                      headers={"Authorization": "Bearer " + "x" * len(ui.token)})[0] == 403
+    # A good code with a foreign Host (DNS rebinding) is still refused.
+    status, _, body = ui.request("GET", "/login?code=" + ui.login_code(),
+                                 headers={"Host": "evil.test"})
     assert status == 403 and b"Host" in body
     status, _, _ = ui.request("GET", "/static/app.js", headers={"Host": f"localhost:{ui.port}"})
     assert status == 403
-    cookie = ui.cookie()
-    assert "HttpOnly" in ui.request("GET", "/?token=" + ui.token)[1]["set-cookie"]
+    status, headers, _ = ui.request("GET", "/login?code=" + ui.login_code())
+    assert status == 303 and "HttpOnly" in headers["set-cookie"]
+    assert "SameSite=Strict" in headers["set-cookie"]
+    cookie, csrf = ui.login()
     status, headers, body = ui.request("GET", "/", headers={"Cookie": cookie})
-    assert status == 200 and csrf_token(ui.token).encode() in body
+    assert status == 200 and csrf.encode() in body
     assert "frame-ancestors 'none'" in headers["content-security-policy"]
     status, _, _ = ui.request("GET", "/api/runs", headers={"Cookie": cookie,
                                                            "Host": "attacker.example"})
@@ -69,7 +74,7 @@ def test_token_host_and_csrf_are_required(ui: UiServer) -> None:
     plan = {"run": "r", "node": "n", "seq": 0, "iteration": 0, "attempt": 1}
     status, _, body = ui.request("POST", "/api/restore", headers={"Cookie": cookie}, body=plan)
     assert status == 403 and b"CSRF" in body
-    good = {"Cookie": cookie, "X-CSRF-Token": csrf_token(ui.token)}
+    good = {"Cookie": cookie, "X-CSRF-Token": csrf}
     status, _, _ = ui.request("POST", "/api/restore", body=plan,
                               headers=dict(good, Origin="http://evil.test"))
     assert status == 403
@@ -80,6 +85,10 @@ def test_token_host_and_csrf_are_required(ui: UiServer) -> None:
     result = json.loads(body)
     # Without confirm it is the plan only.
     assert result["dry_run"] is True and result["applied"] is False and result["counts"]["M"] == 1
+    # A script with the token as a bearer needs no CSRF value (no browser sends it by itself).
+    status, _, body = ui.request("POST", "/api/restore", body=plan,
+                                 headers={"Authorization": "Bearer " + ui.token})
+    assert status == 200, body
 
 
 def test_serves_on_loopback_only(ui: UiServer) -> None:
@@ -127,7 +136,8 @@ def test_export_shows_the_plan_then_creates_the_branch(sd_env: Env, daemon: Daem
             c.snapshot(str(repo), run_id="x", node_id="n", label=f"Edit a.txt {i}")
     server = UiServer.start(sd_env)
     try:
-        good = {"Cookie": server.cookie(), "X-CSRF-Token": csrf_token(server.token)}
+        cookie, csrf = server.login()
+        good = {"Cookie": cookie, "X-CSRF-Token": csrf}
         body = {"run": "x", "node": "n", "iteration": 0, "attempt": 1, "seq": 1,
                 "branch": "agent-work"}
         status, _, raw = server.request("POST", "/api/export", headers=good, body=body)

@@ -70,7 +70,7 @@ def ui(sd_env: Env, daemon: Daemon, wt: Path) -> Iterator[UiServer]:
 def test_follow_a_run_diff_two_checkpoints_and_restore(browser, ui: UiServer, wt: Path,
                                                        tmp_path: Path, daemon: Daemon) -> None:
     page = browser.new_page()
-    page.goto(ui.url)
+    page.goto(ui.login_url())
     page.click("a.run-link")
     page.wait_for_selector("svg.timeline rect.mark")
     page.click("rect.mark[data-seq='2']")
@@ -110,7 +110,7 @@ def test_follow_a_run_diff_two_checkpoints_and_restore(browser, ui: UiServer, wt
     assert (wt / "f.py").read_text() == "# step 2\none\ntwo\nthree\n"
     assert "snapshotd restore r" in page.inner_text("#undo")
     # The safety checkpoint shows up on the run's timeline by itself (live updates).
-    page.goto(ui.url.split("?")[0] + "#/run/r")
+    page.goto(ui.base + "#/run/r")
     page.wait_for_selector("svg.timeline polygon.mark.safety", timeout=10_000)
     before = page.locator("svg.timeline .mark").count()
     with daemon.client() as c:
@@ -121,17 +121,25 @@ def test_follow_a_run_diff_two_checkpoints_and_restore(browser, ui: UiServer, wt
     page.close()
 
 
-def test_refused_without_token_or_with_a_foreign_host(browser, ui: UiServer) -> None:
+def test_refused_without_sign_in_or_with_a_foreign_host(browser, ui: UiServer) -> None:
     context = browser.new_context()
     page = context.new_page()
-    response = page.goto(ui.url.split("?")[0])
-    assert response.status == 403 and "token" in page.inner_text("body")
-    # The right token, but through a name that resolves to 127.0.0.1 (DNS rebinding).
-    response = page.goto(ui.url.replace("127.0.0.1", REBOUND))
+    response = page.goto(ui.base)
+    assert response.status == 403 and "sign in" in page.inner_text("body")
+    # A good code, but through a name that resolves to 127.0.0.1 (DNS rebinding).
+    response = page.goto(ui.login_url().replace("127.0.0.1", REBOUND))
     assert response.status == 403 and "Host" in page.inner_text("body")
-    response = page.goto(ui.url)
-    assert response.status == 200
-    page.wait_for_selector("table.runs")
+    url = ui.login_url("/#/run/r")
+    response = page.goto(url)
+    assert response.status == 200 and page.url == ui.base + "#/run/r"
+    page.wait_for_selector("svg.timeline rect.mark")
+    # The same code again (another user who read it from ps) is refused, and the session it
+    # opened is closed.
+    other = browser.new_context()
+    response = other.new_page().goto(url)
+    assert response.status == 403 and "already used" in response.text()
+    other.close()
+    assert page.goto(ui.base).status == 403
     context.close()
 
 
@@ -153,10 +161,10 @@ def test_first_paint_of_a_long_run(browser, sd_env: Env, wt: Path) -> None:
     server = UiServer.start(sd_env)
     try:
         page = browser.new_page()
-        page.goto(server.url)
+        page.goto(server.login_url())
         page.wait_for_selector("table.runs")
         started = time.perf_counter()
-        page.goto(server.url.split("?")[0] + "#/run/long")
+        page.goto(server.base + "#/run/long")
         page.locator("svg.timeline .mark").nth(999).wait_for()
         elapsed = time.perf_counter() - started
         assert page.locator("svg.timeline .mark").count() == 1000
@@ -175,14 +183,14 @@ def test_gaps_tree_and_blame(browser, ui: UiServer, sd_env: Env) -> None:
     GapSpool(sd_env.gaps).record(reason="timeout", detail="no answer in 2000 ms", run_id="r",
                                  node_id="n", tool_use_id="toolu_9")
     page = browser.new_page()
-    page.goto(ui.url)
-    page.goto(ui.url.split("?")[0] + "#/gaps/r")
+    page.goto(ui.login_url())
+    page.goto(ui.base + "#/gaps/r")
     page.wait_for_selector("table.gaps td code")
     row = page.inner_text("table.gaps")
     assert "timeout" in row and "SNAPSHOTD_HOOK_TIMEOUT_MS" in row and "no answer" in row
-    page.goto(ui.url.split("?")[0] + "#/run/r")
+    page.goto(ui.base + "#/run/r")
     page.wait_for_selector("svg.timeline circle.gap")
-    page.goto(ui.url.split("?")[0] + "#/tree/r/n/0/1/1/")
+    page.goto(ui.base + "#/tree/r/n/0/1/1/")
     page.click("text=f.py")
     page.wait_for_selector("a:has-text('blame')")
     assert "two" in page.inner_text("table.patch")
