@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 import tempfile
 import time
@@ -205,6 +206,10 @@ def _check_branch(user: pygit2.Repository, branch: str) -> str:
     ref = f"refs/heads/{branch}"
     if not pygit2.reference_is_valid_name(ref) or branch.startswith("-"):
         raise ServiceError(BAD_REQUEST, f"{branch!r} is not a valid branch name")
+    special = _special_name(branch)
+    if special:
+        raise ServiceError(BAD_REQUEST, f"{branch!r} is not a valid branch name: {special}; "
+                           "choose another name")
     odd = not_regular(common_dir(Path(user.path)) / ref)
     if odd is not None:
         raise ServiceError(CONFLICT, f"cannot tell whether branch {branch!r} exists in "
@@ -213,6 +218,19 @@ def _check_branch(user: pygit2.Repository, branch: str) -> str:
         raise ServiceError(CONFLICT, f"branch {branch!r} already exists in "
                            f"{user.workdir}; choose a new name")
     return ref
+
+
+def _special_name(branch: str) -> str | None:
+    """Why git would refuse ``branch`` as a branch or read the name as another ref (git's
+    ``check-ref-format --branch`` refuses ``HEAD``; ``git rev-parse FETCH_HEAD`` reads the
+    pseudo-ref, ``@`` is HEAD, ``refs/...`` would make ``refs/heads/refs/...``), else None."""
+    if branch == "HEAD" or re.fullmatch(r"[A-Z][A-Z0-9_-]*_HEAD", branch):
+        return "git reserves HEAD and the *_HEAD names for its own refs"
+    if branch == "@":
+        return "git reads @ as HEAD"
+    if branch.startswith("refs/"):
+        return "give the name without refs/ (it would become refs/heads/refs/...)"
+    return None
 
 
 def _base(store: pygit2.Repository, tip: str, user: pygit2.Repository | None
