@@ -43,3 +43,28 @@ def test_a_plain_name_is_accepted_as_git_accepts_it(sd_env: Env, rep) -> None:
     proc = cli(sd_env, "export", rep.run_id, "--node", rep.node_id, "--branch", name)
     assert proc.returncode == 0, proc.stderr
     assert git(rep.worktree, "rev-parse", "--verify", "-q", f"refs/heads/{name}").strip()
+
+
+@pytest.mark.parametrize("case", ["dangling-symlink", "under-a-file", "symlink-loop"])
+def test_patches_into_a_path_that_cannot_be_a_directory(sd_env: Env, rep, tmp_path: Path,
+                                                        case: str) -> None:
+    """A dangling symlink (or a file on the way, or a symlink loop) as --patches DIR: a
+    sentence naming the path and what it is, never ``internal``, nothing written."""
+    target = tmp_path / "gone"
+    if case == "dangling-symlink":
+        out = tmp_path / "series"
+        out.symlink_to(target)
+        why = "symbolic link"
+    elif case == "under-a-file":
+        (tmp_path / "afile").write_text("x\n")
+        out = tmp_path / "afile" / "series"
+        why = "not a directory"
+    else:
+        out = tmp_path / "loop"
+        out.symlink_to(out)
+        why = "symbolic link"
+    proc = cli(sd_env, "export", rep.run_id, "--node", rep.node_id, "--patches", str(out))
+    assert proc.returncode == 1, proc.stdout
+    assert "internal" not in proc.stderr and str(out) in proc.stderr, proc.stderr
+    assert why in proc.stderr, proc.stderr
+    assert not target.exists()

@@ -286,8 +286,7 @@ def _write_patches(store: pygit2.Repository, user: pygit2.Repository | None, row
                    base: str | None, squash: bool, directory: Path
                    ) -> tuple[list[dict], list[int], list[str]]:
     """The series as ``git format-patch`` files in ``directory`` (new or empty)."""
-    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
-        raise ServiceError(CONFLICT, f"{directory} exists and is not an empty directory")
+    _check_patch_dir(directory)
     with tempfile.TemporaryDirectory(prefix="snapshotd-export-") as scratch_dir:
         pygit2.init_repository(scratch_dir, bare=True)
         if user is not None:
@@ -299,7 +298,11 @@ def _write_patches(store: pygit2.Repository, user: pygit2.Repository | None, row
         if not commits:
             raise ServiceError(NOT_FOUND, "nothing to export: every checkpoint in the "
                                "range has the tree of the base commit")
-        directory.mkdir(parents=True, exist_ok=True)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ServiceError(CONFLICT, f"cannot create the directory {directory}: "
+                               f"{_lower(exc.strerror or str(exc))}") from exc
         span = [f"{base}..{commits[-1]['commit']}"] if base else ["--root", commits[-1]["commit"]]
         env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
         env["GIT_DIR"] = scratch_dir
@@ -314,6 +317,29 @@ def _write_patches(store: pygit2.Repository, user: pygit2.Repository | None, row
                                f"{done.stderr.strip()[:500]}")
     files = [line.strip() for line in done.stdout.splitlines() if line.strip()]
     return commits, skipped, files
+
+
+def _check_patch_dir(directory: Path) -> None:
+    """``directory`` is new, or an empty directory (a symbolic link to one is followed);
+    anything else is refused (``conflict``) with a sentence saying what it is."""
+    if directory.is_symlink() and not directory.is_dir():
+        try:
+            where = f" to {os.readlink(directory)}"
+        except OSError:
+            where = ""
+        raise ServiceError(CONFLICT, f"{directory} is a symbolic link{where} that does not lead "
+                           "to a directory; remove it, create the directory, or give another "
+                           "path")
+    try:
+        if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+            raise ServiceError(CONFLICT, f"{directory} exists and is not an empty directory")
+    except OSError as exc:
+        raise ServiceError(CONFLICT, f"cannot use {directory} for patches: "
+                           f"{_lower(exc.strerror or str(exc))}") from exc
+
+
+def _lower(text: str) -> str:
+    return text[:1].lower() + text[1:]
 
 
 def _copy_tree(src: pygit2.Repository, dst: pygit2.Repository, root: pygit2.Oid) -> None:
