@@ -20,6 +20,7 @@ import logging
 import math
 import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -256,10 +257,11 @@ def load_config(flags: Mapping[str, object] | None = None,
     for name in names:
         config.sources[name] = "default"
     path = path or config_path(env)
-    if path.is_file():
+    text = _read_config_file(path)
+    if text is not None:
         try:
-            data = tomllib.loads(path.read_text())
-        except (tomllib.TOMLDecodeError, OSError, UnicodeDecodeError) as exc:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: cannot be read as TOML: {exc}") from exc
         for key, value in data.items():
             if key not in names:
@@ -275,6 +277,54 @@ def load_config(flags: Mapping[str, object] | None = None,
                 raise ConfigError(f"unknown setting {key!r}")
             _set(config, key, value, "flag")
     return config
+
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISDIR, "a directory"))
+# A config file is a few hundred bytes; a larger one is not one.
+_MAX_CONFIG_BYTES = 1 << 20
+
+
+def _read_config_file(path: Path) -> str | None:
+    """The config file's text; None when nothing is at ``path``. Anything but a regular file
+    (or a symlink to one) is a ``ConfigError`` saying what it is: it is never opened, so a FIFO
+    cannot block the read, nor ``/dev/zero`` make it endless."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise ConfigError(f"{path} is a symbolic link to {os.readlink(path)} that leads "
+                              "nowhere; fix or remove it") from None
+        return None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read: {exc.strerror or exc}") from exc
+    for test, kind in _KINDS:
+        if test(info.st_mode):
+            raise ConfigError(f"{path} is {kind}, not a regular file; point SNAPSHOTD_CONFIG "
+                              "at a TOML file, or remove it")
+    try:
+        # O_NONBLOCK: should a FIFO replace the file since the stat, the open does not wait.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ConfigError(f"{path} is not a regular file")
+            data = b""
+            while len(data) <= _MAX_CONFIG_BYTES:
+                chunk = os.read(fd, _MAX_CONFIG_BYTES + 1 - len(data))
+                if not chunk:
+                    break
+                data += chunk
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read: {exc.strerror or exc}") from exc
+    if len(data) > _MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: larger than {_MAX_CONFIG_BYTES} bytes; not a config file")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: cannot be read as TOML: not UTF-8 ({exc})") from exc
 
 
 def _set(config: Config, key: str, value: object, source: str) -> None:
