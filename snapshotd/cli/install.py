@@ -1,22 +1,24 @@
 """``snapshotd install-service`` / ``uninstall-service``: run the daemon under the user's
 supervisor (a systemd user unit with socket activation on Linux, a LaunchAgent on macOS).
 
-Owns the text of the unit files and the plist (``contrib/`` holds the same text rendered for
-``/usr/bin/python3``; a test keeps them equal) and the talk with ``systemctl --user`` /
-``launchctl``. Promises:
-- ``ExecStart``/``ProgramArguments`` name the absolute path of the interpreter that has snapshotd
-  installed (``sys.executable``, or ``--python`` after checking it imports snapshotd), so the
-  service runs the same code as the CLI that installed it.
+Owns the unit files' and the plist's text (``contrib/`` holds it rendered for ``/usr/bin/python3``,
+a test keeps them equal) and the talk with ``systemctl --user`` / ``launchctl``. Promises:
+- ``ExecStart``/``ProgramArguments`` name the absolute interpreter that has snapshotd installed
+  (``sys.executable``, or ``--python`` once it imports snapshotd): the service runs the CLI's code.
 - The installing shell's path settings (``SNAPSHOTD_HOME``, ``_GAPS``, ``_CONFIG``, ``_SOCKET``,
-  ``XDG_STATE_HOME``, ``XDG_CONFIG_HOME``) are written into the unit, so daemon, hooks and CLI agree.
-- When the supervisor is reachable the service is enabled and (re)started, after stopping a
-  daemon that was started outside it (SIGTERM: in-flight captures finish); otherwise the files
-  are written and the exact commands to run are printed. ``--print`` writes nothing.
-- ``uninstall-service`` stops and removes the service; the home (store, ledger, gaps) is kept.
+  ``XDG_STATE_HOME``, ``XDG_CONFIG_HOME``) go into the unit, so daemon, hooks and CLI agree; a
+  value with a control character is refused (a newline would add lines), ``%`` is written ``%%``.
+- A unit edited since it was written (its sha256 stamp no longer matches) is replaced only with
+  ``--force``, which keeps a copy beside it and says where.
+- With the supervisor reachable the service is enabled and (re)started, after stopping a daemon
+  started outside it (SIGTERM: in-flight captures finish); otherwise the files are written and
+  the commands to run printed. ``--print`` writes nothing. ``uninstall-service`` stops and
+  removes the service; the home (store, ledger, gaps) is kept.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import plistlib
 import shutil
@@ -59,11 +61,17 @@ platform_option = click.option(
               default=None, help="Interpreter that has snapshotd installed (default: this one).")
 @click.option("--no-start", is_flag=True,
               help="Write the files but do not enable or start anything; print the commands.")
+@click.option("--force", is_flag=True,
+              help="Replace unit files edited since install-service wrote them (a copy of "
+                   "each is kept beside it).")
 def install_service(print_only: bool, platform: str | None, python: Path | None,
-                    no_start: bool) -> None:
+                    no_start: bool, force: bool) -> None:
     """Install snapshotd as a per-user service that starts at login and on first use."""
     platform = platform or default_platform()
     interpreter = _interpreter(python)
+    unsafe = unsafe_value(interpreter, dict(os.environ))
+    if unsafe:
+        fail(unsafe)
     plan = plan_for(platform, interpreter, dict(os.environ))
     if print_only:
         for index, (path, content) in enumerate(plan.files.items()):
@@ -71,9 +79,7 @@ def install_service(print_only: bool, platform: str | None, python: Path | None,
                 click.echo(("\n" if index else "") + f"# {path}")
             click.echo(content, nl=not content.endswith("\n"))
         return
-    for path, content in plan.files.items():
-        _write(path, content)
-        click.echo(f"wrote {path}")
+    _write_files(plan.files, force)
     if no_start or not plan.supervisor_reachable():
         if not no_start:
             click.echo(f"{plan.supervisor} is not reachable from here; to enable and start "
@@ -163,8 +169,8 @@ def plan_for(platform: str, python: str, environ: dict[str, str]) -> Plan:
         unit_dir = systemd_user_dir(environ)
         listen = environ.get("SNAPSHOTD_SOCKET") or DEFAULT_LISTEN
         files = {
-            unit_dir / UNIT: render_service(python, carried_environment(environ)),
-            unit_dir / SOCKET_UNIT: render_socket(_absolute_or_specifier(listen)),
+            unit_dir / UNIT: stamped(render_service(python, carried_environment(environ))),
+            unit_dir / SOCKET_UNIT: stamped(render_socket(_absolute_or_specifier(listen))),
         }
         start = [["systemctl", "--user", "daemon-reload"],
                  ["systemctl", "--user", "enable", SOCKET_UNIT, UNIT],
@@ -175,8 +181,8 @@ def plan_for(platform: str, python: str, environ: dict[str, str]) -> Plan:
     plist_path = home / "Library" / "LaunchAgents" / f"{LABEL}.plist"
     log_path = home / "Library" / "Logs" / "snapshotd.log"
     sock = str(_socket_for(environ))
-    files = {plist_path: render_plist(python, sock, str(log_path),
-                                      carried_environment(environ))}
+    files = {plist_path: stamped(render_plist(python, sock, str(log_path),
+                                              carried_environment(environ)))}
     domain = f"gui/{os.getuid()}"
     start = [["launchctl", "bootout", f"{domain}/{LABEL}"],
              ["launchctl", "bootstrap", domain, str(plist_path)],
@@ -318,7 +324,10 @@ def _interpreter(python: Path | None) -> str:
 
 
 def _absolute_or_specifier(listen: str) -> str:
-    return listen if listen.startswith("%") else os.path.abspath(os.path.expanduser(listen))
+    """The default's ``%t`` is systemd's; a path given is a path, its ``%`` escaped."""
+    if listen == DEFAULT_LISTEN:
+        return listen
+    return os.path.abspath(os.path.expanduser(listen)).replace("%", "%%")
 
 
 def _socket_for(environ: dict[str, str]) -> Path:
@@ -342,6 +351,71 @@ def _unit_quote(value: str) -> str:
 def _exec_quote(path: str) -> str:
     # ExecStart also treats '$' specially (variable expansion).
     return _unit_quote(path).replace("$", "$$")
+
+
+def unsafe_value(python: str, environ: dict[str, str]) -> str | None:
+    """Why a value install-service would write cannot be written safely, else None: a control
+    character (a newline would end the ``Environment=`` line and start another of the
+    unit's, ``ExecStartPre=`` say; a plist cannot hold most of them)."""
+    values = {"--python": python, **{name: environ.get(name, "")
+                                     for name in PATH_VARIABLES + ("SNAPSHOTD_SOCKET",)}}
+    for name, value in values.items():
+        if any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in value):
+            return (f"{name} holds a control character ({value!r}); a service file cannot "
+                    f"carry it safely: set {name} to a path without one, or unset it")
+    return None
+
+
+_STAMP = "snapshotd-install-service sha256="
+
+
+def stamped(content: str) -> str:
+    """``content`` with a line naming its sha256: a file whose stamp still matches is
+    install-service's own, unedited, and may be replaced."""
+    digest = hashlib.sha256(content.encode()).hexdigest()
+    if content.startswith("<?xml"):
+        head, _, rest = content.partition("\n")
+        return f"{head}\n<!-- {_STAMP}{digest} -->\n{rest}"
+    return f"# {_STAMP}{digest}\n{content}"
+
+
+def _edited(path: Path) -> bool:
+    """Whether ``path`` holds something install-service did not write as it is (edited by
+    hand, written by another tool, a symlink); False when nothing is there."""
+    if path.is_symlink():
+        return True
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return False
+    except (OSError, UnicodeDecodeError):
+        return True
+    lines = text.splitlines(keepends=True)
+    for index, line in enumerate(lines):
+        if _STAMP in line:
+            digest = line.split(_STAMP, 1)[1].split()[0].rstrip("->").strip()
+            rest = "".join(lines[:index] + lines[index + 1:])
+            return hashlib.sha256(rest.encode()).hexdigest() != digest
+    return True
+
+
+def _write_files(files: dict[Path, str], force: bool) -> None:
+    """Write ``files``; one edited since install-service wrote it is refused unless ``force``,
+    which first keeps it as ``NAME.bak`` (``.bak.<time>`` when that is taken)."""
+    edited = [path for path in files if _edited(path)]
+    if edited and not force:
+        fail("not replacing " + ", ".join(str(p) for p in edited) + ": changed since "
+             "install-service wrote it (or not written by it); pass --force to replace it "
+             "(a copy is kept beside it)")
+    for path, content in files.items():
+        if path in edited:
+            backup = path.with_name(f"{path.name}.bak")
+            if backup.exists() or backup.is_symlink():
+                backup = path.with_name(f"{path.name}.bak.{int(time.time())}")
+            os.rename(path, backup)
+            click.echo(f"kept your edited {path} as {backup}")
+        _write(path, content)
+        click.echo(f"wrote {path}")
 
 
 def _write(path: Path, content: str) -> None:

@@ -20,6 +20,7 @@ import logging
 import math
 import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -147,6 +148,31 @@ ENV_VARS: dict[str, str] = {
 }
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
+_DAY_MS = 86_400_000
+_TEN_YEARS_S = 315_360_000.0
+# The range of each numeric setting (inclusive; the seconds settings but ``linger_s`` must be
+# above 0). Past the maximum no value is useful, and some break what uses them: ``status``
+# encodes the policy as msgpack (integers up to 2**64), a thread waits at most
+# ``threading.TIMEOUT_MAX`` seconds. An int maximum means a whole number.
+BOUNDS: dict[str, tuple[int | float, int | float]] = {
+    "settle_ms": (1, _DAY_MS),
+    "max_wait_ms": (1, _DAY_MS),
+    "max_file_bytes": (1, 1 << 40),
+    "hook_timeout_ms": (100, 120_000),  # as snapshot-hook clamps its own budget
+    "max_zero_setup_files": (0, 1_000_000_000),
+    "max_connections": (1, 1_000_000),
+    "gc_keep_last": (0, 1_000_000_000),
+    "push_interval_ms": (1, _DAY_MS),
+    "http_hook_port": (0, 65535),
+    "max_watches": (0, 1_000_000_000),
+    "idle_timeout_s": (0.0, _TEN_YEARS_S),
+    "scan_interval_s": (0.0, _TEN_YEARS_S),
+    "verify_interval_s": (0.0, _TEN_YEARS_S),
+    "gc_interval_s": (0.0, _TEN_YEARS_S),
+    "linger_s": (0.0, _TEN_YEARS_S),
+    "ownerless_idle_s": (0.0, _TEN_YEARS_S),
+}
+
 
 REDACTED = "***"
 # ``scheme://userinfo@``: the userinfo runs to the last "@" before the path (a raw "@" in a
@@ -236,10 +262,11 @@ def load_config(flags: Mapping[str, object] | None = None,
     for name in names:
         config.sources[name] = "default"
     path = path or config_path(env)
-    if path.is_file():
+    text = _read_config_file(path)
+    if text is not None:
         try:
-            data = tomllib.loads(path.read_text())
-        except (tomllib.TOMLDecodeError, OSError, UnicodeDecodeError) as exc:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: cannot be read as TOML: {exc}") from exc
         for key, value in data.items():
             if key not in names:
@@ -255,6 +282,54 @@ def load_config(flags: Mapping[str, object] | None = None,
                 raise ConfigError(f"unknown setting {key!r}")
             _set(config, key, value, "flag")
     return config
+
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISDIR, "a directory"))
+# A config file is a few hundred bytes; a larger one is not one.
+_MAX_CONFIG_BYTES = 1 << 20
+
+
+def _read_config_file(path: Path) -> str | None:
+    """The config file's text; None when nothing is at ``path``. Anything but a regular file
+    (or a symlink to one) is a ``ConfigError`` saying what it is: it is never opened, so a FIFO
+    cannot block the read, nor ``/dev/zero`` make it endless."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise ConfigError(f"{path} is a symbolic link to {os.readlink(path)} that leads "
+                              "nowhere; fix or remove it") from None
+        return None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read: {exc.strerror or exc}") from exc
+    for test, kind in _KINDS:
+        if test(info.st_mode):
+            raise ConfigError(f"{path} is {kind}, not a regular file; point SNAPSHOTD_CONFIG "
+                              "at a TOML file, or remove it")
+    try:
+        # O_NONBLOCK: should a FIFO replace the file since the stat, the open does not wait.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ConfigError(f"{path} is not a regular file")
+            data = b""
+            while len(data) <= _MAX_CONFIG_BYTES:
+                chunk = os.read(fd, _MAX_CONFIG_BYTES + 1 - len(data))
+                if not chunk:
+                    break
+                data += chunk
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read: {exc.strerror or exc}") from exc
+    if len(data) > _MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: larger than {_MAX_CONFIG_BYTES} bytes; not a config file")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: cannot be read as TOML: not UTF-8 ({exc})") from exc
 
 
 def _set(config: Config, key: str, value: object, source: str) -> None:
@@ -315,32 +390,43 @@ def _coerce(key: str, value: object, source: str) -> object:
         except ValueError as exc:
             raise ConfigError(f"{where}: {exc}") from None
         return str(value)
-    if key in ("idle_timeout_s", "scan_interval_s", "gc_interval_s", "verify_interval_s",
-               "linger_s", "ownerless_idle_s"):
-        try:
-            number = float(value)  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            raise ConfigError(f"{where}: expected a number of seconds, got {value!r}") from None
-        if not math.isfinite(number):
-            # The settle scheduler waits on these: on inf its tick is NaN and its thread ends.
-            raise ConfigError(f"{where}: expected a finite number of seconds, got {value!r}")
-        if number < 0 or (number == 0 and key != "linger_s"):
-            raise ConfigError(f"{where}: must be positive, got {value!r}")
-        return number
     if key == "quiet_verify_share":
         return _share_of_a_core(value, where)
+    if key in BOUNDS:
+        return _bounded(key, value, where)
+    raise ConfigError(f"{where}: not a setting this version knows how to read")
+
+
+def _bounded(key: str, value: object, where: str) -> int | float:
+    """A numeric setting within ``BOUNDS[key]``; the error names the key, value and range."""
+    low, high = BOUNDS[key]
+    whole = isinstance(high, int)
+    unit = "a whole number" if whole else "a number of seconds"
+    span = (f"between {low} and {high}" if whole
+            else f"between {low:g}{'' if key == 'linger_s' else ' (exclusive)'} and {high:.0f}")
     if isinstance(value, bool):
-        raise ConfigError(f"{where}: expected a whole number, got {value!r}")
+        raise ConfigError(f"{where}: expected {unit} {span}, got {value!r}")
     try:
-        number = int(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise ConfigError(f"{where}: expected a whole number, got {value!r}") from None
-    if number < 0 or (number == 0 and key not in ("max_zero_setup_files", "gc_keep_last",
-                                                  "http_hook_port", "max_watches")):
-        raise ConfigError(f"{where}: must be positive, got {value!r}")
-    if key == "http_hook_port" and number > 65535:
-        raise ConfigError(f"{where}: expected a TCP port (0 picks a free one), got {value!r}")
+        number: int | float = float(value) if not whole else _whole(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(f"{where}: expected {unit} {span}, got {value!r}") from None
+    if not whole and not math.isfinite(number):
+        # The settle scheduler waits on these: on inf its tick is NaN and its thread ends.
+        raise ConfigError(f"{where}: expected a finite number of seconds {span}, "
+                          f"got {value!r}")
+    too_low = number < low or (not whole and number == 0 and key != "linger_s")
+    if too_low or number > high:
+        raise ConfigError(f"{where}: expected {unit} {span}, got {value!r}")
     return number
+
+
+def _whole(value: object) -> int:
+    """``value`` as an int: a string of digits, an int, or a float with no fraction."""
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError(value)
+        return int(value)
+    return int(value)  # type: ignore[call-overload]
 
 
 def _share_of_a_core(value: object, where: str) -> float:

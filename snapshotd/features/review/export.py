@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 import tempfile
 import time
@@ -211,6 +212,10 @@ def _check_branch(user: pygit2.Repository, branch: str) -> str:
     ref = f"refs/heads/{branch}"
     if not pygit2.reference_is_valid_name(ref) or branch.startswith("-"):
         raise ServiceError(BAD_REQUEST, f"{branch!r} is not a valid branch name")
+    special = _special_name(branch)
+    if special:
+        raise ServiceError(BAD_REQUEST, f"{branch!r} is not a valid branch name: {special}; "
+                           "choose another name")
     odd = not_regular(common_dir(Path(user.path)) / ref)
     if odd is not None:
         raise ServiceError(CONFLICT, f"cannot tell whether branch {branch!r} exists in "
@@ -219,6 +224,19 @@ def _check_branch(user: pygit2.Repository, branch: str) -> str:
         raise ServiceError(CONFLICT, f"branch {branch!r} already exists in "
                            f"{user.workdir}; choose a new name")
     return ref
+
+
+def _special_name(branch: str) -> str | None:
+    """Why git would refuse ``branch`` as a branch or read the name as another ref (git's
+    ``check-ref-format --branch`` refuses ``HEAD``; ``git rev-parse FETCH_HEAD`` reads the
+    pseudo-ref, ``@`` is HEAD, ``refs/...`` would make ``refs/heads/refs/...``), else None."""
+    if branch == "HEAD" or re.fullmatch(r"[A-Z][A-Z0-9_-]*_HEAD", branch):
+        return "git reserves HEAD and the *_HEAD names for its own refs"
+    if branch == "@":
+        return "git reads @ as HEAD"
+    if branch.startswith("refs/"):
+        return "give the name without refs/ (it would become refs/heads/refs/...)"
+    return None
 
 
 def _base(store: pygit2.Repository, tip: str, user: pygit2.Repository | None
@@ -279,8 +297,7 @@ def _write_patches(store: pygit2.Repository, user: pygit2.Repository | None, row
                    ) -> tuple[list[dict], list[int], list[str]]:
     """The series as ``git format-patch`` files in ``directory`` (new or empty), with the
     modes git gives files it creates under the user's ``umask``."""
-    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
-        raise ServiceError(CONFLICT, f"{directory} exists and is not an empty directory")
+    _check_patch_dir(directory)
     with tempfile.TemporaryDirectory(prefix="snapshotd-export-") as scratch_dir:
         pygit2.init_repository(scratch_dir, bare=True)
         if user is not None:
@@ -293,7 +310,11 @@ def _write_patches(store: pygit2.Repository, user: pygit2.Repository | None, row
             raise ServiceError(NOT_FOUND, "nothing to export: every checkpoint in the "
                                "range has the tree of the base commit")
         made = not directory.exists()
-        directory.mkdir(parents=True, exist_ok=True)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ServiceError(CONFLICT, f"cannot create the directory {directory}: "
+                               f"{_lower(exc.strerror or str(exc))}") from exc
         span = [f"{base}..{commits[-1]['commit']}"] if base else ["--root", commits[-1]["commit"]]
         env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
         env["GIT_DIR"] = scratch_dir
@@ -310,6 +331,29 @@ def _write_patches(store: pygit2.Repository, user: pygit2.Repository | None, row
     share_paths(([(directory, 0o777)] if made else []) + [(Path(f), 0o666) for f in files],
                 umask, 0)
     return commits, skipped, files
+
+
+def _check_patch_dir(directory: Path) -> None:
+    """``directory`` is new, or an empty directory (a symbolic link to one is followed);
+    anything else is refused (``conflict``) with a sentence saying what it is."""
+    if directory.is_symlink() and not directory.is_dir():
+        try:
+            where = f" to {os.readlink(directory)}"
+        except OSError:
+            where = ""
+        raise ServiceError(CONFLICT, f"{directory} is a symbolic link{where} that does not lead "
+                           "to a directory; remove it, create the directory, or give another "
+                           "path")
+    try:
+        if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+            raise ServiceError(CONFLICT, f"{directory} exists and is not an empty directory")
+    except OSError as exc:
+        raise ServiceError(CONFLICT, f"cannot use {directory} for patches: "
+                           f"{_lower(exc.strerror or str(exc))}") from exc
+
+
+def _lower(text: str) -> str:
+    return text[:1].lower() + text[1:]
 
 
 def _copy_tree(src: pygit2.Repository, dst: pygit2.Repository, root: pygit2.Oid,
