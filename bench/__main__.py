@@ -29,7 +29,8 @@ what preparing or resetting it took. ``daemon_rss_mb_at`` is the daemon's RSS wh
 with the tree watched, and after the first capture.
 
 Restore and idle budgets have their own runners (``bench.restore``, ``bench.idle``); pass
-``--all`` to run them too (short settings) and merge their JSON into this document.
+``--all`` to run them too (short settings) and merge their JSON into this document. Memory over
+many captures of one attempt (RSS every N captures, up to 100,000) has ``bench.soak``.
 
 Usage: ``python -m bench [--sizes 1000,10000,100000] [--rounds 15] [--all] [--hook PATH]
 [--cache DIR]``.

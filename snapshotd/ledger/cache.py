@@ -29,12 +29,15 @@ from snapshotd.ledger.base import Attempt
 TABLES = ("attempts", "active", "last_numbers", "last_checkpoints", "tool_calls")
 # Entries kept before the cache starts again (a daemon running for months with many runs).
 MAX_ENTRIES = 4096
+# Tool use ids of one attempt kept in memory; past it the ledger answers (one indexed read).
+TOOL_CALLS_KEPT = 1024
 
 
 class ReadCache:
     """Read answers by table (``attempts`` by key, ``active`` under None, ``last_numbers`` by
     node, ``last_checkpoints`` and ``tool_calls``, the set of an attempt's recorded tool use
-    ids, by attempt pk), all valid for one ``data_version`` of the ledger's connection."""
+    ids, by attempt pk, or None past ``TOOL_CALLS_KEPT`` of them), all valid for one
+    ``data_version`` of the ledger's connection."""
 
     def __init__(self, enabled: bool, data_version: Callable[[], int]) -> None:
         self.enabled = enabled
@@ -167,11 +170,21 @@ class ReadCache:
     def tool_call_recorded(self, attempt_pk: int, tool_use_id: str, committed: bool) -> None:
         known = self.tables["tool_calls"].get(attempt_pk)
         if known is None:
-            return
-        if committed:
+            return  # not held, or too many to keep (the ledger answers)
+        if committed and len(known) >= TOOL_CALLS_KEPT:
+            # A long attempt: its set would grow by every checkpoint, for months.
+            self.tables["tool_calls"][attempt_pk] = None
+        elif committed:
             known.add(tool_use_id)
         else:
             del self.tables["tool_calls"][attempt_pk]
+
+    def size(self) -> int:
+        """Entries held, each tool use id of a ``tool_calls`` set counted (status's
+        ``cache_entries``): what the cache costs, bounded by ``MAX_ENTRIES`` and
+        ``TOOL_CALLS_KEPT``."""
+        held = sum(len(entries) for entries in self.tables.values())
+        return held + sum(len(known) for known in self.tables["tool_calls"].values() if known)
 
     def clear(self) -> None:
         for entries in self.tables.values():
@@ -179,7 +192,8 @@ class ReadCache:
 
     def counters(self) -> dict[str, int]:
         # Hits by way of the lock and without it, all of them (counted apart: no shared lock).
-        return {"cache_hits": self.hits + self.window_hits + self.unlocked_hits,
+        return {"cache_entries": self.size(),
+                "cache_hits": self.hits + self.window_hits + self.unlocked_hits,
                 "cache_misses": self.misses,
                 "cache_external_changes": self.external_changes,
                 "cache_shared_checks": self.shared_checks,

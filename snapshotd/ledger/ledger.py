@@ -42,7 +42,7 @@ from snapshotd.ledger.base import (  # noqa: F401  (the ledger's vocabulary, re-
     damaged_message,
     run_filter,
 )
-from snapshotd.ledger.cache import ReadCache
+from snapshotd.ledger.cache import TOOL_CALLS_KEPT, ReadCache
 from snapshotd.ledger.postgres import PostgresBackend
 from snapshotd.ledger.schema import SCHEMA_VERSION, migration_sql
 from snapshotd.ledger.sqlite import SqliteBackend, refuse_emptied, sqlite_path, sqlite_size
@@ -309,9 +309,9 @@ class Ledger:
         """The checkpoint a tool call of the attempt maps to, or None (for a new one, nearly
         every one, the cached set of the attempt's recorded tool calls answers)."""
         if self._cache.enabled:
-            known: set[str] = self._cached("tool_calls", attempt_pk,
-                                           lambda: self._tool_use_ids_of(attempt_pk))
-            if tool_use_id not in known:
+            known: set[str] | None = self._cached("tool_calls", attempt_pk,
+                                                  lambda: self._tool_use_ids_of(attempt_pk))
+            if known is not None and tool_use_id not in known:
                 return None
         row = self._one(
             "SELECT t.seq, t.deduped, c.commit_id, c.tree FROM tool_calls t"
@@ -516,9 +516,12 @@ class Ledger:
                 elif on_end is not None and self._cache.enabled:
                     on_end(committed)
 
-    def _tool_use_ids_of(self, attempt_pk: int) -> set[str]:
-        rows = self._all("SELECT tool_use_id FROM tool_calls WHERE attempt_pk=?", (attempt_pk,))
-        return {r["tool_use_id"] for r in rows}
+    def _tool_use_ids_of(self, attempt_pk: int) -> set[str] | None:
+        """The attempt's recorded tool use ids, or None when there are more than the cache
+        keeps (``TOOL_CALLS_KEPT``: memory bounded by what is active, not by history)."""
+        rows = self._all("SELECT tool_use_id FROM tool_calls WHERE attempt_pk=? LIMIT ?",
+                         (attempt_pk, TOOL_CALLS_KEPT + 1))
+        return {r["tool_use_id"] for r in rows} if len(rows) <= TOOL_CALLS_KEPT else None
 
     def _cached(self, table: str, key: Any, read: Callable[[], Any]) -> Any:
         """``read()``'s answer, from the read cache when it holds one that is still valid."""

@@ -52,6 +52,8 @@ CACHE_REF_PREFIX = "refs/snapshotd/cache/"
 PURGE_HOLD_PREFIX = "refs/snapshotd/purge-hold/"
 # Where a fetch puts a remote's refs until they are verified and adopted (``fetch_staged``).
 STAGING_PREFIX = "refs/snapshotd-fetch/"
+# Ref names held for ``_ref`` (one per attempt read or written): past it they start again.
+_REF_NAMES_MAX = 4096
 _fetches = itertools.count()
 
 
@@ -88,6 +90,7 @@ class Store:
         # Only the daemon (``recover``: it holds the home's lock) moves attempt refs itself:
         # git's ref lock is not taken on that path (``snapshotd.store.loose_refs``).
         self.ref_mover = LooseRefMover(self.path, fsync=fsync) if recover else None
+        self._ref_names: dict[str, str] = {}
 
     def replaced_objects(self) -> None:
         """Called after ``git gc`` repacked and pruned the store: reopen the store's handle and
@@ -139,13 +142,22 @@ class Store:
 
     # -- commits and refs ------------------------------------------------------------------
 
+    def _ref(self, name: str) -> pygit2.Reference | None:
+        """``references.get(name)`` given one str object per ref name: pygit2 (1.21) keeps a
+        reference to the name every lookup is given, so it is never freed; a new string per
+        capture grew the daemon by every checkpoint (issue 48), one per attempt does not."""
+        canonical = self._ref_names.setdefault(name, name)
+        if len(self._ref_names) > _REF_NAMES_MAX:
+            self._ref_names.clear()  # a daemon running for months with many attempts
+        return self.repo.references.get(canonical)
+
     def head(self, key: AttemptKey) -> pygit2.Commit | None:
         """The newest checkpoint commit of an attempt, or None when it has none yet. A ref that
         cannot be read (a damaged file, a commit that is gone) raises ``StoreError``
         (``commit-failed``): taken for "no checkpoint", the next commit would have no parent
         and force-move the ref over the attempt's chain."""
         try:
-            ref = self.repo.references.get(key.ref)
+            ref = self._ref(key.ref)
             if ref is None:
                 return None
             return self.repo[ref.target].peel(pygit2.Commit)
@@ -183,7 +195,7 @@ class Store:
                 try:
                     if self._move_ref(checkpoint.key.ref, oid):
                         break
-                    new_ref = self.repo.references.get(checkpoint.key.ref) is None
+                    new_ref = self._ref(checkpoint.key.ref) is None
                     self.repo.references.create(checkpoint.key.ref, oid, force=True)
                     break
                 except pygit2.GitError as exc:
@@ -204,7 +216,7 @@ class Store:
         """Move the attempt's ref back from ``tip`` to ``to`` (None: delete it), only if it
         still points at ``tip``: a commit whose ledger row was refused never happened."""
         with self.lock:
-            ref = self.repo.references.get(key.ref)
+            ref = self._ref(key.ref)
             if ref is None or str(ref.target) != tip:
                 return False
             if to is None:
@@ -250,7 +262,7 @@ class Store:
         caller sees it from ``head``)."""
         with self.lock:
             try:
-                ref = self.repo.references.get(key.ref)
+                ref = self._ref(key.ref)
             except pygit2.GitError as exc:
                 if "corrupted" not in str(exc):
                     return None
