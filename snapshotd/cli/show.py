@@ -23,6 +23,7 @@ from snapshotd.cli.common import (
     json_option,
     print_json,
 )
+from snapshotd.core import finding_text
 from snapshotd.ops import read_home
 
 
@@ -63,7 +64,7 @@ def show(run_id: str, node_id: str, seq: int | None, iteration: int | None,
             click.echo(f"gap {side:<6} {gap.get('ts')} {gap.get('reason')}: "
                        f"{gap.get('detail')} ({state})")
     for finding in result["secrets"]:
-        click.echo(f"SECRET     {finding['path']}:{finding['line']} {finding['kind']}"
+        click.echo(f"SECRET     {finding_text(finding)}"
                    " (kept here, not replicated unless released)")
     click.echo("")
     echo_change(result, fmt)
