@@ -116,7 +116,7 @@ def update_path(wt: EntryTarget, index: pygit2.Index, path: str, result: Capture
         return
     touched.append(path)
     if wt.secret_scan:
-        result.secrets.extend(scan_changed_file(path, full, st.st_mode))
+        result.secrets.extend(scan_changed_file(path, full, st.st_mode, new=before is None))
     after = entry_id(index, path)
     if racy_recheck:
         if before is None:

@@ -29,6 +29,7 @@ from typing import Protocol
 import pygit2
 
 from snapshotd.capture.full_scan import Capture
+from snapshotd.core import name_findings
 from snapshotd.store import StoreError, graft_trees
 
 log = logging.getLogger("snapshotd.store")
@@ -97,6 +98,7 @@ class Workspace:
         for rel in sorted(changed):
             cache = self.caches.get(rel)
             paths = changed[rel]
+            opened = cache is None
             if cache is None:
                 cache = self._open(rel)
                 paths = set()
@@ -112,6 +114,9 @@ class Workspace:
                 continue
             self.trees[rel] = found.tree
             merge(result, found, rel)
+            if opened and found.added and cache.secret_scan:
+                # Its own scan saw the names inside it; its directory's name enters here.
+                result.secrets.extend(name_findings(rel))
 
     def known(self, rel: str) -> bool:
         """Whether ``rel`` is a nested repository this workspace captures."""

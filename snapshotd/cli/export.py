@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from snapshotd.cli.common import attempt_options, call_or_fail, op_options, operations, print_json
+from snapshotd.core import finding_text
 
 
 @click.command()
@@ -57,7 +58,7 @@ def export(run_id: str, node_id: str, from_seq: int | None, to_seq: int | None,
     if result.get("secrets"):
         click.echo(f"exported {len(result['secrets'])} unreleased secret finding(s) "
                    "(--allow-secrets): " + ", ".join(
-                       f"seq {f['seq']} {f['path']}:{f['line']} {f['kind']}"
+                       f"seq {f['seq']} {finding_text(f)}"
                        for f in result["secrets"]), err=True)
     if as_json:
         print_json(result)

@@ -24,6 +24,7 @@ from snapshotd.cli.common import (
     print_json,
 )
 from snapshotd.cli.terminal import field
+from snapshotd.core import finding_text
 from snapshotd.ops import read_home
 
 
@@ -64,7 +65,7 @@ def show(run_id: str, node_id: str, seq: int | None, iteration: int | None,
             click.echo(f"gap {side:<6} {field(gap.get('ts'))} {field(gap.get('reason'))}: "
                        f"{field(gap.get('detail'))} ({state})")
     for finding in result["secrets"]:
-        click.echo(f"SECRET     {field(finding['path'])}:{finding['line']} {finding['kind']}"
+        click.echo(f"SECRET     {field(finding_text(finding))}"
                    " (kept here, not replicated unless released)")
     click.echo("")
     echo_change(result, fmt)

@@ -30,6 +30,7 @@ from snapshotd.cli.common import (
 )
 from snapshotd.cli.runs import age
 from snapshotd.cli.terminal import field
+from snapshotd.core import finding_text
 
 if TYPE_CHECKING:
     from snapshotd.ledger import Ledger
@@ -148,7 +149,7 @@ def _checkpoint_row(cp: dict, now: float) -> tuple[str, ...]:
         label += f"  (skipped: {_skipped_text(cp['skipped'])})"
     if cp.get("secrets"):
         first = cp["secrets"][0]
-        label += (f"  (SECRET {field(first['path'])}:{first['line']} {first['kind']}"
+        label += (f"  (SECRET {field(finding_text(first))}"
                   + (f" +{len(cp['secrets']) - 1}" if len(cp["secrets"]) > 1 else "")
                   + ": kept here, not replicated)")
     commit = "pruned" if cp.get("pruned_at") else cp["commit"][:10]

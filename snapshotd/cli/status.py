@@ -22,6 +22,7 @@ from snapshotd.cli.common import (
     socket_option,
 )
 from snapshotd.cli.terminal import field
+from snapshotd.core import finding_text
 from snapshotd_client import DaemonUnavailable, SnapshotdError
 
 NOT_RUNNING = 3
@@ -192,8 +193,8 @@ def _replication_lines(rep: object) -> list[str]:
                        f"{str(d.get('local'))[:12]}, remote {str(d.get('remote'))[:12]}")
     for w in (rep.get("withheld") or [])[:5]:
         if isinstance(w, dict):
-            where = ", ".join(f"{f.get('path')}:{f.get('line')} {f.get('kind')}"
-                              for f in (w.get("findings") or [])[:3])
+            where = ", ".join(finding_text(f) for f in (w.get("findings") or [])[:3]
+                              if isinstance(f, dict))
             out.append(f"          WITHHELD {w.get('run_id')}/{w.get('node_id')}/"
                        f"{w.get('iteration')}/{w.get('attempt')} seq {w.get('seq')} "
                        f"(secret: {where}); release: snapshotd push {w.get('run_id')} "

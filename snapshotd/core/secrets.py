@@ -4,10 +4,10 @@ Owns the detection rule set (regular expressions for AWS, GitHub, GitLab, Slack,
 Anthropic and OpenAI keys, private-key blocks, bearer tokens, URL passwords, values assigned
 to secrets' names and the other shapes of ``credential_shapes``), ``redact_secrets`` (a token
 becomes a marker keeping its kind, ``sk-…[redacted:openai]``; ``redacted_line`` cuts after),
-``scan_file`` (where in a captured file tokens are) and ``secret_file_kind`` (names that hold
-credentials by convention: ``.env``, private keys, ``.netrc``, cloud credential files, ...).
-Patterns of our own, not a library: they run in the daemon on every label and gap within a
-capture's budget of a few milliseconds (docs/secrets.md says why).
+``scan_changed_file`` (tokens in a captured file, a link's target, the names on a new path;
+``worktree_findings`` for a worktree's path) and ``secret_file_kind`` (credential files by
+name: ``.env``, private keys, ``.netrc``, ...). Patterns of our own, not a library: they run
+on every label and gap within a capture's budget of milliseconds (docs/secrets.md says why).
 
 Promises: ``redact_secrets`` is idempotent and never lengthens a token's visible part beyond
 its well-known, non-secret prefix; ``secret_file_kind`` reads at most ``PEEK_BYTES`` of a file
@@ -96,6 +96,8 @@ class _Rules:
     # Any literal of any rule: one C-level search that lets text holding none (most captured
     # files, most labels) skip every rule.
     any_literal: re.Pattern[Any]
+    # Any literal of a token rule: the prefilter of names (``name_findings``).
+    token_literal: re.Pattern[Any]
 
 
 @functools.cache
@@ -121,7 +123,9 @@ def _rules(as_bytes: bool) -> _Rules:
         assignment=re.compile(conv(_ASSIGNMENT)),
         keyword=re.compile(conv(_KEYWORDS), re.IGNORECASE),
         name_chars=frozenset(conv(_NAME_CHARS)),
-        any_literal=re.compile(conv(any_literal)))
+        any_literal=re.compile(conv(any_literal)),
+        token_literal=re.compile(conv("|".join(
+            re.escape(lit) for _kind, lits, _pattern in _TOKEN_RULES for lit in lits))))
 
 
 def redact_secrets(text: str) -> str:
@@ -236,10 +240,7 @@ def _spans(text: Any, rules: _Rules) -> list[tuple[int, int, str]]:
     a token's well-known prefix is outside its span."""
     if rules.any_literal.search(text) is None:
         return []
-    found: list[tuple[int, int, str]] = []
-    for kind, literals, pattern in rules.tokens:
-        if any(lit in text for lit in literals):
-            found.extend((m.end("keep"), m.end(), kind) for m in pattern.finditer(text))
+    found = _token_spans(text, rules)
     found.extend((m.start("value"), m.end(), "bearer")
                  for m in _anchored(rules.bearer, text, rules.bearer_words)
                  if _random_enough(_as_str(m.group("value"))))
@@ -256,6 +257,15 @@ def _spans(text: Any, rules: _Rules) -> list[tuple[int, int, str]]:
         if all(span[1] <= k[0] or span[0] >= k[1] for k in kept):
             kept.append(span)
     return sorted(kept)
+
+
+def _token_spans(text: Any, rules: _Rules) -> list[tuple[int, int, str]]:
+    """The spans of the token rules alone (known formats: ``sk-…``, ``ghp_…``, ``AKIA…``)."""
+    found: list[tuple[int, int, str]] = []
+    for kind, literals, pattern in rules.tokens:
+        if any(lit in text for lit in literals):
+            found.extend((m.end("keep"), m.end(), kind) for m in pattern.finditer(text))
+    return found
 
 
 def _anchored(pattern: re.Pattern[Any], text: Any,
@@ -376,12 +386,64 @@ def secret_skip(rel: str, full: Path, mode: str) -> dict | None:
     return {"path": rel, "reason": "secret", "kind": kind} if kind else None
 
 
-def scan_changed_file(rel: str, full: Path, mode: int) -> list[dict]:
-    """The findings of a file a capture just hashed: ``[{"path", "line", "kind"}]`` (regular
-    files only: a symlink's target is a path, not content)."""
-    if not stat.S_ISREG(mode):
+def scan_changed_file(rel: str, full: Path, mode: int, *, new: bool = True) -> list[dict]:
+    """The findings of a path a capture just hashed: ``[{"path", "line", "kind"}]`` for a
+    regular file's content; ``"in": "link-target"`` (line 1) for a symlink's target, which its
+    blob holds; and, for a ``new`` entry, ``"in": "name"`` for the names on its path
+    (``name_findings``): an entry already in the tree brings no name in."""
+    found = name_findings(rel) if new else []
+    if stat.S_ISREG(mode):
+        found.extend({"path": rel, **finding} for finding in scan_file(full))
+    elif stat.S_ISLNK(mode):
+        found.extend(_link_findings(rel, full))
+    return found
+
+
+def name_findings(rel: str) -> list[dict]:
+    """Tokens in the names along the worktree-relative path ``rel`` (its directories' and its
+    own), one finding per name holding one: ``{"path": <that name's path>, "line": 0, "kind",
+    "in": "name"}``. The token rules only: ``password.txt`` says what a file holds, it is no
+    secret itself. One prefilter search for most paths."""
+    rules = _rules(False)
+    if rules.token_literal.search(rel) is None:
         return []
-    return [{"path": rel, **finding} for finding in scan_file(full)]
+    found: dict[str, dict] = {}
+    for start, _end, kind in sorted(_token_spans(rel, rules)):
+        slash = rel.find("/", start)
+        path = rel if slash < 0 else rel[:slash]
+        found.setdefault(path, {"path": path, "line": 0, "kind": kind, "in": "name"})
+    return list(found.values())
+
+
+def worktree_findings(root: str) -> list[dict]:
+    """Tokens in a worktree's own path (every checkpoint's message names it):
+    ``[{"path": root, "line": 0, "kind", "in": "worktree-path"}]``."""
+    rules = _rules(False)
+    if rules.token_literal.search(root) is None:
+        return []
+    kinds = dict.fromkeys(kind for _s, _e, kind in sorted(_token_spans(root, rules)))
+    return [{"path": root, "line": 0, "kind": kind, "in": "worktree-path"} for kind in kinds]
+
+
+def finding_text(finding: dict) -> str:
+    """A finding as listings and messages show it, its path redacted (a name can be the
+    token): ``conf/keys.txt:1 openai``, ``ghp_…[redacted:github].txt (name) github``."""
+    path = redact_secrets(str(finding.get("path")))
+    where = finding.get("in")
+    if where:
+        return f"{path} ({str(where).replace('-', ' ')}) {finding.get('kind')}"
+    return f"{path}:{finding.get('line')} {finding.get('kind')}"
+
+
+def _link_findings(rel: str, full: Path) -> list[dict]:
+    """A symlink's target scanned as content (its blob is the target's bytes)."""
+    try:
+        target = os.readlink(os.fsencode(full))
+    except OSError as exc:
+        log.warning("could not scan the link %s for secrets: %s", full, exc)
+        return []
+    return [{"path": rel, "line": 1, "kind": kind, "in": "link-target"}
+            for _s, _e, kind in _spans(target, _rules(True))]
 
 
 def scan_paths(root: Path, paths: list[str]) -> list[dict]:

@@ -47,7 +47,8 @@ def findings_of(commit: pygit2.Commit) -> list[dict]:
 def chain_findings(repo: pygit2.Repository, tip: str, home: Path) -> list[dict]:
     """Every finding on the first-parent chain ending at ``tip`` that the release file does not
     release, oldest first: ``{"path", "line", "kind", "seq", "commit", "blob"}`` (``blob``: the
-    file's blob id in that checkpoint, None when its tree has no such path)."""
+    file's blob id in that checkpoint, None when its tree has no such path), and ``in`` for a
+    finding outside a file's content (``name``, ``link-target``, ``worktree-path``)."""
     data = _read(home / RELEASES_FILE)
     commits, paths = set(data["commits"]), set(data["paths"])
     found: list[dict] = []
@@ -61,7 +62,8 @@ def chain_findings(repo: pygit2.Repository, tip: str, home: Path) -> list[dict]:
                     continue
                 found.append({"path": f.get("path"), "line": f.get("line"), "kind": f.get("kind"),
                               "seq": seq, "commit": oid,
-                              "blob": blob_at(commit.tree, f.get("path"))})
+                              "blob": blob_at(commit.tree, f.get("path")),
+                              **({"in": f["in"]} if f.get("in") else {})})
         commit = commit.parents[0] if commit.parents else None
     found.reverse()
     return found

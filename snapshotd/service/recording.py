@@ -34,6 +34,7 @@ from snapshotd.core import (
     crash_point,
     injected_delay,
     user_head,
+    worktree_findings,
 )
 from snapshotd.ledger import Attempt, DuplicateToolCall, Ledger, SeqConflict
 from snapshotd.service.request import SnapshotRequest
@@ -78,7 +79,10 @@ class Recorder:
             raise ServiceError(CAPTURE_FAILED,
                                f"could not reserve a seq for {attempt.key}: {exc}") from exc
         added, modified, deleted = self._changes(head, capture.tree)
-        found = capture.secrets[:MAX_SECRET_FINDINGS] or None
+        # An attempt's first checkpoint also answers for the worktree's path, which every one
+        # of its commits names (held there, all the attempt is: pushing a ref sends history).
+        found = _unique(([] if head is not None else worktree_findings(root))
+                        + capture.secrets)[:MAX_SECRET_FINDINGS] or None
         parent = str(head.id) if head else None
         checkpoint = Checkpoint(key=attempt.key, seq=seq, tier=req.tier, source=req.source,
                                 worktree=root, label=req.label, tool_use_id=req.tool_use_id,
@@ -163,3 +167,15 @@ class Recorder:
         """Files added, modified and deleted against the previous checkpoint: walks only the
         subtrees whose ids differ, so the cost follows the change."""
         return self.store.tree_changes(str(head.tree_id) if head else None, tree)
+
+
+def _unique(findings: list[dict]) -> list[dict]:
+    """``findings`` without repeats (a directory's name is found once per new file under it)."""
+    seen: set[tuple] = set()
+    out = []
+    for f in findings:
+        key = (f.get("path"), f.get("line"), f.get("kind"), f.get("in"))
+        if key not in seen:
+            seen.add(key)
+            out.append(f)
+    return out

@@ -22,7 +22,15 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from snapshotd.core import NO_REMOTE, PUSH_FAILED, AttemptKey, ServiceError, redact_text, redact_url
+from snapshotd.core import (
+    NO_REMOTE,
+    PUSH_FAILED,
+    AttemptKey,
+    ServiceError,
+    finding_text,
+    redact_text,
+    redact_url,
+)
 from snapshotd.features import Withholder
 from snapshotd.features.replication.gitremote import (
     GIT_TIMEOUT_S,
@@ -285,8 +293,7 @@ class Replicator:
 
     def _withhold(self, ref: str, key: AttemptKey, held: dict) -> None:
         if self.withheld.get(ref, {}).get("commit") != held["commit"]:
-            where = ", ".join(f"{f['path']}:{f['line']} ({f['kind']})"
-                              for f in held["findings"][:5])
+            where = ", ".join(finding_text(f) for f in held["findings"][:5])
             log.warning("replication-withheld: %s seq %s holds a secret (%s); it stays on this "
                         "host until released: snapshotd push %s --release %s (or "
                         "--release-path PATH)", key, held["seq"], where, key.run_id,

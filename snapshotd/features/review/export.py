@@ -41,6 +41,7 @@ from snapshotd.core import (
     abs_path_field,
     bool_field,
     common_dir,
+    finding_text,
     not_regular,
     objects_dir,
     open_user_repo,
@@ -160,8 +161,8 @@ def _secrets_check(service: Service, store: pygit2.Repository, tip: dict, rows: 
     ``secret-held`` unless ``allow``. Runs before anything is written."""
     found = _carried_findings(service, store, tip, [rows[-1]] if squash else rows, base, user)
     if found and not allow:
-        named = "; ".join(f"seq {f['seq']} {f['path']}:{f['line']} {f['kind']} "
-                          f"(commit {f['commit']})" for f in found[:MAX_FINDINGS_NAMED])
+        named = "; ".join(f"seq {f['seq']} {finding_text(f)} (commit {f['commit']})"
+                          for f in found[:MAX_FINDINGS_NAMED])
         more = (f"; and {len(found) - MAX_FINDINGS_NAMED} more"
                 if len(found) > MAX_FINDINGS_NAMED else "")
         raise ServiceError(SECRET_HELD, (
@@ -172,7 +173,7 @@ def _secrets_check(service: Service, store: pygit2.Repository, tip: dict, rows: 
     if found:
         log.warning("exported %d unreleased secret finding(s) of %s/%s (--allow-secrets): %s",
                     len(found), tip["run_id"], tip["node_id"],
-                    ", ".join(f"{f['path']}:{f['line']} {f['kind']}" for f in found))
+                    ", ".join(finding_text(f) for f in found))
     return {"secrets": found, "allowed_secrets": bool(found)}
 
 
@@ -191,13 +192,31 @@ def _carried_findings(service: Service, store: pygit2.Repository, tip: dict,
     carried = []
     for f in findings:
         blob = f.pop("blob")
+        if f.get("in") == "worktree-path":
+            continue  # in every checkpoint's message, never in what an export writes
+        if f.get("in") == "name":
+            # The name is the secret, whatever the content under it: carried while an exported
+            # tree holds the path and the base does not.
+            if not any(_holds(t, f["path"]) for t in trees) or _holds(base_tree, f["path"]):
+                continue
         # A mark naming no file of its tree (an unreadable trailer) cannot be matched: held.
-        if blob is not None and (not any(blob_at(t, f["path"]) == blob for t in trees)
-                                 or (base_tree is not None
-                                     and blob_at(base_tree, f["path"]) == blob)):
+        elif blob is not None and (not any(blob_at(t, f["path"]) == blob for t in trees)
+                                   or (base_tree is not None
+                                       and blob_at(base_tree, f["path"]) == blob)):
             continue
         carried.append(f)
     return carried
+
+
+def _holds(tree: pygit2.Tree | None, path: object) -> bool:
+    """Whether ``tree`` has an entry (file, link or directory) at ``path``."""
+    if tree is None or not isinstance(path, str) or not path:
+        return False
+    try:
+        tree[path]
+    except (KeyError, ValueError):
+        return False
+    return True
 
 
 def _open(path: Path) -> pygit2.Repository | None:

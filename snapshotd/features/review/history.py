@@ -182,7 +182,9 @@ def compare(view: HomeView, sel: dict, against: dict | None, *, patch: bool = Tr
 def findings(cp: dict) -> list[dict]:
     """The tokens the capture found in the files a checkpoint changed: ``path``, ``line`` and
     ``kind`` of each, never the value (the ledger row holds nothing else either)."""
-    return [{key: f.get(key) for key in FINDING_FIELDS} for f in cp.get("secrets") or []]
+    return [{key: f.get(key) for key in FINDING_FIELDS}
+            | ({"in": f["in"]} if f.get("in") else {})  # a name's, a link's, the worktree's
+            for f in cp.get("secrets") or []]
 
 
 def call_of(cp: dict) -> dict:
