@@ -26,6 +26,7 @@ from snapshotd.cli.common import (
     run_call,
     shown,
 )
+from snapshotd.cli.terminal import raw_text_stdout
 
 # Restores with at least this many paths get a progress bar on a terminal.
 PROGRESS_MIN = 1000
@@ -91,7 +92,9 @@ class _Bar:
         if not self.enabled or total < PROGRESS_MIN:
             return
         if self.bar is None:
-            self.bar = click.progressbar(length=total, label="restoring", show_pos=True)
+            # Its own \r and cursor codes: written past the escaping of terminal.guard_output.
+            self.bar = click.progressbar(length=total, label="restoring", show_pos=True,
+                                         file=raw_text_stdout())
             self.bar.__enter__()
         if done > self.shown:
             self.bar.update(done - self.shown)
