@@ -24,9 +24,8 @@ from snapshotd.cli.common import (
     operations,
     print_json,
     run_call,
-    shown,
 )
-from snapshotd.cli.terminal import raw_text_stdout
+from snapshotd.cli.terminal import field, raw_text_stdout
 
 # Restores with at least this many paths get a progress bar on a terminal.
 PROGRESS_MIN = 1000
@@ -107,32 +106,33 @@ class _Bar:
 
 
 def _print_result(r: dict) -> None:
-    where = f"{r['run_id']}/{r['node_id']} iteration {r['iteration']} attempt {r['attempt']}"
+    where = (f"{field(r['run_id'])}/{field(r['node_id'])} iteration {r['iteration']} "
+             f"attempt {r['attempt']}")
     counts = r.get("counts", {})
     total = r.get("plan_total", len(r["plan"]))
     for kept in r.get("kept", []):
-        click.echo(shown(f"snapshotd: kept {kept['path']}: {kept['reason']}"), err=True)
+        click.echo(field(f"snapshotd: kept {kept['path']}: {kept['reason']}"), err=True)
     if r["dry_run"]:
         for row in r["plan"]:
-            click.echo(f"{row['op']} {shown(row['path'])}")
+            click.echo(f"{row['op']} {field(row['path'])}")
         verb = "materialize" if r["mode"] == "to" else "restore"
         click.echo(f"dry run: {total} change(s) would {verb} seq {r['seq']} of {where} into "
-                   f"{shown(r['target'])}; nothing was changed", err=True)
+                   f"{field(r['target'])}; nothing was changed", err=True)
         return
     summary = (f"{counts.get('A', 0)} added, {counts.get('M', 0)} modified, "
                f"{counts.get('D', 0)} deleted")
     if r["mode"] == "to":
         click.echo(f"materialized seq {r['seq']} of {where} ({r['commit'][:10]}) into "
-                   f"{shown(r['target'])}: {total} file(s)")
+                   f"{field(r['target'])}: {total} file(s)")
         return
     if total == 0:
-        click.echo(f"{shown(r['target'])} already matches seq {r['seq']} of {where} "
+        click.echo(f"{field(r['target'])} already matches seq {r['seq']} of {where} "
                    f"({r['commit'][:10]}); nothing to change")
     else:
         click.echo(f"restored seq {r['seq']} of {where} ({r['commit'][:10]}) into "
-                   f"{shown(r['target'])}: {summary}")
+                   f"{field(r['target'])}: {summary}")
     safety = r.get("safety")
     if safety:
         click.echo(f"the state before the restore is safety checkpoint seq {safety['seq']}; "
                    "undo with:")
-        click.echo(f"  {shown(r['undo_command'])}")
+        click.echo(f"  {field(r['undo_command'])}")
