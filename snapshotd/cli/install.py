@@ -11,10 +11,8 @@ a test keeps them equal) and the talk with ``systemctl --user`` / ``launchctl``.
 - A unit edited since it was written (its sha256 stamp no longer matches) is replaced only with
   ``--force``, which keeps a copy beside it and says where.
 - With the supervisor reachable the service is enabled and (re)started, after stopping a daemon
-  started outside it (SIGTERM: in-flight captures finish); otherwise the files are written and
-  the commands to run printed. ``--print`` writes nothing. ``uninstall-service`` stops and
-  removes the service; the home (store, ledger, gaps) is kept.
-"""
+  started outside it (SIGTERM: in-flight captures finish); else the files are written and the
+  commands printed. ``--print`` writes nothing. ``uninstall-service`` keeps the home."""
 
 from __future__ import annotations
 

@@ -24,8 +24,8 @@ from snapshotd.cli.common import (
     operations,
     print_json,
     run_call,
-    shown,
 )
+from snapshotd.cli.terminal import field, raw_text_stdout
 
 # Restores with at least this many paths get a progress bar on a terminal.
 PROGRESS_MIN = 1000
@@ -91,7 +91,9 @@ class _Bar:
         if not self.enabled or total < PROGRESS_MIN:
             return
         if self.bar is None:
-            self.bar = click.progressbar(length=total, label="restoring", show_pos=True)
+            # Its own \r and cursor codes: written past the escaping of terminal.guard_output.
+            self.bar = click.progressbar(length=total, label="restoring", show_pos=True,
+                                         file=raw_text_stdout())
             self.bar.__enter__()
         if done > self.shown:
             self.bar.update(done - self.shown)
@@ -104,32 +106,33 @@ class _Bar:
 
 
 def _print_result(r: dict) -> None:
-    where = f"{r['run_id']}/{r['node_id']} iteration {r['iteration']} attempt {r['attempt']}"
+    where = (f"{field(r['run_id'])}/{field(r['node_id'])} iteration {r['iteration']} "
+             f"attempt {r['attempt']}")
     counts = r.get("counts", {})
     total = r.get("plan_total", len(r["plan"]))
     for kept in r.get("kept", []):
-        click.echo(shown(f"snapshotd: kept {kept['path']}: {kept['reason']}"), err=True)
+        click.echo(field(f"snapshotd: kept {kept['path']}: {kept['reason']}"), err=True)
     if r["dry_run"]:
         for row in r["plan"]:
-            click.echo(f"{row['op']} {shown(row['path'])}")
+            click.echo(f"{row['op']} {field(row['path'])}")
         verb = "materialize" if r["mode"] == "to" else "restore"
         click.echo(f"dry run: {total} change(s) would {verb} seq {r['seq']} of {where} into "
-                   f"{shown(r['target'])}; nothing was changed", err=True)
+                   f"{field(r['target'])}; nothing was changed", err=True)
         return
     summary = (f"{counts.get('A', 0)} added, {counts.get('M', 0)} modified, "
                f"{counts.get('D', 0)} deleted")
     if r["mode"] == "to":
         click.echo(f"materialized seq {r['seq']} of {where} ({r['commit'][:10]}) into "
-                   f"{shown(r['target'])}: {total} file(s)")
+                   f"{field(r['target'])}: {total} file(s)")
         return
     if total == 0:
-        click.echo(f"{shown(r['target'])} already matches seq {r['seq']} of {where} "
+        click.echo(f"{field(r['target'])} already matches seq {r['seq']} of {where} "
                    f"({r['commit'][:10]}); nothing to change")
     else:
         click.echo(f"restored seq {r['seq']} of {where} ({r['commit'][:10]}) into "
-                   f"{shown(r['target'])}: {summary}")
+                   f"{field(r['target'])}: {summary}")
     safety = r.get("safety")
     if safety:
         click.echo(f"the state before the restore is safety checkpoint seq {safety['seq']}; "
                    "undo with:")
-        click.echo(f"  {shown(r['undo_command'])}")
+        click.echo(f"  {field(r['undo_command'])}")

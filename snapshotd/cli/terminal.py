@@ -89,6 +89,12 @@ def unguard_output() -> None:
     _raw.clear()
 
 
+def raw_text_stdout() -> TextIO:
+    """Standard output as it was, for our own terminal control (a progress bar's ``\r`` and
+    cursor codes), which carries no text from outside."""
+    return _raw.get("stdout", sys.stdout)
+
+
 def raw_stdout() -> BinaryIO:
     """Standard output's bytes, for output that must keep them (a patch that must apply)."""
     stream = _raw.get("stdout", sys.stdout)

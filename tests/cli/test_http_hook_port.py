@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
+import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -27,16 +28,30 @@ def _cli(env: Env, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=60)
 
 
+SQUAT = ("import socket, sys\n"
+         "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(8)\n"
+         "print(s.getsockname()[1], flush=True)\n"
+         "sys.stdin.read()\n")
+
+
 @pytest.fixture
-def squatter() -> Iterator[socket.socket]:
-    """Another listener on a loopback port, there before the daemon starts."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(8)
+def squatter() -> Iterator[int]:
+    """Another user's listener on a loopback port (``runuser -u nobody`` when this runs as
+    root, else this user's own process), there before the daemon starts; its port."""
+    # The system's python3 for nobody: this checkout's venv may be out of its reach.
+    system_python = "/usr/bin/python3"
+    foreign = os.geteuid() == 0 and bool(shutil.which("runuser")) and \
+        os.access(system_python, os.X_OK)
+    prefix = ["runuser", "-u", "nobody", "--"] if foreign else []
+    python = system_python if foreign else sys.executable
+    proc = subprocess.Popen([*prefix, python, "-c", SQUAT], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
     try:
-        yield sock
+        assert proc.stdout is not None
+        yield int(proc.stdout.readline())
     finally:
-        sock.close()
+        proc.kill()
+        proc.wait()
 
 
 def test_port_zero_prints_the_port_the_daemon_listens_on(sd_env: Env, make_daemon,
@@ -65,8 +80,8 @@ def test_port_zero_prints_the_port_the_daemon_listens_on(sd_env: Env, make_daemo
 
 
 def test_a_taken_port_refuses_and_status_says_why(sd_env: Env, make_daemon,
-                                                  squatter: socket.socket) -> None:
-    port = squatter.getsockname()[1]
+                                                  squatter: int) -> None:
+    port = squatter
     daemon = make_daemon(sd_env, {**HTTP_ENV, "SNAPSHOTD_HTTP_HOOK_PORT": str(port)})
     out = _cli(sd_env, "http-hook")
     assert out.returncode != 0

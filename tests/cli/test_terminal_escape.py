@@ -94,3 +94,32 @@ def test_json_stays_json_with_the_same_text(sd_env: Env, evil_run) -> None:
     _assert_clean("snapshots --json", out.stdout)
     rows = json.loads(out.stdout)["checkpoints"]
     assert rows[0]["label"] == f"Write {EVIL}" and rows[0]["tool_use_id"] == f"toolu_{EVIL}"
+
+
+def test_our_own_progress_bar_still_drives_a_terminal() -> None:
+    """The restore's progress bar writes its own ``\\r`` and cursor codes past the escaping
+    (on a real pseudo-terminal), while text in the same process is still escaped."""
+    import pty
+
+    code = ("from snapshotd.cli.terminal import guard_output; guard_output()\n"
+            "import click, snapshotd.cli.restore as r\n"
+            "bar = r._Bar(True)\n"
+            "bar.update(1, r.PROGRESS_MIN); bar.update(r.PROGRESS_MIN, r.PROGRESS_MIN)\n"
+            "bar.close(); click.echo('label \\x1b]52;c;x\\x07')\n")
+    pid, fd = pty.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.execv(sys.executable, [sys.executable, "-c", code])
+    out = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(fd)
+    _, status = os.waitpid(pid, 0)
+    assert status == 0, out
+    assert b"\r\x1b[?25lrestoring" in out  # the bar's own codes, raw
+    assert b"label \\u001b]52;c;x\\u0007" in out and b"\x07" not in out
