@@ -54,7 +54,7 @@ from snapshotd.service.reconcile import lost_gap_writer, reconcile, reconcile_at
 from snapshotd.service.recording import Recorder
 from snapshotd.service.request import SOURCES, SnapshotRequest, gap_fields
 from snapshotd.service.seqmarks import SeqMarks
-from snapshotd.store import Store, StoreError
+from snapshotd.store import Store, StoreError, disk_reason
 from snapshotd_client import gaps_path
 
 # Names other modules import from here; their homes are the modules above.
@@ -363,6 +363,7 @@ class Service:
                    detail: str) -> None:
         """A gap for a capture request that could not be served (``fenced`` is not an error)."""
         self.counters["errors"] += reason != FENCED
+        reason, detail = disk_reason(reason, detail, self.store.path)
         self.gaps.record(reason=reason, detail=detail, **gap_fields(req, attempt))
 
     def announce_active(self, attempt: Attempt) -> None:
