@@ -239,6 +239,8 @@ class Engine:
         zombies: dict[int, float] = {}
         now = time.monotonic()
         for attempt in self.service.ledger.active_attempts():
+            if attempt.elsewhere(self.service.ledger.host):
+                continue  # another host's (a shared ledger): its owner is no process of ours
             pid = attempt.owner_pid
             if not pid:
                 quiet = self._ownerless_quiet(attempt)

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -76,6 +78,7 @@ class Service:
             secret_files=config.secret_files, secret_scan=config.secret_scan,
             worktree_settings=config.for_worktree))
         self.ledger: Ledger = open_ledger(home, config)
+        self.ledger.host = host_id(home)
         self.ledger.set_full_durability(config.durability == "full")
         if config.durability == "full":
             # Objects and refs are fsynced by libgit2 before a checkpoint is acknowledged.
@@ -480,3 +483,20 @@ class Service:
             log.warning("attempt %s ends without a final pointer: %s", attempt.key, exc.message)
             return None
         return str(head.id) if head else None
+
+
+def host_id(home: Path) -> str:
+    """The id this home's daemon stamps on the attempts it creates (``Attempt.host``): the host
+    name and a random part kept in ``<home>/host-id`` (two homes on one host are two stores)."""
+    path = home / "host-id"
+    try:
+        found = path.read_text().strip()
+    except FileNotFoundError:
+        found = ""
+    if found:
+        return found
+    made = f"{socket.gethostname()}-{uuid.uuid4().hex[:12]}"
+    tmp = path.with_name(f"host-id.{os.getpid()}.tmp")
+    tmp.write_text(made + "\n")
+    os.replace(tmp, path)
+    return made
