@@ -8,15 +8,16 @@ and ``add_file``, libgit2's add of it, retrying a file that changes while read. 
 - A file that cannot be read keeps its last captured content, listed ``unreadable``, and is
   held out of the next full scan's diff (``ScanTarget.unreadable``); so does a file whose
   content is not the size its stat reports (``SizeMismatch``: a ``/sys`` file).
-- A file that changes size while it is read is read again, up to ``CHANGING_TRIES`` times;
-  still changing, it keeps its last captured content, listed ``changing``, and is hashed
-  again at the next capture (it is in ``touched``, so racy).
+- A file that changes size or vanishes while it is read is read again, up to ``CHANGING_TRIES``
+  times; still changing, it keeps its last captured content, listed ``changing``, and is hashed
+  again at the next capture (it is in ``touched``, so racy); gone for good, it is deleted.
 - A failure on the store's side raises ``StoreError`` (``store-write-failed``) and never skips
   the file: a checkpoint is never acknowledged without a change it was given.
 """
 
 from __future__ import annotations
 
+import os
 import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -30,6 +31,7 @@ from snapshotd.capture.scan_rules import (
     readable_size,
     source_readable,
     special_entry,
+    vanished_path,
 )
 from snapshotd.core import scan_changed_file, secret_skip
 from snapshotd.store import (
@@ -46,8 +48,17 @@ from snapshotd.store import (
 if TYPE_CHECKING:
     from snapshotd.store import Store
 
-# How many times a file that changed size while it was read is read again in one capture.
+# How many times a file that changed size (or vanished) while it was read is read again.
 CHANGING_TRIES = 3
+
+
+class FileVanished(FileChanging):
+    """A worktree file deleted between its stat and its read, each time it was tried: gone
+    now, it is a deletion; back again, it is listed ``changing`` like a file still changing."""
+
+    def __init__(self, path: str, tries: int) -> None:
+        super().__init__(path, tries)
+        self.args = (f"{path} vanished while it was read, {tries} times in a row",)
 
 
 class EntryTarget(Protocol):
@@ -105,6 +116,10 @@ def update_path(wt: EntryTarget, index: pygit2.Index, path: str, result: Capture
         result.skipped.append({"path": path, "reason": "invalid-path", "detail": str(exc)})
         return
     except FileChanging as exc:
+        if isinstance(exc, FileVanished) and not os.path.lexists(full):
+            if remove_entry(index, path) and not racy_recheck:
+                result.deleted += 1
+            return
         # Its last content stays, listed; hashed again next time (``touched``: it is racy).
         result.skipped.append({"path": path, "reason": "changing", "detail": str(exc)})
         touched.append(path)
@@ -145,6 +160,12 @@ def add_file(wt: EntryTarget, index: pygit2.Index, path: str) -> None:
         except (pygit2.GitError, OSError) as exc:
             if refused_path(exc):
                 raise InvalidPath(path) from exc
+            if vanished_path(exc, wt.root) == path:
+                # Deleted between its stat and its read (its name maybe back by now): the
+                # worktree changed under the capture; never the store's failure.
+                if attempt < CHANGING_TRIES:
+                    continue
+                raise FileVanished(path, attempt) from exc
             if changed_while_read(exc):
                 now = change_mark(wt.root / path)
                 seen.add(now)

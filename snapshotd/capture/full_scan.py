@@ -1,7 +1,5 @@
 """The full scan of a worktree into its stat cache: libgit2's diff of the index against the
-worktree (untracked files and directories too), applied entry by entry.
-
-Owns ``full_scan`` and ``Capture`` (what a capture found). Around the diff: a cached file
+worktree (untracked files and directories too), applied entry by entry. Owns ``full_scan`` and ``Capture`` (what a capture found). Around the diff: a cached file
 libgit2 cannot open would fail the whole diff, so it is held out and settled alone after it
 (kept, listed ``unreadable``); a cached file the diff no longer finds is deleted, unless its
 directory cannot be listed (kept; the directory listed ``unreadable``) or it is now a FIFO,
@@ -12,7 +10,8 @@ listed as the fast path lists it, sparing each entry's look where a seeded direc
 (``seeding.dir_shape``) holds exactly its seeded names (cost: docs/performance.md).
 
 Promises: a scan never silently drops a file it could not see, never opens a special file, and
-fails (``StoreError``) rather than leave out a change the store could not take.
+fails (``StoreError``) rather than leave out a change the store could not take. A file deleted
+mid-diff retakes the diff; vanishing ``VANISH_RETAKES`` times in a row is ``file-vanished``.
 """
 
 from __future__ import annotations
@@ -36,10 +35,17 @@ from snapshotd.capture.scan_rules import (
     source_readable,
     special_entry,
     unreadable_path,
+    vanished_path,
 )
 from snapshotd.store import StoreError, open_cache
 
 log = logging.getLogger("snapshotd.store")
+
+# The gap reason of a capture whose files kept vanishing while it read them (a tree being
+# deleted and rewritten without pause): the worktree's doing, never the store's.
+FILE_VANISHED = "file-vanished"
+# How many times in a row a diff is taken again after a file it found vanished before its read.
+VANISH_RETAKES = 5
 
 DIFF_FLAGS = (
     DiffOption.INCLUDE_UNTRACKED
@@ -137,17 +143,35 @@ def _diff(wt: ScanTarget, index: pygit2.Index, held: dict[str, pygit2.IndexEntry
     """The deltas of the full scan. A tracked file libgit2 cannot open is taken out of the
     index into ``held`` and the scan runs again (once per such file; next time it is held
     from the start)."""
+    retakes = 0
     while True:
         try:
             return list(index.diff_to_workdir(int(DIFF_FLAGS)).deltas)
         except pygit2.GitError as exc:
             if "nesting too deep" in str(exc):
                 raise _TooDeep() from exc
+            gone = vanished_path(exc, wt.root)
+            if gone is not None or _short_read(exc):
+                # Deleted (or truncated) between the walk and the read: the tree changed under
+                # the scan, so it is taken again.
+                retakes += 1
+                if retakes < VANISH_RETAKES:
+                    continue
+                reason, what = (FILE_VANISHED, f"files vanished while it was read, {retakes} "
+                                f"times in a row (last {gone})") if gone is not None else (
+                    "scan-failed", f"files changed while it was read, {retakes} times in a row")
+                raise StoreError(reason, f"could not scan {wt.root}: {what}: {exc}") from exc
             rel = unreadable_path(exc, wt.root)
             if rel is None or rel in held or rel not in index:
                 raise StoreError("scan-failed", f"could not scan {wt.root}: {exc}") from exc
             held[rel] = index[rel]
             index.remove(rel)
+
+def _short_read(exc: BaseException) -> bool:
+    """libgit2 read fewer bytes than the file's stat said, with no OS error: the file was
+    truncated or rewritten between the walk and the read."""
+    return str(exc).strip().rstrip(":").strip() == "error reading file for hashing"
+
 
 def _apply_delta(wt: ScanTarget, index: pygit2.Index, delta: pygit2.DiffDelta, result: Capture,
                  touched: list[str], hidden: set[str]) -> None:

@@ -5,7 +5,7 @@ fast path) applies before it hashes a file, so the three agree: only regular fil
 are content (a FIFO, socket or device is never opened, listed ``special``); a path inside a
 nested repository is named by that repository (``NestedRepos.found`` / ``note``, or listed
 ``nested-repository``) and captured whole by its own cache (``nested_repos``); a path libgit2
-could not open is named (``unreadable_path``), one whose directory cannot be listed by that
+could not open is named (``unreadable_path``), as is one that vanished (``vanished_path``), one whose directory cannot be listed by that
 directory (``hidden_by``), and a path read from an index is read only through real directories
 (``real_parents``); a ``.git`` in another case is listed, never entered (``git_dir_alias``);
 ``source_readable`` and ``change_mark`` tell a store failure from an unreadable or rewritten
@@ -17,6 +17,7 @@ can block (FIFOs are opened non-blocking, never followed through a symlink).
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -152,6 +153,21 @@ def unreadable_path(exc: BaseException, root: Path) -> str | None:
     refused on one of the worktree's files, else None."""
     text = str(exc)
     if "Permission denied" not in text:
+        return None
+    prefix = str(root).rstrip("/") + "/"
+    for quoted in _QUOTED.findall(text):
+        if quoted.startswith(prefix):
+            return quoted[len(prefix):].rstrip("/")
+    return None
+
+
+def vanished_path(exc: BaseException, root: Path) -> str | None:
+    """The worktree-relative path a libgit2 failure names when the failure is that file not
+    being found ("could not find '<path>' to open": deleted between the walk and the read),
+    else None. The worktree changed under the capture; neither the store nor the file failed."""
+    text = str(exc)
+    if "No such file or directory" not in text and not (
+            isinstance(exc, OSError) and exc.errno == errno.ENOENT):
         return None
     prefix = str(root).rstrip("/") + "/"
     for quoted in _QUOTED.findall(text):

@@ -1,16 +1,15 @@
-"""The thin engine inside the daemon: attempt liveness, ``--resume``, and the final flush.
-
-Owns, for attempts that name an owner process (``owner_pid``; every ``snapshotd exec`` attempt),
-the watch over it: once gone, one last capture, the attempt ``abandoned`` (with its final
-pointer), its worktree unwatched and later captures fenced. Owns ``attempt_begin … resume:
-true`` (the worktree first put back to the node's previous attempt's newest checkpoint through
-``restore``; a different directory holding files is restored after the begin, its safety
-checkpoint the new attempt's first, a failure ending it ``failed``) and the flush before
-``attempt_end``. Both wrap the core ops at the server's ``engine`` layer. Promises (in full:
-docs/agents.md, "From an engine"):
+"""The thin engine inside the daemon: attempt liveness, ``--resume``, and the final flush. Owns,
+for attempts that name an owner process (``owner_pid``; every ``snapshotd exec`` attempt), the
+watch over it: once gone, one last capture, the attempt ``abandoned`` (with its final pointer),
+its worktree unwatched and later captures fenced. Owns ``attempt_begin … resume: true`` (the
+worktree first put back to the node's previous attempt's newest checkpoint through ``restore``;
+a different directory holding files is restored after the begin, its safety checkpoint the new
+attempt's first, a failure ending it ``failed``) and the flush before ``attempt_end``. Both wrap
+the core ops at the server's ``engine`` layer. Promises (in full: docs/agents.md, "From an
+engine"):
 - An owner is gone when its pid is gone or reused; one we may not inspect is alive; a zombie
-  keeps its attempt ``ZOMBIE_GRACE_S``. A session's (zero-setup) attempt with no owner ends the
-  same way once it had no capture for ``ownerless_idle_s``. A dead owner is noticed within ``LIVENESS_INTERVAL_S``
+  keeps its attempt ``ZOMBIE_GRACE_S``; a session's attempt with no owner ends alike after
+  ``ownerless_idle_s`` without a capture. A dead owner is noticed within ``LIVENESS_INTERVAL_S``
   plus one capture; abandoning happens under the worktree's lock, only to an ``active`` attempt.
 - ``resume`` restores the previous attempt's newest seq as it stood at the request (superseding
   it first if still active elsewhere); none: ``resumed_from: null``; no restore: ``restore-failed``.
@@ -240,6 +239,8 @@ class Engine:
         zombies: dict[int, float] = {}
         now = time.monotonic()
         for attempt in self.service.ledger.active_attempts():
+            if attempt.elsewhere(self.service.ledger.host):
+                continue  # another host's (a shared ledger): its owner is no process of ours
             pid = attempt.owner_pid
             if not pid:
                 quiet = self._ownerless_quiet(attempt)

@@ -43,6 +43,13 @@ class Attempt:
     # When the attempt's agent last ended its turn and began waiting for its user (an agent
     # session's ``Stop``); None while it works. Only an active attempt is ever idle.
     idle_since: float | None = None
+    # The host id of the daemon whose worktree and store hold this attempt's work (None: any).
+    host: str | None = None
+
+    def elsewhere(self, host: str | None) -> bool:
+        """Whether this attempt belongs to another daemon than the one whose host id is
+        ``host`` (sharing a PostgreSQL ledger): its worktree path names a directory there."""
+        return self.host is not None and host is not None and self.host != host
 
     @property
     def working(self) -> bool:
@@ -160,7 +167,7 @@ def attempt_from_row(row: Any) -> Attempt:
         owner_pid=row["owner_pid"], zero_setup=bool(row["zero_setup"]),
         settle_ms=row["settle_ms"], max_wait_ms=row["max_wait_ms"],
         started_at=row["started_at"], ended_at=row["ended_at"],
-        final_commit=row["final_commit"], idle_since=row["idle_since"])
+        final_commit=row["final_commit"], idle_since=row["idle_since"], host=row["host"])
 
 
 def checkpoint_from_row(row: Any) -> dict:

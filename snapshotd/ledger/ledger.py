@@ -124,6 +124,8 @@ class Ledger:
         assert url is not None
         scheme = _scheme(url)
         self._lock = threading.RLock()
+        # Stamped on every attempt this handle creates (``Attempt.host``); the daemon sets it.
+        self.host: str | None = None
         self.backend: LedgerBackend
         if scheme in POSTGRES_SCHEMES:
             self.path: Path | None = None
@@ -229,10 +231,10 @@ class Ledger:
         with self.transaction() as db:
             db.execute(
                 "INSERT INTO attempts (run_id, node_id, iteration, attempt, worktree,"
-                " state, epoch, owner_pid, zero_setup, settle_ms, max_wait_ms, started_at)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING",
+                " state, epoch, owner_pid, zero_setup, settle_ms, max_wait_ms, started_at, host)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING",
                 (key.run_id, key.node_id, key.iteration, key.attempt, worktree, state, epoch,
-                 owner_pid, int(zero_setup), settle_ms, max_wait_ms, time.time()))
+                 owner_pid, int(zero_setup), settle_ms, max_wait_ms, time.time(), self.host))
         attempt = self.get_attempt(key)
         assert attempt is not None
         return attempt

@@ -11,7 +11,7 @@ run the same statements in the same order.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 DIALECTS = ("sqlite", "postgresql")
 
@@ -92,6 +92,12 @@ _MIGRATIONS: dict[int, str] = {
     # 4: tokens found in a checkpoint's changed files (JSON [{"path", "line", "kind"}]).
     4: """
     ALTER TABLE checkpoints ADD COLUMN secrets TEXT
+    """,
+    # 5: the daemon (its home's host id) whose worktree and store an attempt's work is in; a
+    # ledger several hosts share never lets one host capture into another's attempt. NULL: made
+    # before version 5, or by `repair`; any daemon may serve it, as before.
+    5: """
+    ALTER TABLE attempts ADD COLUMN host TEXT
     """,
 }
 

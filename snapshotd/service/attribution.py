@@ -120,7 +120,7 @@ class Attribution:
         path = resolve(cwd)
         best: Attempt | None = None
         for attempt in self.ledger.active_attempts():
-            if registered_only and attempt.zero_setup:
+            if (registered_only and attempt.zero_setup) or attempt.elsewhere(self.ledger.host):
                 continue
             root = Path(attempt.worktree)
             if path == root or root in path.parents:
@@ -208,11 +208,20 @@ class Attribution:
 
     def _refuse_outside(self, req: SnapshotRequest, attempt: Attempt) -> None:
         """A request naming its attempt from a directory outside that attempt's worktree (a
-        hook inheriting ``SNAPSHOTD_RUN_ID`` in another checkout): capturing the attempt's
+        hook inheriting ``SNAPSHOTD_RUN_ID`` in another checkout, or on another host sharing the
+        ledger): capturing the attempt's
         worktree would acknowledge a tree without the tool call's change, so it is an
         ``outside-worktree`` gap and a ``worktree-refused`` reply (the hook still exits 0)."""
         cwd = resolve(req.cwd)
         root = resolve(Path(attempt.worktree))
+        if attempt.elsewhere(self.ledger.host):
+            # A ledger shared by several hosts: that path names a directory on another host,
+            # and the attempt's chain is in that host's store.
+            detail = (f"attempt {attempt.key} works on another host ({attempt.host}), in its "
+                      f"{root}: this daemon ({self.ledger.host}) captured nothing of {cwd}; "
+                      f"name an attempt begun on this host")
+            self._refuse(req, WORKTREE_REFUSED, detail, detail, reason="outside-worktree",
+                         attempt=attempt)
         if cwd == root or root in cwd.parents:
             return
         detail = (f"this request ran in {cwd}, outside {root}, the worktree of the attempt "

@@ -1,15 +1,14 @@
-"""Reconciliation: bringing the ledger level with the store's attempt refs.
-
-Owns the repair of a crash (or a ledger fault) between a checkpoint's ref update and its ledger
-row: the rows the ref's chain holds but the ledger lacks are rebuilt from the commits' trailers
+"""Reconciliation: bringing the ledger level with the store's attempt refs. Owns the repair of a
+crash (or a ledger fault) between a checkpoint's ref update and its ledger row: the rows the
+ref's chain holds but the ledger lacks are rebuilt from the commits' trailers
 (``Checkpoint.from_commit``: seq, source, tier, label, tool call, worktree, secrets). An attempt
 the ledger lost is recreated as ``repair`` does (``active`` when its worktree's newest, else
 ``interrupted``); one that cannot be reconciled (a broken ref, a missing commit, an unreadable
-row) goes to ``service.damage``, the others go on.
-And of a power cut with ``durability = "process"``, which can take an attempt's newest commits
-while rows (or the ref) still name them: such rows are dropped newest first until one whose
-commit is whole, each reported through ``on_lost`` (a ``checkpoint-lost`` gap), and the ref
-points at the newest left (or is removed); a ref that ``store.recovery`` removed is pointed back.
+row) goes to ``service.damage``, the others go on. And of a power cut with ``durability =
+"process"``, which can take an attempt's newest commits while rows (or the ref) still name
+them: such rows are dropped newest first until one whose commit is whole, each reported through
+``on_lost`` (a ``checkpoint-lost`` gap), and the ref points at the newest left (or is removed);
+a ref that ``store.recovery`` removed is pointed back.
 
 Promises: a seq the store holds is never reused or renumbered (nor one that was dropped:
 ``service.seqmarks``); rows are inserted oldest first; a chain is walked back only to the newest

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -54,7 +56,7 @@ from snapshotd.service.reconcile import lost_gap_writer, reconcile, reconcile_at
 from snapshotd.service.recording import Recorder
 from snapshotd.service.request import SOURCES, SnapshotRequest, gap_fields
 from snapshotd.service.seqmarks import SeqMarks
-from snapshotd.store import Store, StoreError
+from snapshotd.store import Store, StoreError, disk_reason
 from snapshotd_client import gaps_path
 
 # Names other modules import from here; their homes are the modules above.
@@ -76,6 +78,7 @@ class Service:
             secret_files=config.secret_files, secret_scan=config.secret_scan,
             worktree_settings=config.for_worktree))
         self.ledger: Ledger = open_ledger(home, config)
+        self.ledger.host = host_id(home)
         self.ledger.set_full_durability(config.durability == "full")
         if config.durability == "full":
             # Objects and refs are fsynced by libgit2 before a checkpoint is acknowledged.
@@ -363,6 +366,7 @@ class Service:
                    detail: str) -> None:
         """A gap for a capture request that could not be served (``fenced`` is not an error)."""
         self.counters["errors"] += reason != FENCED
+        reason, detail = disk_reason(reason, detail, self.store.path)
         self.gaps.record(reason=reason, detail=detail, **gap_fields(req, attempt))
 
     def announce_active(self, attempt: Attempt) -> None:
@@ -479,3 +483,20 @@ class Service:
             log.warning("attempt %s ends without a final pointer: %s", attempt.key, exc.message)
             return None
         return str(head.id) if head else None
+
+
+def host_id(home: Path) -> str:
+    """The id this home's daemon stamps on the attempts it creates (``Attempt.host``): the host
+    name and a random part kept in ``<home>/host-id`` (two homes on one host are two stores)."""
+    path = home / "host-id"
+    try:
+        found = path.read_text().strip()
+    except FileNotFoundError:
+        found = ""
+    if found:
+        return found
+    made = f"{socket.gethostname()}-{uuid.uuid4().hex[:12]}"
+    tmp = path.with_name(f"host-id.{os.getpid()}.tmp")
+    tmp.write_text(made + "\n")
+    os.replace(tmp, path)
+    return made

@@ -4,8 +4,9 @@ writes to it (objects, commits, attempt refs, recovery after a crash)."""
 from snapshotd.faces import face
 
 FACE: dict[str, tuple[str, ...]] = {
-    "errors": ("FileChanging", "InvalidPath", "STORE_WRITE_FAILED", "SizeMismatch", "StoreError",
-        "WRITE_FAILURE_MESSAGES", "changed_while_read", "odb_retry", "refused_path"),
+    "errors": ("FileChanging", "INODES_EXHAUSTED", "InvalidPath", "STORE_WRITE_FAILED",
+        "SizeMismatch", "StoreError", "WRITE_FAILURE_MESSAGES", "changed_while_read",
+        "disk_reason", "odb_retry", "refused_path"),
     "journal": ("read_journal", "write_journal"),
     "lending": ("cache_git_env", "open_cache"),
     "object_import": ("import_objects",),

@@ -4,7 +4,8 @@ concurrent ``git gc`` interrupted.
 Promises: every store operation that cannot be done raises ``StoreError`` whose ``reason`` is a
 gap reason (docs/durability.md lists them); a write the disk refused (full, over quota,
 read-only, failing) is ``store-write-failed`` whether the error carries an errno or only
-libgit2's message (``is_write_failure``); ``odb_retry`` retries only the one failure that is
+libgit2's message (``is_write_failure``), and ``inodes-exhausted`` when no inode was left
+(``disk_reason``); ``odb_retry`` retries only the one failure that is
 not a failure (an object fan-out directory removed under libgit2 by ``git gc``);
 ``changed_while_read`` tells a source file that changed size while libgit2 read it (or whose
 size is not its content: ``SizeMismatch``) from a store write that failed, though libgit2
@@ -14,7 +15,9 @@ words them alike.
 from __future__ import annotations
 
 import errno
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 import pygit2
@@ -28,6 +31,11 @@ T = TypeVar("T")
 
 # The gap reason of a capture whose objects, tree or commit the store could not write.
 STORE_WRITE_FAILED = "store-write-failed"
+# ... when the disk refused because its file system has no inode left (bytes to spare): ``df``
+# shows free space, ``df -i`` none.
+INODES_EXHAUSTED = "inodes-exhausted"
+# The reasons a full disk under the store can surface as (the stat caches live beside it).
+_DISK_REASONS = frozenset({STORE_WRITE_FAILED, "capture-failed", "scan-failed", "commit-failed"})
 
 # libgit2 reports a failed write with the C library's message and no errno (its GitError has
 # none): "failed to read file into stream: No space left on device" is the store's disk filling,
@@ -107,6 +115,22 @@ def is_write_failure(exc: BaseException) -> bool:
         return True
     text = str(exc)
     return any(message in text for message in WRITE_FAILURE_MESSAGES)
+
+
+def disk_reason(reason: str, detail: str, where: Path) -> tuple[str, str]:
+    """The gap reason and detail of a failed capture, told apart: ``inodes-exhausted`` when
+    the disk refused a write (``No space left on device``) and the file system holding
+    ``where`` (the store) has no free inode; else ``reason`` and ``detail`` unchanged."""
+    if reason not in _DISK_REASONS or "No space left on device" not in detail:
+        return reason, detail
+    try:
+        st = os.statvfs(where)
+    except OSError:
+        return reason, detail
+    if st.f_files == 0 or st.f_favail > 0:  # f_files 0: a file system without inode counts
+        return reason, detail
+    return INODES_EXHAUSTED, (f"{detail} (the file system of {where} has no free inode, "
+                              f"{st.f_bavail * st.f_frsize} bytes free: `df -i`)")
 
 
 def odb_retry(call: Callable[..., T], *args: object) -> T:

@@ -52,6 +52,14 @@ GAP_HELP: dict[str, tuple[str, str]] = {
                            "error); nothing was acknowledged",
                            "`df` on the home, free space (`snapshotd gc`); the next capture holds "
                            "every change made meanwhile"),
+    "inodes-exhausted": ("the store's file system has no free inode left (it may have bytes to "
+                         "spare); nothing was acknowledged",
+                         "`df -i` on the home; delete files there (`snapshotd gc`) or move the "
+                         "home to a file system with more inodes"),
+    "file-vanished": ("files of the worktree kept being deleted while the capture read them, 5 "
+                      "scans in a row",
+                      "nothing is broken: the next capture after the churn holds the tree; "
+                      "frequent ones: exclude the folder a tool keeps rewriting"),
     "attempt-damaged": ("the daemon found one attempt's ref broken, a commit of it gone, or its "
                         "rows unreadable; it repaired the ref onto the last checkpoint it still "
                         "holds and serves every other run as usual",
