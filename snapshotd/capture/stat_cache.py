@@ -323,6 +323,10 @@ class WorktreeIndex:
         """Each of ``paths``' cached blob id and mode (None: not in the cache)."""
         return {p: entry_id(self._index, p) if self._index is not None else None for p in paths}
 
+    def cached_entries(self) -> int:
+        """How many entries the in-memory stat cache holds (0 when none is loaded)."""
+        return len(self._index) if self._index is not None else 0
+
     def taken_among(self, paths: Iterable[str]) -> set[str]:
         """Those of ``paths`` (worktree-relative) a capture takes or holds: an ignored path
         the cache holds no entry at, and the user's index tracks nothing at or under, is left

@@ -11,7 +11,8 @@ nor does one file alone (the rest stood still: the tree was the worktree when it
 Promises: a capture during which no relevant event arrived, or whose last retake saw none, is
 the state the worktree was in when that read ended; otherwise the paths still changing are
 listed under ``skipped``, reason ``unsettled`` (the checkpoint is recorded, marked, never
-silently torn). A worktree the change source does not watch is read once, as before.
+silently torn). A retake that would scan a tree over ``FULL_RETAKE_MAX_ENTRIES`` is not made
+(marked instead). A worktree the change source does not watch is read once, as before.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from snapshotd.service.change_source import ChangeSource
 
 # Retakes of the paths that changed during a capture before it is marked unsettled.
 SETTLE_ROUNDS = 3
+# A retake the change source cannot narrow to the changed paths scans the whole tree: only up
+# to this many cached entries (about half a second; a million-file scan takes seconds).
+FULL_RETAKE_MAX_ENTRIES = 50_000
 # Unsettled paths listed one by one on a checkpoint; the rest are counted in the last one.
 MAX_LISTED = 20
 UNSETTLED = "unsettled"
@@ -47,8 +51,13 @@ def settle(index: WorktreeIndex, source: ChangeSource, root: Path, capture: Capt
             counters["unsettled"] = counters.get("unsettled", 0) + 1
             _mark(capture, late, round_)
             return capture
+        retake = _retake(index, source, root, everything)
+        if retake is None:  # only a scan of the whole, too large a tree, could retake it
+            counters["unsettled"] = counters.get("unsettled", 0) + 1
+            _mark(capture, late, round_)
+            return capture
         counters["settle_retakes"] = counters.get("settle_retakes", 0) + 1
-        capture = _merge(capture, *_retake(index, source, root, everything))
+        capture = _merge(capture, *retake)
     return capture
 
 
@@ -65,14 +74,18 @@ def _one_file(root: Path, late: set[str]) -> bool:
 
 
 def _retake(index: WorktreeIndex, source: ChangeSource, root: Path,
-            everything: bool) -> tuple[Capture, set[str]]:
-    """Read again what changed since the last take: those paths when the source vouches for
-    them, else the whole tree; and the paths read again."""
+            everything: bool) -> tuple[Capture, set[str]] | None:
+    """Read again what changed since the last take, and say which paths were read: those
+    paths when the source vouches for them, else the whole tree; None past
+    ``FULL_RETAKE_MAX_ENTRIES`` (the source is told, so the next capture scans fully)."""
     reported = source.take(root, "settle")
     if reported is not None and not everything:
         retake = index.capture_changed(reported)
         if retake is not None:
             return retake, reported
+    if index.cached_entries() > FULL_RETAKE_MAX_ENTRIES:
+        source.failed(root)  # the paths it handed over are owed to the next capture
+        return None
     retake = index.capture()
     return retake, set(retake.paths)
 
