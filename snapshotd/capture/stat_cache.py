@@ -323,6 +323,29 @@ class WorktreeIndex:
         """Each of ``paths``' cached blob id and mode (None: not in the cache)."""
         return {p: entry_id(self._index, p) if self._index is not None else None for p in paths}
 
+    def cached_entries(self) -> int:
+        """How many entries the in-memory stat cache holds (0 when none is loaded)."""
+        return len(self._index) if self._index is not None else 0
+
+    def taken_among(self, paths: Iterable[str]) -> set[str]:
+        """Those of ``paths`` (worktree-relative) a capture takes or holds: an ignored path
+        the cache holds no entry at, and the user's index tracks nothing at or under, is left
+        out (a build writing into an ignored directory changes no checkpoint)."""
+        repo, index = self._repo, self._index
+        wanted = {p.strip("/") for p in paths}
+        if repo is None or index is None:
+            return wanted
+        out = set()
+        for rel in wanted:
+            try:
+                ignored = bool(rel) and repo.path_is_ignored(rel)
+            except (UnicodeEncodeError, pygit2.GitError):
+                ignored = False  # a name the rules cannot be applied to counts
+            if not ignored or rel in index or rel in self.tracked_ignored \
+                    or self.tracked_ignored.under(rel):
+                out.add(rel)
+        return out
+
     def cached_tree(self) -> str | None:
         """The tree the in-memory stat cache describes, nested caches' trees grafted (None when
         not loaded)."""

@@ -24,8 +24,8 @@ class ChangeSource(Protocol):
     def take(self, root: Path, mode: str) -> set[str] | None:
         """The worktree-relative paths changed since the last capture, once every earlier
         change has been observed; None when it cannot vouch (then a full scan runs). ``mode``
-        is ``fast``, ``narrow`` (a verification's per-path update) or ``verify`` (the set
-        detects drift)."""
+        is ``fast``, ``narrow`` (a verification's per-path update), ``verify`` (the set
+        detects drift) or ``settle`` (a retake of what changed during a capture)."""
 
     def failed(self, root: Path) -> None:
         """The capture that took the paths failed: stop vouching until a full scan."""
@@ -36,6 +36,12 @@ class ChangeSource(Protocol):
 
     def scanned(self, root: Path, seconds: float) -> None:
         """A full stat scan of the worktree took ``seconds`` (what a verification costs)."""
+
+    def late(self, root: Path) -> set[str] | None:
+        """The paths reported changed since the last ``take`` (left for the next one), once
+        every earlier change has been observed: what changed while a capture read the tree.
+        ``{""}`` when the watch cannot say which (every path may have); None when it does not
+        watch ``root``."""
 
 
 class OffLockScan(Protocol):

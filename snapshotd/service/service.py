@@ -56,6 +56,7 @@ from snapshotd.service.reconcile import lost_gap_writer, reconcile, reconcile_at
 from snapshotd.service.recording import Recorder
 from snapshotd.service.request import SOURCES, SnapshotRequest, gap_fields
 from snapshotd.service.seqmarks import SeqMarks
+from snapshotd.service.settling import settle
 from snapshotd.store import Store, StoreError, disk_reason
 from snapshotd_client import gaps_path
 
@@ -89,7 +90,8 @@ class Service:
         self._locks_guard = threading.Lock()
         self.counters: dict[str, int] = {"captures_tier1": 0, "captures_tier2": 0,
                                          "dedups": 0, "repeats": 0, "errors": 0,
-                                         "fast_captures": 0, "full_scans": 0}
+                                         "fast_captures": 0, "full_scans": 0,
+                                         "settle_retakes": 0, "unsettled": 0}
         # What changed since the last capture, when a watcher can vouch for it (fastpath).
         self.change_source: ChangeSource | None = None
         # Called with the attempt when it starts or stops being active (watcher, engine).
@@ -320,6 +322,8 @@ class Service:
                     source.scanned(root, time.monotonic() - scan_started)
                 if reported is not None and verify and source is not None:
                     source.drift(root, set(capture.paths) - reported, reported)
+            if source is not None:
+                capture = settle(index, source, root, capture, self.counters)
         except StoreError:
             if source is not None:
                 source.failed(root)

@@ -132,6 +132,19 @@ class FastPath:
         self.record_drift(entry, f"a verification scan found {len(missed)} change(s) no event "
                           f"reported ({shown})")
 
+    def late(self, root: Path) -> set[str] | None:
+        """The paths reported changed in ``root`` since its last ``take`` (left in place for
+        the next one), after a cookie round trip: what changed while a capture read the tree
+        (``snapshotd.service.settling``). ``{""}`` when the watch cannot say which paths (the
+        queue overflowed, no cookie came back); None when ``root`` is not watched live."""
+        cond = self.state.cond
+        with cond:
+            entry = self.state.entries.get(str(root))
+            if entry is None or entry.state != "watching" or entry.group is None:
+                return None
+        found = self._reported_since_take(root)
+        return {""} if found is None else found
+
     def record_drift(self, entry: Entry, found: str) -> None:
         """Record drift in ``entry`` (``found`` says what was found): the ``watcher-drift``
         gap, and full scans for ``FAST_OFF_S``."""

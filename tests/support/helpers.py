@@ -374,6 +374,9 @@ class DriftRecorder:
     def scanned(self, root: Path, seconds: float) -> None:
         pass
 
+    def late(self, root: Path) -> set[str] | None:
+        return None  # watches nothing: a capture is read once
+
 
 def release_fifo(target: Path) -> None:
     """Let whoever waits on the FIFO go (a reader gets end of file), so a failing test ends."""

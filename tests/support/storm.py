@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import subprocess
 import sys
 import textwrap
@@ -76,8 +77,10 @@ def _blob_id(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
-def make_tree(root: Path, tag: str, owner: int | None = None) -> dict[str, tuple[str, ...]]:
-    """Write a storm tree into ``root``; returns each moving file's blob id -> its two places."""
+def make_tree(root: Path, tag: str, owner: int | None = None,
+              filler: int = FILLER_DIRS) -> dict[str, tuple[str, ...]]:
+    """Write a storm tree into ``root`` (``filler`` directories of still files); returns each
+    moving file's blob id -> its two places."""
     places: dict[str, tuple[str, ...]] = {}
     files: dict[str, bytes] = {}
     for i in range(RENAMED):
@@ -89,7 +92,7 @@ def make_tree(root: Path, tag: str, owner: int | None = None) -> dict[str, tuple
     for j in range(MOVERS):
         files[f"left/m{j}"] = data = _content(tag, f"m{j}")
         places[_blob_id(data)] = (f"left/m{j}", f"right/m{j}")
-    for d in range(FILLER_DIRS):
+    for d in range(filler):
         for f in range(FILLER_FILES):
             files[f"fill{d}/f{f}.txt"] = _content(tag, f"fill {d} {f}") * 20
     (root / "right").mkdir(parents=True, exist_ok=True)
@@ -145,33 +148,45 @@ class StormRun:
     """Captures of ``world``'s worktree and of a second directory (explicit ids) under rename
     storms, beside the git CLI's peer; ``judge`` counts the torn ones."""
 
-    def __init__(self, world: Chaos, *, hooks: bool = True) -> None:
+    def __init__(self, world: Chaos, *, hooks: bool = True, peer: bool = True,
+                 filler: int = FILLER_DIRS) -> None:
         self.world = world
         self.hooks = hooks  # the real hook process; else the worker's snapshot request
+        self.with_peer = peer
         self.second = world.base / "second"
         self.second.mkdir()
         owner = 65534 if world.drop else None
-        self.places = {str(world.wt): make_tree(world.wt, "one", owner),
-                       str(self.second): make_tree(self.second, "two", owner)}
+        self.places = {str(world.wt): make_tree(world.wt, "one", owner, filler),
+                       str(self.second): make_tree(self.second, "two", owner, filler)}
         self.peer_dir = world.base / "peer.git"
         env = world._git_env()
         subprocess.run([*GIT, "init", "-q", "--bare", str(self.peer_dir)], env=env, check=True)
         self.stop = world.base / "storm-stop"
         self.peer = {"captures": 0, "torn": 0, "examples": []}
         self.calls = 0
+        self.errors: list[dict] = []  # capture requests answered with an error
+        self.deduped = 0  # answered with an earlier checkpoint: the tree was unchanged
 
     def run(self, seconds: float, seed: int, pause_ms: float = 60.0,
-            max_calls: int | None = None) -> dict:
+            max_calls: int | None = None, spacing_ms: float = 0.0) -> dict:
+        """Storms and captures for ``seconds`` or ``max_calls`` per directory, the calls
+        ``spacing_ms`` apart at most (random: a fast call then lands in every phase of the
+        storm, bursts and pauses); then ``judge``."""
+        spacing = random.Random(seed)
         self.stop.unlink(missing_ok=True)
         storms = [storm_process(self.world.wt, self.stop, seed, pause_ms),
                   storm_process(self.second, self.stop, seed + 1, pause_ms)]
         deadline = time.monotonic() + seconds
         try:
+            for root in (self.world.wt, self.second):
+                _wait_moving(root, deadline)
             while time.monotonic() < deadline and (max_calls is None or self.calls < max_calls):
                 self.calls += 1
                 self._capture(self.world.wt, explicit=False)
                 self._capture(self.second, explicit=True)
-                self._peer_capture()
+                if self.with_peer:
+                    self._peer_capture()
+                time.sleep(spacing.uniform(0, spacing_ms / 1000))
         finally:
             self.stop.touch()
             for proc in storms:
@@ -183,8 +198,12 @@ class StormRun:
         tool_use_id = f"toolu_storm_{world.seed}_{root.name}_{self.calls}"
         run_id = SECOND_RUN if explicit else "chaos"
         if not self.hooks:
-            world.request("snapshot", cwd=str(root), tier=1, source="hook", run_id=run_id,
-                          node_id="agent", tool_use_id=tool_use_id)
+            reply = world.request("snapshot", cwd=str(root), tier=1, source="hook",
+                                  run_id=run_id, node_id="agent", tool_use_id=tool_use_id)
+            if "ok" not in reply:
+                self.errors.append(reply)
+            elif reply["ok"].get("deduped"):
+                self.deduped += 1
             return
         payload = json.loads(FIXTURE.read_text().splitlines()[0])
         payload.update(session_id=f"storm-{world.seed}", cwd=str(root), tool_use_id=tool_use_id)
@@ -232,4 +251,15 @@ class StormRun:
                 out["torn"] += 1
                 out["torn_unmarked"] += not marked
                 out["examples"] = (out["examples"] + [f"{worktree} seq {seq}: {why}"])[:3]
+        out["errors"] = self.errors[:3]
+        out["deduped"] = self.deduped
         return {"daemon": out, "git_add_A": dict(self.peer)}
+
+
+def _wait_moving(root: Path, deadline: float) -> None:
+    """Until the storm on ``root`` has moved a file (its process takes a while to start)."""
+    while time.monotonic() < deadline:
+        if any(os.path.lexists(root / p) for p in ("dirB", *(f"r{i}.two" for i in
+                                                              range(RENAMED)))):
+            return
+        time.sleep(0.005)
