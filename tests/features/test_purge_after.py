@@ -5,6 +5,7 @@ captured and its made-up key marked); ``snapshotd purge RUN .env`` through the C
 export is no longer refused for the finding (it went with the purged content), ``snapshots`` and
 ``show`` no longer list the finding or count the file, no ``watcher-drift`` gap names the
 untouched ``.env`` while the watch verifies, and the ``gc`` command purge suggests runs.
+``push --release-path`` with no remote says the release was recorded, and exits 0.
 """
 
 from __future__ import annotations
@@ -107,3 +108,18 @@ def test_after_a_purge_nothing_speaks_of_the_file(sd_env: Env, make_daemon: Make
                           capture_output=True)
     assert gone.returncode != 0  # the pre-purge commit holding the key is reclaimed
 
+
+def test_release_path_without_a_remote_says_it_was_recorded(sd_env: Env,
+                                                            make_daemon: MakeDaemon) -> None:
+    daemon = make_daemon(sd_env)
+    for path in (".env", "conf/.env"):  # through the daemon, then on the home directly
+        proc = cli(sd_env, "push", "--release-path", path)
+        # The release is what was asked for (it lets export and replication go): exit 0.
+        assert proc.returncode == 0, (proc.returncode, proc.stderr)
+        assert f"released {path}: recorded in" in proc.stdout
+        assert "nothing pushed: no remote is configured" in proc.stdout
+        daemon.stop()
+    released = json.loads((sd_env.home / "secrets-released.json").read_text())
+    assert released["paths"] == [".env", "conf/.env"]
+    # Without a release, no remote is still a failure.
+    assert cli(sd_env, "push").returncode == 1
