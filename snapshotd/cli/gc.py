@@ -21,7 +21,8 @@ from snapshotd.cli.common import daemon_or_local, fail, op_options, print_json
 @click.option("--dry-run", is_flag=True, help="Report what would go; change nothing.")
 @click.option("--prune-grace", default=None,
               help="Objects younger than this are never deleted (default 1h), so captures in "
-                   "flight keep theirs.")
+                   "flight keep theirs. Alone (no policy), reclaims unreachable objects only: "
+                   "`--prune-grace 0s` after a purge.")
 @op_options
 def gc(keep_last: int | None, older_than: str | None, max_store_size: str | None,
        run_id: str | None, whole_run: bool, dry_run: bool, prune_grace: str | None,

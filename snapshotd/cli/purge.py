@@ -49,5 +49,6 @@ def purge(run_id: str, path: str, home: Path | None, socket_: Path | None,
         click.echo(f"  {a['node_id']} iteration {a['iteration']} attempt {a['attempt']}: "
                    f"{a['rewritten']} rewritten")
     if total:
-        click.echo("the old commits go at the next `snapshotd gc` (after its safety interval); "
-                   "delete or move the file in the worktree, or the next capture takes it again")
+        click.echo("the old commits go at the next gc past its safety interval (1h); "
+                   "`snapshotd gc --prune-grace 0s` reclaims them now. Delete or move the file "
+                   "in the worktree, or the next capture takes it again")

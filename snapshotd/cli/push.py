@@ -10,7 +10,9 @@ checkpoint's commit, as ``status`` lists it under ``withheld``) or ``--release-p
 worktree path, in every checkpoint) lets it go, after review, with this push.
 
 Promises: exits 0 once the remote holds every pushable ref; 1 with a sentence on stderr when no
-remote is configured or the remote cannot be reached; ``--json`` prints the result map.
+remote is configured or the remote cannot be reached; ``--json`` prints the result map. A
+release is recorded before the push and said so; with no remote configured it is all that
+could be done, and that is what was asked: exit 0, saying nothing was pushed.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 
 import click
 
-from snapshotd.cli.common import daemon_or_local, fail, op_options, print_json, resolve_home
+from snapshotd.cli.common import fail, op_options, print_json, resolve_home, run_call
 
 
 @click.command()
@@ -32,17 +34,36 @@ from snapshotd.cli.common import daemon_or_local, fail, op_options, print_json, 
 def push(run_id: str | None, home: Path | None, socket_: Path | None, as_json: bool,
          releases: tuple[str, ...], release_paths: tuple[str, ...]) -> None:
     """Push RUN's checkpoints (default: every run's) to the configured remote now."""
-    if releases or release_paths:
-        _release(resolve_home(home), releases, release_paths)
+    released = bool(releases or release_paths)
+    if released:
+        where = _release(resolve_home(home), releases, release_paths)
+        if not as_json:
+            click.echo(f"released {', '.join(releases + release_paths)}: recorded in {where} "
+                       "(export and replication let it go)")
 
     def direct(service: object) -> dict:
         from snapshotd.features.replication import push_now
 
         return push_now(service, _checked(run_id))  # type: ignore[arg-type]
 
-    result = daemon_or_local(socket_, home, "push", direct, run_id=run_id)
+    def push_op() -> dict:
+        from snapshotd.core import NO_REMOTE, ServiceError
+        from snapshotd.ops import run_op
+
+        try:
+            return run_op("push", {"run_id": run_id}, direct, home=home, socket=socket_,
+                          require_ledger=False)
+        except ServiceError as exc:
+            if not released or exc.code != NO_REMOTE:
+                raise
+            return {"released": True, "pushed": [], "remote": None, "no_remote": exc.message}
+
+    result = run_call(push_op)
     if as_json:
         print_json(result)
+        return
+    if result.get("no_remote"):
+        click.echo(f"nothing pushed: {result['no_remote']}")
         return
     pushed = result.get("pushed", [])
     click.echo(f"pushed {len(pushed)} attempt ref(s) to {result.get('remote')}"
@@ -57,8 +78,9 @@ def push(run_id: str | None, home: Path | None, socket_: Path | None, as_json: b
                    f"from (another host's history)", err=True)
 
 
-def _release(home: Path, commits: tuple[str, ...], paths: tuple[str, ...]) -> None:
-    from snapshotd.features import release
+def _release(home: Path, commits: tuple[str, ...], paths: tuple[str, ...]) -> Path:
+    """Record the releases in the home's release file; its path."""
+    from snapshotd.features import RELEASES_FILE, release
 
     for commit in commits:
         if len(commit) != 40 or any(c not in "0123456789abcdef" for c in commit):
@@ -66,6 +88,7 @@ def _release(home: Path, commits: tuple[str, ...], paths: tuple[str, ...]) -> No
     if not home.is_dir():
         fail(f"no snapshotd home at {home}")
     release(home, commits=commits, paths=paths)
+    return home / RELEASES_FILE
 
 
 def _checked(run_id: str | None) -> str | None:

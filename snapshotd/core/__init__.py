@@ -5,7 +5,7 @@ from snapshotd.faces import face
 
 FACE: dict[str, tuple[str, ...]] = {
     "checkpoint": ("Checkpoint", "DEFAULT_TIER", "SEQ", "TrailerError", "Trailers",
-        "parse_trailers", "squash_message"),
+        "parse_trailers", "squash_message", "without_findings"),
     "config": ("Config", "ConfigError", "ENV_VARS", "RedactingFilter", "config_path", "load_config",
         "parse_duration", "parse_size", "redact_text", "redact_url"),
     "durable": ("GIT_FSYNC_ARGS", "boot_id", "fsync_path", "make_dirs", "sync_dirs",

@@ -277,6 +277,31 @@ def parse_trailers(message: str) -> dict[str, str]:
     return out
 
 
+def without_findings(message: str, path: str) -> str:
+    """``message`` with the secrets trailer's findings at ``path`` or under it (a directory)
+    left out, the trailer gone when none remain: after a purge the finding goes with the
+    content. A trailer that cannot be read stays as it is (``withhold`` holds it back)."""
+    out = []
+    for line in message.splitlines(keepends=True):
+        if line.startswith(f"{SECRETS}: "):
+            try:
+                found = json.loads(line.split(": ", 1)[1])
+            except ValueError:
+                found = None
+            if isinstance(found, list):
+                kept = [f for f in found if not (isinstance(f, dict) and _under(f.get("path"),
+                                                                                 path))]
+                if not kept:
+                    continue
+                line = f"{SECRETS}: {json.dumps(kept, ensure_ascii=True, separators=(',', ':'))}\n"
+        out.append(line)
+    return "".join(out)
+
+
+def _under(found: object, path: str) -> bool:
+    return isinstance(found, str) and (found == path or found.startswith(path.rstrip("/") + "/"))
+
+
 def json_text(value: object) -> str:
     """``value`` as JSON text a ledger TEXT column can store: a name's bytes that are not UTF-8
     (the lone surrogates ``os.fsdecode`` makes) become ``\\udcNN`` escapes, which ``json.loads``

@@ -7,6 +7,6 @@ FACE: dict[str, tuple[str, ...]] = {
     "gc": ("policy_from_fields", "run_gc"),
     "purge": ("purge_op", "recover_journal"),
     "repair": ("repair_ledger",),
-    "withhold": ("Withholder", "blob_at", "chain_findings", "release"),
+    "withhold": ("RELEASES_FILE", "Withholder", "blob_at", "chain_findings", "release"),
 }
 __all__, __getattr__, __dir__ = face(__name__, FACE)

@@ -65,6 +65,8 @@ class Policy:
     run_id: str | None = None
     whole_run: bool = False
     safety_interval_s: float = SAFETY_INTERVAL_S
+    # ``--prune-grace`` given: alone, a policy of its own (reclaim only, after a purge).
+    grace_given: bool = False
 
     def describe(self) -> dict:
         return {"keep_last": self.keep_last, "older_than_s": self.older_than_s,
@@ -86,9 +88,10 @@ class AttemptPlan:
 
 def run_gc(service: Service, policy: Policy, *, dry_run: bool = False) -> dict:
     """Apply ``policy``: plan, prune (unless ``dry_run``), reclaim. Returns a report."""
-    if policy.empty:
+    if policy.empty and not policy.grace_given:
         raise ServiceError(BAD_REQUEST, "name a policy: --keep-last N, --older-than "
-                           "DURATION, --max-store-size SIZE, or --run R --all")
+                           "DURATION, --max-store-size SIZE, or --run R --all; or "
+                           "--prune-grace DURATION alone to reclaim unreachable objects only")
     with _RUN_LOCK:
         # One gc at a time (the automatic one and a requested one): a prune's rewritten chain
         # is unreferenced until its ref moves, and another gc's `git gc` must not see it so.
@@ -386,6 +389,7 @@ def policy_from_fields(fields: dict) -> Policy:
         )
         if fields.get("safety_interval_s") is not None:
             policy.safety_interval_s = float(fields["safety_interval_s"])
+            policy.grace_given = True
     except (ValueError, TypeError) as exc:
         raise ServiceError(BAD_REQUEST, str(exc)) from None
     return policy

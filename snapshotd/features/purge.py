@@ -23,7 +23,16 @@ from typing import TYPE_CHECKING
 
 import pygit2
 
-from snapshotd.core import BAD_REQUEST, NOT_FOUND, AttemptKey, ServiceError, crash_point, id_field
+from snapshotd.core import (
+    BAD_REQUEST,
+    NOT_FOUND,
+    AttemptKey,
+    ServiceError,
+    Trailers,
+    crash_point,
+    id_field,
+    without_findings,
+)
 from snapshotd.store import read_journal, write_journal
 
 if TYPE_CHECKING:
@@ -112,7 +121,7 @@ def _complete(service: Service, journal: dict) -> None:
     attempt = service.ledger.get_attempt(key)
     if attempt is None:
         return
-    remap = {int(seq): (v[0], v[1], v[2]) for seq, v in journal["remap"].items()}
+    remap = {int(seq): tuple(v) for seq, v in journal["remap"].items()}
     service.ledger.apply_purge(attempt, remap, journal.get("final_commit"))
     crash_point("purge-after-ledger")
     tip = journal.get("new_tip")
@@ -121,8 +130,8 @@ def _complete(service: Service, journal: dict) -> None:
     if later and tip:
         attempt = service.ledger.get_attempt(key) or attempt
         extra, tip, final = _rewrite(service, attempt, later, tip, journal["path"])
-        service.ledger.apply_purge(attempt, {int(seq): (v[0], v[1], v[2])
-                                             for seq, v in extra.items()}, final)
+        service.ledger.apply_purge(attempt, {int(seq): tuple(v) for seq, v in extra.items()},
+                                   final)
         log.warning("%s: %d checkpoint(s) taken after an interrupted purge moved onto the "
                     "purged chain", key, len(later))
     if tip:
@@ -130,22 +139,34 @@ def _complete(service: Service, journal: dict) -> None:
     # The stat cache holds the path's blob and would keep it reachable (its keep ref, and
     # the tree gc names from a cache on disk): it starts afresh.
     service.caches.forget(Path(attempt.worktree))
+    if service.change_source is not None:
+        # The watcher's changed paths were relative to the cache just dropped: the next capture
+        # scans fully (a verification judging them against a cold cache saw the untouched
+        # files the cache now lacks, the purged one too, as drift no event reported).
+        service.change_source.failed(Path(attempt.worktree))
 
 
 def _rewrite(service: Service, attempt: Attempt, rows: list[dict], parent: str | None,
              path: str) -> tuple[dict[str, list], str | None, str | None]:
     """The commits of ``rows`` rewritten without ``path`` onto ``parent`` (held from gc until
-    the attempt ref names them): the journal's ``{seq: [commit, parent, tree]}``, the new tip,
-    and the attempt's final commit when one of ``rows`` was it."""
+    the attempt ref names them), their messages without the path's secret findings: the
+    journal's ``{seq: [commit, parent, tree, secrets, added, modified, deleted]}`` (the row's
+    new secrets mark, the trailer's text, and its change counts against the tree before it),
+    the new tip, and the attempt's final commit when one of ``rows`` was it."""
     new = service.store.purge_chain([r["commit"] for r in rows], parent, path,
-                                    hold=attempt.key)
+                                    hold=attempt.key,
+                                    message=lambda text: without_findings(text, path))
+    repo = service.store.reader()
+    before = str(repo[parent].peel(pygit2.Commit).tree_id) if parent else None
     remap: dict[str, list] = {}
     final = None
     for row, (commit, tree) in zip(rows, new, strict=True):
-        remap[str(row["seq"])] = [commit, parent, tree]
+        secrets = Trailers(repo[commit].peel(pygit2.Commit).message).secrets_text
+        remap[str(row["seq"])] = [commit, parent, tree, secrets,
+                                  *service.store.tree_changes(before, tree)]
         if row["commit"] == attempt.final_commit:
             final = commit
-        parent = commit
+        parent, before = commit, tree
     return remap, parent, final
 
 

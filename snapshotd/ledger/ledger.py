@@ -439,16 +439,20 @@ class Ledger:
                 db.execute("DELETE FROM checkpoints WHERE attempt_pk=? AND seq=?",
                            (attempt.pk, seq))
 
-    def apply_purge(self, attempt: Attempt, remap: dict[int, tuple[str, str | None, str]],
-                    final_commit: str | None) -> None:
+    def apply_purge(self, attempt: Attempt, remap: dict[int, tuple], final_commit: str | None
+                    ) -> None:
         """Move rows to the commits and trees of a chain rewritten without a path, in one
-        transaction: ``remap`` is ``{seq: (commit, parent, tree)}``."""
+        transaction: ``remap`` is ``{seq: (commit, parent, tree)}``, or with the row's new
+        ``secrets`` (JSON text or None), ``added``, ``modified`` and ``deleted`` after them."""
         with self.transaction() as db:
             check_fault("ledger")
             db.lock_attempt(attempt.pk)
-            for seq, (commit, parent, tree) in remap.items():
+            for seq, (commit, parent, tree, *marks) in remap.items():
                 db.execute("UPDATE checkpoints SET commit_id=?, parent=?, tree=? WHERE attempt_pk=?"
                            " AND seq=?", (commit, parent, tree, attempt.pk, seq))
+                if len(marks) == 4:  # a journal written before a purge also set these
+                    db.execute("UPDATE checkpoints SET secrets=?, added=?, modified=?, deleted=?"
+                               " WHERE attempt_pk=? AND seq=?", (*marks, attempt.pk, seq))
             if final_commit is not None:
                 db.execute("UPDATE attempts SET final_commit=? WHERE pk=?", (final_commit, attempt.pk))
 

@@ -339,9 +339,11 @@ class Store:
         return out
 
     def purge_chain(self, commits: list[str], onto: str | None, path: str,
-                    hold: AttemptKey) -> list[tuple[str, str]]:
+                    hold: AttemptKey, message: Callable[[str], str] = str
+                    ) -> list[tuple[str, str]]:
         """``rewrite_chain`` with ``path`` (a file or a directory, worktree-relative) taken out
-        of every tree: the new ``(commit, tree)`` of each, oldest first. The attempt ref does
+        of every tree, each message passed through ``message`` (the purge drops the path's
+        secret findings): the new ``(commit, tree)`` of each, oldest first. The attempt ref does
         not move; the new tip is named by ``hold``'s purge hold ref before this returns (the
         objects written under the gate, as a capture's are), so no ``git gc``, whatever its
         grace, deletes the new chain before the attempt ref names it (``release_purge_holds``
@@ -355,7 +357,7 @@ class Store:
                 tree = _tree_without(self.repo, old.tree, parts)
                 parents = [pygit2.Oid(hex=parent)] if parent else []
                 oid = odb_retry(self.repo.create_commit, None, old.author, old.committer,
-                                old.message, tree, parents)
+                                message(old.message), tree, parents)
                 parent = str(oid)
                 out.append((parent, str(tree)))
             if parent is not None:
