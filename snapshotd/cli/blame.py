@@ -2,21 +2,27 @@
 
 Owns the command line of blame. The blame is ``snapshotd.ops.operations.Operations.blame``, the
 one the MCP tool and the web app use: through the daemon when one answers, else directly on the
-home; ``--json`` prints its documented shape (``snapshotd.features.review.blame.public_shape``).
+home; ``--json`` prints its documented shape (``snapshotd.features.review.blame.public_shape``),
+one line at a time (a big blame is never one string in memory); ``--lines A,B`` blames a range.
+A blame past the daemon's ``blame_max_lines``/``blame_max_bytes`` exits 1 saying so.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from pathlib import Path
 
 import click
 
-from snapshotd.cli.common import attempt_options, call_or_fail, op_options, operations, print_json
+from snapshotd.cli.common import attempt_options, call_or_fail, op_options, operations
 from snapshotd.cli.terminal import escape_text, field
 
 # How wide the "who" column is in the text form.
 WHO_WIDTH = 32
+# Lines of --json output written at once.
+JSON_BATCH = 2000
 
 
 @click.command()
@@ -25,10 +31,13 @@ WHO_WIDTH = 32
 @click.option("--node", "node_id", required=True, help="The node whose checkpoints to read.")
 @click.option("--seq", type=click.IntRange(min=0), default=None,
               help="The checkpoint whose file to blame (default: the newest).")
+@click.option("-L", "--lines", "line_range", default=None, metavar="A,B",
+              help="Blame lines A to B only (from 1; 'A,' runs to the end).")
 @attempt_options
 @op_options
-def blame(run_id: str, path: str, node_id: str, seq: int | None, iteration: int | None,
-          attempt: int | None, home: Path | None, socket_: Path | None, as_json: bool) -> None:
+def blame(run_id: str, path: str, node_id: str, seq: int | None, line_range: str | None,
+          iteration: int | None, attempt: int | None, home: Path | None, socket_: Path | None,
+          as_json: bool) -> None:
     """Show every line of PATH (relative to the worktree, or absolute inside it) at a
     checkpoint with the checkpoint and tool call that introduced it. Lines written outside the
     agent's tool calls (tier 2, before-tool captures) are marked with '*'."""
@@ -36,15 +45,50 @@ def blame(run_id: str, path: str, node_id: str, seq: int | None, iteration: int 
 
     if os.path.isabs(path):
         path = os.path.normpath(path)
+    first, last = _parse_range(line_range)
     fields = {"run_id": run_id, "node_id": node_id, "path": path, "seq": seq,
-              "iteration": iteration, "attempt": attempt}
+              "iteration": iteration, "attempt": attempt, "first_line": first, "last_line": last}
     result = call_or_fail(operations(home, socket_).blame, fields)
     if as_json:
-        print_json(result)
+        _print_json(result)
         return
-    width = len(str(len(result["lines"])))
+    width = len(str(result.get("last_line") or len(result["lines"])))
     for line in result["lines"]:
         mark = "*" if outside_tool_call(line) else " "
         who = field(line["label"] or f"({line['source']})")
         click.echo(f"{line['seq']:>4}{mark} {who[:WHO_WIDTH]:<{WHO_WIDTH}} "
                    f"{line['line']:>{width}}) {escape_text(line['text'])}")
+
+
+def _parse_range(value: str | None) -> tuple[int | None, int | None]:
+    if value is None:
+        return None, None
+    found = re.fullmatch(r"\s*(\d+)\s*,\s*(\d*)\s*", value)
+    if not found or int(found.group(1)) < 1 or (found.group(2) and
+                                                int(found.group(2)) < int(found.group(1))):
+        raise click.BadParameter(f"{value!r}: expected A,B with 1 <= A <= B (or A, to the end)",
+                                 param_hint="--lines")
+    return int(found.group(1)), int(found.group(2)) if found.group(2) else None
+
+
+def _print_json(result: dict) -> None:
+    """The result as JSON (valid UTF-8, as ``cli.common.print_json`` makes it), written a batch
+    of lines at a time, each blamed line one compact object on a line of its own: a big blame
+    is never one string in memory, and grep finds a line's record."""
+
+    def dumps(value: object, indent: int | None) -> str:
+        text = json.dumps(value, indent=indent, ensure_ascii=False, default=str)
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+    head = {k: v for k, v in result.items() if k != "lines"}
+    out = ["{\n"] + [f"  {json.dumps(k)}: {dumps(v, None)},\n" for k, v in head.items()]
+    out.append('  "lines": [')
+    sep = ""
+    for line in result["lines"]:
+        out.append(f"{sep}\n    {dumps(line, None)}")
+        sep = ","
+        if len(out) >= JSON_BATCH:
+            click.echo("".join(out), nl=False)
+            out = []
+    out.append("\n  ]\n}")
+    click.echo("".join(out))

@@ -88,6 +88,10 @@ class Config:
     # Most inotify watches the watcher adds (0: as many as the host allows); past it a worktree
     # is captured by scans, with a watch-failed gap (docs/watcher.md).
     max_watches: int = 0
+    # The most lines and bytes one blame covers (the whole file, or its --lines range); past
+    # them it is refused with a clear error, so a huge file cannot take gigabytes (docs/review.md).
+    blame_max_lines: int = 200_000
+    blame_max_bytes: int = 20 << 20
     # Per-worktree overrides (config file only): real path -> {WORKTREE_KEYS setting: value}.
     worktree: dict[str, dict[str, object]] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
@@ -145,6 +149,8 @@ ENV_VARS: dict[str, str] = {
     "http_hook": "SNAPSHOTD_HTTP_HOOK",
     "http_hook_port": "SNAPSHOTD_HTTP_HOOK_PORT",
     "max_watches": "SNAPSHOTD_MAX_WATCHES",
+    "blame_max_lines": "SNAPSHOTD_BLAME_MAX_LINES",
+    "blame_max_bytes": "SNAPSHOTD_BLAME_MAX_BYTES",
 }
 LOG_LEVELS = ("debug", "info", "warning", "error")
 

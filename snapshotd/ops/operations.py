@@ -201,17 +201,18 @@ class Operations:
 
     def blame(self, fields: dict[str, Any]) -> dict:
         """``snapshotd blame --json`` for ``fields`` (``run_id``, ``node_id``, ``path``, ``seq``,
-        ``iteration``, ``attempt``): the documented shape (``public_shape``), every line."""
+        ``iteration``, ``attempt``, ``first_line``, ``last_line``): the documented shape
+        (``public_shape``; its ``lines`` may be a compact sequence: iterate it)."""
         return public_shape(run_blame(fields, home=self._home, socket=self._socket))
 
     def blame_file(self, *, run_id: str, node_id: str, path: str, seq: int | None = None,
                    iteration: int | None = None, attempt: int | None = None,
                    first_line: int = 1, last_line: int | None = None) -> dict:
-        """``snapshotd blame --json``, cut to lines ``first_line``..``last_line``."""
+        """``snapshotd blame --json``, of lines ``first_line``..``last_line`` only (a list)."""
         result = self.blame({"run_id": run_id, "node_id": node_id, "path": path, "seq": seq,
-                             "iteration": iteration, "attempt": attempt})
-        result["lines"] = [x for x in result["lines"] if x["line"] >= first_line
-                           and (last_line is None or x["line"] <= last_line)]
+                             "iteration": iteration, "attempt": attempt,
+                             "first_line": first_line, "last_line": last_line})
+        result["lines"] = list(result["lines"])
         return result
 
     def export(self, fields: dict[str, Any]) -> dict:

@@ -61,7 +61,10 @@ def run_blame(fields: dict[str, Any], *, home: Path | None = None,
             raise ServiceError(NOT_FOUND, f"the store {store_path} named by the daemon's "
                                                  "reply is not readable here")
         repo = Store(store_path.parent).reader()
-        result = dict(result, lines=blame_commit(repo, result["commit"], result["path"]))
+        # The daemon checked the limits; the same range, blamed here.
+        result = dict(result, lines=blame_commit(repo, result["commit"], result["path"],
+                                                 first=result.get("first_line") or 1,
+                                                 last=result.get("last_line")))
         result.pop("lines_omitted")
     return result
 

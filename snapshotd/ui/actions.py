@@ -1,6 +1,6 @@
 """The web app's actions: restore and export with a preview first, and blame.
 
-Owns ``restore``, ``export`` and ``blame``, each over ``snapshotd.ops.operations.Operations`` (daemon
+Owns ``restore``, ``export`` and ``blame`` (a page of lines, ``offset``/``limit``), each over ``snapshotd.ops.operations.Operations`` (daemon
 or local, the CLI's path).
 
 Promises:
@@ -21,6 +21,9 @@ from snapshotd.core import BAD_REQUEST, ServiceError, id_field
 from snapshotd.ops import Operations
 
 PLAN_SHOWN = 500
+# A blame reply is a page: this many lines by default, at most BLAME_PAGE_MAX.
+BLAME_PAGE = 2000
+BLAME_PAGE_MAX = 10_000
 
 
 def restore(ops: Operations, body: dict[str, Any]) -> dict:
@@ -67,11 +70,17 @@ def export(ops: Operations, reader: Any, body: dict[str, Any]) -> dict:
     return result
 
 
-def blame(ops: Operations, sel: dict, path: str) -> dict:
+def blame(ops: Operations, sel: dict, path: str, offset: int = 0,
+          limit: int = BLAME_PAGE) -> dict:
+    """One page of a blame: lines ``offset + 1``..``offset + limit`` and ``total_lines``."""
     if not path:
         raise ServiceError(BAD_REQUEST, "name the file to blame")
+    if offset < 0 or not 1 <= limit <= BLAME_PAGE_MAX:
+        raise ServiceError(BAD_REQUEST, f"offset must be 0 or more and limit 1 to "
+                           f"{BLAME_PAGE_MAX}, not {offset} and {limit}")
     return ops.blame_file(run_id=sel["run"], node_id=sel["node"], path=path, seq=sel["seq"],
-                          iteration=sel["iteration"], attempt=sel["attempt"])
+                          iteration=sel["iteration"], attempt=sel["attempt"],
+                          first_line=offset + 1, last_line=offset + limit)
 
 
 def _selection(body: dict[str, Any]) -> dict:

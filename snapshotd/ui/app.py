@@ -5,9 +5,9 @@ on a socket bound to 127.0.0.1 only). The page is one HTML shell with hand-writt
 style from ``static/`` in the package: nothing is fetched from elsewhere, so it works offline.
 
 Routes: ``GET /`` the page; ``GET /api/runs``, ``/api/run``, ``/api/version`` (live updates
-poll it), ``/api/gaps``, ``/api/checkpoint``, ``/api/diff``, ``/api/tree``, ``/api/blame``
-(read only); ``POST /api/restore`` and ``/api/export`` (without ``confirm`` they change nothing
-and return the plan; with it they act and return the undo command).
+poll it), ``/api/gaps``, ``/api/checkpoint``, ``/api/diff``, ``/api/tree``, ``/api/blame`` (a
+page: ``offset``/``limit``) (read only); ``POST /api/restore`` and ``/api/export`` (without
+``confirm`` they change nothing and return the plan; with it they act and return the undo).
 
 Promises: every failure is JSON ``{"error": code, "message": ...}`` with a 4xx status for a
 ``ServiceError`` (the message says what to do) and 500 for anything else, which is also logged.
@@ -67,7 +67,9 @@ def create_app(*, home: Path, socket: Path | None, token: str, port: int,
         Route("/api/diff", _api(lambda q: reader.diff(_sel(q), _sel(q, "a_") if q.get("a_seq")
                                                       else None))),
         Route("/api/tree", _api(lambda q: reader.tree(_sel(q), q.get("path", "")))),
-        Route("/api/blame", _api(lambda q: actions.blame(ops, _sel(q), q.get("path", "")))),
+        Route("/api/blame", _api(lambda q: actions.blame(
+            ops, _sel(q), q.get("path", ""), _int("offset", q.get("offset") or 0),
+            _int("limit", q.get("limit") or actions.BLAME_PAGE)))),
         Route("/api/restore", _api(lambda b: actions.restore(ops, b), post=True),
               methods=["POST"]),
         Route("/api/export", _api(lambda b: actions.export(ops, reader, b), post=True),

@@ -1,23 +1,25 @@
 """Blame: which checkpoint (so which tool call) introduced each line of a file.
 
-Owns ``blame_checkpoint`` (behind the ``blame`` op, ``snapshotd blame`` and the MCP tool),
-``blame_commit`` (the store-only part: libgit2's blame over one attempt's commit chain, each hunk
-mapped to its checkpoint through the commit trailers) and ``attach`` (the ``blame`` op); front
-ends reach it through ``ops`` (a reply too large for a frame completed with ``blame_commit``).
-Promises:
+Owns ``blame_checkpoint`` (the ``blame`` op, CLI, MCP), ``blame_commit`` (store only: libgit2's
+blame of one attempt's chain, hunks mapped to checkpoints by trailers; ``ops`` completes a reply
+too large for a frame with it), ``BlameLines`` and ``attach``. Promises:
 - Every line of PATH at checkpoint N (default: the attempt's newest) carries the checkpoint that
   introduced it: ``seq``, ``tool_use_id``, ``label``, ``tier``, ``source``; a line present since
   the attempt's first (oldest kept) checkpoint is that one's; a line from a tier-2, ``outside`` or
   ``restore`` capture was written outside the agent's tool calls (``outside_tool_call``).
-- The chain is linear, so this is ``git blame --first-parent`` on the store: it reads only the
-  store's objects and one ledger lookup, and writes nothing.
-- Result (``public_shape``): ``{"path", "seq", "lines": [{"line", "text", "seq", "tool_use_id",
-  "label", "tier", "source"}]}`` (lines numbered from 1, text without its newline).
+- The chain is linear: this is ``git blame --first-parent`` on the store; it writes nothing.
+- Result (``public_shape``): ``{"path", "seq", "total_lines", "first_line", "last_line", "lines":
+  [{"line", "text", "seq", "tool_use_id", "label", "tier", "source"}]}`` (numbered from 1).
+- Bounded: a blame of more than ``blame_max_lines`` lines or ``blame_max_bytes`` bytes of text
+  (the range asked, else the file) is refused before any work (``bad-request``, naming the limit
+  and ``--lines A,B``); lines are kept compact (``BlameLines``), a dict made only when read.
 """
 
 from __future__ import annotations
 
 import time
+from array import array
+from collections.abc import Iterator, Sequence
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -50,63 +52,83 @@ LINE_KEYS = ("line", "text", "seq", "tool_use_id", "label", "tier", "source")
 
 def blame_checkpoint(service: Service, *, run_id: object, node_id: object, path: object,
                      seq: object = None, iteration: object = None, attempt: object = None,
+                     first_line: object = None, last_line: object = None,
                      wire: bool = False) -> dict:
-    """Blame ``path`` at checkpoint ``seq`` (default the newest) of the selected attempt."""
+    """Blame ``path`` at checkpoint ``seq`` (default the newest) of the selected attempt, lines
+    ``first_line``..``last_line`` (default all), within the configured limits."""
     started = time.perf_counter()
     run, node, s, i, a = selection(run_id, node_id, seq, iteration, attempt)
+    first, last = _line_number("first_line", first_line), _line_number("last_line", last_line)
+    if first is not None and last is not None and last < first:
+        raise ServiceError(BAD_REQUEST, f"last_line {last} is before first_line {first}")
     cp = find_checkpoint(service.ledger, run, node, seq=s, iteration=i, attempt=a)
     rel = _relative(path, cp["worktree"])
     repo = service.store.reader()
-    lines = blame_commit(repo, cp["commit"], rel)
+    config = service.config
+    lines = _measure(repo, cp["commit"], rel, first or 1, last, config.blame_max_lines,
+                     config.blame_max_bytes)
+    # Too large for a frame: the client blames it from the store, so the daemon does not.
+    omit = wire and lines.text_bytes > WIRE_TEXT_LIMIT
+    if not omit:
+        _fill(repo, cp["commit"], rel, lines)
     out: dict[str, Any] = {
-        "path": rel, "seq": cp["seq"], "lines": lines, "run_id": run, "node_id": node,
-        "iteration": cp["iteration"], "attempt": cp["attempt"], "commit": cp["commit"],
-        "store": str(service.store.path)}
-    if wire and sum(len(x["text"]) for x in lines) > WIRE_TEXT_LIMIT:
+        "path": rel, "seq": cp["seq"], "lines": lines, "total_lines": lines.total,
+        "first_line": lines.first, "last_line": lines.first + len(lines) - 1, "run_id": run,
+        "node_id": node, "iteration": cp["iteration"], "attempt": cp["attempt"],
+        "commit": cp["commit"], "store": str(service.store.path)}
+    if omit:
         out["lines"] = []
         out["lines_omitted"] = True
+    elif wire:
+        out["lines"] = list(lines)
     out["elapsed_ms"] = round((time.perf_counter() - started) * 1000, 3)
     return out
 
 
-def blame_commit(repo: pygit2.Repository, commit: str, path: str) -> list[dict]:
-    """Every line of ``path`` in ``commit`` with the checkpoint (by its trailers) that
-    introduced it; ``not-found`` when the commit has no such file."""
-    tip = repo[commit].peel(pygit2.Commit)
-    try:
-        entry = tip.tree[path]
-    except KeyError:
-        raise ServiceError(NOT_FOUND, f"{path} is not in checkpoint "
-                           f"{_seq_text(tip.message)} "
-                           f"({commit[:12]})") from None
-    if entry.type_str != "blob":
-        raise ServiceError(BAD_REQUEST, f"{path} is a directory in that checkpoint; "
-                           "name a file")
-    texts = split_lines(repo[entry.id].peel(pygit2.Blob).data)
-    if not texts:
-        return []
-    blame = repo.blame(path, flags=BlameFlag.FIRST_PARENT, newest_commit=tip.id)
-    origins: dict[pygit2.Oid, dict] = {}
-    lines: list[dict] = []
-    for hunk in blame:
-        oid = hunk.final_commit_id
-        origin = origins.get(oid)
-        if origin is None:
-            origin = origins[oid] = _origin(repo, oid)
-        start = hunk.final_start_line_number
-        for n in range(start, start + hunk.lines_in_hunk):
-            lines.append(dict(origin, line=n, text=texts[n - 1]))
+class BlameLines(Sequence[dict]):
+    """Blamed lines, compact: the file's bytes, where each line starts, and per line an index
+    into the distinct origins (one per checkpoint); a line's dict is made only when it is read
+    (200,000 dicts took 80 MiB; this takes a few bytes a line besides the file itself)."""
+
+    def __init__(self, data: bytes, starts: array, first: int, total: int) -> None:
+        self._data, self._starts = data, starts  # starts[k]: offset of line first + k; + end
+        self.first, self.total = first, total
+        self.who = array("I", bytes(4 * (len(starts) - 1)))
+        self.origins: list[dict] = []
+
+    def __len__(self) -> int:
+        return len(self._starts) - 1
+
+    @property
+    def text_bytes(self) -> int:
+        return self._starts[-1] - self._starts[0] if len(self) else 0
+
+    def __getitem__(self, k: Any) -> Any:
+        if isinstance(k, slice):
+            return [self[j] for j in range(*k.indices(len(self)))]
+        if k < 0:
+            k += len(self)
+        if not 0 <= k < len(self):
+            raise IndexError(k)
+        text = self._data[self._starts[k]:self._starts[k + 1]]
+        if text.endswith(b"\n"):
+            text = text[:-1]
+        return {"line": self.first + k, "text": text.decode("utf-8", "replace"),
+                **self.origins[self.who[k]]}
+
+    def __iter__(self) -> Iterator[dict]:
+        return (self[k] for k in range(len(self)))
+
+
+def blame_commit(repo: pygit2.Repository, commit: str, path: str, *, first: int = 1,
+                 last: int | None = None, max_lines: int | None = None,
+                 max_bytes: int | None = None) -> BlameLines:
+    """Lines ``first``..``last`` (default: to the end) of ``path`` in ``commit``, each with the
+    checkpoint (by its trailers) that introduced it; ``not-found`` when the commit has no such
+    file, ``bad-request`` past ``max_lines``/``max_bytes`` or for a range outside the file."""
+    lines = _measure(repo, commit, path, first, last, max_lines, max_bytes)
+    _fill(repo, commit, path, lines)
     return lines
-
-
-def split_lines(data: bytes) -> list[str]:
-    """A file's lines as git blame counts them (a last line without newline counts)."""
-    if not data:
-        return []
-    parts = data.split(b"\n")
-    if parts[-1] == b"":
-        parts.pop()
-    return [p.decode("utf-8", "replace") for p in parts]
 
 
 def outside_tool_call(line: dict) -> bool:
@@ -116,9 +138,14 @@ def outside_tool_call(line: dict) -> bool:
 
 
 def public_shape(result: dict) -> dict:
-    """The documented JSON of a blame: ``path``, ``seq`` and ``lines`` with their seven keys."""
+    """The documented JSON of a blame: ``path``, ``seq``, the range and ``lines`` with their
+    seven keys (``BlameLines`` as they are: they make exactly those, when read)."""
+    lines = result["lines"]
+    if not isinstance(lines, BlameLines):
+        lines = [{k: x.get(k) for k in LINE_KEYS} for x in lines]
     return {"path": result["path"], "seq": result["seq"],
-            "lines": [{k: x.get(k) for k in LINE_KEYS} for x in result["lines"]]}
+            "total_lines": result.get("total_lines"), "first_line": result.get("first_line"),
+            "last_line": result.get("last_line"), "lines": lines}
 
 
 def attach(service: Service, server: Registry, config: Config) -> None:
@@ -128,7 +155,9 @@ def attach(service: Service, server: Registry, config: Config) -> None:
         return blame_checkpoint(service, run_id=fields.get("run_id"),
                                 node_id=fields.get("node_id"), path=fields.get("path"),
                                 seq=fields.get("seq"), iteration=fields.get("iteration"),
-                                attempt=fields.get("attempt"), wire=True)
+                                attempt=fields.get("attempt"),
+                                first_line=fields.get("first_line"),
+                                last_line=fields.get("last_line"), wire=True)
 
     server.register("blame", blame_op)
 
@@ -148,6 +177,87 @@ def _origin(repo: pygit2.Repository, oid: pygit2.Oid) -> dict:
         tier = DEFAULT_TIER
     return {"seq": seq, "tool_use_id": trailers.tool_use_id, "label": trailers.label,
             "tier": tier, "source": trailers.source}
+
+
+def _measure(repo: pygit2.Repository, commit: str, path: str, first: int, last: int | None,
+             max_lines: int | None, max_bytes: int | None) -> BlameLines:
+    """The range's lines, not yet blamed, after the limits are checked (no blame done yet)."""
+    tip = repo[commit].peel(pygit2.Commit)
+    try:
+        entry = tip.tree[path]
+    except KeyError:
+        raise ServiceError(NOT_FOUND, f"{path} is not in checkpoint "
+                           f"{_seq_text(tip.message)} "
+                           f"({commit[:12]})") from None
+    if entry.type_str != "blob":
+        raise ServiceError(BAD_REQUEST, f"{path} is a directory in that checkpoint; "
+                           "name a file")
+    data = repo[entry.id].peel(pygit2.Blob).data
+    total = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+    last = total if last is None else min(last, total)
+    if total and first > total:
+        raise ServiceError(BAD_REQUEST, f"{path} has {total} lines; line {first} is past its end")
+    if last < first:
+        return BlameLines(data, array("Q", [0]), first, total)
+    _check_limits(path, first, last, total, max_lines, None)  # before the line offsets
+    lines = BlameLines(data, _line_starts(data, first, last), first, total)
+    _check_limits(path, first, last, total, max_bytes, lines.text_bytes)
+    return lines
+
+
+def _fill(repo: pygit2.Repository, commit: str, path: str, lines: BlameLines) -> None:
+    """libgit2's blame of ``lines``' range only, each line pointed at its origin."""
+    if not len(lines):
+        return
+    first, last = lines.first, lines.first + len(lines) - 1
+    tip = repo[commit].peel(pygit2.Commit)
+    blame = repo.blame(path, flags=BlameFlag.FIRST_PARENT, newest_commit=tip.id,
+                       min_line=first, max_line=last)
+    index: dict[pygit2.Oid, int] = {}
+    for hunk in blame:
+        oid = hunk.final_commit_id
+        if oid not in index:
+            index[oid] = len(lines.origins)
+            lines.origins.append(_origin(repo, oid))
+        start = hunk.final_start_line_number
+        for n in range(max(start, first), min(start + hunk.lines_in_hunk, last + 1)):
+            lines.who[n - first] = index[oid]
+
+
+def _line_starts(data: bytes, first: int, last: int) -> array:
+    """Offsets of lines ``first``..``last`` (from 1) in ``data``, and where the last one ends."""
+    starts = array("Q")
+    at, n = 0, 1
+    while n <= last:
+        if n >= first:
+            starts.append(at)
+        nl = data.find(b"\n", at)
+        at = len(data) if nl < 0 else nl + 1
+        n += 1
+    starts.append(at)
+    return starts
+
+
+def _check_limits(path: str, first: int, last: int, total: int, limit: int | None,
+                  text_bytes: int | None) -> None:
+    """Refuse past ``limit`` lines (``text_bytes`` None) or ``limit`` bytes of text."""
+    count = last - first + 1
+    if limit is None or (count if text_bytes is None else text_bytes) <= limit:
+        return
+    what = f"lines {first}-{last} of {path}" if count < total else f"{path}"
+    over = (f"{count} lines, over blame_max_lines = {limit}" if text_bytes is None
+            else f"{text_bytes} bytes of text, over blame_max_bytes = {limit}")
+    raise ServiceError(BAD_REQUEST, f"refused to blame {what}: {over}; blame a range of it "
+                       "(snapshotd blame --lines A,B; first_line/last_line) or raise the limit "
+                       "in the daemon's config")
+
+
+def _line_number(name: str, value: object) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ServiceError(BAD_REQUEST, f"{name} must be a line number from 1, not {value!r}")
+    return value
 
 
 def _seq_text(message: str) -> str:

@@ -307,15 +307,35 @@ async function treeView(main, run, node, iteration, attempt, seq, path) {
       h("a", { href: `#/blame/${[run, node, iteration, attempt, seq].map(enc).join("/")}/${enc(path)}` }, "blame")), pre);
   }
 }
+// Blame comes in pages (the server bounds a reply); "more lines" appends the next one.
+const BLAME_PAGE = 2000;
 async function blameView(main, run, node, iteration, attempt, seq, path) {
-  const b = await api("/api/blame", { run, node, iteration, attempt, seq, path });
+  const q = { run, node, iteration, attempt, seq, path, limit: BLAME_PAGE };
+  const b = await api("/api/blame", Object.assign({ offset: 0 }, q));
   const l = { node_id: node, iteration, attempt };
-  const table = h("table", { cls: "patch blame" }, b.lines.map((x) => h("tr", {},
+  const rows = (lines) => lines.map((x) => h("tr", {},
     h("td", { cls: "ln" }, String(x.line)),
     h("td", { cls: "who" }, x.seq === null || x.seq === undefined ? x.source || "" :
       h("a", { href: cpHash(run, l, x.seq), title: x.label || "" }, `seq ${x.seq}`)),
-    h("td", { cls: "ctx" }, HL(x.text, path)))));
-  main.replaceChildren(h("h1", {}, "Blame ", h("code", {}, path), h("small", {}, ` at seq ${b.seq}`)), table);
+    h("td", { cls: "ctx" }, HL(x.text, path))));
+  const table = h("table", { cls: "patch blame" }, rows(b.lines));
+  const status = h("p", { cls: "blame-count" });
+  let shown = b.lines.length;
+  const more = h("button", { id: "blame-more", onclick: async () => {
+    more.disabled = true;
+    const page = await api("/api/blame", Object.assign({ offset: shown }, q));
+    table.append(...rows(page.lines));
+    shown += page.lines.length;
+    update();
+  } }, "more lines");
+  function update() {
+    status.textContent = `lines 1-${shown} of ${b.total_lines}`;
+    more.disabled = false;
+    more.hidden = shown >= b.total_lines;
+  }
+  update();
+  main.replaceChildren(h("h1", {}, "Blame ", h("code", {}, path), h("small", {}, ` at seq ${b.seq}`)),
+    status, table, more);
 }
 async function gapsView(main, run) {
   const g = await api("/api/gaps", run ? { run } : {});
