@@ -177,6 +177,8 @@ BOUNDS: dict[str, tuple[int | float, int | float]] = {
     "gc_interval_s": (0.0, _TEN_YEARS_S),
     "linger_s": (0.0, _TEN_YEARS_S),
     "ownerless_idle_s": (0.0, _TEN_YEARS_S),
+    "blame_max_lines": (1, 1_000_000_000),
+    "blame_max_bytes": (1, 1 << 40),
 }
 
 
