@@ -45,6 +45,7 @@ from snapshotd.core import (
     id_field,
     int_field,
     opt_int_field,
+    write_file,
 )
 from snapshotd.ledger import ACTIVE, Attempt, Ledger, LedgerError, open_ledger, percentiles
 from snapshotd.service.attribution import Attribution
@@ -491,7 +492,8 @@ class Service:
 
 def host_id(home: Path) -> str:
     """The id this home's daemon stamps on the attempts it creates (``Attempt.host``): the host
-    name and a random part kept in ``<home>/host-id`` (two homes on one host are two stores)."""
+    name and a random part kept in ``<home>/host-id`` (two homes on one host are two stores),
+    written durably once, at the first start."""
     path = home / "host-id"
     try:
         found = path.read_text().strip()
@@ -500,7 +502,7 @@ def host_id(home: Path) -> str:
     if found:
         return found
     made = f"{socket.gethostname()}-{uuid.uuid4().hex[:12]}"
-    tmp = path.with_name(f"host-id.{os.getpid()}.tmp")
-    tmp.write_text(made + "\n")
-    os.replace(tmp, path)
+    # Durable before any attempt names it, whatever ``durability`` says: an id lost to a power
+    # cut would make this daemon refuse its own attempts as another host's.
+    write_file(path, (made + "\n").encode(), 0o600, sync=True)
     return made

@@ -457,8 +457,12 @@ def test_same_tool_id_racing_on_two_hosts_is_one_checkpoint(tmp_path: Path, remo
                                                             pg_url: str) -> None:
     """Both daemons pass the "already recorded?" check for one tool call; B is held between
     its commit and its row, so A's row lands first. B answers with A's seq (a repeat), its
-    own commit is undone, and its next capture continues the attempt normally."""
+    own commit is undone, and its next capture continues the attempt normally. Only an
+    attempt with no host (a row made before ledger schema 5) is served by both daemons: one
+    with a host is refused by the other (tests/service/test_shared_ledger_hosts.py)."""
     import threading
+
+    import psycopg
 
     a, b = _two_hosts_on(tmp_path, remote, pg_url, {"SNAPSHOTD_DELAY_AT": "before-row:800"})
     a.start()
@@ -466,6 +470,8 @@ def test_same_tool_id_racing_on_two_hosts_is_one_checkpoint(tmp_path: Path, remo
     wt = tmp_path / "wt"
     populate(wt, 0)
     a.cli("attempt", "begin", "--run", RUN, "--node", NODE, "--cwd", str(wt))
+    with psycopg.connect(pg_url) as conn:  # as a row from before schema 5: no host
+        conn.execute("UPDATE attempts SET host = NULL")
     replies: dict[str, dict] = {}
 
     def from_b() -> None:
