@@ -33,10 +33,14 @@ from bench.common import DaemonProc, make_tree, tree_file
 QUIET = {"SNAPSHOTD_SETTLE_MS": "600000", "SNAPSHOTD_MAX_WAIT_MS": "600000"}
 
 
-def run(captures: int, every: int, files: int) -> dict:
+def run(captures: int, every: int, files: int, leftovers: list[Path]) -> dict:
+    """The soak's JSON; the directories it wrote are added to ``leftovers`` for the caller to
+    remove after printing (removing 100,000 checkpoints' loose objects takes minutes)."""
     work = Path(tempfile.mkdtemp(prefix="sdsoak"))
+    leftovers.append(work)
     wt = make_tree(work / "wt", files)
     daemon = DaemonProc(QUIET)
+    leftovers.append(daemon.dir)
     proc = psutil.Process(daemon.proc.pid)
     samples: list[dict] = []
     started = time.monotonic()
@@ -64,8 +68,7 @@ def run(captures: int, every: int, files: int) -> dict:
                 "failed_captures": failed, "samples": samples,
                 "kb_per_capture": _slope(samples), "errors": daemon.error_lines()}
     finally:
-        daemon.stop()
-        shutil.rmtree(work, ignore_errors=True)
+        daemon.stop(remove=False)
 
 
 def _slope(samples: list[dict]) -> float | None:
@@ -91,9 +94,14 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.captures < 1 or args.every < 1 or args.files < 1:
         parser.error("--captures, --every and --files must be at least 1")
-    doc = run(args.captures, args.every, args.files)
-    doc["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
-    print(json.dumps(doc, indent=2))
+    leftovers: list[Path] = []
+    try:
+        doc = run(args.captures, args.every, args.files, leftovers)
+        doc["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+        print(json.dumps(doc, indent=2), flush=True)
+    finally:
+        for path in leftovers:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 if __name__ == "__main__":
