@@ -33,6 +33,7 @@ from snapshotd.core import (
     Trailers,
     crash_point,
     injected_delay,
+    user_gitdir,
     user_head,
 )
 from snapshotd.ledger import Attempt, DuplicateToolCall, Ledger, SeqConflict
@@ -80,10 +81,10 @@ class Recorder:
         added, modified, deleted = self._changes(head, capture.tree)
         found = capture.secrets[:MAX_SECRET_FINDINGS] or None
         parent = str(head.id) if head else None
+        base, base_tree = self._base(attempt) if head is None else (None, None)
         checkpoint = Checkpoint(key=attempt.key, seq=seq, tier=req.tier, source=req.source,
                                 worktree=root, label=req.label, tool_use_id=req.tool_use_id,
-                                base=user_head(Path(root)) if head is None else None,
-                                secrets=found, tree=capture.tree, parent=parent, added=added,
+                                base=base, base_tree=base_tree, secrets=found, tree=capture.tree, parent=parent, added=added,
                                 modified=modified, deleted=deleted,
                                 skipped=capture.skipped or None)
         commit = None
@@ -127,6 +128,17 @@ class Recorder:
         if found:
             reply["secrets"] = found  # kept here, withheld from replication (``withhold``)
         return reply
+
+    def _base(self, attempt: Attempt) -> tuple[str | None, str | None]:
+        """For an attempt's first checkpoint: the commit the worktree's HEAD names (export's
+        base) and its tree, brought into the store and kept there (review's base; None when
+        that failed, logged: review then compares with an empty tree)."""
+        root = Path(attempt.worktree)
+        commit = user_head(root)
+        gitdir = user_gitdir(root) if commit else None
+        if commit is None or gitdir is None:
+            return commit, None
+        return commit, self.store.keep_base(attempt.key, gitdir, commit)
 
     def reply(self, attempt: Attempt, cp: dict, *, deduped: bool, started: float,
               repeated: bool = False, skipped: list | None = None,

@@ -6,9 +6,9 @@ mapped to its checkpoint through the commit trailers) and ``attach`` (the ``blam
 ends reach it through ``ops`` (a reply too large for a frame completed with ``blame_commit``).
 Promises:
 - Every line of PATH at checkpoint N (default: the attempt's newest) carries the checkpoint that
-  introduced it: ``seq``, ``tool_use_id``, ``label``, ``tier``, ``source``; a line present since
-  the attempt's first (oldest kept) checkpoint is that one's; a line from a tier-2, ``outside`` or
-  ``restore`` capture was written outside the agent's tool calls (``outside_tool_call``).
+  introduced it (``seq``, ``tool_use_id``, ``label``, ``tier``, ``source``): since the first
+  (oldest kept) checkpoint, that one, unless its base held it (``review.base``: ``seq`` None,
+  ``source`` ``base``); from a tier-2, ``outside`` or ``restore`` capture: ``outside_tool_call``.
 - The chain is linear, so this is ``git blame --first-parent`` on the store: it reads only the
   store's objects and one ledger lookup, and writes nothing.
 - Result (``public_shape``): ``{"path", "seq", "lines": [{"line", "text", "seq", "tool_use_id",
@@ -33,6 +33,7 @@ from snapshotd.core import (
     TrailerError,
     Trailers,
 )
+from snapshotd.features.review.base import base_tree_of_root
 from snapshotd.service import find_checkpoint, selection
 
 if TYPE_CHECKING:
@@ -94,9 +95,38 @@ def blame_commit(repo: pygit2.Repository, commit: str, path: str) -> list[dict]:
         if origin is None:
             origin = origins[oid] = _origin(repo, oid)
         start = hunk.final_start_line_number
+        kept = _base_lines(repo, oid, hunk.orig_path or path)
         for n in range(start, start + hunk.lines_in_hunk):
-            lines.append(dict(origin, line=n, text=texts[n - 1]))
+            orig = hunk.orig_start_line_number + n - start
+            who = kept[1] if kept is not None and orig in kept[0] else origin
+            lines.append(dict(who, line=n, text=texts[n - 1]))
     return lines
+
+
+def _base_lines(repo: pygit2.Repository, oid: pygit2.Oid,
+                path: str) -> tuple[set[int], dict] | None:
+    """For the chain's root commit with a kept base: the line numbers of ``path`` in it that the
+    base's file already held (git's boundary lines), and the base's origin; else None."""
+    commit = repo[oid].peel(pygit2.Commit)
+    found = base_tree_of_root(repo, commit)
+    if found is None:
+        return None
+    tree, base = found
+    origin = {"seq": None, "tool_use_id": None, "label": f"before the session ({base[:8]})",
+              "tier": None, "source": "base"}
+    try:
+        new = repo[commit.tree[path].id].peel(pygit2.Blob)
+    except KeyError:
+        return None
+    try:
+        old: pygit2.Blob | None = repo[repo[tree].peel(pygit2.Tree)[path].id].peel(pygit2.Blob)
+    except (KeyError, ValueError):
+        old = None
+    if old is None:
+        return set(), origin
+    patch = pygit2.Patch.create_from(old, new, context_lines=0)
+    added = {ln.new_lineno for h in patch.hunks for ln in h.lines if ln.origin == "+"}
+    return set(range(1, len(split_lines(new.data)) + 1)) - added, origin
 
 
 def split_lines(data: bytes) -> list[str]:
