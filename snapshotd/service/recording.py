@@ -37,6 +37,7 @@ from snapshotd.core import (
     user_head,
 )
 from snapshotd.ledger import Attempt, DuplicateToolCall, Ledger, SeqConflict
+from snapshotd.service.labels import relative_label
 from snapshotd.service.request import SnapshotRequest
 from snapshotd.service.seqmarks import SeqMarks
 from snapshotd.store import Store, StoreError
@@ -83,8 +84,9 @@ class Recorder:
         parent = str(head.id) if head else None
         base, base_tree = self._base(attempt) if head is None else (None, None)
         checkpoint = Checkpoint(key=attempt.key, seq=seq, tier=req.tier, source=req.source,
-                                worktree=root, label=req.label, tool_use_id=req.tool_use_id,
-                                base=base, base_tree=base_tree, secrets=found, tree=capture.tree, parent=parent, added=added,
+                                worktree=root, label=relative_label(req.label, root),
+                                tool_use_id=req.tool_use_id, base=base, base_tree=base_tree,
+                                secrets=found, tree=capture.tree, parent=parent, added=added,
                                 modified=modified, deleted=deleted,
                                 skipped=capture.skipped or None)
         commit = None
