@@ -157,3 +157,23 @@ def test_base_objects_the_seed_did_not_bring_are_imported(sd_env: Env, daemon: D
     assert [(f["status"], f["path"]) for f in shown["files"]] == [("D", "old.txt")]
     assert f"-class {PRESENT}object):" in shown["patch"]
     assert pickaxe_seqs(sd_env, PRESENT) == [0] and pickaxe_seqs(sd_env, "kept") == []
+
+
+def test_a_session_start_baseline_is_its_own_base(sd_env: Env, daemon: Daemon,
+                                                  tmp_path: Path) -> None:
+    """Outside a repository, a session's start baseline (checkpoint 0, before any tool call) is
+    what the worktree held: it changed nothing, so `log -S` never lists it."""
+    from tests.features.test_sessions import event, hook, tool_call
+
+    wt = tmp_path / "plain"
+    wt.mkdir()
+    (wt / "a.py").write_text(f"class {PRESENT}object):\n")
+    hook(sd_env, wt, event(wt, "life", "SessionStart"))
+    tool_call(sd_env, wt, "life", "toolu_1", "b.txt")
+    shown = sd_json(sd_env, "show", "claude-life", "--node", NODE, "--seq", "0")
+    assert shown["checkpoint"]["label"] == "session start"
+    assert shown["base"] == "session-start" and shown["files"] == []
+    assert [e["seq"] for e in sd_json(sd_env, "log", "claude-life", "-S", PRESENT)["entries"]] \
+        == []
+    assert [e["seq"] for e in sd_json(sd_env, "log", "claude-life", "-S", "toolu_1")["entries"]] \
+        == [1]
