@@ -32,7 +32,9 @@ class _StoreParts(Protocol):
     path: Path
     fsync: bool
     repo: pygit2.Repository
-    lock: threading.RLock
+    lock: threading.Lock
+
+    def reader(self) -> pygit2.Repository: ...
 log = logging.getLogger("snapshotd.store")
 
 BASE_REF_PREFIX = "refs/snapshotd/base/"
@@ -49,8 +51,8 @@ def keep_base(store: _StoreParts, key: AttemptKey, user_gitdir: Path, commit: st
     try:
         user = pygit2.Repository(str(user_gitdir))
         tree = user[commit].peel(pygit2.Commit).tree
-        with store.lock:
-            missing = _missing(user, store.repo.odb, tree.id)
+        # On a handle of its own: the walk must not hold the store's lock other captures take.
+        missing = _missing(user, store.reader().odb, tree.id)
         if missing and not import_objects(user_gitdir, store.path, missing, store.fsync):
             raise OSError(f"{len(missing)} objects could not all be copied")
         with store.lock:
@@ -58,7 +60,7 @@ def keep_base(store: _StoreParts, key: AttemptKey, user_gitdir: Path, commit: st
                 raise OSError(f"the tree {tree.id} is not in the store after the import")
             store.repo.references.create(base_ref(key), tree.id, force=True)
         return str(tree.id)
-    except (pygit2.GitError, KeyError, ValueError, OSError) as exc:
+    except Exception as exc:  # noqa: BLE001 - the base is optional: never fail the capture
         log.warning("the base %s of %s is not kept (its first checkpoint is compared with an "
                     "empty tree): %s", commit[:12], key, exc)
         return None
