@@ -40,7 +40,8 @@ def blame(run_id: str, path: str, node_id: str, seq: int | None, line_range: str
           as_json: bool) -> None:
     """Show every line of PATH (relative to the worktree, or absolute inside it) at a
     checkpoint with the checkpoint and tool call that introduced it. Lines written outside the
-    agent's tool calls (tier 2, before-tool captures) are marked with '*'."""
+    agent's tool calls (tier 2, before-tool captures) are marked with '*'; lines the worktree
+    held before the attempt's first checkpoint (its base commit) show '-' as their seq."""
     from snapshotd.features.review import outside_tool_call
 
     if os.path.isabs(path):
@@ -56,7 +57,8 @@ def blame(run_id: str, path: str, node_id: str, seq: int | None, line_range: str
     for line in result["lines"]:
         mark = "*" if outside_tool_call(line) else " "
         who = field(line["label"] or f"({line['source']})")
-        click.echo(f"{line['seq']:>4}{mark} {who[:WHO_WIDTH]:<{WHO_WIDTH}} "
+        seq = "-" if line["seq"] is None else line["seq"]  # a line the base already held
+        click.echo(f"{seq:>4}{mark} {who[:WHO_WIDTH]:<{WHO_WIDTH}} "
                    f"{line['line']:>{width}}) {escape_text(line['text'])}")
 
 

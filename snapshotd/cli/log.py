@@ -36,8 +36,8 @@ from snapshotd.cli.terminal import field
               help="Each checkpoint's diffstat (default).")
 @click.option("--patch", "fmt", flag_value="patch", help="Each checkpoint's patch.")
 @click.option("--root", is_flag=True,
-              help="Also show the diff of each attempt's first checkpoint (its whole worktree "
-                   "against the empty tree).")
+              help="Also show the diff of a first checkpoint whose worktree had no known "
+                   "earlier state (its whole worktree against the empty tree).")
 @home_option
 @json_option
 def log(run_id: str, node_id: str | None, iteration: int | None, attempt: int | None,
@@ -59,6 +59,8 @@ def log(run_id: str, node_id: str | None, iteration: int | None, attempt: int | 
         if entry.get("diff_omitted"):
             click.echo(f" ({field(entry['diff_omitted'])})")
         else:
+            if entry.get("base_note"):
+                click.echo(f" ({field(entry['base_note'])})")
             echo_change(entry, fmt)
         click.echo("")
     if not result["entries"]:

@@ -43,7 +43,7 @@ from snapshotd.ops import read_home
 def show(run_id: str, node_id: str, seq: int | None, iteration: int | None,
          attempt: int | None, fmt: str, home: Path | None, as_json: bool) -> None:
     """Show what checkpoint --seq changed against the previous checkpoint of its attempt (the
-    first one against the empty tree), with its tool call and the gaps around it."""
+    first one against the commit the worktree was at, else the empty tree), with its tool call and the gaps around it."""
     from snapshotd.features.review import show_checkpoint
 
     result = read_only(home, lambda view: show_checkpoint(
@@ -56,9 +56,7 @@ def show(run_id: str, node_id: str, seq: int | None, iteration: int | None,
     click.echo(f"checkpoint {cp['seq']} of {field(cp['run_id'])}/{field(cp['node_id'])} iteration "
                f"{cp['iteration']} attempt {cp['attempt']} (commit {cp['commit'][:12]})")
     click.echo(f"tool call  {describe_call(cp)}")
-    base = result["from"]
-    click.echo("against    " + (f"seq {base['seq']} (commit {base['commit'][:12]})"
-                                if base["commit"] else "the empty tree (first checkpoint)"))
+    click.echo("against    " + against(result))
     for side in ("before", "after", "undated"):
         for gap in result["gaps"][side]:
             state = "resolved" if gap["resolved"] else "unresolved"
@@ -69,6 +67,19 @@ def show(run_id: str, node_id: str, seq: int | None, iteration: int | None,
                    " (kept here, not replicated unless released)")
     click.echo("")
     echo_change(result, fmt)
+
+
+def against(result: dict) -> str:
+    """What ``show`` compared the checkpoint with, as a phrase (``review.base``'s kinds)."""
+    side, kind = result["from"], result.get("base")
+    if kind == "commit":
+        return (f"commit {side['commit'][:12]}, where the worktree's HEAD was when the attempt "
+                "began (first checkpoint)")
+    if kind == "session-start":
+        return "itself: the session's start baseline (first checkpoint)"
+    if side["commit"]:
+        return f"seq {side['seq']} (commit {side['commit'][:12]})"
+    return "nothing earlier known (first checkpoint): compared with an empty tree"
 
 
 def read_only(home: Path | None, call: Callable[[Any], dict]) -> dict:

@@ -35,6 +35,7 @@ SEQ, SEQS = "Snapshotd-Seq", "Snapshotd-Seqs"  # Seqs: an exported squash's
 TIER, SOURCE = "Snapshotd-Tier", "Snapshotd-Source"
 TOOL_USE_ID, LABEL = "Snapshotd-Tool-Use-Id", "Snapshotd-Label"
 WORKTREE, BASE, SECRETS = "Snapshotd-Worktree", "Snapshotd-Base", "Snapshotd-Secrets"
+BASE_TREE = "Snapshotd-Base-Tree"  # the base commit's tree, kept in the store (review's base)
 # Defaults of the trailers a commit may lack when its row is rebuilt (``from_commit``): those of
 # the oldest checkpoints, written before tiers and sources were recorded.
 DEFAULT_TIER = 1
@@ -99,6 +100,10 @@ class Trailers:
         return self.raw.get(BASE)
 
     @property
+    def base_tree(self) -> str | None:
+        return self.raw.get(BASE_TREE)
+
+    @property
     def secrets_text(self) -> str | None:
         """The secret findings' mark as written (JSON): readers decide how to treat one they
         cannot parse (``withhold`` holds the commit back)."""
@@ -130,6 +135,9 @@ class Checkpoint:
     tool_use_id: str | None = None
     # The user's HEAD commit when the attempt began (its first checkpoint only): export's base.
     base: str | None = None
+    # That commit's tree, brought into the store for review (``show``/``log``/``blame`` of the
+    # first checkpoint compare with it); None when it could not be.
+    base_tree: str | None = None
     # Tokens found in the files this checkpoint changed: [{"path", "line", "kind"}]. A commit
     # holding any is withheld from replication until released (``withhold``).
     secrets: list[dict] | None = None
@@ -161,6 +169,8 @@ class Checkpoint:
         trailers.append((WORKTREE, _one_line(self.worktree, _STORE_LINE)))
         if self.base:
             trailers.append((BASE, self.base))
+        if self.base and self.base_tree:
+            trailers.append((BASE_TREE, self.base_tree))
         if self.secrets:
             trailers.append((SECRETS, json.dumps(self.secrets, ensure_ascii=True,
                                                  separators=(",", ":"))))
@@ -181,6 +191,7 @@ class Checkpoint:
         return cls(key=key, seq=seq, tier=DEFAULT_TIER if tier is None else tier,
                    source=t.raw.get(SOURCE, DEFAULT_SOURCE), worktree=t.raw.get(WORKTREE, worktree),
                    label=t.label, tool_use_id=t.tool_use_id, base=t.base,
+                   base_tree=t.base_tree,
                    commit=str(commit.id), tree=str(commit.tree_id),
                    parent=str(commit.parents[0].id) if commit.parents else None,
                    created_at=float(commit.commit_time), secrets_text=t.secrets_text)

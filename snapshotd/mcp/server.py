@@ -359,8 +359,8 @@ def _add_history_tools(app: MCPServer, ops: Operations) -> None:
         max_patch_bytes: Annotated[int, Field(ge=1, description="Cut the patch after this many "
                                               "bytes.")] = DEFAULT_PATCH_BYTES,
     ) -> dict[str, Any]:
-        """What checkpoint `seq` changed against the previous one (the first against the empty
-        tree), with its tool call (label, tool_use_id, tier, source, time) and the attempt's gaps
+        """What checkpoint `seq` changed against the previous one (the first against its base:
+        the commit the worktree was at, else the empty tree), with its tool call (label, tool_use_id, tier, source, time) and the attempt's gaps
         before and after it. `snapshotd show --json`."""
         return _tool(ops.show_checkpoint, run_id=run_id, node_id=node_id, seq=seq,
                      iteration=iteration, attempt=attempt, patch=patch,
@@ -380,8 +380,8 @@ def _add_history_tools(app: MCPServer, ops: Operations) -> None:
                                              "often this text occurs (git log -S).")] = None,
         patch: Annotated[bool, Field(description="Include each patch.")] = False,
         limit: Annotated[int | None, Field(ge=1, description="At most N checkpoints.")] = None,
-        root: Annotated[bool, Field(description="Also diff each attempt's first checkpoint "
-                                    "(its whole tree against the empty tree).")] = False,
+        root: Annotated[bool, Field(description="Also diff a first checkpoint with no known "
+                                    "base (its whole tree against the empty tree).")] = False,
         max_patch_bytes: Annotated[int, Field(ge=1, description="Cut each patch after this many "
                                               "bytes.")] = DEFAULT_PATCH_BYTES,
     ) -> dict[str, Any]:

@@ -33,10 +33,12 @@ from snapshotd.core import (
     Trailers,
     crash_point,
     injected_delay,
+    user_gitdir,
     user_head,
     worktree_findings,
 )
 from snapshotd.ledger import Attempt, DuplicateToolCall, Ledger, SeqConflict
+from snapshotd.service.labels import relative_label
 from snapshotd.service.request import SnapshotRequest
 from snapshotd.service.seqmarks import SeqMarks
 from snapshotd.store import Store, StoreError
@@ -84,9 +86,10 @@ class Recorder:
         found = _unique(([] if head is not None else worktree_findings(root))
                         + capture.secrets)[:MAX_SECRET_FINDINGS] or None
         parent = str(head.id) if head else None
+        base, base_tree = self._base(attempt) if head is None else (None, None)
         checkpoint = Checkpoint(key=attempt.key, seq=seq, tier=req.tier, source=req.source,
-                                worktree=root, label=req.label, tool_use_id=req.tool_use_id,
-                                base=user_head(Path(root)) if head is None else None,
+                                worktree=root, label=relative_label(req.label, root),
+                                tool_use_id=req.tool_use_id, base=base, base_tree=base_tree,
                                 secrets=found, tree=capture.tree, parent=parent, added=added,
                                 modified=modified, deleted=deleted,
                                 skipped=capture.skipped or None)
@@ -131,6 +134,17 @@ class Recorder:
         if found:
             reply["secrets"] = found  # kept here, withheld from replication (``withhold``)
         return reply
+
+    def _base(self, attempt: Attempt) -> tuple[str | None, str | None]:
+        """For an attempt's first checkpoint: the commit the worktree's HEAD names (export's
+        base) and its tree, brought into the store and kept there (review's base; None when
+        that failed, logged: review then compares with an empty tree)."""
+        root = Path(attempt.worktree)
+        commit = user_head(root)
+        gitdir = user_gitdir(root) if commit else None
+        if commit is None or gitdir is None:
+            return commit, None
+        return commit, self.store.keep_base(attempt.key, gitdir, commit)
 
     def reply(self, attempt: Attempt, cp: dict, *, deduped: bool, started: float,
               repeated: bool = False, skipped: list | None = None,

@@ -2,7 +2,7 @@
 
 Owns ``<home>/store.git`` and every write to it: checkpoint commits, the attempt refs
 ``refs/snapshotd/runs/<run>/<node>/<iteration>/<attempt>``, chain rewrites, the stat-cache keep
-refs ``refs/snapshotd/cache/<id>``, a purge's hold refs, a fetch's staging refs, ``git gc``;
+refs ``refs/snapshotd/cache/<id>``, the attempts' base refs (``bases``), a purge's hold refs, a fetch's staging refs, ``git gc``;
 ``Store.lock`` serializes writes through its handle, ``Store.gate`` keeps gc apart from
 captures in flight. Others read through ``Store`` methods or ``Store.reader()``. Beside it:
 ``trees``, ``errors``, ``loose``/``loose_refs`` (the hot path), ``recovery``/``attributes``
@@ -30,6 +30,7 @@ import pygit2
 
 from snapshotd.core import REF_PREFIX, AttemptKey, Checkpoint, check_fault, crash_point, sync_dirs
 from snapshotd.store import git_cli
+from snapshotd.store.bases import drop_base_ref, keep_base
 from snapshotd.store.errors import (
     ODB_TRIES,
     STORE_WRITE_FAILED,
@@ -385,9 +386,15 @@ class Store:
         with self.lock:
             self.repo.references.create(key.ref, pygit2.Oid(hex=commit), force=True)
 
+    def keep_base(self, key: AttemptKey, user_gitdir: Path, commit: str) -> str | None:
+        """The tree of the user's ``commit`` brought into the store and kept by the attempt's
+        base ref (``bases.keep_base``); None, logged, when it cannot be."""
+        return keep_base(self, key, user_gitdir, commit)
+
     def remove_attempt_ref(self, key: AttemptKey) -> None:
         """Remove the attempt's ref even when its file cannot be parsed (libgit2 will not
-        delete such a ref: the loose file is unlinked)."""
+        delete such a ref: the loose file is unlinked). Its base ref stays: the caller sets
+        the ref again over the checkpoints still readable."""
         with self.lock:
             forget_spare(self.path, key.ref)
             try:
@@ -398,10 +405,12 @@ class Store:
                 (self.path / key.ref).unlink(missing_ok=True)
 
     def delete_attempt_refs(self, keys: Iterable[AttemptKey]) -> None:
-        """Delete the refs of ``keys`` (a run being deleted); a ref already gone is fine."""
+        """Delete the refs of ``keys`` (a run being deleted), their base refs too; a ref
+        already gone is fine."""
         with self.lock:
             for key in keys:
                 forget_spare(self.path, key.ref)
+                drop_base_ref(self.repo, key)
                 try:
                     self.repo.references.delete(key.ref)
                 except KeyError:

@@ -121,9 +121,9 @@ def test_claude_code_payloads_give_labelled_checkpoints(sd_env: Env, daemon: Dae
     assert {(c["node_id"], c["iteration"], c["attempt"], c["source"], c["tier"])
             for c in cps} == {("session", 0, 1, "hook", 1)}
     assert [c["label"] for c in cps] == [
-        f"Write {wt}/hello.txt",
+        "Write hello.txt",  # named relative to the worktree (issue 43)
         "Bash echo more >> hello.txt && mkdir -p sub && echo x > sub/y.txt",
-        f"Edit {wt}/hello.txt",
+        "Edit hello.txt",
     ]
     assert all(c["worktree"] == str(wt) for c in cps)
     assert show(sd_env, cps[0]["commit"], "hello.txt") == "hi\n"
@@ -143,7 +143,7 @@ def test_claude_code_failure_event_is_captured(sd_env: Env, daemon: Daemon,
     cps = listing(sd_env, f"claude-{raw[0]['session_id']}")["checkpoints"]
     assert [(c["seq"], c["tool_use_id"], c["label"]) for c in cps] == [
         (0, raw[0]["tool_use_id"], "Bash echo z > z.txt; exit 3"),
-        (1, raw[1]["tool_use_id"], f"Write {wt}/w.txt"),
+        (1, raw[1]["tool_use_id"], "Write w.txt"),
     ]
     assert files_at(sd_env, cps[0]["commit"]) == {"z.txt"}
     assert files_at(sd_env, cps[1]["commit"]) == {"z.txt", "w.txt"}

@@ -16,16 +16,17 @@ pytestmark = pytest.mark.one_ledger("blame against git blame over the store's co
 START = 5
 
 
-def oracle(rep: Replay, path: str, upto: str) -> list[tuple[int, int, str]]:
+def oracle(rep: Replay, path: str, upto: str) -> list[tuple[int, int | None, str]]:
     """``(line, seq, text)`` per line from ``git blame --first-parent`` over the replayed
-    commits; lines older than the replayed range (boundary commits) are seq 0."""
+    commits; lines older than the replayed range (boundary commits) are the base's: seq None
+    (the worktree's HEAD, the start commit, is the first checkpoint's base)."""
     out = git(rep.worktree, "blame", "--first-parent", "--line-porcelain",
               f"{rep.commits[rep.start]}..{upto}", "--", path)
     rows = []
     commit, final, boundary = "", 0, False
     for line in out.splitlines():
         if line.startswith("\t"):
-            seq = 0 if boundary else rep.seq_of(commit)
+            seq = None if boundary else rep.seq_of(commit)
             rows.append((final, seq, line[1:]))
         elif len(line) > 41 and line[40] == " " and all(c in "0123456789abcdef"
                                                          for c in line[:40]):
@@ -46,7 +47,7 @@ def test_blame_agrees_with_git_blame_first_parent(sd_env: Env, daemon: Daemon,
     commits = build_history(tmp_path / "wt")
     rep = replay(sd_env, daemon, tmp_path / "wt", commits, START)
     newest = len(rep.replayed) - 1
-    seqs: set[int] = set()
+    seqs: set[int | None] = set()
     for path in ("src/app.py", "README.md", "src/extra.py"):
         got = blame_json(sd_env, rep, path)
         assert got["path"] == path and got["seq"] == newest
@@ -57,10 +58,14 @@ def test_blame_agrees_with_git_blame_first_parent(sd_env: Env, daemon: Daemon,
         mine = [(x["line"], x["seq"], x["text"]) for x in got["lines"]]
         assert mine == oracle(rep, path, commits[-1]), path
         for x in got["lines"]:
+            if x["seq"] is None:  # held by the base, before the session
+                assert x["source"] == "base" and x["tool_use_id"] is None
+                assert x["label"] == f"before the session ({commits[START][:8]})"
+                continue
             assert x["tool_use_id"] == f"call-{x['seq']}"
             assert x["tier"] == 1 and x["source"] == "hook"
         seqs |= {x["seq"] for x in got["lines"]}
-    assert 0 in seqs and len(seqs) > 5, "lines from before the replay and from many calls"
+    assert None in seqs and len(seqs) > 5, "lines from before the replay and from many calls"
     # An older checkpoint, by --seq, and a file that existed then only.
     seq = 20 - START - 1
     got = blame_json(sd_env, rep, "notes.txt", "--seq", str(seq))
@@ -83,7 +88,8 @@ def test_blame_without_a_daemon_and_in_text(sd_env: Env, daemon: Daemon,
     lines = text.stdout.splitlines()
     assert len(lines) == len(through_daemon["lines"])
     first = through_daemon["lines"][0]
-    assert lines[0].split()[0] == str(first["seq"]) and lines[0].endswith(") " + first["text"])
+    seq = "-" if first["seq"] is None else str(first["seq"])
+    assert lines[0].split()[0] == seq and lines[0].endswith(") " + first["text"])
 
 
 def test_blame_errors(sd_env: Env, daemon: Daemon, tmp_path: Path) -> None:

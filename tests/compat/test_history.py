@@ -183,7 +183,8 @@ def test_show_of_every_checkpoint_is_gits_diff(sd_env: Env, daemon: Daemon,
     mode_only = sd_json(sd_env, "show", RUN, "--node", NODE, "--seq", "17", process=True)
     assert ("M", "tools/run.sh") in {(f["status"], f["path"]) for f in mode_only["files"]}
     assert "new mode 100755" in mode_only["patch"]
-    assert "the empty tree" in sd(sd_env, "show", RUN, "--node", NODE, "--seq", "0").stdout
+    assert "compared with an empty tree" in sd(sd_env, "show", RUN, "--node", NODE,
+                                               "--seq", "0").stdout
     patch = sd(sd_env, "show", RUN, "--node", NODE, "--seq", str(PARSE_ADDED)).stdout
     assert "+def parse(text):" in patch and "diff --git a/lib/parser.py" in patch
     stat = sd(sd_env, "show", RUN, "--node", NODE, "--seq", "3", "--stat").stdout

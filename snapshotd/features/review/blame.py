@@ -4,15 +4,15 @@ Owns ``blame_checkpoint`` (the ``blame`` op, CLI, MCP), ``blame_commit`` (store 
 blame of one attempt's chain, hunks mapped to checkpoints by trailers; ``ops`` completes a reply
 too large for a frame with it), ``BlameLines`` and ``attach``. Promises:
 - Every line of PATH at checkpoint N (default: the attempt's newest) carries the checkpoint that
-  introduced it: ``seq``, ``tool_use_id``, ``label``, ``tier``, ``source``; a line present since
-  the attempt's first (oldest kept) checkpoint is that one's; a line from a tier-2, ``outside`` or
-  ``restore`` capture was written outside the agent's tool calls (``outside_tool_call``).
+  introduced it (``seq``, ``tool_use_id``, ``label``, ``tier``, ``source``): since the first
+  (oldest kept) checkpoint, that one, unless its base held it (``review.base``: ``seq`` None,
+  ``source`` ``base``); from a tier-2, ``outside`` or ``restore`` capture: ``outside_tool_call``.
 - The chain is linear: this is ``git blame --first-parent`` on the store; it writes nothing.
 - Result (``public_shape``): ``{"path", "seq", "total_lines", "first_line", "last_line", "lines":
   [{"line", "text", "seq", "tool_use_id", "label", "tier", "source"}]}`` (numbered from 1).
-- Bounded: a blame of more than ``blame_max_lines`` lines or ``blame_max_bytes`` bytes of text
-  (the range asked, else the file) is refused before any work (``bad-request``, naming the limit
-  and ``--lines A,B``); lines are kept compact (``BlameLines``), a dict made only when read.
+- Bounded: past ``blame_max_lines`` lines or ``blame_max_bytes`` bytes of text (the range asked,
+  else the file) it is refused before any work (``bad-request``, naming the limit and
+  ``--lines A,B``); lines are kept compact (``BlameLines``), a dict made only when read.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from snapshotd.core import (
     TrailerError,
     Trailers,
 )
+from snapshotd.features.review.base import base_tree_of_root
 from snapshotd.service import find_checkpoint, selection
 
 if TYPE_CHECKING:
@@ -131,6 +132,34 @@ def blame_commit(repo: pygit2.Repository, commit: str, path: str, *, first: int 
     return lines
 
 
+def _base_lines(repo: pygit2.Repository, oid: pygit2.Oid,
+                path: str) -> tuple[set[int], dict] | None:
+    """For the chain's root commit with a kept base: the line numbers of ``path`` in it that the
+    base's file already held (git's boundary lines), and the base's origin; else None."""
+    commit = repo[oid].peel(pygit2.Commit)
+    found = base_tree_of_root(repo, commit)
+    if found is None:
+        return None
+    tree, base = found
+    origin = {"seq": None, "tool_use_id": None, "label": f"before the session ({base[:8]})",
+              "tier": None, "source": "base"}
+    try:
+        new = repo[commit.tree[path].id].peel(pygit2.Blob)
+    except KeyError:
+        return None
+    try:
+        old: pygit2.Blob | None = repo[repo[tree].peel(pygit2.Tree)[path].id].peel(pygit2.Blob)
+    except (KeyError, ValueError):
+        old = None
+    if old is None:
+        return set(), origin
+    patch = pygit2.Patch.create_from(old, new, context_lines=0)
+    added = {ln.new_lineno for h in patch.hunks for ln in h.lines if ln.origin == "+"}
+    data = new.data
+    count = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+    return set(range(1, count + 1)) - added, origin
+
+
 def outside_tool_call(line: dict) -> bool:
     """Whether a blamed line came in outside the agent's tool calls (tier 2, a before-tool
     capture, a restore's safety checkpoint)."""
@@ -214,14 +243,23 @@ def _fill(repo: pygit2.Repository, commit: str, path: str, lines: BlameLines) ->
     blame = repo.blame(path, flags=BlameFlag.FIRST_PARENT, newest_commit=tip.id,
                        min_line=first, max_line=last)
     index: dict[pygit2.Oid, int] = {}
+    bases: dict[tuple[pygit2.Oid, str], tuple[set[int], int] | None] = {}
     for hunk in blame:
         oid = hunk.final_commit_id
         if oid not in index:
             index[oid] = len(lines.origins)
             lines.origins.append(_origin(repo, oid))
+        orig_path = hunk.orig_path or path
+        if (oid, orig_path) not in bases:
+            found = _base_lines(repo, oid, orig_path)
+            bases[oid, orig_path] = None if found is None else (found[0], len(lines.origins))
+            if found is not None:
+                lines.origins.append(found[1])
+        kept = bases[oid, orig_path]
         start = hunk.final_start_line_number
         for n in range(max(start, first), min(start + hunk.lines_in_hunk, last + 1)):
-            lines.who[n - first] = index[oid]
+            orig = hunk.orig_start_line_number + n - start
+            lines.who[n - first] = kept[1] if kept is not None and orig in kept[0] else index[oid]
 
 
 def _line_starts(data: bytes, first: int, last: int) -> array:

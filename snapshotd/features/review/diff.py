@@ -36,6 +36,7 @@ from snapshotd.core import (
     bool_field,
     int_value,
 )
+from snapshotd.features.review.base import first_base
 from snapshotd.service import Service, current_tree_of, find_checkpoint, selection
 from snapshotd.store import empty_tree
 from snapshotd_client import encode_frame
@@ -83,12 +84,15 @@ def diff_checkpoints(service: Service, *, run_id: str, node_id: str, seq: int | 
                 raise ServiceError(CAPTURE_FAILED, exc.message) from exc
         side_b = {"seq": None, "commit": None, "tree": tree, "worktree": str(root)}
     else:
-        # What checkpoint A changed: its parent commit in the attempt's chain, or nothing.
+        # What checkpoint A changed: its parent commit in the attempt's chain, or its base
+        # (``review.base``: the commit the worktree was at, else the empty tree).
         side_b = side_a
         parent = base.get("parent")
+        first = None if parent else first_base(repo, base)
         side_a = ({"seq": base["seq"] - 1 if base["seq"] else None, "commit": parent,
-                   "tree": str(repo[parent].peel(pygit2.Commit).tree_id)} if parent
-                  else {"seq": None, "commit": None, "tree": empty_tree(repo)})
+                   "tree": str(repo[parent].peel(pygit2.Commit).tree_id)} if first is None
+                  else {"seq": None, "commit": first.commit,
+                        "tree": first.tree or empty_tree(repo)})
         if parent:
             side_a["seq"] = _seq_of(repo, parent, side_a["seq"])
     out = {"run_id": run_id, "node_id": node_id, "iteration": base["iteration"],

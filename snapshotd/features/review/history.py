@@ -5,7 +5,7 @@ Every function reads a home opened for reading (``view.HomeView``), so it answer
 daemon or without one, and writes nothing but a few unreferenced trees gc collects (``pruned_pair``,
 git's empty tree). Result shapes and promises in full: docs/review.md. Promises:
 - A checkpoint's change is its tree against its parent checkpoint's (the ledger row's ``parent``,
-  re-pointed by retention; a first one against the empty tree), diffed by libgit2 on
+  re-pointed by retention; a first one against its base, ``review.base``), diffed by libgit2 on
   ``pruned_pair`` (only the entries that differ), so the cost follows the change; a path filter
   compares the one entry at that path.
 - ``show`` lists the checkpoint's secret findings (path, line, kind: never a value).
@@ -35,6 +35,7 @@ from snapshotd.core import (
     parse_duration,
     parse_trailers,
 )
+from snapshotd.features.review.base import EMPTY_NOTE, Base, first_base
 from snapshotd.features.review.diff import render_trees
 from snapshotd.features.review.view import HomeView
 from snapshotd.ledger import Attempt
@@ -62,12 +63,15 @@ def show_checkpoint(view: HomeView, *, run_id: object, node_id: object, seq: obj
             if r["iteration"] == cp["iteration"] and not r.get("pruned_at")]
     by_commit = {r["commit"]: r for r in rows}
     parent_tree, parent_seq = _parent_side(view.repo, cp, by_commit)
+    base = change_base(view.repo, cp, {cp["parent"]: parent_tree} if cp["parent"] else {})
     out = {key: cp[key] for key in ("run_id", "node_id", "iteration", "attempt", "seq")}
     out["checkpoint"] = call_of(cp)
-    out["from"] = {"seq": parent_seq, "commit": cp["parent"],
+    out["from"] = {"seq": parent_seq, "commit": base.commit,
                    "tree": parent_tree or empty_tree(view.repo)}
     out["to"] = {"seq": cp["seq"], "commit": cp["commit"], "tree": cp["tree"]}
-    out["base"] = "parent" if cp["parent"] else "empty-tree"
+    out["base"] = base.kind
+    if base.kind == "empty-tree":
+        out["base_note"] = EMPTY_NOTE
     out["gaps"] = _gaps_around(view, cp, rows)
     out["secrets"] = findings(cp)
     out.update(render_trees(view.repo, *pruned_pair(view.repo, parent_tree, cp["tree"]),
@@ -239,29 +243,43 @@ def _log_entry(repo: pygit2.Repository, cp: dict, trees: dict[str, str],
     """One log entry, or None when a filter leaves the checkpoint out. ``options``: the path
     filter, the pickaxe, whether to render the patch, whether to render a first checkpoint."""
     rel, needle, patch, root = options
-    parent_tree = _parent_tree(repo, cp, trees)
+    base = change_base(repo, cp, trees)
+    parent_tree = base.tree
     if rel is not None and _entry_id(repo, parent_tree, rel) == _entry_id(repo, cp["tree"], rel):
         return None
     if needle is not None and not _pickaxe_hit(repo, parent_tree, cp["tree"], needle, cache):
         return None
     entry = call_of(cp)
-    entry["base"] = "parent" if cp["parent"] else "empty-tree"
-    if cp["parent"] or root:
+    entry["base"] = base.kind
+    entry["base_commit"] = base.commit if base.kind == "commit" else None
+    if base.kind != "empty-tree" or root:
         entry.update(render_trees(repo, *pruned_pair(repo, parent_tree, cp["tree"], cache),
                                   patch=patch))
+        if base.kind == "empty-tree":
+            entry["base_note"] = EMPTY_NOTE
     else:
         entry.update(files=None, stats=None, stat="", patch=None,
-                     diff_omitted="the first checkpoint of its attempt: the whole worktree "
-                                  "against the empty tree (see it with show, or log --root)")
+                     diff_omitted="the first checkpoint of its attempt, no earlier state known: "
+                                  "the whole worktree compared with an empty tree (see it with "
+                                  "show, or log --root)")
     return entry
+
+
+def change_base(repo: pygit2.Repository, cp: dict, trees: dict[str, str]) -> Base:
+    """What ``cp``'s change is measured against: its parent checkpoint, or for a first
+    checkpoint its base (``review.base.first_base``)."""
+    if cp["parent"]:
+        return Base("parent", _parent_tree(repo, cp, trees), cp["parent"])
+    return first_base(repo, cp)
 
 
 def _parent_side(repo: pygit2.Repository, cp: dict,
                  by_commit: dict[str, dict]) -> tuple[str | None, int | None]:
-    """The parent checkpoint's tree and seq (None, None for a first checkpoint)."""
+    """The parent checkpoint's tree and seq (for a first checkpoint: its base's tree, None
+    for the empty tree, and no seq)."""
     parent = cp["parent"]
     if not parent:
-        return None, None
+        return first_base(repo, cp).tree, None
     row = by_commit.get(parent)
     if row is not None:
         return row["tree"], row["seq"]
@@ -271,10 +289,10 @@ def _parent_side(repo: pygit2.Repository, cp: dict,
 
 def _parent_tree(repo: pygit2.Repository, cp: dict, trees: dict[str, str]) -> str | None:
     """The tree of ``cp``'s parent commit: from the ledger rows when listed there, else read
-    from the store; None for a first checkpoint."""
+    from the store; for a first checkpoint its base's (None: the empty tree)."""
     parent = cp["parent"]
     if not parent:
-        return None
+        return first_base(repo, cp).tree
     if parent in trees:
         return trees[parent]
     try:

@@ -53,7 +53,7 @@ def test_a_hand_edit_between_tool_calls_is_an_outside_checkpoint(
     assert lines["agent one"]["tool_use_id"] == "toolu_1"
     hand = lines["by hand"]
     assert hand["source"] == "outside" and hand["tool_use_id"] is None
-    assert hand["label"] == "before Write " + str(wt / "a.txt")
+    assert hand["label"] == "before Write a.txt"  # named relative to the worktree
     assert lines["agent two"]["tool_use_id"] == "toolu_2"
     assert lines["agent two"]["seq"] == hand["seq"] + 1
     assert lines["agent three"]["seq"] == lines["agent two"]["seq"] + 1
