@@ -264,6 +264,11 @@ def snapshot_fields(payload: Mapping[str, Any], env: Mapping[str, str]) -> dict[
         "label": label_for(payload),
         "tool_use_id": tool_use_id_for(payload, agent),
     }
+    from .outcome import outcome_fields
+
+    fields.update(outcome_fields(payload))  # failed, exit_code, error: a failed tool call
+    if fields.get("error"):
+        fields["error"] = word_cut(fields["error"], LABEL_PART_MAX_BYTES)
     run_id, node_id = env.get("SNAPSHOTD_RUN_ID"), env.get("SNAPSHOTD_NODE_ID")
     if run_id and node_id:
         # Set by `snapshotd exec` or an engine for the agent process; the hook inherits it.

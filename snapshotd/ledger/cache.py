@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from snapshotd.ledger.base import Attempt
+from snapshotd.ledger.base import Attempt, outcome_of
 
 TABLES = ("attempts", "active", "last_numbers", "last_checkpoints", "tool_calls")
 # Entries kept before the cache starts again (a daemon running for months with many runs).
@@ -214,4 +214,5 @@ def recorded_checkpoint(attempt: Attempt, row: dict) -> dict:
         "skipped": json.loads(row["skipped"]) if row.get("skipped") else [],
         "created_at": row["created_at"], "pruned_at": None, "pruned_reason": None,
         "secrets": json.loads(row["secrets"]) if row.get("secrets") else [],
+        **outcome_of(row.get("outcome")),
     }

@@ -37,7 +37,7 @@ from snapshotd.core import (
     worktree_findings,
 )
 from snapshotd.ledger import Attempt, DuplicateToolCall, Ledger, SeqConflict
-from snapshotd.service.request import SnapshotRequest
+from snapshotd.service.request import SnapshotRequest, outcome_json
 from snapshotd.service.seqmarks import SeqMarks
 from snapshotd.store import Store, StoreError
 
@@ -94,6 +94,7 @@ class Recorder:
         try:
             commit = self.store.commit(checkpoint, capture.tree, parent)
             row = replace(checkpoint, commit=commit, created_at=time.time()).to_row()
+            row["outcome"] = outcome_json(req)  # a failed tool call's mark (not in the commit)
             injected_delay("before-row")
             self.ledger.record_checkpoint(attempt, row)
             crash_point("after-row")

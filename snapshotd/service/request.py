@@ -15,6 +15,7 @@ show one.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,8 @@ MAX_TEXT_BYTES = 1000
 # whole of what the hook sent is redacted. The hook sends the command whole (its first 800
 # bytes, never a piece of a word): a cut before redaction splits a token no rule recognises.
 HOOK_LABEL_MAX = 100
+# A failed tool call's error text kept (docs/protocol.md): redacted whole, then cut.
+ERROR_MAX = 200
 
 
 @dataclass
@@ -53,6 +56,7 @@ class SnapshotRequest:
     label: str | None = None
     tool_use_id: str | None = None
     fallback: dict | None = None
+    outcome: dict | None = None  # a failed tool call: {"failed", "exit_code"?, "error"?}
     full: bool = False  # internal: force a full stat scan (never set from the wire)
     prescan: OffLockScan | None = None  # internal: a verification's off-lock scan
 
@@ -99,6 +103,7 @@ class SnapshotRequest:
         fallback = fields.get("fallback")
         if fallback is not None:
             req.fallback = _fallback(fallback)
+        req.outcome = _outcome(fields)
         return req
 
 
@@ -117,11 +122,32 @@ def gap_fields(req: SnapshotRequest, attempt: Attempt | None) -> dict:
     }
 
 
+def outcome_json(req: SnapshotRequest) -> str | None:
+    """The ledger's ``outcome`` column for ``req``'s tool call (``None``: not said to fail)."""
+    return json.dumps(req.outcome, sort_keys=True) if req.outcome else None
+
+
 def _text_field(name: str, value: object) -> str:
     if not isinstance(value, str) or len(value.encode()) > MAX_TEXT_BYTES or "\0" in value:
         raise ServiceError(BAD_REQUEST,
                            f"{name} must be a string under {MAX_TEXT_BYTES} bytes")
     return value
+
+
+def _outcome(fields: dict) -> dict | None:
+    """``failed``, ``exit_code``, ``error`` checked: ``None`` for a call not said to fail."""
+    failed = fields.get("failed")
+    if failed is not None and not isinstance(failed, bool):
+        raise ServiceError(BAD_REQUEST, "failed must be a boolean")
+    if not failed:
+        return None
+    outcome: dict = {"failed": True}
+    if fields.get("exit_code") is not None:
+        outcome["exit_code"] = int_field(fields, "exit_code", 0, -(1 << 31))
+    if fields.get("error") is not None:
+        # The error is a command's output: a token in it is as likely as in a label.
+        outcome["error"] = redacted_line(_text_field("error", fields["error"]), ERROR_MAX)
+    return outcome
 
 
 def _fallback(fallback: object) -> dict:

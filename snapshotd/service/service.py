@@ -54,7 +54,7 @@ from snapshotd.service.gaps import GapSpool
 from snapshotd.service.listing import list_op, list_run
 from snapshotd.service.reconcile import lost_gap_writer, reconcile, reconcile_attempt
 from snapshotd.service.recording import Recorder
-from snapshotd.service.request import SOURCES, SnapshotRequest, gap_fields
+from snapshotd.service.request import SOURCES, SnapshotRequest, gap_fields, outcome_json
 from snapshotd.service.seqmarks import SeqMarks
 from snapshotd.service.settling import settle
 from snapshotd.store import Store, StoreError, disk_reason
@@ -358,7 +358,8 @@ class Service:
                 seq = 0 if found is None else found
                 if last is not None and last["seq"] == seq:
                     if req.tool_use_id:
-                        self.ledger.record_tool_call(attempt, req.tool_use_id, seq)
+                        self.ledger.record_tool_call(attempt, req.tool_use_id, seq,
+                                                     outcome_json(req))
                     self.counters["dedups"] += 1
                     return self.recorder.reply(
                         attempt, {"seq": seq, "commit": str(head.id), "tree": capture.tree},
