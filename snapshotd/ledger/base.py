@@ -175,6 +175,16 @@ TOOL_CALL_INSERT = ("INSERT INTO tool_calls (attempt_pk, tool_use_id, seq, dedup
                     " outcome) VALUES (?,?,?,?,?,?) ON CONFLICT DO NOTHING")
 
 
+def tool_ids(tool_use_id: str | None, aliases: list[str] | None) -> list[str]:
+    """A tool call's ids, each once: its own, then the others its payload named (issue 43:
+    Qwen Code's model call id); a lookup by any of them finds the call (one row each)."""
+    found: list[str] = []
+    for tool_id in [tool_use_id, *(aliases or ())]:
+        if tool_id and tool_id not in found:
+            found.append(tool_id)
+    return found
+
+
 def outcome_of(text: str | None) -> dict:
     """A row's ``outcome`` column as listings show it: ``{"failed", "exit_code", "error"}``
     (``failed`` False and the others ``None`` for a call not said to fail; ``None`` also

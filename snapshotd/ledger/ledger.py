@@ -43,6 +43,7 @@ from snapshotd.ledger.base import (  # noqa: F401  (the ledger's vocabulary, re-
     damaged_message,
     outcome_of,
     run_filter,
+    tool_ids,
 )
 from snapshotd.ledger.cache import TOOL_CALLS_KEPT, ReadCache
 from snapshotd.ledger.postgres import PostgresBackend
@@ -365,18 +366,20 @@ class Ledger:
                  row["worktree"], row.get("added", 0), row.get("modified", 0),
                  row.get("deleted", 0), row.get("skipped"), row["created_at"],
                  row.get("secrets"), row.get("outcome")))
-            if tool_use_id:
-                db.execute(TOOL_CALL_INSERT, (attempt.pk, tool_use_id, row["seq"], 0,
+            for tool_id in tool_ids(tool_use_id, row.get("tool_aliases")):  # aliases: one row each
+                db.execute(TOOL_CALL_INSERT, (attempt.pk, tool_id, row["seq"], 0,
                                                time.time(), row.get("outcome")))
 
     def record_tool_call(self, attempt: Attempt, tool_use_id: str, seq: int,
-                         outcome: str | None = None) -> None:
-        """A deduplicated capture still maps its tool call (and how it ended: ``outcome``,
-        JSON) to the seq that holds its state."""
+                         outcome: str | None = None, aliases: list[str] | None = None) -> None:
+        """A deduplicated capture still maps its tool call (each of its ids, and how it ended:
+        ``outcome``, JSON) to the seq that holds its state."""
+        ids = tool_ids(tool_use_id, aliases)
         with self._write(keeps_cache=True, on_end=lambda committed: self._cache.
-                         tool_call_recorded(attempt.pk, tool_use_id, committed)) as db:
+                         tool_calls_recorded(attempt.pk, ids, committed)) as db:
             check_fault("ledger")
-            db.execute(TOOL_CALL_INSERT, (attempt.pk, tool_use_id, seq, 1, time.time(), outcome))
+            for tool_id in ids:
+                db.execute(TOOL_CALL_INSERT, (attempt.pk, tool_id, seq, 1, time.time(), outcome))
 
     def checkpoints(self, run_id: str, node_id: str | None = None,
                     attempt: int | None = None, *, offset: int = 0,

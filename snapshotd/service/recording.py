@@ -95,6 +95,7 @@ class Recorder:
             commit = self.store.commit(checkpoint, capture.tree, parent)
             row = replace(checkpoint, commit=commit, created_at=time.time()).to_row()
             row["outcome"] = outcome_json(req)  # a failed tool call's mark (not in the commit)
+            row["tool_aliases"] = req.tool_aliases  # the call's other ids: tool_calls rows
             injected_delay("before-row")
             self.ledger.record_checkpoint(attempt, row)
             crash_point("after-row")

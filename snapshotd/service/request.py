@@ -40,6 +40,8 @@ MAX_TEXT_BYTES = 1000
 # whole of what the hook sent is redacted. The hook sends the command whole (its first 800
 # bytes, never a piece of a word): a cut before redaction splits a token no rule recognises.
 HOOK_LABEL_MAX = 100
+# The most other ids a tool call may name (``tool_aliases``): Qwen Code sends one.
+MAX_TOOL_ALIASES = 4
 # A failed tool call's error text kept (docs/protocol.md): redacted whole, then cut.
 ERROR_MAX = 200
 
@@ -56,6 +58,7 @@ class SnapshotRequest:
     label: str | None = None
     tool_use_id: str | None = None
     fallback: dict | None = None
+    tool_aliases: list[str] | None = None  # the call's other ids (each looked up as its own)
     outcome: dict | None = None  # a failed tool call: {"failed", "exit_code"?, "error"?}
     full: bool = False  # internal: force a full stat scan (never set from the wire)
     prescan: OffLockScan | None = None  # internal: a verification's off-lock scan
@@ -67,6 +70,8 @@ class SnapshotRequest:
             self.label = redact_secrets(self.label)
         if self.tool_use_id:
             self.tool_use_id = redact_secrets(self.tool_use_id)
+        if self.tool_aliases:
+            self.tool_aliases = [redact_secrets(a) for a in self.tool_aliases]
 
     @classmethod
     def from_fields(cls, fields: dict) -> SnapshotRequest:
@@ -104,6 +109,7 @@ class SnapshotRequest:
         if fallback is not None:
             req.fallback = _fallback(fallback)
         req.outcome = _outcome(fields)
+        req.tool_aliases = _aliases(fields.get("tool_aliases"))
         return req
 
 
@@ -120,6 +126,20 @@ def gap_fields(req: SnapshotRequest, attempt: Attempt | None) -> dict:
         "worktree": attempt.worktree if attempt else str(fb.get("worktree") or req.cwd),
         "tier": req.tier, "source": req.source, "tool_use_id": req.tool_use_id,
     }
+
+
+def tool_ids_of(req: SnapshotRequest) -> list[str]:
+    """Every id of ``req``'s tool call, its own first (none without its own)."""
+    return [req.tool_use_id, *(req.tool_aliases or ())] if req.tool_use_id else []
+
+
+def _aliases(value: object) -> list[str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) > MAX_TOOL_ALIASES:
+        raise ServiceError(BAD_REQUEST,
+                           f"tool_aliases must be a list of at most {MAX_TOOL_ALIASES} strings")
+    return [redact_secrets(_text_field("tool_aliases", v)) for v in value] or None
 
 
 def outcome_json(req: SnapshotRequest) -> str | None:

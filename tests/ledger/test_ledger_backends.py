@@ -496,3 +496,14 @@ def _raw(url: str):  # noqa: ANN202 - a DB-API connection of either kind
     import psycopg
 
     return psycopg.connect(url, autocommit=True)
+
+
+def test_tool_call_aliases_find_the_call(ledger: Ledger) -> None:
+    # Issue 43: a call's other ids (Qwen Code's model call id) each find it, new or deduplicated.
+    a = ledger.create_attempt(key(), "/wt")
+    ledger.record_checkpoint(a, dict(row(0, tool="toolu_1"), tool_aliases=["call_1"]))
+    ledger.record_tool_call(a, "toolu_2", 0, None, ["call_2", "toolu_2"])
+    assert ledger.tool_call(a.pk, "call_1")["seq"] == 0  # type: ignore[index]
+    assert ledger.tool_call(a.pk, "call_2")["seq"] == 0  # type: ignore[index]
+    assert ledger.tool_use_ids("run") == {"toolu_1", "call_1", "toolu_2", "call_2"}
+    assert [c["tool_use_id"] for c in ledger.checkpoints("run")] == ["toolu_1"]
