@@ -6,11 +6,11 @@ node, attempt and worktree a gap about a request names when it is recorded.
 
 Promises: ``SnapshotRequest.from_fields`` either returns a request whose every field can be used
 verbatim (ref names, trailers, ledger rows) or raises ``ServiceError`` with ``bad-request`` or
-``bad-id``; ``full`` is never set from the wire. A request's ``label`` and ``tool_use_id`` never
-hold a token ``secrets.redact_secrets`` finds (however the request was made), and a hook's label
-is redacted whole before it is cut (``HOOK_LABEL_MAX``): this is the one point where labels
-enter the system, so commit messages, ledger rows, listings, MCP replies and exports never
-show one.
+``bad-id``; ``full`` is never set from the wire. A request's ``label``, ``tool_use_id``,
+``tool_aliases`` and failed call's ``error`` never hold a token ``secrets.redact_secrets`` finds
+(however the request was made), and a hook's label and an error are redacted whole before they
+are cut (``HOOK_LABEL_MAX``, ``ERROR_MAX``): this is the one point where they enter the system,
+so commit messages, ledger rows, listings, MCP replies and exports never show one.
 """
 
 from __future__ import annotations
@@ -72,6 +72,8 @@ class SnapshotRequest:
             self.tool_use_id = redact_secrets(self.tool_use_id)
         if self.tool_aliases:
             self.tool_aliases = [redact_secrets(a) for a in self.tool_aliases]
+        if self.outcome and self.outcome.get("error"):
+            self.outcome = dict(self.outcome, error=redact_secrets(self.outcome["error"]))
 
     @classmethod
     def from_fields(cls, fields: dict) -> SnapshotRequest:
