@@ -146,10 +146,14 @@ class Client:
     def snapshot(self, cwd: str | os.PathLike[str], run_id: str | None = None,
                  node_id: str | None = None, iteration: int = 0, attempt: int | None = None,
                  tier: int = 1, source: str = "wrap", label: str | None = None,
-                 tool_use_id: str | None = None, fallback: dict | None = None) -> dict:
+                 tool_use_id: str | None = None, fallback: dict | None = None,
+                 failed: bool | None = None, exit_code: int | None = None,
+                 error: str | None = None, tool_aliases: list[str] | None = None) -> dict:
         return self.request("snapshot", cwd=_abs(cwd), run_id=run_id, node_id=node_id,
                             iteration=iteration, attempt=attempt, tier=tier, source=source,
-                            label=label, tool_use_id=tool_use_id, fallback=fallback)
+                            label=label, tool_use_id=tool_use_id, fallback=fallback,
+                            failed=failed, exit_code=exit_code, error=error,
+                            tool_aliases=tool_aliases)
 
     def attempt_begin(self, run_id: str, node_id: str, cwd: str | os.PathLike[str],
                       iteration: int = 0, attempt: int | None = None,

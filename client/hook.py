@@ -264,6 +264,17 @@ def snapshot_fields(payload: Mapping[str, Any], env: Mapping[str, str]) -> dict[
         "label": label_for(payload),
         "tool_use_id": tool_use_id_for(payload, agent),
     }
+    from .outcome import outcome_fields, tool_aliases
+
+    aliases = tool_aliases(payload, fields["tool_use_id"])  # Qwen Code: the model's call id
+    if aliases and not fields["tool_use_id"]:
+        fields["tool_use_id"] = aliases.pop(0)
+    # An id too long for the request (1000 bytes) is left out: the capture must not fail on it.
+    fields["tool_aliases"] = [a for a in aliases if len(a.encode(errors="replace")) <= 200][:4] \
+        or None
+    fields.update(outcome_fields(payload))  # failed, exit_code, error: a failed tool call
+    if fields.get("error"):
+        fields["error"] = word_cut(fields["error"], LABEL_PART_MAX_BYTES)
     run_id, node_id = env.get("SNAPSHOTD_RUN_ID"), env.get("SNAPSHOTD_NODE_ID")
     if run_id and node_id:
         # Set by `snapshotd exec` or an engine for the agent process; the hook inherits it.
@@ -290,7 +301,7 @@ def before_tool_fields(payload: Mapping[str, Any], env: Mapping[str, str]) -> di
     """The fields of the ``before_tool`` request for a before-tool payload: the after-tool
     capture owns the call's id, and the label says the capture came before the tool."""
     fields = snapshot_fields(payload, env)
-    fields["tool_use_id"] = None
+    fields["tool_use_id"] = fields["tool_aliases"] = None
     if fields.get("label"):
         fields["label"] = "before " + fields["label"]
     return fields

@@ -32,7 +32,9 @@ def normalize(p: Mapping[str, Any]) -> dict[str, Any]:
     tool_input = object_of(event.get("input"))
     if isinstance(tool_input.get("cmd"), str) and "command" not in tool_input:
         tool_input = dict(tool_input, command=tool_input["cmd"])
-    return {"hook_event_name": "PostToolUse",
+    failed = event.get("status") == "error"  # the hook marks the call failed
+    return {"hook_event_name": "PostToolUseFailure" if failed else "PostToolUse",
+            "error": event.get("error") if failed else None,
             "session_id": object_of(event.get("thread")).get("id"), "cwd": p.get("cwd"),
             "tool_name": event.get("tool"), "tool_input": tool_input,
             "tool_use_id": event.get("toolUseID")}

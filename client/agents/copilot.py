@@ -29,7 +29,8 @@ def normalize(p: Mapping[str, Any]) -> dict[str, Any]:
     args = object_of(p.get("toolArgs", p.get("tool_input")))
     event = p.get("hook_event_name") or _event(p)
     fields = {"hook_event_name": event, "session_id": session, "cwd": p.get("cwd"),
-              "tool_name": tool, "tool_input": args, "tool_use_id": None}
+              "tool_name": tool, "tool_input": args, "tool_use_id": None,
+              "error": p.get("error")}  # postToolUseFailure's: the hook marks the call failed
     if tool is not None:
         fields["tool_use_id"] = derived("copilot", [session, p.get("timestamp"), tool, args])
     return fields

@@ -31,7 +31,10 @@ def normalize(p: Mapping[str, Any]) -> dict[str, Any]:
         tool_input = dict(tool_input, path=p.get("matcher_context"))
     given = p.get("tool_call_id")
     after = event in _AFTER
-    return {"hook_event_name": "PostToolUse" if after else renamed(LIFECYCLE, event),
+    failed = event == "PostToolUseFailure"  # the error is tool_output's (the hook reads it)
+    return {"hook_event_name": ("PostToolUseFailure" if failed else "PostToolUse") if after
+            else renamed(LIFECYCLE, event),
+            "error": object_of(p.get("tool_output")).get("error") if failed else None,
             "session_id": p.get("session_id"), "cwd": p.get("working_dir") or p.get("cwd"),
             "tool_name": p.get("tool_name") or event, "tool_input": tool_input,
             "tool_use_id": given if isinstance(given, str) and given else None}

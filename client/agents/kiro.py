@@ -28,4 +28,5 @@ def normalize(p: Mapping[str, Any]) -> dict[str, Any]:
     return {"hook_event_name": "PostToolUse" if event == "postToolUse"
             else renamed(LIFECYCLE, event),
             "session_id": None, "cwd": p.get("cwd"), "tool_name": p.get("tool_name"),
-            "tool_input": object_of(p.get("tool_input")), "tool_use_id": None}
+            "tool_input": object_of(p.get("tool_input")), "tool_use_id": None,
+            "tool_response": p.get("tool_response")}  # success, exit_status: the outcome

@@ -103,7 +103,18 @@ def describe_call(cp: dict) -> str:
     """``label [tool id]  tier N source  time`` for a checkpoint's tool call."""
     tool = f"[{field(cp['tool_use_id'])}]  " if cp.get("tool_use_id") else ""
     label = field(cp.get("label") or "(no label)")
-    return f"{label}  {tool}tier {cp['tier']} {field(cp['source'])}  {cp['time']}"
+    failed = f"{failed_mark(cp)}  " if cp.get("failed") else ""
+    return f"{label}  {tool}{failed}tier {cp['tier']} {field(cp['source'])}  {cp['time']}"
+
+
+def failed_mark(cp: dict) -> str:
+    """``FAILED (exit 3): <error>`` for a checkpoint of a failed tool call ("" otherwise); the
+    error text was redacted and cut by the daemon, and is escaped here."""
+    if not cp.get("failed"):
+        return ""
+    code = cp.get("exit_code")
+    mark = f"FAILED (exit {code})" if code is not None else "FAILED"
+    return mark + (f": {field(cp['error'])}" if cp.get("error") else "")
 
 
 def echo_change(result: dict, fmt: str) -> None:

@@ -145,6 +145,9 @@ def _checkpoint_row(cp: dict, now: float) -> tuple[str, ...]:
     label = field(label)
     if cp.get("tool_use_id"):
         label = (label + "  " if label else "") + f"[{field(cp['tool_use_id'])}]"
+    if cp.get("failed"):  # the text listing keeps one line: the mark, not the error text
+        code = cp.get("exit_code")
+        label += "  FAILED" + (f" (exit {code})" if code is not None else "")
     if cp.get("skipped"):
         label += f"  (skipped: {_skipped_text(cp['skipped'])})"
     if cp.get("secrets"):

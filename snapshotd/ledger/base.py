@@ -170,6 +170,34 @@ def attempt_from_row(row: Any) -> Attempt:
         final_commit=row["final_commit"], idle_since=row["idle_since"], host=row["host"])
 
 
+# A tool call's row (schema 6 added ``outcome``): columns named, so older rows' order is moot.
+TOOL_CALL_INSERT = ("INSERT INTO tool_calls (attempt_pk, tool_use_id, seq, deduped, created_at,"
+                    " outcome) VALUES (?,?,?,?,?,?) ON CONFLICT DO NOTHING")
+
+
+def tool_ids(tool_use_id: str | None, aliases: list[str] | None) -> list[str]:
+    """A tool call's ids, each once: its own, then the others its payload named (issue 43:
+    Qwen Code's model call id); a lookup by any of them finds the call (one row each)."""
+    found: list[str] = []
+    for tool_id in [tool_use_id, *(aliases or ())]:
+        if tool_id and tool_id not in found:
+            found.append(tool_id)
+    return found
+
+
+def outcome_of(text: str | None) -> dict:
+    """A row's ``outcome`` column as listings show it: ``{"failed", "exit_code", "error"}``
+    (``failed`` False and the others ``None`` for a call not said to fail; ``None`` also
+    where a failed call's payload had none)."""
+    try:
+        found = json.loads(text) if text else None
+    except ValueError:  # a column another tool wrote: shown as no outcome, never a crash
+        found = None
+    if not isinstance(found, dict) or not found.get("failed"):
+        return {"failed": False, "exit_code": None, "error": None}
+    return {"failed": True, "exit_code": found.get("exit_code"), "error": found.get("error")}
+
+
 def checkpoint_from_row(row: Any) -> dict:
     return {
         "run_id": row["run_id"], "node_id": row["node_id"], "iteration": row["iteration"],
@@ -183,6 +211,7 @@ def checkpoint_from_row(row: Any) -> dict:
         "pruned_at": row["pruned_at"],
         "pruned_reason": row["pruned_reason"],
         "secrets": json.loads(row["secrets"]) if row["secrets"] else [],
+        **outcome_of(row["outcome"]),
     }
 
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from snapshotd.ledger.base import Attempt
+from snapshotd.ledger.base import Attempt, outcome_of, tool_ids
 
 TABLES = ("attempts", "active", "last_numbers", "last_checkpoints", "tool_calls")
 # Entries kept before the cache starts again (a daemon running for months with many runs).
@@ -164,8 +164,13 @@ class ReadCache:
         checkpoint and its tool call is known; else both entries go (read again next time)."""
         self.put("last_checkpoints", attempt.pk,
                  recorded_checkpoint(attempt, row) if committed else None, keep=committed)
-        if row.get("tool_use_id"):
-            self.tool_call_recorded(attempt.pk, row["tool_use_id"], committed)
+        self.tool_calls_recorded(attempt.pk, tool_ids(row.get("tool_use_id"),
+                                                      row.get("tool_aliases")), committed)
+
+    def tool_calls_recorded(self, attempt_pk: int, ids: list[str], committed: bool) -> None:
+        """Each id of one tool call (its own and its aliases) recorded, or not."""
+        for tool_use_id in ids:
+            self.tool_call_recorded(attempt_pk, tool_use_id, committed)
 
     def tool_call_recorded(self, attempt_pk: int, tool_use_id: str, committed: bool) -> None:
         known = self.tables["tool_calls"].get(attempt_pk)
@@ -214,4 +219,5 @@ def recorded_checkpoint(attempt: Attempt, row: dict) -> dict:
         "skipped": json.loads(row["skipped"]) if row.get("skipped") else [],
         "created_at": row["created_at"], "pruned_at": None, "pruned_reason": None,
         "secrets": json.loads(row["secrets"]) if row.get("secrets") else [],
+        **outcome_of(row.get("outcome")),
     }

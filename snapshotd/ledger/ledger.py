@@ -29,6 +29,7 @@ from snapshotd.core import AttemptKey, check_fault, redact_url
 from snapshotd.ledger.base import (  # noqa: F401  (the ledger's vocabulary, re-exported)
     ACTIVE,
     ENDED_STATES,
+    TOOL_CALL_INSERT,
     Attempt,
     DuplicateToolCall,
     LedgerBackend,
@@ -40,7 +41,9 @@ from snapshotd.ledger.base import (  # noqa: F401  (the ledger's vocabulary, re-
     attempt_from_row,
     checkpoint_from_row,
     damaged_message,
+    outcome_of,
     run_filter,
+    tool_ids,
 )
 from snapshotd.ledger.cache import TOOL_CALLS_KEPT, ReadCache
 from snapshotd.ledger.postgres import PostgresBackend
@@ -316,12 +319,13 @@ class Ledger:
             if known is not None and tool_use_id not in known:
                 return None
         row = self._one(
-            "SELECT t.seq, t.deduped, c.commit_id, c.tree FROM tool_calls t"
+            "SELECT t.seq, t.deduped, t.outcome, c.commit_id, c.tree FROM tool_calls t"
             " JOIN checkpoints c ON c.attempt_pk = t.attempt_pk AND c.seq = t.seq"
             " WHERE t.attempt_pk=? AND t.tool_use_id=?", (attempt_pk, tool_use_id))
         if row is None:
             return None
-        return {"seq": row["seq"], "commit": row["commit_id"], "tree": row["tree"]}
+        return {"seq": row["seq"], "commit": row["commit_id"], "tree": row["tree"],
+                **outcome_of(row["outcome"])}
 
     def record_checkpoint(self, attempt: Attempt, row: dict) -> None:
         """Insert one checkpoint row (and its tool call) in one transaction.
@@ -354,25 +358,28 @@ class Ledger:
             db.execute(
                 "INSERT INTO checkpoints (attempt_pk, run_id, node_id, iteration, attempt, seq,"
                 " commit_id, tree, parent, source, tier, label, tool_use_id, worktree, added,"
-                " modified, deleted, skipped, created_at, secrets)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " modified, deleted, skipped, created_at, secrets, outcome)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (attempt.pk, attempt.key.run_id, attempt.key.node_id, attempt.key.iteration,
                  attempt.key.attempt, row["seq"], row["commit"], row["tree"], row.get("parent"),
                  row["source"], row["tier"], row.get("label"), tool_use_id,
                  row["worktree"], row.get("added", 0), row.get("modified", 0),
                  row.get("deleted", 0), row.get("skipped"), row["created_at"],
-                 row.get("secrets")))
-            if tool_use_id:
-                db.execute("INSERT INTO tool_calls VALUES (?,?,?,0,?) ON CONFLICT DO NOTHING",
-                           (attempt.pk, tool_use_id, row["seq"], time.time()))
+                 row.get("secrets"), row.get("outcome")))
+            for tool_id in tool_ids(tool_use_id, row.get("tool_aliases")):  # aliases: one row each
+                db.execute(TOOL_CALL_INSERT, (attempt.pk, tool_id, row["seq"], 0,
+                                               time.time(), row.get("outcome")))
 
-    def record_tool_call(self, attempt: Attempt, tool_use_id: str, seq: int) -> None:
-        """A deduplicated capture still maps its tool call to the seq that holds its state."""
+    def record_tool_call(self, attempt: Attempt, tool_use_id: str, seq: int,
+                         outcome: str | None = None, aliases: list[str] | None = None) -> None:
+        """A deduplicated capture still maps its tool call (each of its ids, and how it ended:
+        ``outcome``, JSON) to the seq that holds its state."""
+        ids = tool_ids(tool_use_id, aliases)
         with self._write(keeps_cache=True, on_end=lambda committed: self._cache.
-                         tool_call_recorded(attempt.pk, tool_use_id, committed)) as db:
+                         tool_calls_recorded(attempt.pk, ids, committed)) as db:
             check_fault("ledger")
-            db.execute("INSERT INTO tool_calls VALUES (?,?,?,1,?) ON CONFLICT DO NOTHING",
-                       (attempt.pk, tool_use_id, seq, time.time()))
+            for tool_id in ids:
+                db.execute(TOOL_CALL_INSERT, (attempt.pk, tool_id, seq, 1, time.time(), outcome))
 
     def checkpoints(self, run_id: str, node_id: str | None = None,
                     attempt: int | None = None, *, offset: int = 0,

@@ -11,7 +11,7 @@ run the same statements in the same order.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 DIALECTS = ("sqlite", "postgresql")
 
@@ -98,6 +98,13 @@ _MIGRATIONS: dict[int, str] = {
     # before version 5, or by `repair`; any daemon may serve it, as before.
     5: """
     ALTER TABLE attempts ADD COLUMN host TEXT
+    """,
+    # 6: how a tool call ended (JSON {"failed": true, "exit_code"?, "error"?}; NULL: not said to
+    # fail, or made before version 6), on the checkpoint it made and on its tool call row (which
+    # is all a deduplicated call has).
+    6: """
+    ALTER TABLE checkpoints ADD COLUMN outcome TEXT;
+    ALTER TABLE tool_calls ADD COLUMN outcome TEXT
     """,
 }
 

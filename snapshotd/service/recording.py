@@ -39,7 +39,7 @@ from snapshotd.core import (
 )
 from snapshotd.ledger import Attempt, DuplicateToolCall, Ledger, SeqConflict
 from snapshotd.service.labels import relative_label
-from snapshotd.service.request import SnapshotRequest
+from snapshotd.service.request import SnapshotRequest, outcome_json
 from snapshotd.service.seqmarks import SeqMarks
 from snapshotd.store import Store, StoreError
 
@@ -97,6 +97,8 @@ class Recorder:
         try:
             commit = self.store.commit(checkpoint, capture.tree, parent)
             row = replace(checkpoint, commit=commit, created_at=time.time()).to_row()
+            row["outcome"] = outcome_json(req)  # a failed tool call's mark (not in the commit)
+            row["tool_aliases"] = req.tool_aliases  # the call's other ids: tool_calls rows
             injected_delay("before-row")
             self.ledger.record_checkpoint(attempt, row)
             crash_point("after-row")

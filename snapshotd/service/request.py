@@ -6,15 +6,16 @@ node, attempt and worktree a gap about a request names when it is recorded.
 
 Promises: ``SnapshotRequest.from_fields`` either returns a request whose every field can be used
 verbatim (ref names, trailers, ledger rows) or raises ``ServiceError`` with ``bad-request`` or
-``bad-id``; ``full`` is never set from the wire. A request's ``label`` and ``tool_use_id`` never
-hold a token ``secrets.redact_secrets`` finds (however the request was made), and a hook's label
-is redacted whole before it is cut (``HOOK_LABEL_MAX``): this is the one point where labels
-enter the system, so commit messages, ledger rows, listings, MCP replies and exports never
-show one.
+``bad-id``; ``full`` is never set from the wire. A request's ``label``, ``tool_use_id``,
+``tool_aliases`` and failed call's ``error`` never hold a token ``secrets.redact_secrets`` finds
+(however the request was made), and a hook's label and an error are redacted whole before they
+are cut (``HOOK_LABEL_MAX``, ``ERROR_MAX``): this is the one point where they enter the system,
+so commit messages, ledger rows, listings, MCP replies and exports never show one.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,10 @@ MAX_TEXT_BYTES = 1000
 # whole of what the hook sent is redacted. The hook sends the command whole (its first 800
 # bytes, never a piece of a word): a cut before redaction splits a token no rule recognises.
 HOOK_LABEL_MAX = 100
+# The most other ids a tool call may name (``tool_aliases``): Qwen Code sends one.
+MAX_TOOL_ALIASES = 4
+# A failed tool call's error text kept (docs/protocol.md): redacted whole, then cut.
+ERROR_MAX = 200
 
 
 @dataclass
@@ -53,6 +58,8 @@ class SnapshotRequest:
     label: str | None = None
     tool_use_id: str | None = None
     fallback: dict | None = None
+    tool_aliases: list[str] | None = None  # the call's other ids (each looked up as its own)
+    outcome: dict | None = None  # a failed tool call: {"failed", "exit_code"?, "error"?}
     full: bool = False  # internal: force a full stat scan (never set from the wire)
     prescan: OffLockScan | None = None  # internal: a verification's off-lock scan
 
@@ -63,6 +70,10 @@ class SnapshotRequest:
             self.label = redact_secrets(self.label)
         if self.tool_use_id:
             self.tool_use_id = redact_secrets(self.tool_use_id)
+        if self.tool_aliases:
+            self.tool_aliases = [redact_secrets(a) for a in self.tool_aliases]
+        if self.outcome and self.outcome.get("error"):
+            self.outcome = dict(self.outcome, error=redact_secrets(self.outcome["error"]))
 
     @classmethod
     def from_fields(cls, fields: dict) -> SnapshotRequest:
@@ -99,6 +110,8 @@ class SnapshotRequest:
         fallback = fields.get("fallback")
         if fallback is not None:
             req.fallback = _fallback(fallback)
+        req.outcome = _outcome(fields)
+        req.tool_aliases = _aliases(fields.get("tool_aliases"))
         return req
 
 
@@ -117,11 +130,46 @@ def gap_fields(req: SnapshotRequest, attempt: Attempt | None) -> dict:
     }
 
 
+def tool_ids_of(req: SnapshotRequest) -> list[str]:
+    """Every id of ``req``'s tool call, its own first (none without its own)."""
+    return [req.tool_use_id, *(req.tool_aliases or ())] if req.tool_use_id else []
+
+
+def _aliases(value: object) -> list[str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) > MAX_TOOL_ALIASES:
+        raise ServiceError(BAD_REQUEST,
+                           f"tool_aliases must be a list of at most {MAX_TOOL_ALIASES} strings")
+    return [redact_secrets(_text_field("tool_aliases", v)) for v in value] or None
+
+
+def outcome_json(req: SnapshotRequest) -> str | None:
+    """The ledger's ``outcome`` column for ``req``'s tool call (``None``: not said to fail)."""
+    return json.dumps(req.outcome, sort_keys=True) if req.outcome else None
+
+
 def _text_field(name: str, value: object) -> str:
     if not isinstance(value, str) or len(value.encode()) > MAX_TEXT_BYTES or "\0" in value:
         raise ServiceError(BAD_REQUEST,
                            f"{name} must be a string under {MAX_TEXT_BYTES} bytes")
     return value
+
+
+def _outcome(fields: dict) -> dict | None:
+    """``failed``, ``exit_code``, ``error`` checked: ``None`` for a call not said to fail."""
+    failed = fields.get("failed")
+    if failed is not None and not isinstance(failed, bool):
+        raise ServiceError(BAD_REQUEST, "failed must be a boolean")
+    if not failed:
+        return None
+    outcome: dict = {"failed": True}
+    if fields.get("exit_code") is not None:
+        outcome["exit_code"] = int_field(fields, "exit_code", 0, -(1 << 31))
+    if fields.get("error") is not None:
+        # The error is a command's output: a token in it is as likely as in a label.
+        outcome["error"] = redacted_line(_text_field("error", fields["error"]), ERROR_MAX)
+    return outcome
 
 
 def _fallback(fallback: object) -> dict:

@@ -55,7 +55,13 @@ from snapshotd.service.gaps import GapSpool
 from snapshotd.service.listing import list_op, list_run
 from snapshotd.service.reconcile import lost_gap_writer, reconcile, reconcile_attempt
 from snapshotd.service.recording import Recorder
-from snapshotd.service.request import SOURCES, SnapshotRequest, gap_fields
+from snapshotd.service.request import (
+    SOURCES,
+    SnapshotRequest,
+    gap_fields,
+    outcome_json,
+    tool_ids_of,
+)
 from snapshotd.service.seqmarks import SeqMarks
 from snapshotd.service.settling import settle
 from snapshotd.store import Store, StoreError, disk_reason
@@ -340,8 +346,8 @@ class Service:
         """One capture of ``attempt``'s worktree (the caller holds its lock): a repeated tool
         call answers with its checkpoint, an unchanged tree with the newest one, anything else
         becomes a new checkpoint. Every failure leaves a gap and raises ``ServiceError``."""
-        if req.tool_use_id:
-            previous = self.ledger.tool_call(attempt.pk, req.tool_use_id)
+        for tool_id in tool_ids_of(req):  # a repeat may name the call by any of its ids
+            previous = self.ledger.tool_call(attempt.pk, tool_id)
             if previous is not None:
                 self.counters["repeats"] += 1
                 return self.recorder.reply(attempt, previous, deduped=True, repeated=True,
@@ -359,7 +365,8 @@ class Service:
                 seq = 0 if found is None else found
                 if last is not None and last["seq"] == seq:
                     if req.tool_use_id:
-                        self.ledger.record_tool_call(attempt, req.tool_use_id, seq)
+                        self.ledger.record_tool_call(attempt, req.tool_use_id, seq,
+                                                     outcome_json(req), req.tool_aliases)
                     self.counters["dedups"] += 1
                     return self.recorder.reply(
                         attempt, {"seq": seq, "commit": str(head.id), "tree": capture.tree},

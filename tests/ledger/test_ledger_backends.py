@@ -225,7 +225,7 @@ def test_seq_rules_and_row_round_trip(ledger: Ledger) -> None:
         "commit": f"{0:040x}", "tree": f"{1000:040x}", "parent": None, "source": "hook",
         "tier": 1, "label": "label 0", "tool_use_id": None, "worktree": "/wt", "added": 0,
         "modified": 1, "deleted": 0, "skipped": [], "created_at": stamp, "pruned_at": None,
-        "pruned_reason": None, "secrets": []}
+        "pruned_reason": None, "secrets": [], "failed": False, "exit_code": None, "error": None}
     assert ledger.attempt_checkpoints(a.pk)[1]["skipped"] == [{"path": "big"}]
     last = ledger.last_checkpoint(a.pk)
     assert last is not None and last["seq"] == 5
@@ -243,7 +243,8 @@ def test_tool_call_idempotency(ledger: Ledger) -> None:
     a = ledger.create_attempt(key(), "/wt")
     ledger.record_checkpoint(a, row(0, tool="toolu_1"))
     assert ledger.tool_call(a.pk, "toolu_1") == {"seq": 0, "commit": f"{0:040x}",
-                                                 "tree": f"{1000:040x}"}
+                                                 "tree": f"{1000:040x}", "failed": False,
+                                                 "exit_code": None, "error": None}
     ledger.record_tool_call(a, "toolu_1", 7)  # a repeat never remaps the original
     assert ledger.tool_call(a.pk, "toolu_1")["seq"] == 0  # type: ignore[index]
     ledger.record_tool_call(a, "toolu_2", 0)  # a deduplicated call maps to the seq it hit
@@ -255,6 +256,20 @@ def test_tool_call_idempotency(ledger: Ledger) -> None:
     assert ledger.tool_call(a.pk, "toolu_missing") is None
     assert ledger.tool_use_ids("run") == {"toolu_1", "toolu_2"}
     assert ledger.covered_tool_calls() == {("run", "toolu_1"), ("run", "toolu_2")}
+
+
+def test_failed_tool_call_outcome_round_trip(ledger: Ledger) -> None:
+    # Schema 6: a failed call's outcome on its checkpoint and on a deduplicated call's row.
+    a = ledger.create_attempt(key(), "/wt")
+    failed = '{"error": "Exit code 3", "exit_code": 3, "failed": true}'
+    ledger.record_checkpoint(a, dict(row(0, tool="toolu_1"), outcome=failed))
+    ledger.record_tool_call(a, "toolu_2", 0, '{"failed": true}')
+    mark = {"failed": True, "exit_code": 3, "error": "Exit code 3"}
+    assert {k: ledger.checkpoints("run")[0][k] for k in mark} == mark
+    assert {k: ledger.last_checkpoint(a.pk)[k] for k in mark} == mark  # type: ignore[index]
+    assert {k: ledger.tool_call(a.pk, "toolu_1")[k] for k in mark} == mark  # type: ignore[index]
+    assert ledger.tool_call(a.pk, "toolu_2")["failed"] is True  # type: ignore[index]
+    assert ledger.tool_call(a.pk, "toolu_2")["exit_code"] is None  # type: ignore[index]
 
 
 def test_prune_delete_and_activity(ledger: Ledger) -> None:
@@ -481,3 +496,14 @@ def _raw(url: str):  # noqa: ANN202 - a DB-API connection of either kind
     import psycopg
 
     return psycopg.connect(url, autocommit=True)
+
+
+def test_tool_call_aliases_find_the_call(ledger: Ledger) -> None:
+    # Issue 43: a call's other ids (Qwen Code's model call id) each find it, new or deduplicated.
+    a = ledger.create_attempt(key(), "/wt")
+    ledger.record_checkpoint(a, dict(row(0, tool="toolu_1"), tool_aliases=["call_1"]))
+    ledger.record_tool_call(a, "toolu_2", 0, None, ["call_2", "toolu_2"])
+    assert ledger.tool_call(a.pk, "call_1")["seq"] == 0  # type: ignore[index]
+    assert ledger.tool_call(a.pk, "call_2")["seq"] == 0  # type: ignore[index]
+    assert ledger.tool_use_ids("run") == {"toolu_1", "call_1", "toolu_2", "call_2"}
+    assert [c["tool_use_id"] for c in ledger.checkpoints("run")] == ["toolu_1"]

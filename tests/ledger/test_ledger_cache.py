@@ -122,7 +122,8 @@ def test_tool_calls_are_known_from_memory_and_from_other_connections(tmp_path: P
     assert ledger.counters()["cache_hits"] > hits  # a new tool call costs no query
 
     other = sqlite3.connect(path)
-    other.execute("INSERT INTO tool_calls VALUES (?,?,?,0,?)",
+    other.execute("INSERT INTO tool_calls (attempt_pk, tool_use_id, seq, deduped, created_at)"
+                  " VALUES (?,?,?,0,?)",
                   (attempt.pk, "toolu_elsewhere", 0, time.time()))
     other.commit()
     other.close()

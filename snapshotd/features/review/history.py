@@ -46,7 +46,8 @@ from snapshotd.store import empty_tree, pruned_pair
 TREE_CACHE_ENTRIES = 256
 # The fields of a ledger row that say which tool call a checkpoint was.
 CALL_FIELDS = ("run_id", "node_id", "iteration", "attempt", "seq", "commit", "tree", "parent",
-               "label", "tool_use_id", "tier", "source", "worktree", "created_at")
+               "label", "tool_use_id", "tier", "source", "worktree", "created_at", "failed",
+               "exit_code", "error")
 # What a checkpoint's secret finding says: where, and what kind of token; never its value.
 FINDING_FIELDS = ("path", "line", "kind")
 
