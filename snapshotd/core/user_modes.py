@@ -33,9 +33,11 @@ def process_umask() -> int:
     """This process's umask, from ``/proc/self/status`` (``os.umask`` would change it for
     every thread a moment); ``DEFAULT_UMASK`` where the kernel does not say."""
     try:
-        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+        # Bytes, not text: a codec not yet imported (ascii, say) cannot be loaded by a daemon
+        # whose user cannot read the interpreter's library (one started as another user).
+        with open("/proc/self/status", "rb") as f:
             for line in f:
-                if line.startswith("Umask:"):
+                if line.startswith(b"Umask:"):
                     return int(line.split()[1], 8) & 0o777
     except (OSError, ValueError, IndexError):
         pass

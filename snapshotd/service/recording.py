@@ -33,13 +33,14 @@ from snapshotd.core import (
     Trailers,
     crash_point,
     injected_delay,
+    redacted_line,
     user_gitdir,
     user_head,
     worktree_findings,
 )
 from snapshotd.ledger import Attempt, DuplicateToolCall, Ledger, SeqConflict
 from snapshotd.service.labels import relative_label
-from snapshotd.service.request import SnapshotRequest, outcome_json
+from snapshotd.service.request import HOOK_LABEL_MAX, SnapshotRequest, outcome_json
 from snapshotd.service.seqmarks import SeqMarks
 from snapshotd.store import Store, StoreError
 
@@ -88,7 +89,7 @@ class Recorder:
         parent = str(head.id) if head else None
         base, base_tree = self._base(attempt) if head is None else (None, None)
         checkpoint = Checkpoint(key=attempt.key, seq=seq, tier=req.tier, source=req.source,
-                                worktree=root, label=relative_label(req.label, root),
+                                worktree=root, label=_label(req, root),
                                 tool_use_id=req.tool_use_id, base=base, base_tree=base_tree,
                                 secrets=found, tree=capture.tree, parent=parent, added=added,
                                 modified=modified, deleted=deleted,
@@ -195,3 +196,11 @@ def _unique(findings: list[dict]) -> list[dict]:
             seen.add(key)
             out.append(f)
     return out
+
+
+def _label(req: SnapshotRequest, root: str) -> str | None:
+    """The checkpoint's label: a hook's path named relative to the worktree, then cut (cut
+    first, a long absolute path would lose the very part that names the file)."""
+    if req.label_whole is None:
+        return relative_label(req.label, root)
+    return redacted_line(relative_label(req.label_whole, root) or "", HOOK_LABEL_MAX)

@@ -61,6 +61,9 @@ class SnapshotRequest:
     tool_aliases: list[str] | None = None  # the call's other ids (each looked up as its own)
     outcome: dict | None = None  # a failed tool call: {"failed", "exit_code"?, "error"?}
     full: bool = False  # internal: force a full stat scan (never set from the wire)
+    # internal: a hook's label redacted but not cut, so the recorder can name its path
+    # relative to the worktree before cutting (``label`` is the cut one everything else keeps)
+    label_whole: str | None = None
     prescan: OffLockScan | None = None  # internal: a verification's off-lock scan
 
     def __post_init__(self) -> None:
@@ -105,6 +108,8 @@ class SnapshotRequest:
             label = _text_field("label", fields["label"])
             req.label = redacted_line(label, HOOK_LABEL_MAX) if source == "hook" \
                 else redact_secrets(label)
+            if source == "hook":
+                req.label_whole = redacted_line(label, MAX_TEXT_BYTES)
         if fields.get("tool_use_id") is not None:
             req.tool_use_id = redact_secrets(_text_field("tool_use_id", fields["tool_use_id"]))
         fallback = fields.get("fallback")
