@@ -31,13 +31,27 @@ from tests.store.test_fastpath_store import full_tree
 RUN = {"run_id": "disk", "node_id": "n"}
 
 
-def mount_tmpfs(where: Path, size: str) -> None:
+def mount_tmpfs(where: Path, size: str, options: str = "") -> None:
+    """A real small tmpfs at ``where`` (``options`` added to its mount options, e.g.
+    ``nr_inodes=600``); skips the test where this machine cannot mount one."""
     where.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs",
-                           str(where)], capture_output=True)
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o",
+                           ",".join(filter(None, (f"size={size}", options, "mode=0700"))),
+                           "tmpfs", str(where)], capture_output=True)
     if proc.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here ({proc.stderr.decode().strip() or 'not root'}): "
                     "the full-disk tests need a real small file system")
+
+
+def env_with_home_on(disk: Path, tmp_path: Path) -> Env:
+    """A test environment whose home (store, stat caches) is on ``disk``; the gap spool and
+    the ledger stay on the test's own disk."""
+    env = Env(tmp_path)
+    env.home = disk / "home"
+    env.gaps = tmp_path / "gaps.ndjson"
+    env.vars.update(SNAPSHOTD_HOME=str(env.home), SNAPSHOTD_GAPS=str(env.gaps),
+                    SNAPSHOTD_LEDGER_URL=f"sqlite:///{tmp_path / 'ledger.db'}")
+    return env
 
 
 def fill(where: Path) -> Path:
@@ -67,11 +81,7 @@ def start(env: Env) -> Daemon:
 
 def test_a_full_store_disk_fails_the_capture_and_the_next_one_has_the_change(
         tmp_path: Path, disk: Path) -> None:
-    env = Env(tmp_path)
-    env.home = disk / "home"
-    env.gaps = tmp_path / "gaps.ndjson"
-    env.vars.update(SNAPSHOTD_HOME=str(env.home), SNAPSHOTD_GAPS=str(env.gaps),
-                    SNAPSHOTD_LEDGER_URL=f"sqlite:///{tmp_path / 'ledger.db'}")
+    env = env_with_home_on(disk, tmp_path)
     wt = make_git_worktree(tmp_path / "wt")
     (wt / "a.txt").write_text("before\n")
     (wt / "keep.txt").write_text("unchanged\n")
@@ -107,11 +117,7 @@ def test_a_full_store_disk_through_the_fast_path_keeps_the_paths_owed(
         tmp_path: Path, disk: Path) -> None:
     """The watcher's changed paths taken by a capture that failed are owed: the next capture
     scans, and holds the change."""
-    env = Env(tmp_path)
-    env.home = disk / "home"
-    env.gaps = tmp_path / "gaps.ndjson"
-    env.vars.update(SNAPSHOTD_HOME=str(env.home), SNAPSHOTD_GAPS=str(env.gaps),
-                    SNAPSHOTD_LEDGER_URL=f"sqlite:///{tmp_path / 'ledger.db'}")
+    env = env_with_home_on(disk, tmp_path)
     wt = make_git_worktree(tmp_path / "wt")
     (wt / "a.txt").write_text("before\n")
     daemon = start(env)

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from snapshotd_client import SnapshotdError
-from tests.conftest import QUIET_WATCHER, Daemon, Env, make_git_worktree
+from tests.conftest import QUIET_WATCHER, Daemon, make_git_worktree
 from tests.support.helpers import full_tree
+from tests.system.test_full_disk import env_with_home_on, mount_tmpfs
 
 RUN = {"run_id": "inodes", "node_id": "n"}
 
@@ -26,12 +27,7 @@ RUN = {"run_id": "inodes", "node_id": "n"}
 @pytest.fixture
 def disk(tmp_path: Path) -> Iterator[Path]:
     where = tmp_path / "disk"
-    where.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m,nr_inodes=600,mode=0700",
-                           "tmpfs", str(where)], capture_output=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({proc.stderr.decode().strip() or 'not root'})"
-                    ": the inode tests need a real small file system")
+    mount_tmpfs(where, "64m", "nr_inodes=600")
     yield where
     subprocess.run(["umount", "-l", str(where)], capture_output=True)
 
@@ -52,11 +48,7 @@ def use_every_inode(where: Path) -> Path:
 
 def test_inode_exhaustion_is_its_own_gap_and_the_next_capture_has_the_change(
         tmp_path: Path, disk: Path) -> None:
-    env = Env(tmp_path)
-    env.home = disk / "home"
-    env.gaps = tmp_path / "gaps.ndjson"
-    env.vars.update(SNAPSHOTD_HOME=str(env.home), SNAPSHOTD_GAPS=str(env.gaps),
-                    SNAPSHOTD_LEDGER_URL=f"sqlite:///{tmp_path / 'ledger.db'}")
+    env = env_with_home_on(disk, tmp_path)
     wt = make_git_worktree(tmp_path / "wt")
     (wt / "a.txt").write_text("before\n")
     fresh = make_git_worktree(tmp_path / "fresh")
