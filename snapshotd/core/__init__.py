@@ -23,7 +23,7 @@ FACE: dict[str, tuple[str, ...]] = {
     "home_perms": ("secure_home",),
     "keys": ("AttemptKey", "OLD_SUFFIX", "REF_PREFIX", "SPARE_SUFFIX", "is_spare", "worktree_id"),
     "registry": ("Handler", "LAYERS", "Registry", "Wrapper"),
-    "secrets": ("finding_text", "may_name_secret_files", "name_findings", "redact_secrets",
+    "secrets": ("cut_line", "finding_text", "may_name_secret_files", "name_findings", "redact_secrets",
         "redacted_line",
         "scan_changed_file", "scan_paths", "worktree_findings",
         "secret_files_among", "secret_skip"),

@@ -148,7 +148,11 @@ def redact_secrets(text: str) -> str:
 def redacted_line(text: str, limit: int, mark: str = "…") -> str:
     """``text`` on one line, redacted on its whole length, then cut to ``limit`` characters
     (``mark`` ends a cut one): a cut never splits a token before the rules have seen it whole."""
-    line = redact_secrets(" ".join(str(text).split()))
+    return cut_line(redact_secrets(" ".join(str(text).split())), limit, mark)
+
+
+def cut_line(line: str, limit: int, mark: str = "…") -> str:
+    """An already redacted ``line`` cut to ``limit`` characters (``mark`` ends a cut one)."""
     return line if len(line) <= limit else line[:limit - len(mark)] + mark
 
 

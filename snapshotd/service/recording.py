@@ -32,8 +32,8 @@ from snapshotd.core import (
     ServiceError,
     Trailers,
     crash_point,
+    cut_line,
     injected_delay,
-    redacted_line,
     user_gitdir,
     user_head,
     worktree_findings,
@@ -203,4 +203,4 @@ def _label(req: SnapshotRequest, root: str) -> str | None:
     first, a long absolute path would lose the very part that names the file)."""
     if req.label_whole is None:
         return relative_label(req.label, root)
-    return redacted_line(relative_label(req.label_whole, root) or "", HOOK_LABEL_MAX)
+    return cut_line(relative_label(req.label_whole, root) or "", HOOK_LABEL_MAX)

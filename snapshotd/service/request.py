@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from snapshotd.core import (
     BAD_REQUEST,
     ServiceError,
+    cut_line,
     id_field,
     int_field,
     redact_secrets,
@@ -106,10 +107,11 @@ class SnapshotRequest:
             req.attempt = int_field(fields, "attempt", 1, 1)
         if fields.get("label") is not None:
             label = _text_field("label", fields["label"])
-            req.label = redacted_line(label, HOOK_LABEL_MAX) if source == "hook" \
-                else redact_secrets(label)
-            if source == "hook":
+            if source == "hook":  # redacted whole once; the cut label is a prefix of it
                 req.label_whole = redacted_line(label, MAX_TEXT_BYTES)
+                req.label = cut_line(req.label_whole, HOOK_LABEL_MAX)
+            else:
+                req.label = redact_secrets(label)
         if fields.get("tool_use_id") is not None:
             req.tool_use_id = redact_secrets(_text_field("tool_use_id", fields["tool_use_id"]))
         fallback = fields.get("fallback")
