@@ -36,6 +36,9 @@ TIER, SOURCE = "Snapshotd-Tier", "Snapshotd-Source"
 TOOL_USE_ID, LABEL = "Snapshotd-Tool-Use-Id", "Snapshotd-Label"
 WORKTREE, BASE, SECRETS = "Snapshotd-Worktree", "Snapshotd-Base", "Snapshotd-Secrets"
 BASE_TREE = "Snapshotd-Base-Tree"  # the base commit's tree, kept in the store (review's base)
+# A tier-2 checkpoint taken while a tool call ran: "HOW ID" (how: "in-flight"). An owner
+# inferred later is the ledger's alone (the commit is written before it is known).
+OWNER = "Snapshotd-Owner"
 # Defaults of the trailers a commit may lack when its row is rebuilt (``from_commit``): those of
 # the oldest checkpoints, written before tiers and sources were recorded.
 DEFAULT_TIER = 1
@@ -104,6 +107,17 @@ class Trailers:
         return self.raw.get(BASE_TREE)
 
     @property
+    def owner(self) -> tuple[str, str] | None:
+        """``(how, tool_use_id)`` of the owner trailer, None when absent."""
+        value = self.raw.get(OWNER)
+        if value is None:
+            return None
+        how, _, owner = value.partition(" ")
+        if not how or not owner:
+            raise TrailerError(OWNER, value, "is not 'HOW TOOL_USE_ID'")
+        return how, owner
+
+    @property
     def secrets_text(self) -> str | None:
         """The secret findings' mark as written (JSON): readers decide how to treat one they
         cannot parse (``withhold`` holds the commit back)."""
@@ -141,6 +155,10 @@ class Checkpoint:
     # Tokens found in the files this checkpoint changed: [{"path", "line", "kind"}]. A commit
     # holding any is withheld from replication until released (``withhold``).
     secrets: list[dict] | None = None
+    # The tool call a tier-2 checkpoint belongs to although it is not its capture (issue 43):
+    # its id, and how ("in-flight": taken between its start and end; "inferred").
+    owner: str | None = None
+    owner_how: str | None = None
     commit: str | None = None
     tree: str | None = None
     parent: str | None = None
@@ -171,6 +189,9 @@ class Checkpoint:
             trailers.append((BASE, self.base))
         if self.base and self.base_tree:
             trailers.append((BASE_TREE, self.base_tree))
+        if self.owner and self.owner_how:
+            trailers.append((OWNER, f"{self.owner_how} "
+                             + redacted_line(self.owner, _STORE_LINE, "")))
         if self.secrets:
             trailers.append((SECRETS, json.dumps(self.secrets, ensure_ascii=True,
                                                  separators=(",", ":"))))
@@ -188,10 +209,12 @@ class Checkpoint:
         if seq is None:
             raise TrailerError(SEQ, "", "is absent: not a checkpoint commit")
         tier = t.tier
+        owner = t.owner
         return cls(key=key, seq=seq, tier=DEFAULT_TIER if tier is None else tier,
                    source=t.raw.get(SOURCE, DEFAULT_SOURCE), worktree=t.raw.get(WORKTREE, worktree),
                    label=t.label, tool_use_id=t.tool_use_id, base=t.base,
                    base_tree=t.base_tree,
+                   owner=owner[1] if owner else None, owner_how=owner[0] if owner else None,
                    commit=str(commit.id), tree=str(commit.tree_id),
                    parent=str(commit.parents[0].id) if commit.parents else None,
                    created_at=float(commit.commit_time), secrets_text=t.secrets_text)
@@ -215,7 +238,7 @@ class Checkpoint:
                 "deleted": self.deleted,
                 "created_at": time.time() if self.created_at is None else self.created_at,
                 "skipped": json_text(self.skipped) if self.skipped else None,
-                "secrets": secrets}
+                "secrets": secrets, "owner": self.owner, "owner_how": self.owner_how}
 
     @classmethod
     def from_row(cls, row: dict) -> Checkpoint:
@@ -226,7 +249,8 @@ class Checkpoint:
                    seq=row["seq"], tier=row.get("tier", DEFAULT_TIER),
                    source=row.get("source", DEFAULT_SOURCE), worktree=row.get("worktree", ""),
                    label=row.get("label"), tool_use_id=row.get("tool_use_id"),
-                   secrets=row.get("secrets") or None, commit=row.get("commit"),
+                   secrets=row.get("secrets") or None, owner=row.get("owner"),
+                   owner_how=row.get("owner_how"), commit=row.get("commit"),
                    tree=row.get("tree"), parent=row.get("parent"),
                    created_at=row.get("created_at"), added=row.get("added", 0),
                    modified=row.get("modified", 0), deleted=row.get("deleted", 0),

@@ -170,9 +170,11 @@ def attempt_from_row(row: Any) -> Attempt:
         final_commit=row["final_commit"], idle_since=row["idle_since"], host=row["host"])
 
 
-# A tool call's row (schema 6 added ``outcome``): columns named, so older rows' order is moot.
+# A tool call's row (schema 6 added ``outcome``, 7 ``label``, ``started_at``, ``kind``): columns
+# named, so older rows' order is moot.
 TOOL_CALL_INSERT = ("INSERT INTO tool_calls (attempt_pk, tool_use_id, seq, deduped, created_at,"
-                    " outcome) VALUES (?,?,?,?,?,?) ON CONFLICT DO NOTHING")
+                    " outcome, label, started_at, kind) VALUES (?,?,?,?,?,?,?,?,?)"
+                    " ON CONFLICT DO NOTHING")
 
 
 def tool_ids(tool_use_id: str | None, aliases: list[str] | None) -> list[str]:
@@ -212,6 +214,7 @@ def checkpoint_from_row(row: Any) -> dict:
         "pruned_reason": row["pruned_reason"],
         "secrets": json.loads(row["secrets"]) if row["secrets"] else [],
         **outcome_of(row["outcome"]),
+        "owner": row["owner"], "owner_how": row["owner_how"],
     }
 
 

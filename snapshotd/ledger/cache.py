@@ -220,4 +220,5 @@ def recorded_checkpoint(attempt: Attempt, row: dict) -> dict:
         "created_at": row["created_at"], "pruned_at": None, "pruned_reason": None,
         "secrets": json.loads(row["secrets"]) if row.get("secrets") else [],
         **outcome_of(row.get("outcome")),
+        "owner": row.get("owner"), "owner_how": row.get("owner_how"),
     }

@@ -45,10 +45,11 @@ from snapshotd.ledger.base import (  # noqa: F401  (the ledger's vocabulary, re-
     run_filter,
     tool_ids,
 )
-from snapshotd.ledger.cache import TOOL_CALLS_KEPT, ReadCache
+from snapshotd.ledger.cache import ReadCache
 from snapshotd.ledger.postgres import PostgresBackend
 from snapshotd.ledger.schema import SCHEMA_VERSION, migration_sql
 from snapshotd.ledger.sqlite import SqliteBackend, refuse_emptied, sqlite_path, sqlite_size
+from snapshotd.ledger.tool_calls import ToolCallRows
 
 if TYPE_CHECKING:
     from snapshotd.core import Config
@@ -112,7 +113,7 @@ def describe_ledger(home: Path, config: Config | None = None) -> str:
 # -- the ledger ----------------------------------------------------------------------------------
 
 
-class Ledger:
+class Ledger(ToolCallRows):
     """Thread-safe access to the ledger (one connection, one lock, short transactions).
 
     ``Ledger(path)`` opens the SQLite file ``path``; ``Ledger(url=...)`` opens ``sqlite:///…`` or
@@ -310,23 +311,6 @@ class Ledger:
         found = self._cached("last_checkpoints", attempt_pk, read)
         return dict(found) if found is not None else None
 
-    def tool_call(self, attempt_pk: int, tool_use_id: str) -> dict | None:
-        """The checkpoint a tool call of the attempt maps to, or None (for a new one, nearly
-        every one, the cached set of the attempt's recorded tool calls answers)."""
-        if self._cache.enabled:
-            known: set[str] | None = self._cached("tool_calls", attempt_pk,
-                                                  lambda: self._tool_use_ids_of(attempt_pk))
-            if known is not None and tool_use_id not in known:
-                return None
-        row = self._one(
-            "SELECT t.seq, t.deduped, t.outcome, c.commit_id, c.tree FROM tool_calls t"
-            " JOIN checkpoints c ON c.attempt_pk = t.attempt_pk AND c.seq = t.seq"
-            " WHERE t.attempt_pk=? AND t.tool_use_id=?", (attempt_pk, tool_use_id))
-        if row is None:
-            return None
-        return {"seq": row["seq"], "commit": row["commit_id"], "tree": row["tree"],
-                **outcome_of(row["outcome"])}
-
     def record_checkpoint(self, attempt: Attempt, row: dict) -> None:
         """Insert one checkpoint row (and its tool call) in one transaction.
 
@@ -358,28 +342,19 @@ class Ledger:
             db.execute(
                 "INSERT INTO checkpoints (attempt_pk, run_id, node_id, iteration, attempt, seq,"
                 " commit_id, tree, parent, source, tier, label, tool_use_id, worktree, added,"
-                " modified, deleted, skipped, created_at, secrets, outcome)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " modified, deleted, skipped, created_at, secrets, outcome, owner, owner_how)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (attempt.pk, attempt.key.run_id, attempt.key.node_id, attempt.key.iteration,
                  attempt.key.attempt, row["seq"], row["commit"], row["tree"], row.get("parent"),
                  row["source"], row["tier"], row.get("label"), tool_use_id,
                  row["worktree"], row.get("added", 0), row.get("modified", 0),
                  row.get("deleted", 0), row.get("skipped"), row["created_at"],
-                 row.get("secrets"), row.get("outcome")))
+                 row.get("secrets"), row.get("outcome"), row.get("owner"),
+                 row.get("owner_how")))
             for tool_id in tool_ids(tool_use_id, row.get("tool_aliases")):  # aliases: one row each
-                db.execute(TOOL_CALL_INSERT, (attempt.pk, tool_id, row["seq"], 0,
-                                               time.time(), row.get("outcome")))
-
-    def record_tool_call(self, attempt: Attempt, tool_use_id: str, seq: int,
-                         outcome: str | None = None, aliases: list[str] | None = None) -> None:
-        """A deduplicated capture still maps its tool call (each of its ids, and how it ended:
-        ``outcome``, JSON) to the seq that holds its state."""
-        ids = tool_ids(tool_use_id, aliases)
-        with self._write(keeps_cache=True, on_end=lambda committed: self._cache.
-                         tool_calls_recorded(attempt.pk, ids, committed)) as db:
-            check_fault("ledger")
-            for tool_id in ids:
-                db.execute(TOOL_CALL_INSERT, (attempt.pk, tool_id, seq, 1, time.time(), outcome))
+                db.execute(TOOL_CALL_INSERT, (attempt.pk, tool_id, row["seq"], 0, time.time(),
+                                               row.get("outcome"), row.get("label"),
+                                               row.get("started_at"), None))
 
     def checkpoints(self, run_id: str, node_id: str | None = None,
                     attempt: int | None = None, *, offset: int = 0,
@@ -400,12 +375,6 @@ class Ledger:
         where, args = run_filter(run_id, node_id, attempt)
         row = self._one(f"SELECT COUNT(*) AS n FROM checkpoints WHERE {where}", args)
         return int(row["n"]) if row else 0
-
-    def tool_use_ids(self, run_id: str) -> set[str]:
-        rows = self._all(
-            "SELECT t.tool_use_id FROM tool_calls t JOIN attempts a ON a.pk = t.attempt_pk"
-            " WHERE a.run_id=?", (run_id,))
-        return {r["tool_use_id"] for r in rows}
 
     def seqs(self, attempt_pk: int) -> set[int]:
         rows = self._all("SELECT seq FROM checkpoints WHERE attempt_pk=?", (attempt_pk,))
@@ -500,12 +469,6 @@ class Ledger:
                          " GROUP BY run_id")
         return {r["run_id"]: (int(r["n"]), r["t"]) for r in rows}
 
-    def covered_tool_calls(self) -> set[tuple[str, str]]:
-        """Every (run, tool_use_id) that maps to a checkpoint."""
-        rows = self._all("SELECT a.run_id AS run_id, t.tool_use_id AS tool_use_id FROM"
-                         " tool_calls t JOIN attempts a ON a.pk = t.attempt_pk")
-        return {(r["run_id"], r["tool_use_id"]) for r in rows}
-
     # -- helpers ---------------------------------------------------------------------------
 
     @contextmanager
@@ -528,13 +491,6 @@ class Ledger:
                     self._cache.clear()
                 elif on_end is not None and self._cache.enabled:
                     on_end(committed)
-
-    def _tool_use_ids_of(self, attempt_pk: int) -> set[str] | None:
-        """The attempt's recorded tool use ids, or None when there are more than the cache
-        keeps (``TOOL_CALLS_KEPT``: memory bounded by what is active, not by history)."""
-        rows = self._all("SELECT tool_use_id FROM tool_calls WHERE attempt_pk=? LIMIT ?",
-                         (attempt_pk, TOOL_CALLS_KEPT + 1))
-        return {r["tool_use_id"] for r in rows} if len(rows) <= TOOL_CALLS_KEPT else None
 
     def _cached(self, table: str, key: Any, read: Callable[[], Any]) -> Any:
         """``read()``'s answer, from the read cache when it holds one that is still valid."""

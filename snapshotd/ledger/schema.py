@@ -11,7 +11,7 @@ run the same statements in the same order.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 DIALECTS = ("sqlite", "postgresql")
 
@@ -105,6 +105,19 @@ _MIGRATIONS: dict[int, str] = {
     6: """
     ALTER TABLE checkpoints ADD COLUMN outcome TEXT;
     ALTER TABLE tool_calls ADD COLUMN outcome TEXT
+    """,
+    # 7: attribution (issue 43). ``owner``/``owner_how`` on a checkpoint the watcher took while a
+    # tool call ran: that call's id, and "in-flight" (its start event was seen) or "inferred"
+    # (the session was working and that call's end came next); NULL: its own capture, or a
+    # change from outside. A tool call row keeps its label (a deduplicated call is listed by
+    # it), when it started (its start event; NULL: none seen) and its ``kind`` (NULL: a tool
+    # call; "restore", "revert", "purge": snapshotd's own events, kept even when deduplicated).
+    7: """
+    ALTER TABLE checkpoints ADD COLUMN owner TEXT;
+    ALTER TABLE checkpoints ADD COLUMN owner_how TEXT;
+    ALTER TABLE tool_calls ADD COLUMN label TEXT;
+    ALTER TABLE tool_calls ADD COLUMN started_at {REAL};
+    ALTER TABLE tool_calls ADD COLUMN kind TEXT
     """,
 }
 

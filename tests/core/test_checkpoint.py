@@ -101,7 +101,21 @@ def test_a_row_rebuilt_from_its_commit_is_the_row_reconcile_always_wrote(tmp_pat
         "added": 0, "modified": 0, "deleted": 0, "created_at": 1_700_000_000.0,
         "skipped": None,
         # The trailer's text as written, not re-encoded: an unreadable mark stays a mark.
-        "secrets": '[{"path":"k.pem","line":3,"kind":"private-key \\u00e9"}]'}
+        "secrets": '[{"path":"k.pem","line":3,"kind":"private-key \\u00e9"}]',
+        "owner": None, "owner_how": None}
+
+
+def test_an_in_flight_owner_round_trips_through_the_commit(tmp_path) -> None:
+    cp = Checkpoint(key=KEY, seq=3, tier=2, source="watch", worktree="/w",
+                    owner="toolu_9", owner_how="in-flight")
+    message = cp.to_message()
+    assert "Snapshotd-Owner: in-flight toolu_9\n" in message
+    again = Checkpoint.from_commit(_commit(tmp_path, message), KEY, worktree="/w")
+    assert (again.owner, again.owner_how) == ("toolu_9", "in-flight")
+    assert again.to_row()["owner"] == "toolu_9"
+    with pytest.raises(TrailerError):
+        Checkpoint.from_commit(_commit(tmp_path / "b", message.replace("in-flight ", "")),
+                               KEY, worktree="/w")
 
 
 def test_a_rebuilt_row_takes_the_oldest_checkpoints_defaults(tmp_path) -> None:
@@ -122,7 +136,7 @@ def test_a_captures_row_encodes_its_json_columns_as_the_ledger_expects() -> None
     row = cp.to_row()
     assert list(row) == ["seq", "commit", "tree", "parent", "source", "tier", "label",
                          "tool_use_id", "worktree", "added", "modified", "deleted",
-                         "created_at", "skipped", "secrets"]
+                         "created_at", "skipped", "secrets", "owner", "owner_how"]
     assert (row["added"], row["modified"], row["deleted"]) == (2, 1, 0)
     assert row["skipped"] == json_text(skipped) and json.loads(row["skipped"]) == skipped
     assert row["secrets"] == '[{"path": "k.pem", "line": 3, "kind": "private-key é"}]'

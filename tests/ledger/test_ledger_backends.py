@@ -225,7 +225,8 @@ def test_seq_rules_and_row_round_trip(ledger: Ledger) -> None:
         "commit": f"{0:040x}", "tree": f"{1000:040x}", "parent": None, "source": "hook",
         "tier": 1, "label": "label 0", "tool_use_id": None, "worktree": "/wt", "added": 0,
         "modified": 1, "deleted": 0, "skipped": [], "created_at": stamp, "pruned_at": None,
-        "pruned_reason": None, "secrets": [], "failed": False, "exit_code": None, "error": None}
+        "pruned_reason": None, "secrets": [], "failed": False, "exit_code": None, "error": None,
+        "owner": None, "owner_how": None}
     assert ledger.attempt_checkpoints(a.pk)[1]["skipped"] == [{"path": "big"}]
     last = ledger.last_checkpoint(a.pk)
     assert last is not None and last["seq"] == 5
