@@ -148,6 +148,9 @@ def _checkpoint_row(cp: dict, now: float) -> tuple[str, ...]:
     if cp.get("failed"):  # the text listing keeps one line: the mark, not the error text
         code = cp.get("exit_code")
         label += "  FAILED" + (f" (exit {code})" if code is not None else "")
+    for event in (t for t in cp.get("tool_calls") or [] if t.get("kind")):
+        # snapshotd's own events at this seq (a restore, a purge): listed even when deduplicated.
+        label += f"  + {field(event.get('label') or event['kind'])} [{field(event['id'])}]"
     if cp.get("skipped"):
         label += f"  (skipped: {_skipped_text(cp['skipped'])})"
     if cp.get("secrets"):

@@ -57,7 +57,8 @@ def list_run(ledger: Ledger, gaps: GapSpool, run_id: str, node_id: str | None = 
              attempt: int | None = None) -> dict:
     """A run's checkpoints and its gaps; a gap whose tool call later got a checkpoint is
     marked resolved."""
-    checkpoints = ledger.checkpoints(run_id, node_id, attempt)
+    checkpoints = _with_events(ledger, ledger.checkpoints(run_id, node_id, attempt), run_id,
+                               node_id, attempt)
     return {"run_id": run_id, "checkpoints": checkpoints,
             "gaps": _run_gaps(ledger, gaps, run_id, node_id, attempt)}
 
@@ -71,7 +72,8 @@ def list_page(ledger: Ledger, gaps: GapSpool, run_id: str, node_id: str | None =
     None after the last; ``total`` counts every item."""
     count = ledger.count_checkpoints(run_id, node_id, attempt)
     cap = min(limit or PAGE_ROWS, PAGE_ROWS)
-    rows = ledger.checkpoints(run_id, node_id, attempt, offset=offset, limit=cap) \
+    rows = _with_events(ledger, ledger.checkpoints(run_id, node_id, attempt, offset=offset,
+                                                   limit=cap), run_id, node_id, attempt) \
         if offset < count else []
     gap_rows = _run_gaps(ledger, gaps, run_id, node_id, attempt)
     items = rows + (gap_rows[max(0, offset - count):] if offset + len(rows) >= count else [])
@@ -192,6 +194,23 @@ def open_ledger_if_any(home: Path) -> Iterator[Ledger | None]:
         yield ledger
     finally:
         ledger.close()
+
+
+def _with_events(ledger: Ledger, rows: list[dict], run_id: str, node_id: str | None,
+                 attempt: int | None) -> list[dict]:
+    """INTERIM (issue 43, h-others; replaced when h-list's read model is merged, which gives
+    every checkpoint its ``tool_calls``): snapshotd's own events (restore, purge) listed at the
+    seq that holds their state, as ``tool_calls`` entries with their ``kind``."""
+    at: dict[tuple, list[dict]] = defaultdict(list)
+    for t in ledger.tool_calls(run_id, node_id, attempt):
+        if t["kind"]:
+            at[t["node_id"], t["iteration"], t["attempt"], t["seq"]].append(
+                {"id": t["tool_use_id"], "aliases": [], "label": t["label"], "kind": t["kind"],
+                 "failed": False, "exit_code": None, "error": None})
+    for row in rows:
+        row.setdefault("tool_calls", at.get(
+            (row["node_id"], row["iteration"], row["attempt"], row["seq"]), []))
+    return rows
 
 
 def _damaged(run_gaps: list[dict]) -> list[dict]:
