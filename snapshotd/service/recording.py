@@ -89,7 +89,7 @@ class Recorder:
         parent = str(head.id) if head else None
         base, base_tree = self._base(attempt) if head is None else (None, None)
         checkpoint = Checkpoint(key=attempt.key, seq=seq, tier=req.tier, source=req.source,
-                                worktree=root, label=_label(req, root),
+                                worktree=root, label=label_of(req, root),
                                 tool_use_id=req.tool_use_id, base=base, base_tree=base_tree,
                                 secrets=found, tree=capture.tree, parent=parent, added=added,
                                 modified=modified, deleted=deleted,
@@ -198,7 +198,7 @@ def _unique(findings: list[dict]) -> list[dict]:
     return out
 
 
-def _label(req: SnapshotRequest, root: str) -> str | None:
+def label_of(req: SnapshotRequest, root: str) -> str | None:
     """The checkpoint's label: a hook's path named relative to the worktree, then cut (cut
     first, a long absolute path would lose the very part that names the file)."""
     if req.label_whole is None:

@@ -54,7 +54,7 @@ from snapshotd.service.damage import DamageRegistry, repair_ref
 from snapshotd.service.gaps import GapSpool
 from snapshotd.service.listing import list_op, list_run
 from snapshotd.service.reconcile import lost_gap_writer, reconcile, reconcile_attempt
-from snapshotd.service.recording import Recorder
+from snapshotd.service.recording import Recorder, label_of
 from snapshotd.service.request import (
     SOURCES,
     SnapshotRequest,
@@ -365,8 +365,9 @@ class Service:
                 seq = 0 if found is None else found
                 if last is not None and last["seq"] == seq:
                     if req.tool_use_id:
-                        self.ledger.record_tool_call(attempt, req.tool_use_id, seq,
-                                                     outcome_json(req), req.tool_aliases)
+                        self.ledger.record_tool_call(  # listed by its label (issue 43)
+                            attempt, req.tool_use_id, seq, outcome_json(req), req.tool_aliases,
+                            label=label_of(req, attempt.worktree))
                     self.counters["dedups"] += 1
                     return self.recorder.reply(
                         attempt, {"seq": seq, "commit": str(head.id), "tree": capture.tree},
