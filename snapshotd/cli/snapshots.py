@@ -177,11 +177,14 @@ def _checkpoint_row(cp: dict, now: float) -> tuple[str, ...]:
             f"+{cp['added']} ~{cp['modified']} -{cp['deleted']}", label)
 
 
+def relative(label: str, worktree: str) -> str:
+    """``label`` with the worktree's paths relative to it (labels older than that rule)."""
+    return label.replace(worktree.rstrip("/") + "/", "") if worktree and label else label
+
+
 def call_text(call: dict, worktree: str = "") -> str:
     """``[ID] label`` of a tool call (its label's paths relative to the worktree), escaped."""
-    label = call.get("label") or ""
-    if worktree and label:
-        label = label.replace(worktree.rstrip("/") + "/", "")
+    label = relative(call.get("label") or "", worktree)
     kind = f"{field(call['kind'])}: " if call.get("kind") else ""
     return f"{kind}[{field(call['id'])}]" + (f" {field(label)}" if label else "")
 

@@ -8,6 +8,7 @@ FACE: dict[str, tuple[str, ...]] = {
     "diff": ("diff_checkpoints", "render_trees"),
     "export": ("export_fields",),
     "history": ("compare", "find_path", "log_run", "show_checkpoint"),
+    "tool_call_change": ("show_tool_call",),
     "view": ("HomeView",),
 }
 __all__, __getattr__, __dir__ = face(__name__, FACE)
