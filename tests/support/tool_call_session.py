@@ -75,16 +75,17 @@ def give_owner(env: Env, seqs: list[int], owner: str, how: str = "in-flight") ->
         ledger.close()
 
 
-def run_session(env: Env, daemon: Daemon, wt: Path, *, owners: bool = True) -> Session:
+def run_session(env: Env, daemon: Daemon, wt: Path, *, owners: bool = True,
+                b_text: str = "two\n") -> Session:
     """Replay t1, t2 and t3 against ``daemon`` (settle windows longer than the test: tier-2
-    captures happen on ``flush`` only)."""
+    captures happen on ``flush`` only); t2 writes ``b_text`` into ``b.txt``."""
     s = Session(env, wt)
     (wt / "a.txt").write_text("one\n")
     hook(env, wt, payload(wt, "PostToolUse", "Write", {"file_path": str(wt / "a.txt"),
                                                         "content": "one\n"}, T1,
                           tool_response={"type": "create", "filePath": str(wt / "a.txt")}))
     with daemon.client() as c:
-        for call, writes in ((T2, [("b.txt", "two\n"), ("c.txt", "three\n")]),
+        for call, writes in ((T2, [("b.txt", b_text), ("c.txt", "three\n")]),
                              (T3, [("z.txt", "z\n")])):
             for name, text in writes:
                 (wt / name).write_text(text)

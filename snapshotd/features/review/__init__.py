@@ -4,7 +4,8 @@ calls."""
 from snapshotd.faces import face
 
 FACE: dict[str, tuple[str, ...]] = {
-    "blame": ("blame_checkpoint", "blame_commit", "outside_tool_call", "public_shape"),
+    "blame": ("attribute", "blame_checkpoint", "blame_commit", "outside_tool_call",
+        "public_shape"),
     "diff": ("diff_checkpoints", "render_trees"),
     "export": ("export_fields",),
     "history": ("compare", "find_path", "log_run", "show_checkpoint"),
