@@ -200,8 +200,10 @@ def _add_listing_tools(app: MCPServer, ops: Operations) -> None:
                                            "when omitted.")] = None,
     ) -> CheckpointsResult:
         """A run's checkpoints (seq, node, iteration, attempt, tier, source, label, commit, tree,
-        files added/modified/deleted, created_at) with its gaps in line (a gap whose tool call got
-        a checkpoint later is marked resolved). The same fields as `snapshotd snapshots --json`."""
+        files added/modified/deleted, created_at, `tool_call`: the tool call it is, its own or
+        the one that owned a tier-2 checkpoint, and `tool_calls`: those whose capture
+        deduplicated onto it) with its gaps in line (a gap whose tool call got a checkpoint
+        later is marked resolved). The same fields as `snapshotd snapshots --json`."""
         return _tool(ops.list_checkpoints, run_id=run_id, node_id=node_id, attempt=attempt,
                      limit=limit)
 
@@ -348,9 +350,13 @@ def _add_history_tools(app: MCPServer, ops: Operations) -> None:
     @app.tool(annotations=_read_only("Show a checkpoint"))
     def show_checkpoint(
         run_id: Annotated[str, Field(description="The run.")],
-        node_id: Annotated[str, Field(description="The node, e.g. `session`.")],
+        node_id: Annotated[str | None, Field(description="The node, e.g. `session` (needed "
+                                             "unless tool_call is given).")] = None,
         seq: Annotated[int | None, Field(ge=0, description="The checkpoint (default: the newest "
                                          "of the attempt).")] = None,
+        tool_call: Annotated[str | None, Field(description="Show this tool call's whole change "
+                                               "instead (any of its ids): from the checkpoint "
+                                               "before its first to its last.")] = None,
         iteration: Annotated[int | None, Field(ge=0, description="The iteration (default: the "
                                                "newest).")] = None,
         attempt: Annotated[int | None, Field(ge=1, description="The attempt (default: the "
@@ -360,8 +366,15 @@ def _add_history_tools(app: MCPServer, ops: Operations) -> None:
                                               "bytes.")] = DEFAULT_PATCH_BYTES,
     ) -> dict[str, Any]:
         """What checkpoint `seq` changed against the previous one (the first against its base:
-        the commit the worktree was at, else the empty tree), with its tool call (label, tool_use_id, tier, source, time) and the attempt's gaps
-        before and after it. `snapshotd show --json`."""
+        the commit the worktree was at, else the empty tree), with its tool call (`tool_call`:
+        id, label, how it owns the checkpoint; `tool_calls`: calls whose capture deduplicated
+        onto it) and the attempt's gaps around it; with `tool_call`, that tool call's whole
+        change. `snapshotd show --json` (`--tool-call ID`)."""
+        if tool_call is not None:
+            return _tool(ops.show_tool_call, run_id=run_id, tool_call=tool_call,
+                         node_id=node_id, patch=patch, max_patch_bytes=max_patch_bytes)
+        if node_id is None:
+            raise ToolError("bad-request: give node_id (or tool_call)")
         return _tool(ops.show_checkpoint, run_id=run_id, node_id=node_id, seq=seq,
                      iteration=iteration, attempt=attempt, patch=patch,
                      max_patch_bytes=max_patch_bytes)

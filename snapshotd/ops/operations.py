@@ -140,6 +140,17 @@ class Operations:
             attempt=attempt, patch=patch), home=self._home)
         return _cut_patch(result, max_patch_bytes)
 
+    def show_tool_call(self, *, run_id: str, tool_call: str, node_id: str | None = None,
+                       patch: bool = True, max_patch_bytes: int = DEFAULT_PATCH_BYTES) -> dict:
+        """``snapshotd show --tool-call ID --json``: one tool call's whole change, by any of
+        its ids (``snapshotd.features.review.tool_call_change``)."""
+        from snapshotd.features.review import show_tool_call
+
+        result = backend.read_home(lambda view: show_tool_call(
+            view, run_id=run_id, tool_call=tool_call, node_id=node_id, patch=patch),
+            home=self._home)
+        return _cut_patch(result, max_patch_bytes)
+
     def log_checkpoints(self, *, run_id: str, node_id: str | None = None,
                         iteration: int | None = None, attempt: int | None = None,
                         path: str | None = None, since: str | None = None,
