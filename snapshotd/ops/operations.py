@@ -217,7 +217,8 @@ class Operations:
                            good: int | None = None, bad: int | None = None,
                            iteration: int | None = None, attempt: int | None = None,
                            timeout_s: float = MCP_BISECT_TIMEOUT_S,
-                           max_steps: int = MCP_BISECT_MAX_STEPS) -> dict:
+                           max_steps: int = MCP_BISECT_MAX_STEPS,
+                           progress: BisectProgress | None = None) -> dict:
         """The MCP tool's bisect: bounded per run (``timeout_s``) and in runs (``max_steps``),
         each run's output tail in its step."""
         fields = {"run_id": id_field("run_id", run_id), "node_id": id_field("node_id", node_id),
@@ -226,7 +227,8 @@ class Operations:
                 isinstance(word, str) and word and "\0" not in word for word in command):
             raise ServiceError(BAD_REQUEST, "command must be a non-empty list of arguments, "
                                "e.g. [\"pytest\", \"-x\", \"tests/test_app.py\"]")
-        return self.bisect(fields, command, timeout=timeout_s, max_steps=max_steps)
+        return self.bisect(fields, command, timeout=timeout_s, max_steps=max_steps,
+                           progress=progress)
 
     def checkout(self, fields: dict[str, Any]) -> dict:
         """``snapshotd checkout --json`` for ``fields`` (``run_id``, ``node_id``, ``seq``,

@@ -94,15 +94,6 @@ def test_a_skip_next_to_the_break_still_names_it(sd_env: Env, daemon: Daemon,
     assert runs == result["runs"]
 
 
-def test_bad_bounds_are_refused(sd_env: Env, daemon: Daemon, tmp_path: Path) -> None:
-    build_session(daemon, tmp_path / "wt", calls=4)
-    proc = cli(sd_env, "bisect", RUN, "--node", NODE, "--good", "3", "--bad", "1", "--",
-               "true")
-    assert proc.returncode == 1 and "must come before" in proc.stderr
-    proc = cli(sd_env, "bisect", RUN, "--node", "nope", "--", "true")
-    assert proc.returncode == 1 and "its nodes: session" in proc.stderr
-
-
 def test_sigint_mid_bisect_leaves_no_scratch_directory(sd_env: Env, daemon: Daemon,
                                                        tmp_path: Path) -> None:
     build_session(daemon, tmp_path / "wt")
@@ -149,8 +140,14 @@ def test_a_timeout_counts_bad_and_kills_the_group(sd_env: Env, daemon: Daemon,
     assert list(scratch.iterdir()) == []
 
 
-def test_an_exit_of_128_or_more_aborts(sd_env: Env, daemon: Daemon, tmp_path: Path) -> None:
+def test_bad_bounds_are_refused_and_an_exit_of_128_or_more_aborts(
+        sd_env: Env, daemon: Daemon, tmp_path: Path) -> None:
     build_session(daemon, tmp_path / "wt", calls=4)
+    proc = cli(sd_env, "bisect", RUN, "--node", NODE, "--good", "3", "--bad", "1", "--",
+               "true")
+    assert proc.returncode == 1 and "must come before" in proc.stderr
+    proc = cli(sd_env, "bisect", RUN, "--node", "nope", "--", "true")
+    assert proc.returncode == 1 and "its nodes: session" in proc.stderr
     scratch = tmp_path / "scratch-parent"
     scratch.mkdir()
     proc = cli(sd_env, "bisect", RUN, "--node", NODE, "--", "sh", "-c", "exit 130",
