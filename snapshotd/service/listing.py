@@ -3,13 +3,13 @@
 Owns the ``list`` op (``list_op``/``list_page``: a page of a run's checkpoint rows, optionally
 of one node or attempt, in attempt and seq order, then the run's gaps in spool order, each marked
 ``resolved`` when its tool call later got a checkpoint; pages keep a reply far under the frame
-limit, docs/protocol.md), the whole listing (``list_run``: ``snapshots --json``, handoff), the run summary (``collect_runs``, behind ``snapshotd runs`` and the MCP ``list_runs``; it names
-the run's damaged attempts from their ``attempt-damaged`` gaps),
-the gap listing with each gap marked resolved or not (``list_gaps``), a run's listing read from
-the ledger (``list_from_ledger``, when no daemon answers) and the one sentence for an unknown
-run. The ledger (SQLite WAL or PostgreSQL) and the spool are safe to read beside a running
-daemon.
-
+limit, docs/protocol.md), the whole listing (``list_run``: ``snapshots --json``, handoff), each
+row with its ``tool_call`` and ``tool_calls`` (``tool_calls.annotate``), the run summary
+(``collect_runs``, behind ``snapshotd runs`` and the MCP ``list_runs``: it names the run's
+damaged attempts from their ``attempt-damaged`` gaps and counts its tool calls), the gap listing
+with each gap marked resolved or not (``list_gaps``), a run's listing read from the ledger
+(``list_from_ledger``, when no daemon answers) and the one sentence for an unknown run. The
+ledger (SQLite WAL or PostgreSQL) and the spool are safe to read beside a running daemon.
 Promises: nothing here writes; an unknown run is a ``ServiceError(not-found)`` naming the
 known runs; a spool or ledger that cannot be read raises (``OSError``, ``LedgerError``,
 ``ConfigError``) for the front end to report.
@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from snapshotd.core import NOT_FOUND, ServiceError, id_field, int_field, opt_int_field
 from snapshotd.service.damage import ATTEMPT_DAMAGED
 from snapshotd.service.gaps import GapSpool
+from snapshotd.service.tool_calls import annotate, count_calls
 from snapshotd_client import gaps_path, pack_plain
 
 if TYPE_CHECKING:
@@ -57,8 +58,8 @@ def list_run(ledger: Ledger, gaps: GapSpool, run_id: str, node_id: str | None = 
              attempt: int | None = None) -> dict:
     """A run's checkpoints and its gaps; a gap whose tool call later got a checkpoint is
     marked resolved."""
-    checkpoints = _with_events(ledger, ledger.checkpoints(run_id, node_id, attempt), run_id,
-                               node_id, attempt)
+    checkpoints = annotate(ledger.checkpoints(run_id, node_id, attempt),
+                           ledger.tool_calls(run_id, node_id, attempt))
     return {"run_id": run_id, "checkpoints": checkpoints,
             "gaps": _run_gaps(ledger, gaps, run_id, node_id, attempt)}
 
@@ -72,9 +73,10 @@ def list_page(ledger: Ledger, gaps: GapSpool, run_id: str, node_id: str | None =
     None after the last; ``total`` counts every item."""
     count = ledger.count_checkpoints(run_id, node_id, attempt)
     cap = min(limit or PAGE_ROWS, PAGE_ROWS)
-    rows = _with_events(ledger, ledger.checkpoints(run_id, node_id, attempt, offset=offset,
-                                                   limit=cap), run_id, node_id, attempt) \
+    rows = ledger.checkpoints(run_id, node_id, attempt, offset=offset, limit=cap) \
         if offset < count else []
+    if rows:  # each row names its tool call (its own, its owner's, the calls held at it)
+        rows = annotate(rows, ledger.tool_calls(run_id, node_id, attempt))
     gap_rows = _run_gaps(ledger, gaps, run_id, node_id, attempt)
     items = rows + (gap_rows[max(0, offset - count):] if offset + len(rows) >= count else [])
     used = taken = 0
@@ -101,6 +103,8 @@ def collect_runs(home: Path) -> list[dict]:
         attempts = ledger.attempts()
         stats = ledger.checkpoint_stats()
         covered = ledger.covered_tool_calls()
+        calls = {run: count_calls(ledger.tool_calls(run))
+                 for run in dict.fromkeys(a.key.run_id for a in attempts)}
 
     gaps: dict[str, list[dict]] = defaultdict(list)
     for gap in GapSpool(gaps_path(home)).all():
@@ -124,6 +128,7 @@ def collect_runs(home: Path) -> list[dict]:
             "attempts": len(items),
             "states": dict(Counter(a.state for a in items)),
             "checkpoints": count,
+            **calls[run_id],
             "gaps": len(run_gaps),
             "unresolved_gaps": unresolved,
             "worktrees": sorted({a.worktree for a in items}),
@@ -194,23 +199,6 @@ def open_ledger_if_any(home: Path) -> Iterator[Ledger | None]:
         yield ledger
     finally:
         ledger.close()
-
-
-def _with_events(ledger: Ledger, rows: list[dict], run_id: str, node_id: str | None,
-                 attempt: int | None) -> list[dict]:
-    """INTERIM (issue 43, h-others; replaced when h-list's read model is merged, which gives
-    every checkpoint its ``tool_calls``): snapshotd's own events (restore, purge) listed at the
-    seq that holds their state, as ``tool_calls`` entries with their ``kind``."""
-    at: dict[tuple, list[dict]] = defaultdict(list)
-    for t in ledger.tool_calls(run_id, node_id, attempt):
-        if t["kind"]:
-            at[t["node_id"], t["iteration"], t["attempt"], t["seq"]].append(
-                {"id": t["tool_use_id"], "aliases": [], "label": t["label"], "kind": t["kind"],
-                 "failed": False, "exit_code": None, "error": None})
-    for row in rows:
-        row.setdefault("tool_calls", at.get(
-            (row["node_id"], row["iteration"], row["attempt"], row["seq"]), []))
-    return rows
 
 
 def _damaged(run_gaps: list[dict]) -> list[dict]:

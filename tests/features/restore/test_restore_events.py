@@ -28,8 +28,12 @@ def events_at(cp: dict) -> list[dict]:
 
 
 def table_line(env: Env, run_id: str, seq: int) -> str:
+    """The table's row of checkpoint ``seq`` and the lines listed under it."""
     lines = cli(env, "snapshots", run_id).stdout.splitlines()
-    return "\n".join(line for line in lines if line.split()[:1] == [str(seq)])
+    start = next(n for n, line in enumerate(lines) if line.split()[:1] == [str(seq)])
+    end = next((n for n in range(start + 1, len(lines)) if not lines[n].startswith(" ")),
+               len(lines))
+    return "\n".join(lines[start:end])
 
 
 def test_a_restore_whose_checkpoints_deduplicate_is_still_listed(sd_env: Env, daemon: Daemon,
