@@ -239,3 +239,22 @@ def test_start_without_a_stable_id_is_matched_by_order(sd_env: Env, watching: Da
     assert ended["started_at"] is not None
     found = [r for r in rows(sd_env, run) if r["seq"] == tier2[0]["seq"]]
     assert [(r["owner"], r["owner_how"]) for r in found] == [(ended["tool_use_id"], "in-flight")]
+
+
+def test_a_restart_forgets_the_call_in_flight(sd_env: Env, make_daemon: MakeDaemon,
+                                              tmp_path: Path) -> None:
+    """The calls in flight live in the daemon's memory: across a restart the call's changes
+    are inferred, as for an agent that sends no start event."""
+    wt = make_git_worktree(tmp_path / "proj")
+    first = make_daemon(sd_env, FAST_WATCHER)
+    (wt / "a.txt").write_text("one\n")
+    hook(sd_env, wt, claude(wt, "PostToolUse", "t1", file_path="a.txt"))
+    hook(sd_env, wt, claude(wt, "PreToolUse", "t2", command=COMMAND))
+    assert first.stop() == 0
+    make_daemon(sd_env, FAST_WATCHER)
+    (wt / "b.txt").write_text("two\n")
+    [cp] = wait_tier2(sd_env, "claude-s1", 1)
+    hook(sd_env, wt, claude(wt, "PostToolUse", "t2", command=COMMAND))
+    found = {r["seq"]: r for r in rows(sd_env, "claude-s1")}
+    assert (found[cp["seq"]]["owner"], found[cp["seq"]]["owner_how"]) == ("t2", "inferred")
+    assert call_row(sd_env, "claude-s1", "t2")["started_at"] is None
