@@ -119,6 +119,7 @@ def test_start_event_makes_tier2_checkpoints_the_calls(sd_env: Env, watching: Da
     assert trailer_owner(sd_env, found[0]["commit_id"]) is None  # t1's own capture
     t2 = call_row(sd_env, "claude-s1", "t2")
     assert t2["label"] == f"Bash {COMMAND}"
+    assert t2["deduped"] == 1 and t2["seq"] == tier2[-1]["seq"]  # its end found nothing new
     assert t2["started_at"] is not None and t2["started_at"] <= tier2[0]["created_at"]
     assert call_row(sd_env, "claude-s1", "t1")["started_at"] is None  # no start event
 
