@@ -351,8 +351,9 @@ class Ledger(ToolCallRows):
                  row.get("deleted", 0), row.get("skipped"), row["created_at"],
                  row.get("secrets"), row.get("outcome"), row.get("owner"),
                  row.get("owner_how")))
+            now = time.time()  # one creation time: a call's aliases are told by it (coverage)
             for tool_id in tool_ids(tool_use_id, row.get("tool_aliases")):  # aliases: one row each
-                db.execute(TOOL_CALL_INSERT, (attempt.pk, tool_id, row["seq"], 0, time.time(),
+                db.execute(TOOL_CALL_INSERT, (attempt.pk, tool_id, row["seq"], 0, now,
                                                row.get("outcome"), row.get("label"),
                                                row.get("started_at"), None))
 

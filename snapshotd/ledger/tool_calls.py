@@ -55,8 +55,9 @@ class ToolCallRows:
         with self._write(keeps_cache=True, on_end=lambda committed: self._cache.
                          tool_calls_recorded(attempt.pk, ids, committed)) as db:
             check_fault("ledger")
+            now = time.time()  # one creation time: a call's aliases are told by it (coverage)
             for tool_id in ids:
-                db.execute(TOOL_CALL_INSERT, (attempt.pk, tool_id, seq, 1, time.time(), outcome,
+                db.execute(TOOL_CALL_INSERT, (attempt.pk, tool_id, seq, 1, now, outcome,
                                               label, started_at, kind))
 
     def tool_calls(self: Any, run_id: str, node_id: str | None = None,

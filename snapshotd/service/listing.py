@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from snapshotd.core import NOT_FOUND, ServiceError, id_field, int_field, opt_int_field
+from snapshotd.service.coverage import run_coverage
 from snapshotd.service.damage import ATTEMPT_DAMAGED
 from snapshotd.service.gaps import GapSpool
 from snapshotd_client import gaps_path, pack_plain
@@ -58,8 +59,10 @@ def list_run(ledger: Ledger, gaps: GapSpool, run_id: str, node_id: str | None = 
     """A run's checkpoints and its gaps; a gap whose tool call later got a checkpoint is
     marked resolved."""
     checkpoints = ledger.checkpoints(run_id, node_id, attempt)
-    return {"run_id": run_id, "checkpoints": checkpoints,
-            "gaps": _run_gaps(ledger, gaps, run_id, node_id, attempt)}
+    gap_rows = _run_gaps(ledger, gaps, run_id, node_id, attempt)
+    return {"run_id": run_id, "checkpoints": checkpoints, "gaps": gap_rows,
+            "coverage": run_coverage(ledger, gap_rows, run_id, node_id, attempt,
+                                     checkpoints=checkpoints)}
 
 
 def list_page(ledger: Ledger, gaps: GapSpool, run_id: str, node_id: str | None = None,
@@ -68,13 +71,18 @@ def list_page(ledger: Ledger, gaps: GapSpool, run_id: str, node_id: str | None =
     """One page of ``list_run``'s items: the checkpoints, then the gaps, counted as one
     sequence from ``offset``; at most ``limit`` (and ``PAGE_ROWS``) items and about ``budget``
     bytes of msgpack (always at least one item). ``next_offset`` is where the next page starts,
-    None after the last; ``total`` counts every item."""
+    None after the last; ``total`` counts every item. The first page (``offset`` 0) carries
+    the run's ``coverage`` too (its size taken from the budget)."""
     count = ledger.count_checkpoints(run_id, node_id, attempt)
     cap = min(limit or PAGE_ROWS, PAGE_ROWS)
     rows = ledger.checkpoints(run_id, node_id, attempt, offset=offset, limit=cap) \
         if offset < count else []
     gap_rows = _run_gaps(ledger, gaps, run_id, node_id, attempt)
     items = rows + (gap_rows[max(0, offset - count):] if offset + len(rows) >= count else [])
+    extra: dict = {}
+    if offset == 0:  # one list per reply: later pages would append it again (Client.pages)
+        extra["coverage"] = run_coverage(ledger, gap_rows, run_id, node_id, attempt)
+        budget -= len(pack_plain(extra) or b"")
     used = taken = 0
     for item in items[:cap]:
         size = len(pack_plain(item) or b"") or len(repr(item))
@@ -88,7 +96,7 @@ def list_page(ledger: Ledger, gaps: GapSpool, run_id: str, node_id: str | None =
     return {"run_id": run_id, "checkpoints": rows[:kept_rows],
             "gaps": items[kept_rows:taken], "offset": offset, "total": total,
             "checkpoints_total": count, "gaps_total": len(gap_rows),
-            "next_offset": end if end < total else None}
+            "next_offset": end if end < total else None, **extra}
 
 
 def collect_runs(home: Path) -> list[dict]:
