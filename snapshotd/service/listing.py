@@ -4,7 +4,8 @@ Owns the ``list`` op (``list_op``/``list_page``: a page of a run's checkpoint ro
 of one node or attempt, in attempt and seq order, then the run's gaps in spool order, each marked
 ``resolved`` when its tool call later got a checkpoint; pages keep a reply far under the frame
 limit, docs/protocol.md), the whole listing (``list_run``: ``snapshots --json``, handoff), the run summary (``collect_runs``, behind ``snapshotd runs`` and the MCP ``list_runs``; it names
-the run's damaged attempts from their ``attempt-damaged`` gaps),
+the run's damaged attempts from their ``attempt-damaged`` gaps, and its coverage: its attempts'
+figures added up),
 the gap listing with each gap marked resolved or not (``list_gaps``), a run's listing read from
 the ledger (``list_from_ledger``, when no daemon answers) and the one sentence for an unknown
 run. The ledger (SQLite WAL or PostgreSQL) and the spool are safe to read beside a running
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from snapshotd.core import NOT_FOUND, ServiceError, id_field, int_field, opt_int_field
-from snapshotd.service.coverage import run_coverage
+from snapshotd.service.coverage import run_coverage, total_coverage
 from snapshotd.service.damage import ATTEMPT_DAMAGED
 from snapshotd.service.gaps import GapSpool
 from snapshotd_client import gaps_path, pack_plain
@@ -101,17 +102,19 @@ def list_page(ledger: Ledger, gaps: GapSpool, run_id: str, node_id: str | None =
 
 def collect_runs(home: Path) -> list[dict]:
     """The run summaries, oldest activity first (none when nothing was captured)."""
+    gaps: dict[str, list[dict]] = defaultdict(list)
+    for gap in GapSpool(gaps_path(home)).all():
+        if gap.get("run_id"):
+            gaps[gap["run_id"]].append(gap)
     with open_ledger_if_any(home) as ledger:
         if ledger is None:
             return []
         attempts = ledger.attempts()
         stats = ledger.checkpoint_stats()
         covered = ledger.covered_tool_calls()
-
-    gaps: dict[str, list[dict]] = defaultdict(list)
-    for gap in GapSpool(gaps_path(home)).all():
-        if gap.get("run_id"):
-            gaps[gap["run_id"]].append(gap)
+        coverage = {run_id: total_coverage(run_coverage(ledger, [
+            dict(g, resolved=bool(g.get("tool_use_id")) and (run_id, g["tool_use_id"]) in covered)
+            for g in gaps.get(run_id, [])], run_id)) for run_id in {a.key.run_id for a in attempts}}
     by_run: dict[str, list] = defaultdict(list)
     for a in attempts:
         by_run[a.key.run_id].append(a)
@@ -134,6 +137,7 @@ def collect_runs(home: Path) -> list[dict]:
             "unresolved_gaps": unresolved,
             "worktrees": sorted({a.worktree for a in items}),
             "damaged_attempts": _damaged(run_gaps),
+            "coverage": coverage[run_id],
             "started_at": min(a.started_at for a in items),
             "last_activity": max(times),
         })

@@ -111,6 +111,13 @@ def test_a_session_at_100_then_a_missed_tool_call_and_a_change_from_outside(
                         + re.escape(gap["reason"]) + r" at \d\d:\d\d:\d\d \[toolu_4\]",
                         cov["summary"]), cov["summary"]
     assert "session/0/1 " + cov["summary"] in lines
+    runs = json.loads(cli(sd_env, "runs", "--json").stdout)["runs"]
+    [run] = [r for r in runs if r["run_id"] == RUN]
+    assert figures(run["coverage"]) == (4, 3, 0, 1, 0) and run["coverage"]["attempts"] == 1
+    table = cli(sd_env, "runs").stdout.splitlines()
+    assert "COVERAGE" in table[0].split()
+    [row] = [line for line in table if line.startswith(RUN)]
+    assert "3/4 (75 %), 1 gap" in row
     info, text = status(sd_env)
     assert figures(info["total"]) == (4, 3, 0, 1, 0)
     assert any(t.startswith("coverage  3/4 tool calls captured (75 %) · 1 gap: ")
