@@ -1,7 +1,8 @@
 """What the web app shows, read from the ledger, the gap spool and the store (nothing written).
 
 Owns ``Reader``: the runs summary (newest first, with an activity strip), a run's timeline (one
-lane per node/iteration/attempt, every checkpoint row, the gaps with what to do), a cheap
+lane per node/iteration/attempt, every checkpoint row, the gaps with what to do, each attempt's
+coverage), a cheap
 fingerprint of a run for live updates, the tree and a file at a checkpoint; and, through the
 front ends' one surface (``snapshotd.ops.operations.Operations``), the gaps, one checkpoint
 with the files it changed and the diff of any two checkpoints (across attempts too). Promises:
@@ -90,7 +91,7 @@ class Reader:
             checkpoints.append(row)
         gaps = [dict(g, help=help_for(g.get("reason"))) for g in found["gaps"]]
         return {"run_id": run_id, "lanes": lanes, "checkpoints": checkpoints, "gaps": gaps,
-                "version": version}
+                "coverage": found["coverage"], "version": version}
 
     def version(self, run_id: str) -> str:
         """Changes whenever the run gains a checkpoint or a gap, or an attempt changes state:
