@@ -19,8 +19,8 @@ import click
 from snapshotd.cli.common import attempt_options, call_or_fail, op_options, operations
 from snapshotd.cli.terminal import escape_text, field
 
-# How wide the "who" column is in the text form.
-WHO_WIDTH = 32
+# How wide the "who" column is in the text form (a tool call's id is never cut).
+WHO_WIDTH = 40
 # Lines of --json output written at once.
 JSON_BATCH = 2000
 
@@ -39,9 +39,11 @@ def blame(run_id: str, path: str, node_id: str, seq: int | None, line_range: str
           iteration: int | None, attempt: int | None, home: Path | None, socket_: Path | None,
           as_json: bool) -> None:
     """Show every line of PATH (relative to the worktree, or absolute inside it) at a
-    checkpoint with the checkpoint and tool call that introduced it. Lines written outside the
-    agent's tool calls (tier 2, before-tool captures) are marked with '*'; lines the worktree
-    held before the attempt's first checkpoint (its base commit) show '-' as their seq."""
+    checkpoint with the checkpoint and tool call that introduced it: ``[ID label]`` of the tool
+    call that owned the change, the seq of the checkpoint it landed in (a tier-2 one while a
+    long tool call ran). Lines written outside the agent's tool calls (tier 2 no tool call
+    owns, before-tool captures) are marked with '*'; lines the worktree held before the
+    attempt's first checkpoint (its base commit) show '-' as their seq."""
     from snapshotd.features.review import outside_tool_call
 
     if os.path.isabs(path):
@@ -56,10 +58,23 @@ def blame(run_id: str, path: str, node_id: str, seq: int | None, line_range: str
     width = len(str(result.get("last_line") or len(result["lines"])))
     for line in result["lines"]:
         mark = "*" if outside_tool_call(line) else " "
-        who = field(line["label"] or f"({line['source']})")
         seq = "-" if line["seq"] is None else line["seq"]  # a line the base already held
-        click.echo(f"{seq:>4}{mark} {who[:WHO_WIDTH]:<{WHO_WIDTH}} "
+        click.echo(f"{seq:>4}{mark} {who(line):<{WHO_WIDTH}} "
                    f"{line['line']:>{width}}) {escape_text(line['text'])}")
+
+
+def who(line: dict) -> str:
+    """The blame's "who" column: ``[ID label]`` of the tool call credited with the line (its id
+    whole, the label cut to the column), else its checkpoint's label or source."""
+    call = line.get("tool_call")
+    if not call:
+        return field(line["label"] or f"({line['source']})")[:WHO_WIDTH]
+    head = f"[{field(call['id'])}"
+    label = field(call.get("label") or "")
+    room = max(0, WHO_WIDTH - len(head) - 2)
+    if label:
+        head += " " + (label if len(label) <= room else label[:max(0, room - 1)] + "…")
+    return head + "]"
 
 
 def _parse_range(value: str | None) -> tuple[int | None, int | None]:

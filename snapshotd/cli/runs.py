@@ -1,8 +1,9 @@
 """``snapshotd runs``: every run the ledger knows, newest activity last.
 
 Owns the table of the run summary (``snapshotd.service.listing.collect_runs``): per run its nodes,
-attempts (by state), checkpoints, gaps (and how many are unresolved), coverage (tool calls
-captured of those seen), worktrees and last activity. Reads the configured ledger (SQLite WAL or PostgreSQL, both safe beside a running
+attempts (by state), checkpoints, tool calls (and how many deduplicated onto an earlier
+checkpoint), gaps (and how many are unresolved), coverage (tool calls captured of those seen),
+worktrees and last activity. Reads the configured ledger (SQLite WAL or PostgreSQL, both safe beside a running
 daemon) and the gap spool; needs no daemon.
 """
 
@@ -47,7 +48,8 @@ def runs(home: Path | None, as_json: bool) -> None:
 
 def _print_table(summary: list[dict]) -> None:
     now = time.time()
-    rows = [("RUN", "NODES", "ATTEMPTS", "STATES", "CHECKPOINTS", "GAPS", "COVERAGE", "LAST",
+    rows = [("RUN", "NODES", "ATTEMPTS", "STATES", "CHECKPOINTS", "TOOL CALLS", "GAPS",
+             "COVERAGE", "LAST",
              "WORKTREE")]
     for r in summary:
         states = ",".join(f"{k}={v}" for k, v in sorted(r["states"].items()))
@@ -56,8 +58,10 @@ def _print_table(summary: list[dict]) -> None:
         gaps = str(r["gaps"]) + (f" ({r['unresolved_gaps']} open)" if r["unresolved_gaps"] else "")
         worktree = r["worktrees"][0] if len(r["worktrees"]) == 1 else (
             f"{r['worktrees'][0]} (+{len(r['worktrees']) - 1})" if r["worktrees"] else "-")
+        calls = str(r.get("tool_calls", 0)) + (f" ({r['tool_calls_deduped']} deduplicated)"
+                                                if r.get("tool_calls_deduped") else "")
         rows.append((field(r["run_id"]), str(r["nodes"]), str(r["attempts"]), states,
-                     str(r["checkpoints"]), gaps, coverage_cell(r.get("coverage")),
+                     str(r["checkpoints"]), calls, gaps, coverage_cell(r.get("coverage")),
                      age(now - r["last_activity"]) + " ago",
                      field(worktree)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]

@@ -23,6 +23,7 @@ from snapshotd.cli.common import (
     json_option,
     print_json,
 )
+from snapshotd.cli.snapshots import HOW_TEXT, call_text, relative
 from snapshotd.cli.terminal import field
 from snapshotd.core import finding_text
 from snapshotd.ops import read_home
@@ -30,9 +31,13 @@ from snapshotd.ops import read_home
 
 @click.command()
 @click.argument("run_id")
-@click.option("--node", "node_id", required=True, help="The node of the checkpoint.")
+@click.option("--node", "node_id", default=None,
+              help="The node of the checkpoint (required unless --tool-call).")
 @click.option("--seq", type=click.IntRange(min=0), default=None,
               help="The checkpoint (default: the newest of the attempt).")
+@click.option("--tool-call", "tool_call", default=None, metavar="ID",
+              help="Show this tool call's whole change instead (any id it carries): from the "
+                   "checkpoint before its first to its last, as one diff.")
 @attempt_options
 @click.option("--patch", "fmt", flag_value="patch", default=True, help="The patch (default).")
 @click.option("--stat", "fmt", flag_value="stat", help="A diffstat instead of the patch.")
@@ -40,11 +45,21 @@ from snapshotd.ops import read_home
               help="One 'STATUS<TAB>path' line per file.")
 @home_option
 @json_option
-def show(run_id: str, node_id: str, seq: int | None, iteration: int | None,
-         attempt: int | None, fmt: str, home: Path | None, as_json: bool) -> None:
+def show(run_id: str, node_id: str | None, seq: int | None, tool_call: str | None,
+         iteration: int | None, attempt: int | None, fmt: str, home: Path | None,
+         as_json: bool) -> None:
     """Show what checkpoint --seq changed against the previous checkpoint of its attempt (the
-    first one against the commit the worktree was at, else the empty tree), with its tool call and the gaps around it."""
+    first one against the commit the worktree was at, else the empty tree), with its tool call
+    and the gaps around it; or, with --tool-call ID, everything that tool call changed."""
     from snapshotd.features.review import show_checkpoint
+
+    if tool_call is not None:
+        if seq is not None:
+            raise click.UsageError("--tool-call selects the checkpoints itself; drop --seq")
+        _show_tool_call(run_id, node_id, tool_call, fmt, home, as_json)
+        return
+    if node_id is None:
+        raise click.UsageError("give --node NODE (or --tool-call ID)")
 
     result = read_only(home, lambda view: show_checkpoint(
         view, run_id=run_id, node_id=node_id, seq=seq, iteration=iteration, attempt=attempt,
@@ -56,6 +71,8 @@ def show(run_id: str, node_id: str, seq: int | None, iteration: int | None,
     click.echo(f"checkpoint {cp['seq']} of {field(cp['run_id'])}/{field(cp['node_id'])} iteration "
                f"{cp['iteration']} attempt {cp['attempt']} (commit {cp['commit'][:12]})")
     click.echo(f"tool call  {describe_call(cp)}")
+    for held in cp.get("tool_calls") or []:
+        click.echo(f"           = {held_text(held, cp)}")
     click.echo("against    " + against(result))
     for side in ("before", "after", "undated"):
         for gap in result["gaps"][side]:
@@ -67,6 +84,44 @@ def show(run_id: str, node_id: str, seq: int | None, iteration: int | None,
                    " (kept here, not replicated unless released)")
     click.echo("")
     echo_change(result, fmt)
+
+
+def _show_tool_call(run_id: str, node_id: str | None, tool_call: str, fmt: str,
+                    home: Path | None, as_json: bool) -> None:
+    from snapshotd.features.review import show_tool_call
+
+    result = read_only(home, lambda view: show_tool_call(
+        view, run_id=run_id, node_id=node_id, tool_call=tool_call,
+        patch=fmt == "patch" or as_json))
+    if as_json:
+        print_json(result)
+        return
+    call = result["tool_call"]
+    how = f" ({HOW_TEXT[call['how']]})" if call.get("how") in HOW_TEXT else ""
+    click.echo(f"tool call  {call_text(call)}{how}"
+               + (f"  {failed_mark(call)}" if call.get("failed") else ""))
+    where = (f"{field(result['run_id'])}/{field(result['node_id'])} iteration "
+             f"{result['iteration']} attempt {result['attempt']}")
+    if result["no_change"]:
+        click.echo(f"no change of its own: its capture found the state of seq "
+                   f"{result['held_at']} of {where}")
+    else:
+        held = (f"; its end deduplicated onto seq {result['held_at']}"
+                if result["held_at"] is not None else "")
+        click.echo(f"checkpoints {format_list(result['seqs'])} of {where}{held}")
+        click.echo("against    " + against(result))
+    click.echo("")
+    echo_change(result, fmt)
+
+
+def format_list(seqs: list[int]) -> str:
+    return ", ".join(str(s) for s in seqs)
+
+
+def held_text(call: dict, cp: dict) -> str:
+    """A deduplicated call held at checkpoint ``cp``, on one line."""
+    text = call_text(call, cp.get("worktree") or "") + f" (its capture found seq {cp['seq']}'s state)"
+    return text + (f"  {failed_mark(call)}" if call.get("failed") else "")
 
 
 def against(result: dict) -> str:
@@ -100,11 +155,24 @@ def read_only(home: Path | None, call: Callable[[Any], dict]) -> dict:
 
 
 def describe_call(cp: dict) -> str:
-    """``label [tool id]  tier N source  time`` for a checkpoint's tool call."""
-    tool = f"[{field(cp['tool_use_id'])}]  " if cp.get("tool_use_id") else ""
-    label = field(cp.get("label") or "(no label)")
-    failed = f"{failed_mark(cp)}  " if cp.get("failed") else ""
-    return f"{label}  {tool}{failed}tier {cp['tier']} {field(cp['source'])}  {cp['time']}"
+    """``label [tool id]  tier N source  time`` for a checkpoint's tool call: its own, or the
+    one that owns a tier-2 checkpoint (``(in flight)``, ``(inferred)``); the calls whose
+    capture deduplicated onto it follow (``+ [id] label``)."""
+    call = cp.get("tool_call")
+    if call is not None:
+        tool = f"[{field(call['id'])}]  "
+        label = field(relative(call.get("label") or "(no label)", cp.get("worktree") or ""))
+        if call.get("how") in HOW_TEXT:
+            label += f" ({HOW_TEXT[call['how']]})"
+    else:
+        tool = f"[{field(cp['tool_use_id'])}]  " if cp.get("tool_use_id") else ""
+        label = field(cp.get("label") or "(no label)")
+    outcome = call if call is not None else cp
+    failed = f"{failed_mark(outcome)}  " if outcome.get("failed") else ""
+    held = "".join(f"  + {call_text(c, cp.get('worktree') or '')}"
+                   for c in cp.get("tool_calls") or [])
+    return (f"{label}  {tool}{failed}tier {cp['tier']} {field(cp['source'])}  {cp['time']}"
+            + held)
 
 
 def failed_mark(cp: dict) -> str:

@@ -1,9 +1,11 @@
 """``snapshotd snapshots RUN``: a run's checkpoints with its gaps in line.
 
 Owns the human listing of a run: one row per checkpoint (seq, node, iteration, attempt,
-tier/source, age, short commit, files changed against the previous checkpoint, label) and one
-row per gap at its place in time (reason, tool call id, and whether a checkpoint covered it),
-then one coverage line per attempt shown (``service.coverage``).
+tier/source, age, short commit, files changed against the previous checkpoint, its tool call:
+its own, or the one that owns a tier-2 checkpoint, "(in flight)"/"(inferred)"), a line under it
+per tool call whose capture deduplicated onto it ("= [ID] label"), and one row per gap at its
+place in time (reason, tool call id, and whether a checkpoint covered it), then one coverage
+line per attempt shown (``service.coverage``).
 Reads the ledger and the gap spool directly (safe beside a running daemon).
 
 Promises: ``--json`` prints the complete listing of the filters given (``--node``, ``--attempt``)
@@ -37,6 +39,8 @@ if TYPE_CHECKING:
     from snapshotd.ledger import Ledger
 
 DEFAULT_ROWS = 200
+# How a tier-2 checkpoint came to be a tool call's, as the listing says it.
+HOW_TEXT = {"in-flight": "in flight", "inferred": "inferred"}
 
 
 @click.command()
@@ -121,6 +125,7 @@ def print_listing(listing: dict, *, show_all: bool, attempt_given: bool = False)
     for when, kind, item in events:
         if kind == 0:
             rows.append(_checkpoint_row(item, now))
+            rows.extend(_held_rows(item))
         else:
             rows.append(_gap_row(item, when, now, listing["checkpoints"]))
     total_gaps = len(listing["gaps"])
@@ -130,8 +135,11 @@ def print_listing(listing: dict, *, show_all: bool, attempt_given: bool = False)
     if len(rows) == 1:
         click.echo("(no checkpoints or gaps match)")
     else:
-        widths = [max(len(r[i]) for r in rows) for i in range(len(header) - 1)]
+        widths = [max(len(r[i]) for r in rows if len(r) > 1) for i in range(len(header) - 1)]
         for r in rows:
+            if len(r) == 1:  # a deduplicated tool call's line, under its checkpoint
+                click.echo(r[0])
+                continue
             line = "  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True))
             click.echo((line + "  " + r[-1]).rstrip())
     for cov in listing.get("coverage") or []:  # one line per attempt shown (issue 43)
@@ -147,11 +155,16 @@ def _checkpoint_row(cp: dict, now: float) -> tuple[str, ...]:
     worktree = cp.get("worktree") or ""
     if worktree and label:
         label = label.replace(worktree.rstrip("/") + "/", "")  # paths relative to the worktree
-    label = field(label)
-    if cp.get("tool_use_id"):
-        label = (label + "  " if label else "") + f"[{field(cp['tool_use_id'])}]"
-    if cp.get("failed"):  # the text listing keeps one line: the mark, not the error text
-        code = cp.get("exit_code")
+    call = cp.get("tool_call")
+    if call is not None and call.get("how") != "own":  # a tier-2 checkpoint a call owns
+        label = call_text(call, worktree) + f" ({HOW_TEXT.get(call['how'], field(call['how']))})"
+    else:
+        label = field(label)
+        if cp.get("tool_use_id"):
+            label = (label + "  " if label else "") + f"[{field(cp['tool_use_id'])}]"
+    outcome = call if call is not None else cp
+    if outcome.get("failed"):  # the text listing keeps one line: the mark, not the error text
+        code = outcome.get("exit_code")
         label += "  FAILED" + (f" (exit {code})" if code is not None else "")
     if cp.get("skipped"):
         label += f"  (skipped: {_skipped_text(cp['skipped'])})"
@@ -167,6 +180,35 @@ def _checkpoint_row(cp: dict, now: float) -> tuple[str, ...]:
     return (str(cp["seq"]), field(cp["node_id"]), str(cp["iteration"]), str(cp["attempt"]),
             f"{cp['tier']}/{cp['source']}", age(now - cp["created_at"]), commit,
             f"+{cp['added']} ~{cp['modified']} -{cp['deleted']}", label)
+
+
+def relative(label: str, worktree: str) -> str:
+    """``label`` with the worktree's paths relative to it (labels older than that rule)."""
+    return label.replace(worktree.rstrip("/") + "/", "") if worktree and label else label
+
+
+def call_text(call: dict, worktree: str = "") -> str:
+    """``[ID] label`` of a tool call (its label's paths relative to the worktree), escaped."""
+    label = relative(call.get("label") or "", worktree)
+    kind = f"{field(call['kind'])}: " if call.get("kind") else ""
+    return f"{kind}[{field(call['id'])}]" + (f" {field(label)}" if label else "")
+
+
+def _held_rows(cp: dict) -> list[tuple[str, ...]]:
+    """One line under a checkpoint per tool call (or event) whose capture deduplicated onto
+    it: the call is listed by its id and label at the seq that holds its state."""
+    out = []
+    owner = (cp.get("tool_call") or {}).get("id")
+    for call in cp.get("tool_calls") or []:
+        ids = {call["id"], *call.get("aliases", [])}
+        why = (f"its end changed nothing more: state of seq {cp['seq']}" if owner in ids
+               else f"no change of its own: same state as seq {cp['seq']}")
+        text = f"  = {call_text(call, cp.get('worktree') or '')} ({why})"
+        if call.get("failed"):
+            code = call.get("exit_code")
+            text += "  FAILED" + (f" (exit {code})" if code is not None else "")
+        out.append((text,))
+    return out
 
 
 def _skipped_text(skipped: list[dict], shown: int = 3) -> str:

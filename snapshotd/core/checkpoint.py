@@ -276,29 +276,46 @@ class Checkpoint:
 
     # -- export to the user's repository ------------------------------------------------------
 
-    def export_message(self) -> str:
+    def export_message(self, owner: dict | None = None) -> str:
         """The message of this checkpoint's commit in the user's repository: the tool call's
-        label (else ``snapshotd: SOURCE seq N``), then the attempt, seq and tool call."""
-        subject = (redacted_line(self.label or "", _EXPORT_LINE, "")
+        label (else ``snapshotd: SOURCE seq N``), then the attempt, seq and tool call. A tier-2
+        checkpoint a tool call owns (``owner``: its ``id`` and ``label``, the read model's
+        ``tool_call``) is named by that call, as its own capture would be."""
+        label, _tool = self.named_by(owner)
+        subject = (redacted_line(label or "", _EXPORT_LINE, "")
                    or f"snapshotd: {self.source} seq {self.seq}")
-        return subject + "\n\n" + self._export_trailers([(SEQ, str(self.seq))], tool=True)
+        return subject + "\n\n" + self._export_trailers([(SEQ, str(self.seq))], tool=True,
+                                                        owner=owner)
 
-    def _export_trailers(self, seq: list[tuple[str, str]], *, tool: bool) -> str:
+    def named_by(self, owner: dict | None) -> tuple[str | None, str | None]:
+        """The label and tool call id an export names this checkpoint by: its own, else those
+        of the tool call that owns it."""
+        if self.tool_use_id or not owner or not owner.get("id"):
+            return self.label, self.tool_use_id
+        return owner.get("label") or self.label, str(owner["id"])
+
+    def _export_trailers(self, seq: list[tuple[str, str]], *, tool: bool,
+                         owner: dict | None = None) -> str:
         pairs = [(RUN, self.key.run_id), (NODE, self.key.node_id),
                  (ITERATION, str(self.key.iteration)), (ATTEMPT, str(self.key.attempt)), *seq]
-        if tool and self.tool_use_id:
-            pairs.append((TOOL_USE_ID, redacted_line(self.tool_use_id, _EXPORT_LINE, "")))
+        tool_id = self.named_by(owner)[1]
+        if tool and tool_id:
+            pairs.append((TOOL_USE_ID, redacted_line(tool_id, _EXPORT_LINE, "")))
         return _lines(pairs)
 
 
-def squash_message(checkpoints: list[Checkpoint], seqs: str) -> str:
+def squash_message(checkpoints: list[Checkpoint], seqs: str,
+                   owners: list[dict | None] | None = None) -> str:
     """The message of one exported commit squashing ``checkpoints`` (oldest first; ``seqs``:
-    their seqs as ``format_seqs`` prints them): one body line per tool call."""
+    their seqs as ``format_seqs`` prints them): one body line per checkpoint, named by its tool
+    call (``owners``: the tool call owning each tier-2 one, ``Checkpoint.named_by``)."""
     last = checkpoints[-1]
     subject = f"snapshotd: {last.key.run_id}/{last.key.node_id} checkpoints {seqs}"
-    body = "".join(f"- seq {c.seq}: {redacted_line(c.label or '', _EXPORT_LINE, '') or c.source}"
-                   + (f" [{c.tool_use_id}]" if c.tool_use_id else "") + "\n"
-                   for c in checkpoints)
+    named = [c.named_by(o) for c, o in zip(checkpoints, owners or [None] * len(checkpoints),
+                                           strict=True)]
+    body = "".join(f"- seq {c.seq}: {redacted_line(label or '', _EXPORT_LINE, '') or c.source}"
+                   + (f" [{redacted_line(tool, _EXPORT_LINE, '')}]" if tool else "") + "\n"
+                   for c, (label, tool) in zip(checkpoints, named, strict=True))
     return subject + "\n\n" + body + "\n" + last._export_trailers([(SEQS, seqs)], tool=False)
 
 

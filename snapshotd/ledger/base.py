@@ -177,6 +177,11 @@ TOOL_CALL_INSERT = ("INSERT INTO tool_calls (attempt_pk, tool_use_id, seq, dedup
                     " ON CONFLICT DO NOTHING")
 
 
+# A call's ids are written this many seconds apart, its own id first: ``tool_calls`` reads
+# them in that order and a reader groups the rows of one call by it (``service.tool_calls``).
+ALIAS_STEP = 1e-6
+
+
 def tool_ids(tool_use_id: str | None, aliases: list[str] | None) -> list[str]:
     """A tool call's ids, each once: its own, then the others its payload named (issue 43:
     Qwen Code's model call id); a lookup by any of them finds the call (one row each)."""

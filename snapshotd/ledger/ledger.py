@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from snapshotd.core import AttemptKey, check_fault, redact_url
 from snapshotd.ledger.base import (  # noqa: F401  (the ledger's vocabulary, re-exported)
     ACTIVE,
+    ALIAS_STEP,
     ENDED_STATES,
     TOOL_CALL_INSERT,
     Attempt,
@@ -351,9 +352,11 @@ class Ledger(ToolCallRows):
                  row.get("deleted", 0), row.get("skipped"), row["created_at"],
                  row.get("secrets"), row.get("outcome"), row.get("owner"),
                  row.get("owner_how")))
-            now = time.time()  # one creation time: a call's aliases are told by it (coverage)
-            for tool_id in tool_ids(tool_use_id, row.get("tool_aliases")):  # aliases: one row each
-                db.execute(TOOL_CALL_INSERT, (attempt.pk, tool_id, row["seq"], 0, now,
+            now = time.time()
+            for i, tool_id in enumerate(tool_ids(tool_use_id, row.get("tool_aliases"))):
+                # Aliases: one row each, ALIAS_STEP apart after its own id (read in order).
+                db.execute(TOOL_CALL_INSERT, (attempt.pk, tool_id, row["seq"], 0,
+                                               now + i * ALIAS_STEP,
                                                row.get("outcome"), row.get("label"),
                                                row.get("started_at"), None))
 

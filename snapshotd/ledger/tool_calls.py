@@ -16,7 +16,14 @@ import time
 from typing import Any
 
 from snapshotd.core import check_fault
-from snapshotd.ledger.base import TOOL_CALL_INSERT, Attempt, outcome_of, run_filter, tool_ids
+from snapshotd.ledger.base import (
+    ALIAS_STEP,
+    TOOL_CALL_INSERT,
+    Attempt,
+    outcome_of,
+    run_filter,
+    tool_ids,
+)
 
 # How a checkpoint came to be owned by a tool call it was not the capture of.
 IN_FLIGHT = "in-flight"  # taken between the call's start event and its end
@@ -55,10 +62,10 @@ class ToolCallRows:
         with self._write(keeps_cache=True, on_end=lambda committed: self._cache.
                          tool_calls_recorded(attempt.pk, ids, committed)) as db:
             check_fault("ledger")
-            now = time.time()  # one creation time: a call's aliases are told by it (coverage)
-            for tool_id in ids:
-                db.execute(TOOL_CALL_INSERT, (attempt.pk, tool_id, seq, 1, now, outcome,
-                                              label, started_at, kind))
+            now = time.time()
+            for i, tool_id in enumerate(ids):  # ALIAS_STEP apart, its own id first
+                db.execute(TOOL_CALL_INSERT, (attempt.pk, tool_id, seq, 1, now + i * ALIAS_STEP,
+                                              outcome, label, started_at, kind))
 
     def tool_calls(self: Any, run_id: str, node_id: str | None = None,
                    attempt: int | None = None) -> list[dict]:

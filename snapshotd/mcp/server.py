@@ -2,7 +2,7 @@
 
 Owns the tools an agent (or any MCP client) uses to see and use its durability surface (the
 ``ops.Operations`` calls: runs, checkpoints, diff, restore, gaps, status, show, log, find, blame,
-export), built on the official MCP Python SDK (2.x, ``MCPServer``), and how their failures and
+export, bisect: ``bisect_tool``), built on the official MCP Python SDK (2.x, ``MCPServer``), and how their failures and
 secrets reach the client. Promises:
 - Every tool is a thin call into the code the CLI uses, so a restore through MCP is serialized
   with captures of that worktree and obeys every rule the CLI obeys: refused while an attempt is
@@ -37,6 +37,8 @@ from typing_extensions import TypedDict
 from snapshotd import __version__
 from snapshotd.core import ConfigError, ServiceError, redact_url
 from snapshotd.ledger import LedgerError
+from snapshotd.mcp.bisect_tool import INSTRUCTIONS as BISECT_INSTRUCTIONS
+from snapshotd.mcp.bisect_tool import add_bisect_tool
 from snapshotd.ops import DEFAULT_PATCH_BYTES, DEFAULT_PLAN_LIMIT, Operations
 from snapshotd_client import DaemonUnavailable, SnapshotdError
 
@@ -57,7 +59,7 @@ not be taken; status shows the daemon's health. blame_file tells which checkpoin
 introduced each line of a file; export_checkpoints turns an attempt into a new branch or patches;
 show_checkpoint shows one checkpoint's change with its tool call; log_checkpoints lists a run's
 checkpoints newest first (pickaxe="def parse" finds when a text appeared or disappeared);
-find_path lists the checkpoints that changed a path."""
+find_path lists the checkpoints that changed a path.""" + BISECT_INSTRUCTIONS
 
 PROGRESS_POLL_S = 0.25
 # A URL in text (a status field, a git error): each one goes through redact_url.
@@ -172,6 +174,7 @@ def build_server(*, home: Path | None = None, socket: Path | None = None,
     _add_health_tools(app, ops)
     _add_review_tools(app, ops)
     _add_history_tools(app, ops)
+    add_bisect_tool(app, ops, _guarded)
     return app
 
 
@@ -203,9 +206,11 @@ def _add_listing_tools(app: MCPServer, ops: Operations) -> None:
                                            "when omitted.")] = None,
     ) -> CheckpointsResult:
         """A run's checkpoints (seq, node, iteration, attempt, tier, source, label, commit, tree,
-        files added/modified/deleted, created_at) with its gaps in line (a gap whose tool call got
-        a checkpoint later is marked resolved), and `coverage`: per attempt, the tool calls seen
-        and captured as theirs, inferred, open gaps (the last named), changes from outside and a
+        files added/modified/deleted, created_at, `tool_call`: the tool call it is, its own or
+        the one that owned a tier-2 checkpoint, and `tool_calls`: those whose capture
+        deduplicated onto it) with its gaps in line (a gap whose tool call got a checkpoint
+        later is marked resolved), and `coverage`: per attempt, the tool calls seen and
+        captured as theirs, inferred, open gaps (the last named), changes from outside and a
         one-line `summary`. The same fields as `snapshotd snapshots --json`."""
         return _tool(ops.list_checkpoints, run_id=run_id, node_id=node_id, attempt=attempt,
                      limit=limit)
@@ -353,9 +358,13 @@ def _add_history_tools(app: MCPServer, ops: Operations) -> None:
     @app.tool(annotations=_read_only("Show a checkpoint"))
     def show_checkpoint(
         run_id: Annotated[str, Field(description="The run.")],
-        node_id: Annotated[str, Field(description="The node, e.g. `session`.")],
+        node_id: Annotated[str | None, Field(description="The node, e.g. `session` (needed "
+                                             "unless tool_call is given).")] = None,
         seq: Annotated[int | None, Field(ge=0, description="The checkpoint (default: the newest "
                                          "of the attempt).")] = None,
+        tool_call: Annotated[str | None, Field(description="Show this tool call's whole change "
+                                               "instead (any of its ids): from the checkpoint "
+                                               "before its first to its last.")] = None,
         iteration: Annotated[int | None, Field(ge=0, description="The iteration (default: the "
                                                "newest).")] = None,
         attempt: Annotated[int | None, Field(ge=1, description="The attempt (default: the "
@@ -365,8 +374,15 @@ def _add_history_tools(app: MCPServer, ops: Operations) -> None:
                                               "bytes.")] = DEFAULT_PATCH_BYTES,
     ) -> dict[str, Any]:
         """What checkpoint `seq` changed against the previous one (the first against its base:
-        the commit the worktree was at, else the empty tree), with its tool call (label, tool_use_id, tier, source, time) and the attempt's gaps
-        before and after it. `snapshotd show --json`."""
+        the commit the worktree was at, else the empty tree), with its tool call (`tool_call`:
+        id, label, how it owns the checkpoint; `tool_calls`: calls whose capture deduplicated
+        onto it) and the attempt's gaps around it; with `tool_call`, that tool call's whole
+        change. `snapshotd show --json` (`--tool-call ID`)."""
+        if tool_call is not None:
+            return _tool(ops.show_tool_call, run_id=run_id, tool_call=tool_call,
+                         node_id=node_id, patch=patch, max_patch_bytes=max_patch_bytes)
+        if node_id is None:
+            raise ToolError("bad-request: give node_id (or tool_call)")
         return _tool(ops.show_checkpoint, run_id=run_id, node_id=node_id, seq=seq,
                      iteration=iteration, attempt=attempt, patch=patch,
                      max_patch_bytes=max_patch_bytes)

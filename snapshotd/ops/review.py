@@ -46,7 +46,7 @@ def run_blame(fields: dict[str, Any], *, home: Path | None = None,
               socket: Path | None = None) -> dict:
     """Blame through the daemon when one answers, else on the home directly; a reply whose
     lines were left out (too large for a frame) is completed here from the store."""
-    from snapshotd.features.review import blame_checkpoint, blame_commit
+    from snapshotd.features.review import attribute, blame_checkpoint, blame_commit
 
     def local(service: Service) -> dict:
         return blame_checkpoint(service, **fields)
@@ -62,9 +62,10 @@ def run_blame(fields: dict[str, Any], *, home: Path | None = None,
                                                  "reply is not readable here")
         repo = Store(store_path.parent).reader()
         # The daemon checked the limits; the same range, blamed here.
-        result = dict(result, lines=blame_commit(repo, result["commit"], result["path"],
-                                                 first=result.get("first_line") or 1,
-                                                 last=result.get("last_line")))
+        lines = blame_commit(repo, result["commit"], result["path"],
+                             first=result.get("first_line") or 1, last=result.get("last_line"))
+        attribute(lines, {seq: call for seq, call in result.pop("tool_calls_by_seq", [])})
+        result = dict(result, lines=lines)
         result.pop("lines_omitted")
     return result
 

@@ -25,11 +25,12 @@ from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from snapshotd.ledger import IN_FLIGHT, INFERRED
+from snapshotd.service.tool_calls import group_calls
+
 if TYPE_CHECKING:
     from snapshotd.ledger import Attempt, Ledger
 
-IN_FLIGHT = "in-flight"
-INFERRED = "inferred"
 # Tier-1 sources that are not a tool call: a before-tool capture is a change from outside.
 OUTSIDE_SOURCES = ("watch", "outside")
 # Ids of missed tool calls listed in a figure (the count is always whole).
@@ -77,11 +78,11 @@ def attempt_coverage(key: dict, checkpoints: list[dict], tool_calls: list[dict],
 
 
 def run_coverage(ledger: Ledger, gaps: list[dict], run_id: str, node_id: str | None = None,
-                 attempt: int | None = None, *, checkpoints: list[dict] | None = None
-                 ) -> list[dict]:
+                 attempt: int | None = None, *, checkpoints: list[dict] | None = None,
+                 call_rows: list[dict] | None = None) -> list[dict]:
     """Every attempt's figures (of one node, one attempt number) in attempt order; ``gaps``
-    are the run's gaps as the listing marks them (``resolved``); ``checkpoints`` the same
-    selection's rows when the caller read them already."""
+    are the run's gaps as the listing marks them (``resolved``); ``checkpoints`` and
+    ``call_rows`` the same selection's rows when the caller read them already."""
     attempts = [a for a in ledger.attempts(run_id)
                 if (node_id is None or a.key.node_id == node_id)
                 and (attempt is None or a.key.attempt == attempt)]
@@ -91,7 +92,9 @@ def run_coverage(ledger: Ledger, gaps: list[dict], run_id: str, node_id: str | N
     for cp in checkpoints:
         rows[(cp["node_id"], cp["iteration"], cp["attempt"])].append(cp)
     calls: dict[tuple, list[dict]] = defaultdict(list)
-    for row in ledger.tool_calls(run_id, node_id, attempt):
+    if call_rows is None:
+        call_rows = ledger.tool_calls(run_id, node_id, attempt)
+    for row in call_rows:
         calls[(row["node_id"], row["iteration"], row["attempt"])].append(row)
     keys = [(a.key.node_id, a.key.iteration, a.key.attempt) for a in attempts]
     for key in list(rows) + list(calls):
@@ -165,17 +168,12 @@ def gap_time(gap: dict) -> float:
 
 
 def _calls(tool_calls: list[dict]) -> list[dict]:
-    """The distinct tool calls of an attempt's rows: an alias is a row of the same seq and
-    creation time; snapshotd's own events (``kind``) are left out."""
-    groups: dict[tuple, dict] = {}
-    for row in tool_calls:
-        if row.get("kind"):
-            continue
-        group = groups.setdefault((row["seq"], row["created_at"], row["deduped"]),
-                                  {"ids": set(), "captured": True, "hows": set()})
-        group["ids"].add(row["tool_use_id"])
-        group["hows"].add("deduplicated" if row["deduped"] else "own")
-    return list(groups.values())
+    """The distinct tool calls of an attempt's rows, grouped by the shared read model
+    (``service.tool_calls.group_calls``: a call's aliases are one call); snapshotd's own
+    events (``kind``) are left out."""
+    return [{"ids": {call["id"], *call["aliases"]}, "captured": True,
+             "hows": {"deduplicated" if call["deduped"] else "own"}}
+            for call in group_calls(tool_calls) if not call["kind"]]
 
 
 def _gaps_by_key(gaps: list[dict], keys: list[tuple]) -> dict[tuple, list[dict]]:

@@ -3,14 +3,13 @@
 Owns the ``list`` op (``list_op``/``list_page``: a page of a run's checkpoint rows, optionally
 of one node or attempt, in attempt and seq order, then the run's gaps in spool order, each marked
 ``resolved`` when its tool call later got a checkpoint; pages keep a reply far under the frame
-limit, docs/protocol.md), the whole listing (``list_run``: ``snapshots --json``, handoff), the run summary (``collect_runs``, behind ``snapshotd runs`` and the MCP ``list_runs``; it names
-the run's damaged attempts from their ``attempt-damaged`` gaps, and its coverage: its attempts'
-figures added up),
-the gap listing with each gap marked resolved or not (``list_gaps``), a run's listing read from
-the ledger (``list_from_ledger``, when no daemon answers) and the one sentence for an unknown
-run. The ledger (SQLite WAL or PostgreSQL) and the spool are safe to read beside a running
-daemon.
-
+limit, docs/protocol.md), the whole listing (``list_run``: ``snapshots --json``, handoff), each
+row with its ``tool_call`` and ``tool_calls`` (``tool_calls.annotate``), the run summary
+(``collect_runs``, behind ``snapshotd runs`` and the MCP ``list_runs``: it names the run's
+damaged attempts from their ``attempt-damaged`` gaps, counts its tool calls and adds its
+attempts' ``coverage`` up), the gap listing with each gap marked resolved or not
+(``list_gaps``), a run's listing read from the ledger (``list_from_ledger``) and the one
+sentence for an unknown run. Ledger and spool are safe to read beside a running daemon.
 Promises: nothing here writes; an unknown run is a ``ServiceError(not-found)`` naming the
 known runs; a spool or ledger that cannot be read raises (``OSError``, ``LedgerError``,
 ``ConfigError``) for the front end to report.
@@ -28,6 +27,7 @@ from snapshotd.core import NOT_FOUND, ServiceError, id_field, int_field, opt_int
 from snapshotd.service.coverage import run_coverage, total_coverage
 from snapshotd.service.damage import ATTEMPT_DAMAGED
 from snapshotd.service.gaps import GapSpool
+from snapshotd.service.tool_calls import annotate, count_calls
 from snapshotd_client import gaps_path, pack_plain
 
 if TYPE_CHECKING:
@@ -59,7 +59,8 @@ def list_run(ledger: Ledger, gaps: GapSpool, run_id: str, node_id: str | None = 
              attempt: int | None = None) -> dict:
     """A run's checkpoints and its gaps; a gap whose tool call later got a checkpoint is
     marked resolved."""
-    checkpoints = ledger.checkpoints(run_id, node_id, attempt)
+    checkpoints = annotate(ledger.checkpoints(run_id, node_id, attempt),
+                           ledger.tool_calls(run_id, node_id, attempt))
     gap_rows = _run_gaps(ledger, gaps, run_id, node_id, attempt)
     return {"run_id": run_id, "checkpoints": checkpoints, "gaps": gap_rows,
             "coverage": run_coverage(ledger, gap_rows, run_id, node_id, attempt,
@@ -78,6 +79,8 @@ def list_page(ledger: Ledger, gaps: GapSpool, run_id: str, node_id: str | None =
     cap = min(limit or PAGE_ROWS, PAGE_ROWS)
     rows = ledger.checkpoints(run_id, node_id, attempt, offset=offset, limit=cap) \
         if offset < count else []
+    if rows:  # each row names its tool call (its own, its owner's, the calls held at it)
+        rows = annotate(rows, ledger.tool_calls(run_id, node_id, attempt))
     gap_rows = _run_gaps(ledger, gaps, run_id, node_id, attempt)
     items = rows + (gap_rows[max(0, offset - count):] if offset + len(rows) >= count else [])
     extra: dict = {}
@@ -112,9 +115,14 @@ def collect_runs(home: Path) -> list[dict]:
         attempts = ledger.attempts()
         stats = ledger.checkpoint_stats()
         covered = ledger.covered_tool_calls()
-        coverage = {run_id: total_coverage(run_coverage(ledger, [
-            dict(g, resolved=bool(g.get("tool_use_id")) and (run_id, g["tool_use_id"]) in covered)
-            for g in gaps.get(run_id, [])], run_id)) for run_id in {a.key.run_id for a in attempts}}
+        calls: dict[str, dict] = {}
+        coverage: dict[str, dict] = {}
+        for run in dict.fromkeys(a.key.run_id for a in attempts):
+            rows = ledger.tool_calls(run)
+            calls[run] = count_calls(rows)
+            coverage[run] = total_coverage(run_coverage(ledger, [
+                dict(g, resolved=bool(g.get("tool_use_id")) and (run, g["tool_use_id"]) in covered)
+                for g in gaps.get(run, [])], run, call_rows=rows))
     by_run: dict[str, list] = defaultdict(list)
     for a in attempts:
         by_run[a.key.run_id].append(a)
@@ -133,6 +141,7 @@ def collect_runs(home: Path) -> list[dict]:
             "attempts": len(items),
             "states": dict(Counter(a.state for a in items)),
             "checkpoints": count,
+            **calls[run_id],
             "gaps": len(run_gaps),
             "unresolved_gaps": unresolved,
             "worktrees": sorted({a.worktree for a in items}),

@@ -144,35 +144,41 @@ def test_a_session_at_100_then_a_missed_tool_call_and_a_change_from_outside(
 
 def test_owned_tier2_checkpoints_count_as_their_tool_calls(
         sd_env: Env, daemon: Daemon, tmp_path: Path) -> None:
-    from snapshotd.core.config import load_config
-    from snapshotd.core.keys import AttemptKey
-    from snapshotd.ledger import open_ledger
-    from snapshotd.ledger.tool_calls import IN_FLIGHT, INFERRED
-
     wt = make_git_worktree(tmp_path / "proj")
-    hook(sd_env, wt, event(wt, "SessionStart"))
-    tool_call(sd_env, wt, "toolu_1", "a.txt")
-    for name in ("b.txt", "c.txt", "d.txt"):
-        (wt / name).write_text("written while a tool call ran\n")
+
+    def written(name: str) -> None:  # a tool call's write, captured by tier 2 (the flush)
+        (wt / name).write_text(f"{name}\n")
         assert cli(sd_env, "flush", "--cwd", str(wt)).returncode == 0
-    cov, _ = listed(sd_env)
-    assert figures(cov) == (1, 1, 0, 0, 3)
-    ledger = open_ledger(sd_env.home, load_config(environ=sd_env.environ()))
-    try:
-        attempt = ledger.get_attempt(AttemptKey(RUN, "session", 0, 1))
-        assert attempt is not None
-        tier2 = [c["seq"] for c in ledger.attempt_checkpoints(attempt.pk) if c["tier"] == 2]
-        assert len(tier2) == 3
-        # toolu_5 had no start event (inferred) and its end was never heard; toolu_2 had one
-        # (in-flight) and its end was captured, deduplicated onto its last tier-2 checkpoint.
-        assert ledger.set_owner(attempt, tier2[:1], "toolu_5", INFERRED) == 1
-        assert ledger.set_owner(attempt, tier2[1:], "toolu_2", IN_FLIGHT) == 2
-    finally:
-        ledger.close()
+
+    def start(tool_use_id: str) -> None:
+        payload = claude_payload(wt, tool_use_id, session_id="cov", event="PreToolUse")
+        payload.pop("tool_response", None)
+        hook(sd_env, wt, payload)
+
+    hook(sd_env, wt, event(wt, "SessionStart"))
+    hook(sd_env, wt, event(wt, "UserPromptSubmit"))
+    tool_call(sd_env, wt, "toolu_1", "a.txt")
+    # toolu_2 says when it starts: what the watcher takes until its end is its, in-flight; its
+    # end deduplicates onto the last of them.
+    start("toolu_2")
+    written("b.txt")
+    written("c.txt")
     hook(sd_env, wt, claude_payload(wt, "toolu_2", file_path="c.txt", session_id="cov"))
+    # toolu_3 has no start event: what changed while the session worked before its end is its,
+    # inferred.
+    written("d.txt")
+    hook(sd_env, wt, claude_payload(wt, "toolu_3", file_path="d.txt", session_id="cov"))
+    # toolu_4 started and its change was captured, but its end was never heard: still captured.
+    start("toolu_4")
+    written("e.txt")
     cov, _ = listed(sd_env)
-    assert figures(cov) == (3, 3, 1, 0, 0) and cov["in_flight"] == 1
-    assert cov["summary"] == "coverage: 3/3 tool calls captured (100 %), 0 gaps · 1 inferred"
+    assert figures(cov) == (4, 4, 1, 0, 0) and cov["in_flight"] == 2
+    assert cov["summary"] == "coverage: 4/4 tool calls captured (100 %), 0 gaps · 1 inferred"
+    rows = sd_env.ledger_query("SELECT owner, owner_how FROM checkpoints WHERE run_id=?"
+                               " AND tier=2 ORDER BY seq", (RUN,))
+    assert [(r["owner"], r["owner_how"]) for r in rows] == [
+        ("toolu_2", "in-flight"), ("toolu_2", "in-flight"), ("toolu_3", "inferred"),
+        ("toolu_4", "in-flight")]
 
 
 def test_a_tool_call_with_two_ids_is_one_tool_call(sd_env: Env, daemon: Daemon,

@@ -60,7 +60,9 @@ def without_coverage(text: str) -> list[str]:
 def columns_aligned(lines: list[str]) -> None:
     """Every row's cells start where the header's do (a readable aligned table)."""
     header = lines[0]
-    starts = [i for i in range(len(header)) if header[i] != " " and (i == 0 or header[i - 1] == " ")]
+    # Cells are joined by two spaces: a one-space title ("TOOL CALLS") is one column.
+    starts = [i for i in range(len(header))
+              if header[i] != " " and (i == 0 or header[max(0, i - 2):i] == "  ")]
     for line in lines[1:]:
         for s in starts[1:]:
             if s >= len(line) and s == starts[-1]:

@@ -4,12 +4,12 @@ Owns ``blame_checkpoint`` (the ``blame`` op, CLI, MCP), ``blame_commit`` (store 
 blame of one attempt's chain, hunks mapped to checkpoints by trailers; ``ops`` completes a reply
 too large for a frame with it), ``BlameLines`` and ``attach``. Promises:
 - Every line of PATH at checkpoint N (default: the attempt's newest) carries the checkpoint that
-  introduced it (``seq``, ``tool_use_id``, ``label``, ``tier``, ``source``): since the first
-  (oldest kept) checkpoint, that one, unless its base held it (``review.base``: ``seq`` None,
-  ``source`` ``base``); from a tier-2, ``outside`` or ``restore`` capture: ``outside_tool_call``.
+  introduced it (``seq``, ``tool_use_id``, ``label``, ``tier``, ``source``) and the tool call
+  credited with it (``tool_call``: the checkpoint's own, or the owner of a tier-2 one), unless
+  its base held it (``seq`` None, ``source`` ``base``); else ``outside_tool_call``.
 - The chain is linear: this is ``git blame --first-parent`` on the store; it writes nothing.
 - Result (``public_shape``): ``{"path", "seq", "total_lines", "first_line", "last_line", "lines":
-  [{"line", "text", "seq", "tool_use_id", "label", "tier", "source"}]}`` (numbered from 1).
+  [{"line", "text", "seq", "tool_use_id", "label", "tier", "source", "tool_call"}]}``.
 - Bounded: past ``blame_max_lines`` lines or ``blame_max_bytes`` bytes of text (the range asked,
   else the file) it is refused before any work (``bad-request``, naming the limit and
   ``--lines A,B``); lines are kept compact (``BlameLines``), a dict made only when read.
@@ -36,16 +36,17 @@ from snapshotd.core import (
     Trailers,
 )
 from snapshotd.features.review.base import base_tree_of_root
-from snapshotd.service import find_checkpoint, selection
+from snapshotd.service import ToolCallIndex, find_checkpoint, selection
 
 if TYPE_CHECKING:
     from snapshotd.core import Config, Registry
+    from snapshotd.ledger import Ledger
     from snapshotd.service import Service
 
 # A reply over this many bytes of line text leaves the lines out; the client blames from the
 # store itself (the frame limit is 1 MiB).
 WIRE_TEXT_LIMIT = 512 * 1024
-LINE_KEYS = ("line", "text", "seq", "tool_use_id", "label", "tier", "source")
+LINE_KEYS = ("line", "text", "seq", "tool_use_id", "label", "tier", "source", "tool_call")
 
 
 # -- public entry --------------------------------------------------------------------------------
@@ -70,8 +71,10 @@ def blame_checkpoint(service: Service, *, run_id: object, node_id: object, path:
                      config.blame_max_bytes)
     # Too large for a frame: the client blames it from the store, so the daemon does not.
     omit = wire and lines.text_bytes > WIRE_TEXT_LIMIT
+    by_seq = calls_by_seq(service.ledger, cp, rel)
     if not omit:
         _fill(repo, cp["commit"], rel, lines)
+        attribute(lines, by_seq)
     out: dict[str, Any] = {
         "path": rel, "seq": cp["seq"], "lines": lines, "total_lines": lines.total,
         "first_line": lines.first, "last_line": lines.first + len(lines) - 1, "run_id": run,
@@ -80,6 +83,8 @@ def blame_checkpoint(service: Service, *, run_id: object, node_id: object, path:
     if omit:
         out["lines"] = []
         out["lines_omitted"] = True
+        # The client blames from the store; the tool calls are the ledger's: sent along.
+        out["tool_calls_by_seq"] = [[seq, call] for seq, call in by_seq.items()]
     elif wire:
         out["lines"] = list(lines)
     out["elapsed_ms"] = round((time.perf_counter() - started) * 1000, 3)
@@ -142,7 +147,7 @@ def _base_lines(repo: pygit2.Repository, oid: pygit2.Oid,
         return None
     tree, base = found
     origin = {"seq": None, "tool_use_id": None, "label": f"before the session ({base[:8]})",
-              "tier": None, "source": "base"}
+              "tier": None, "source": "base", "tool_call": None}
     try:
         new = repo[commit.tree[path].id].peel(pygit2.Blob)
     except KeyError:
@@ -161,9 +166,28 @@ def _base_lines(repo: pygit2.Repository, oid: pygit2.Oid,
 
 
 def outside_tool_call(line: dict) -> bool:
-    """Whether a blamed line came in outside the agent's tool calls (tier 2, a before-tool
-    capture, a restore's safety checkpoint)."""
+    """Whether a blamed line came in outside the agent's tool calls (tier 2 that no tool call
+    owns, a before-tool capture, a restore's safety checkpoint)."""
+    if line.get("tool_call"):
+        return False
     return line.get("tier") == 2 or line.get("source") in ("outside", "watch", "restore")
+
+
+def calls_by_seq(ledger: Ledger, cp: dict, path: str) -> dict[int, dict | None]:
+    """The tool call each checkpoint of ``cp``'s attempt is credited with for a change of
+    ``path`` (``service.tool_calls``: its own, its owner's), by seq."""
+    rows = [r for r in ledger.checkpoints(cp["run_id"], cp["node_id"], cp["attempt"])
+            if r["iteration"] == cp["iteration"]]
+    index = ToolCallIndex(rows, ledger.tool_calls(cp["run_id"], cp["node_id"], cp["attempt"]))
+    return {r["seq"]: index.of_change(r, path) for r in rows}
+
+
+def attribute(lines: BlameLines, by_seq: dict[int, dict | None]) -> None:
+    """Each blamed line's ``tool_call``: the one its checkpoint (``seq``) is credited with,
+    None for a line its base held or a change no tool call made."""
+    for origin in lines.origins:
+        seq = origin.get("seq")
+        origin["tool_call"] = by_seq.get(seq) if seq is not None else None
 
 
 def public_shape(result: dict) -> dict:
@@ -205,7 +229,7 @@ def _origin(repo: pygit2.Repository, oid: pygit2.Oid) -> dict:
     elif tier is None:
         tier = DEFAULT_TIER
     return {"seq": seq, "tool_use_id": trailers.tool_use_id, "label": trailers.label,
-            "tier": tier, "source": trailers.source}
+            "tier": tier, "source": trailers.source, "tool_call": None}
 
 
 def _measure(repo: pygit2.Repository, commit: str, path: str, first: int, last: int | None,

@@ -4,7 +4,8 @@ Owns ``export_checkpoints`` (the ``export`` op, ``snapshotd export``, the MCP to
 ``export_fields`` (a request's fields, validated) and ``attach``; front ends reach it through ``ops``. Promises (docs/review.md, "Export"):
 - One commit per checkpoint in (``from_seq``, ``to_seq``] of one attempt, or one with ``squash``;
   a checkpoint whose tree equals the previous one gives none (``skipped``); messages carry the
-  label and the checkpoint's trailers (``Checkpoint.export_message``, ``squash_message``). The
+  label and the checkpoint's trailers (``Checkpoint.export_message``, ``squash_message``; a
+  tier-2 checkpoint a tool call owns is named by that call: its label, its id). The
   first parent is the user's HEAD when the attempt began (the base trailer), else HEAD now, else none (``base_source`` says which).
 - ``branch`` writes only objects and a new ``refs/heads/NAME`` (existing: ``conflict``, before
   any write) in git's modes (user's umask, ``core.sharedRepository``: ``_Shared``); ``patches``
@@ -52,7 +53,7 @@ from snapshotd.core import (
     umask_field,
 )
 from snapshotd.features import blob_at, chain_findings
-from snapshotd.service import find_checkpoint, format_seqs, selection
+from snapshotd.service import find_checkpoint, format_seqs, selection, with_tool_calls
 from snapshotd.store import SIGNATURE_EMAIL, SIGNATURE_NAME
 
 if TYPE_CHECKING:
@@ -151,7 +152,7 @@ def _rows(service: Service, tip: dict, from_seq: int | None) -> list[dict]:
                    and (from_seq is None or c["seq"] > from_seq)), key=lambda c: c["seq"])
     if not rows:
         raise ServiceError(NOT_FOUND, f"no kept checkpoint in ({from_seq}, {tip['seq']}]")
-    return rows
+    return with_tool_calls(service.ledger, rows)  # a tier-2 one is named by its owner
 
 
 def _secrets_check(service: Service, store: pygit2.Repository, tip: dict, rows: list[dict],
@@ -446,9 +447,10 @@ def _committer(target: pygit2.Repository) -> pygit2.Signature | None:
 
 
 def _message(row: dict) -> str:
-    return Checkpoint.from_row(row).export_message()
+    return Checkpoint.from_row(row).export_message(row.get("tool_call"))
 
 
 def _squash_message(rows: list[dict]) -> str:
     return squash_message([Checkpoint.from_row(r) for r in rows],
-                          format_seqs([r["seq"] for r in rows]))
+                          format_seqs([r["seq"] for r in rows]),
+                          [r.get("tool_call") for r in rows])

@@ -39,7 +39,14 @@ from snapshotd.features.review.base import EMPTY_NOTE, Base, first_base
 from snapshotd.features.review.diff import render_trees
 from snapshotd.features.review.view import HomeView
 from snapshotd.ledger import Attempt
-from snapshotd.service import find_checkpoint, selection, unknown_run
+from snapshotd.service import (
+    ToolCallIndex,
+    annotate,
+    find_checkpoint,
+    selection,
+    unknown_run,
+    with_tool_calls,
+)
 from snapshotd.store import empty_tree, pruned_pair
 
 # Trees whose entry records a log keeps at once (each is a top directory's worth at most).
@@ -47,7 +54,7 @@ TREE_CACHE_ENTRIES = 256
 # The fields of a ledger row that say which tool call a checkpoint was.
 CALL_FIELDS = ("run_id", "node_id", "iteration", "attempt", "seq", "commit", "tree", "parent",
                "label", "tool_use_id", "tier", "source", "worktree", "created_at", "failed",
-               "exit_code", "error")
+               "exit_code", "error", "tool_call", "tool_calls")
 # What a checkpoint's secret finding says: where, and what kind of token; never its value.
 FINDING_FIELDS = ("path", "line", "kind")
 
@@ -63,6 +70,8 @@ def show_checkpoint(view: HomeView, *, run_id: object, node_id: object, seq: obj
     rows = [r for r in view.ledger.checkpoints(run, node, cp["attempt"])
             if r["iteration"] == cp["iteration"] and not r.get("pruned_at")]
     by_commit = {r["commit"]: r for r in rows}
+    # Its tool call: its own, the one that owns it, the ones whose state it holds (issue 43).
+    cp = ToolCallIndex(rows, view.ledger.tool_calls(run, node, cp["attempt"])).annotate(cp)
     parent_tree, parent_seq = _parent_side(view.repo, cp, by_commit)
     base = change_base(view.repo, cp, {cp["parent"]: parent_tree} if cp["parent"] else {})
     out = {key: cp[key] for key in ("run_id", "node_id", "iteration", "attempt", "seq")}
@@ -107,7 +116,7 @@ def log_run(view: HomeView, *, run_id: object, node_id: object = None, iteration
     if not rows and node is not None:
         # Refused with the sentence that names the run's nodes and attempts.
         find_checkpoint(view.ledger, run, node, iteration=it, attempt=att)
-    rows = [r for r in rows if it is None or r["iteration"] == it]
+    rows = with_tool_calls(view.ledger, [r for r in rows if it is None or r["iteration"] == it])
     pruned = sum(1 for r in rows if r.get("pruned_at"))
     trees = {r["commit"]: r["tree"] for r in rows}
     entries: list[dict] = []
@@ -173,6 +182,8 @@ def compare(view: HomeView, sel: dict, against: dict | None, *, patch: bool = Tr
     ``pruned_pair``) plus ``to`` and ``from`` (None for the parent), each the checkpoint's ids,
     ``checkpoint`` (the ledger row of ``sel``) and ``trailers`` (its commit's)."""
     cp = _find_any(view, sel)
+    cp = ToolCallIndex([cp], view.ledger.tool_calls(cp["run_id"], cp["node_id"],
+                                                    cp["attempt"])).annotate(cp)
     if against is None:
         base_tree, base = _parent_side(view.repo, cp, {})[0], None
     else:
@@ -424,7 +435,8 @@ def _attempt_rows(view: HomeView, att: Attempt) -> tuple[list[dict], int]:
     """An attempt's live checkpoint rows and how many of its rows were pruned."""
     rows = view.ledger.attempt_checkpoints(att.pk)
     live = [r for r in rows if not r.get("pruned_at")]
-    return live, len(rows) - len(live)
+    calls = view.ledger.tool_calls(att.key.run_id, att.key.node_id, att.key.attempt)
+    return annotate(live, calls), len(rows) - len(live)
 
 
 def _absolute(path: object, cwd: object) -> Path:
