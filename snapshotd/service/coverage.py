@@ -31,33 +31,25 @@ from snapshotd.service.tool_calls import group_calls
 if TYPE_CHECKING:
     from snapshotd.ledger import Attempt, Ledger
 
-# Tier-1 sources that are not a tool call: a before-tool capture is a change from outside.
-OUTSIDE_SOURCES = ("watch", "outside")
 # Ids of missed tool calls listed in a figure (the count is always whole).
 MISSED_SHOWN = 20
 KEY_FIELDS = ("run_id", "node_id", "iteration", "attempt")
 
 
-def attempt_coverage(key: dict, checkpoints: list[dict], tool_calls: list[dict],
-                     gaps: list[dict]) -> dict:
-    """The figures of one attempt (``key``: run_id, node_id, iteration, attempt) from its
-    checkpoint rows, its ``tool_calls`` rows and its gaps (each marked ``resolved``)."""
+def attempt_coverage(key: dict, owners: list[tuple[str, str]], outside: int,
+                     tool_calls: list[dict], gaps: list[dict]) -> dict:
+    """The figures of one attempt (``key``: run_id, node_id, iteration, attempt) from the
+    (owner, how) of its owned checkpoints, its count of changes from outside, its
+    ``tool_calls`` rows and its gaps (each marked ``resolved``)."""
     calls = _calls(tool_calls)  # one set of ids per call, and how it was captured
     by_id = {tool_id: call for call in calls for tool_id in call["ids"]}
-    outside = 0
-    for cp in checkpoints:
-        owner, how = cp.get("owner"), cp.get("owner_how")
-        if owner:
-            call = by_id.get(owner)
-            if call is None:  # its end was never captured, but what it changed was
-                call = {"ids": {owner}, "captured": True, "hows": set()}
-                calls.append(call)
-                by_id[owner] = call
-            call["captured"] = True
-            call["hows"].add(how)
-        elif not cp.get("tool_use_id") and (cp.get("tier") == 2
-                                            or cp.get("source") == "outside"):
-            outside += 1
+    for owner, how in owners:
+        call = by_id.get(owner)
+        if call is None:  # its end was never captured, but what it changed was
+            call = {"ids": {owner}, "captured": True, "hows": set()}
+            calls.append(call)
+            by_id[owner] = call
+        call["hows"].add(how)
     open_gaps = [g for g in gaps if not g.get("resolved")]
     missed: list[str] = []
     for gap in open_gaps:
@@ -78,32 +70,33 @@ def attempt_coverage(key: dict, checkpoints: list[dict], tool_calls: list[dict],
 
 
 def run_coverage(ledger: Ledger, gaps: list[dict], run_id: str, node_id: str | None = None,
-                 attempt: int | None = None, *, checkpoints: list[dict] | None = None,
-                 call_rows: list[dict] | None = None) -> list[dict]:
+                 attempt: int | None = None, *, call_rows: list[dict] | None = None
+                 ) -> list[dict]:
     """Every attempt's figures (of one node, one attempt number) in attempt order; ``gaps``
-    are the run's gaps as the listing marks them (``resolved``); ``checkpoints`` and
-    ``call_rows`` the same selection's rows when the caller read them already."""
+    are the run's gaps as the listing marks them (``resolved``); ``call_rows`` the same
+    selection's tool call rows when the caller read them already. The checkpoints are added
+    up by the ledger (``checkpoint_owners``), never read whole."""
     attempts = [a for a in ledger.attempts(run_id)
                 if (node_id is None or a.key.node_id == node_id)
                 and (attempt is None or a.key.attempt == attempt)]
-    rows: dict[tuple, list[dict]] = defaultdict(list)
-    if checkpoints is None:
-        checkpoints = ledger.checkpoints(run_id, node_id, attempt)
-    for cp in checkpoints:
-        rows[(cp["node_id"], cp["iteration"], cp["attempt"])].append(cp)
+    found = ledger.checkpoint_owners(run_id, node_id, attempt)
+    owners: dict[tuple, list[tuple[str, str]]] = defaultdict(list)
+    for row in found["owners"]:
+        owners[(row["node_id"], row["iteration"], row["attempt"])].append(
+            (row["owner"], row["owner_how"]))
+    outside = {(r["node_id"], r["iteration"], r["attempt"]): r["n"] for r in found["outside"]}
     calls: dict[tuple, list[dict]] = defaultdict(list)
     if call_rows is None:
         call_rows = ledger.tool_calls(run_id, node_id, attempt)
     for row in call_rows:
         calls[(row["node_id"], row["iteration"], row["attempt"])].append(row)
     keys = [(a.key.node_id, a.key.iteration, a.key.attempt) for a in attempts]
-    for key in list(rows) + list(calls):
-        if key not in keys:
-            keys.append(key)
+    keys += [k for k in dict.fromkeys([*owners, *outside, *calls]) if k not in keys]
     by_key = _gaps_by_key(gaps, keys)
     keys += [k for k in by_key if k not in keys]
-    return [attempt_coverage(dict(zip(KEY_FIELDS, (run_id, *k), strict=True)), rows.get(k, []),
-                             calls.get(k, []), by_key.get(k, [])) for k in keys]
+    return [attempt_coverage(dict(zip(KEY_FIELDS, (run_id, *k), strict=True)),
+                             owners.get(k, []), outside.get(k, 0), calls.get(k, []),
+                             by_key.get(k, [])) for k in keys]
 
 
 def active_coverage(ledger: Ledger, attempts: list[Attempt],

@@ -63,8 +63,7 @@ def list_run(ledger: Ledger, gaps: GapSpool, run_id: str, node_id: str | None = 
                            ledger.tool_calls(run_id, node_id, attempt))
     gap_rows = _run_gaps(ledger, gaps, run_id, node_id, attempt)
     return {"run_id": run_id, "checkpoints": checkpoints, "gaps": gap_rows,
-            "coverage": run_coverage(ledger, gap_rows, run_id, node_id, attempt,
-                                     checkpoints=checkpoints)}
+            "coverage": run_coverage(ledger, gap_rows, run_id, node_id, attempt)}
 
 
 def list_page(ledger: Ledger, gaps: GapSpool, run_id: str, node_id: str | None = None,
