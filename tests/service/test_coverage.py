@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import (
     QUIET_WATCHER,
     Daemon,
@@ -196,3 +198,31 @@ def test_a_tool_call_with_two_ids_is_one_tool_call(sd_env: Env, daemon: Daemon,
     proc = cli(sd_env, "snapshots", "q", "--json")
     [cov] = json.loads(proc.stdout)["coverage"]
     assert (cov["tool_calls_seen"], cov["tool_calls_captured"]) == (3, 3)
+
+
+@pytest.mark.one_ledger("the gap spool alone: a file, no ledger")
+def test_status_reads_the_gap_spool_incrementally_for_the_runs_asked(tmp_path: Path) -> None:
+    from snapshotd.service import GapFollower
+    from snapshotd.service.gaps import GapSpool
+
+    spool = GapSpool(tmp_path / "gaps.ndjson")
+    follower = GapFollower(spool.path)
+    assert follower.gaps({"a"}) == {}  # no spool yet
+    spool.record(reason="timeout", detail="d", run_id="a", tool_use_id="t1")
+    spool.record(reason="timeout", detail="d", run_id="b", tool_use_id="t2")
+    assert [g["tool_use_id"] for g in follower.gaps({"a"})["a"]] == ["t1"]
+    spool.record(reason="fenced", detail="d", run_id="a", tool_use_id="t3")
+    # Only what was appended is read for "a"; "b", asked for the first time, gets its past.
+    found = follower.gaps({"a", "b"})
+    assert [g["tool_use_id"] for g in found["a"]] == ["t1", "t3"]
+    assert [g["tool_use_id"] for g in found["b"]] == ["t2"]
+    assert set(follower.gaps({"b"})) == {"b"}  # "a" is no longer kept
+    with open(spool.path, "ab") as f:  # a writer half-way through its line
+        f.write(b'{"run_id": "b", "tool_use_id": "t4", "reas')
+    assert [g["tool_use_id"] for g in follower.gaps({"b"})["b"]] == ["t2"]
+    with open(spool.path, "ab") as f:
+        f.write(b'on": "timeout"}\n')
+    assert [g["tool_use_id"] for g in follower.gaps({"b"})["b"]] == ["t2", "t4"]
+    spool.path.write_text("")  # rewritten shorter (gc dropped runs): read again from the start
+    spool.record(reason="timeout", detail="d", run_id="b", tool_use_id="t5")
+    assert [g["tool_use_id"] for g in follower.gaps({"b"})["b"]] == ["t5"]
