@@ -298,13 +298,24 @@ def snapshot_fields(payload: Mapping[str, Any], env: Mapping[str, str]) -> dict[
 
 
 def before_tool_fields(payload: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
-    """The fields of the ``before_tool`` request for a before-tool payload: the after-tool
-    capture owns the call's id, and the label says the capture came before the tool."""
+    """The fields of the ``before_tool`` request for a before-tool payload: the call's ids (the
+    daemon keeps the call in flight until the end that names one of them), and the label says
+    the capture came before the tool. An id derived from the payload (Gemini, Copilot, Cursor:
+    it includes the event's own timestamp) names no end, so none is sent: the daemon then
+    matches the start with the next end by order."""
     fields = snapshot_fields(payload, env)
-    fields["tool_use_id"] = fields["tool_aliases"] = None
+    if _derived_id(fields["tool_use_id"] or "", detect_agent(payload)):
+        fields["tool_use_id"] = None
     if fields.get("label"):
         fields["label"] = "before " + fields["label"]
     return fields
+
+
+def _derived_id(tool_id: str, agent: str) -> bool:
+    """Whether ``tool_id`` is one ``snapshotd_client.agents`` derived (``<agent>-<24 hex>``)."""
+    digits = tool_id[len(agent) + 1:]
+    return (tool_id.startswith(agent + "-") and len(digits) == 24
+            and all(c in "0123456789abcdef" for c in digits))
 
 
 def try_autostart(socket_path: str, deadline: float, argv: list[str] | None = None) -> bool:

@@ -16,7 +16,9 @@ from snapshotd import __version__
 # command needs (agents' runners call the CLI often, and so does the test suite).
 COMMANDS: dict[str, str] = {
     "attempt": "attempt:attempt",
+    "bisect": "bisect:bisect",
     "blame": "blame:blame",
+    "checkout": "checkout:checkout",
     "config": "config:config",
     "diff": "diff:diff",
     "exec": "exec:exec_command",

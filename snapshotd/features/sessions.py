@@ -71,7 +71,7 @@ class Sessions:
             return self._start(req, agent_process(agent_pid) if agent_pid else None)
         attempt = self.service.attribution.session_attempt(req)
         self.service.route_tier2(attempt)
-        self.service.ledger.set_attempt_idle(attempt.key, event == "idle")
+        self.service.set_idle(attempt, event == "idle")
         return _reply(event, self._reread(attempt))
 
     # -- helpers ---------------------------------------------------------------------------

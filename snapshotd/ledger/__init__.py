@@ -8,5 +8,6 @@ FACE: dict[str, tuple[str, ...]] = {
     "ledger": ("ACTIVE", "Attempt", "DuplicateToolCall", "Ledger", "LedgerDamaged", "LedgerError",
         "POSTGRES_SCHEMES", "SQLITE_FILE", "SeqConflict", "describe_ledger", "ledger_exists",
         "ledger_url", "open_ledger"),
+    "tool_calls": ("IN_FLIGHT", "INFERRED"),
 }
 __all__, __getattr__, __dir__ = face(__name__, FACE)

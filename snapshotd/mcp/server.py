@@ -2,7 +2,7 @@
 
 Owns the tools an agent (or any MCP client) uses to see and use its durability surface (the
 ``ops.Operations`` calls: runs, checkpoints, diff, restore, gaps, status, show, log, find, blame,
-export), built on the official MCP Python SDK (2.x, ``MCPServer``), and how their failures and
+export, bisect: ``bisect_tool``), built on the official MCP Python SDK (2.x, ``MCPServer``), and how their failures and
 secrets reach the client. Promises:
 - Every tool is a thin call into the code the CLI uses, so a restore through MCP is serialized
   with captures of that worktree and obeys every rule the CLI obeys: refused while an attempt is
@@ -37,6 +37,8 @@ from typing_extensions import TypedDict
 from snapshotd import __version__
 from snapshotd.core import ConfigError, ServiceError, redact_url
 from snapshotd.ledger import LedgerError
+from snapshotd.mcp.bisect_tool import INSTRUCTIONS as BISECT_INSTRUCTIONS
+from snapshotd.mcp.bisect_tool import add_bisect_tool
 from snapshotd.ops import DEFAULT_PATCH_BYTES, DEFAULT_PLAN_LIMIT, Operations
 from snapshotd_client import DaemonUnavailable, SnapshotdError
 
@@ -57,7 +59,7 @@ not be taken; status shows the daemon's health. blame_file tells which checkpoin
 introduced each line of a file; export_checkpoints turns an attempt into a new branch or patches;
 show_checkpoint shows one checkpoint's change with its tool call; log_checkpoints lists a run's
 checkpoints newest first (pickaxe="def parse" finds when a text appeared or disappeared);
-find_path lists the checkpoints that changed a path."""
+find_path lists the checkpoints that changed a path.""" + BISECT_INSTRUCTIONS
 
 PROGRESS_POLL_S = 0.25
 # A URL in text (a status field, a git error): each one goes through redact_url.
@@ -170,6 +172,7 @@ def build_server(*, home: Path | None = None, socket: Path | None = None,
     _add_health_tools(app, ops)
     _add_review_tools(app, ops)
     _add_history_tools(app, ops)
+    add_bisect_tool(app, ops, _guarded)
     return app
 
 

@@ -1,7 +1,7 @@
 """The one operations surface of every front end: the CLI, the MCP server and the web app.
 
 Owns ``Operations``: each op they share (list, show, log, find, diff, compare, blame, export,
-restore, gaps, status) as one plain call on one home and socket, with no MCP SDK, click or HTTP
+restore, bisect, checkout, gaps, status) as one plain call on one home and socket, with no MCP SDK, click or HTTP
 in sight. Ops that act or capture go to the daemon when one answers, else run on the home under
 the daemon's lock (``snapshotd.ops.backend.run_op``, ``snapshotd.ops.review``,
 ``snapshotd.ops.restore``: progress callback, plan paging); reads open the home for reading
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from snapshotd.core import BAD_REQUEST, ServiceError, id_field
 from snapshotd.features.review import public_shape
 from snapshotd.ops import backend
+from snapshotd.ops.bisect import run_bisect, run_checkout
 from snapshotd.ops.restore import RESTORE_TIMEOUT_S, Progress, run_restore
 from snapshotd.ops.review import DIFF_TIMEOUT_S as WHOLE_DIFF_TIMEOUT_S
 from snapshotd.ops.review import run_blame, run_diff, run_export
@@ -31,6 +32,7 @@ from snapshotd.service import collect_runs, list_from_ledger, list_gaps, require
 from snapshotd_client import Client, DaemonUnavailable, SnapshotdError, home_dir, socket_path
 
 if TYPE_CHECKING:
+    from snapshotd.features.bisect import Progress as BisectProgress
     from snapshotd.features.review import HomeView
 
 # Daemon round trips: listing and status are quick; a diff captures the worktree (stat scan);
@@ -41,6 +43,9 @@ MCP_RESTORE_TIMEOUT_S = 900.0
 PROGRESS_TIMEOUT_S = 5.0
 DEFAULT_PATCH_BYTES = 100_000
 DEFAULT_PLAN_LIMIT = 1000
+# The MCP tool's bisect is bounded: per run of the command, and in runs.
+MCP_BISECT_TIMEOUT_S = 300.0
+MCP_BISECT_MAX_STEPS = 12
 
 
 class Operations:
@@ -209,6 +214,37 @@ class Operations:
                 return client.request("restore_progress", progress_token=token)
         except SnapshotdError:
             return {}
+
+    def bisect(self, fields: dict[str, Any], argv: list[str], *, timeout: float | None = None,
+               max_steps: int | None = None, progress: BisectProgress | None = None,
+               output: int | None = None, scratch_parent: Path | None = None) -> dict:
+        """``snapshotd bisect --json`` for ``fields`` (``run_id``, ``node_id``, ``good``,
+        ``bad``, ``iteration``, ``attempt``): run here, never in the daemon
+        (``snapshotd.ops.bisect.run_bisect``); ``output`` None keeps each run's output tail."""
+        return run_bisect(fields, argv, home=self._home, timeout=timeout, max_steps=max_steps,
+                          progress=progress, output=output, scratch_parent=scratch_parent)
+
+    def bisect_checkpoints(self, *, run_id: str, node_id: str, command: list[str],
+                           good: int | None = None, bad: int | None = None,
+                           iteration: int | None = None, attempt: int | None = None,
+                           timeout_s: float = MCP_BISECT_TIMEOUT_S,
+                           max_steps: int = MCP_BISECT_MAX_STEPS,
+                           progress: BisectProgress | None = None) -> dict:
+        """The MCP tool's bisect: bounded per run (``timeout_s``) and in runs (``max_steps``),
+        each run's output tail in its step."""
+        fields = {"run_id": id_field("run_id", run_id), "node_id": id_field("node_id", node_id),
+                  "good": good, "bad": bad, "iteration": iteration, "attempt": attempt}
+        if not isinstance(command, list) or not command or not all(
+                isinstance(word, str) and word and "\0" not in word for word in command):
+            raise ServiceError(BAD_REQUEST, "command must be a non-empty list of arguments, "
+                               "e.g. [\"pytest\", \"-x\", \"tests/test_app.py\"]")
+        return self.bisect(fields, command, timeout=timeout_s, max_steps=max_steps,
+                           progress=progress)
+
+    def checkout(self, fields: dict[str, Any]) -> dict:
+        """``snapshotd checkout --json`` for ``fields`` (``run_id``, ``node_id``, ``seq``,
+        ``iteration``, ``attempt``, ``target``, ``writable``): read-only, here."""
+        return run_checkout(fields, home=self._home)
 
     def blame(self, fields: dict[str, Any]) -> dict:
         """``snapshotd blame --json`` for ``fields`` (``run_id``, ``node_id``, ``path``, ``seq``,

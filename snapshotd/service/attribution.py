@@ -74,6 +74,23 @@ class Attribution:
         self._outside_gap(req, attempt)
         return attempt
 
+    def existing(self, req: SnapshotRequest) -> Attempt | None:
+        """The active attempt ``attribute`` would give ``req`` when it need create none (the
+        ``before_tool`` op): no attempt is created, no directory checked, no gap written."""
+        if req.run_id is not None:
+            assert req.node_id is not None
+            attempt = (self.newest_attempt(req.run_id, req.node_id, req.iteration)
+                       if req.attempt is None else self.ledger.get_attempt(
+                           AttemptKey(req.run_id, req.node_id, req.iteration, req.attempt)))
+        else:
+            attempt = self.active_for(req.cwd, registered_only=req.fallback is not None)
+            if attempt is None and req.fallback is not None:
+                fb = req.fallback
+                attempt = self.newest_attempt(fb["run_id"], fb["node_id"], fb["iteration"])
+        if attempt is None or attempt.state != ACTIVE or attempt.elsewhere(self.ledger.host):
+            return None
+        return attempt
+
     def session_attempt(self, req: SnapshotRequest, *, owner_pid: int | None = None,
                         renew: bool = False) -> Attempt:
         """The attempt of the agent session ``req.fallback`` names: its node's newest attempt

@@ -38,9 +38,10 @@ from snapshotd.core import (
     user_head,
     worktree_findings,
 )
-from snapshotd.ledger import Attempt, DuplicateToolCall, Ledger, SeqConflict
+from snapshotd.ledger import IN_FLIGHT, Attempt, DuplicateToolCall, Ledger, SeqConflict
 from snapshotd.service.labels import relative_label
-from snapshotd.service.request import HOOK_LABEL_MAX, SnapshotRequest, outcome_json
+from snapshotd.service.ownership import Ownership
+from snapshotd.service.request import HOOK_LABEL_MAX, SnapshotRequest, outcome_json, tool_ids_of
 from snapshotd.service.seqmarks import SeqMarks
 from snapshotd.store import Store, StoreError
 
@@ -61,8 +62,10 @@ class Recorder:
 
     def __init__(self, store: Store, ledger: Ledger, seqmarks: SeqMarks, record_gap: GapWriter,
                  counters: dict[str, int],
-                 on_checkpoint: list[Callable[[Attempt, dict], None]]) -> None:
+                 on_checkpoint: list[Callable[[Attempt, dict], None]],
+                 ownership: Ownership) -> None:
         self.store = store
+        self.ownership = ownership  # the tool calls in flight, and who owns a tier-2 capture
         self.ledger = ledger
         self.seqmarks = seqmarks
         self.record_gap = record_gap
@@ -88,18 +91,21 @@ class Recorder:
                         + capture.secrets)[:MAX_SECRET_FINDINGS] or None
         parent = str(head.id) if head else None
         base, base_tree = self._base(attempt) if head is None else (None, None)
+        owner = self.ownership.capture_owner(attempt, req.tier)
         checkpoint = Checkpoint(key=attempt.key, seq=seq, tier=req.tier, source=req.source,
-                                worktree=root, label=label_of(req, root),
+                                worktree=root, label=checkpoint_label(req, root),
                                 tool_use_id=req.tool_use_id, base=base, base_tree=base_tree,
                                 secrets=found, tree=capture.tree, parent=parent, added=added,
                                 modified=modified, deleted=deleted,
-                                skipped=capture.skipped or None)
+                                skipped=capture.skipped or None, owner=owner,
+                                owner_how=IN_FLIGHT if owner else None)
         commit = None
         try:
             commit = self.store.commit(checkpoint, capture.tree, parent)
             row = replace(checkpoint, commit=commit, created_at=time.time()).to_row()
             row["outcome"] = outcome_json(req)  # a failed tool call's mark (not in the commit)
             row["tool_aliases"] = req.tool_aliases  # the call's other ids: tool_calls rows
+            row["started_at"] = self.ownership.started_at(attempt, tool_ids_of(req))
             injected_delay("before-row")
             self.ledger.record_checkpoint(attempt, row)
             crash_point("after-row")
@@ -129,6 +135,9 @@ class Recorder:
             raise ServiceError(CAPTURE_FAILED,
                                f"could not record the checkpoint: {exc}") from exc
         self.counters[f"captures_tier{req.tier}"] += 1
+        self.ownership.recorded(attempt, seq=seq, tier=req.tier, created_at=row["created_at"],
+                                owner=owner)
+        self.ownership.closed(attempt, tool_ids_of(req))
         self._announce(attempt, row)
         reply = self.reply(attempt, {"seq": seq, "commit": commit, "tree": capture.tree},
                             deduped=False, started=started, skipped=capture.skipped,
@@ -198,7 +207,7 @@ def _unique(findings: list[dict]) -> list[dict]:
     return out
 
 
-def label_of(req: SnapshotRequest, root: str) -> str | None:
+def checkpoint_label(req: SnapshotRequest, root: str) -> str | None:
     """The checkpoint's label: a hook's path named relative to the worktree, then cut (cut
     first, a long absolute path would lose the very part that names the file)."""
     if req.label_whole is None:

@@ -53,8 +53,9 @@ from snapshotd.service.change_source import ChangeSource, OffLockScan
 from snapshotd.service.damage import DamageRegistry, repair_ref
 from snapshotd.service.gaps import GapSpool
 from snapshotd.service.listing import list_op, list_run
+from snapshotd.service.ownership import Call, Ownership
 from snapshotd.service.reconcile import lost_gap_writer, reconcile, reconcile_attempt
-from snapshotd.service.recording import Recorder, label_of
+from snapshotd.service.recording import Recorder, checkpoint_label
 from snapshotd.service.request import (
     SOURCES,
     SnapshotRequest,
@@ -107,8 +108,10 @@ class Service:
         # Called with the attempt and its new row once a checkpoint is recorded (replication),
         # on the capture path: a listener only notes the work and returns.
         self.on_checkpoint: list[Callable[[Attempt, dict], None]] = []
+        # The tool calls in flight per attempt, and who owns a tier-2 capture (memory only).
+        self.ownership = Ownership(self.ledger, self.counters)
         self.recorder = Recorder(self.store, self.ledger, self.seqmarks, self.record_gap,
-                                 self.counters, self.on_checkpoint)
+                                 self.counters, self.on_checkpoint, self.ownership)
         self.latencies = self.recorder.latencies  # capture latencies per tier, for status
         # Which attempt each worktree's tier-2 captures go to (the last one announced active).
         self._tier2_owner: dict[str, AttemptKey] = {}
@@ -158,8 +161,35 @@ class Service:
             if current.idle_since is not None and req.source == "hook":
                 # A tool call is its agent at work, whatever the last turn's end said.
                 self.ledger.set_attempt_idle(current.key, False)
+        if req.tool_use_id:  # a call ended: another session's running call may own tier 2
+            self.route_in_flight(current.worktree)
         crash_point("before-reply")
         return result
+
+    def tool_started(self, fields: dict, started_at: float) -> bool:
+        """The ``before_tool`` op's record: the attempt the request would be attributed to has
+        its tool call (ids, label as the after-tool capture names it) in flight since
+        ``started_at``. Memory only: no capture, no ledger write, no attempt created, no gap
+        (False when there is no active attempt yet)."""
+        label = fields.get("label")
+        if isinstance(label, str) and label.startswith("before "):
+            fields = dict(fields, label=label[len("before "):])
+        req = SnapshotRequest.from_fields(dict(fields, source="hook", tier=1))
+        with self.ledger.reads_since(time.monotonic_ns()):
+            attempt = self.attribution.existing(req)
+        if attempt is None:
+            return False
+        self.ownership.start(attempt, Call(tuple(tool_ids_of(req)),
+                                           checkpoint_label(req, attempt.worktree), started_at))
+        self.route_in_flight(attempt.worktree)
+        return True
+
+    def set_idle(self, attempt: Attempt, idle: bool) -> None:
+        """A session's turn ended (``idle``) or began: the ledger's mark, and no tool call of
+        it is in flight any more once idle."""
+        self.ledger.set_attempt_idle(attempt.key, idle)
+        if idle:
+            self.ownership.went_idle(attempt)
 
     def ping(self, _fields: dict | None = None) -> dict:
         return {"pid": os.getpid(), "version": __version__, "home": str(self.home)}
@@ -365,9 +395,11 @@ class Service:
                 seq = 0 if found is None else found
                 if last is not None and last["seq"] == seq:
                     if req.tool_use_id:
-                        self.ledger.record_tool_call(  # listed by its label (issue 43)
+                        self.ledger.record_tool_call(
                             attempt, req.tool_use_id, seq, outcome_json(req), req.tool_aliases,
-                            label=label_of(req, attempt.worktree))
+                            label=checkpoint_label(req, attempt.worktree),
+                            started_at=self.ownership.started_at(attempt, tool_ids_of(req)))
+                        self.ownership.closed(attempt, tool_ids_of(req))
                     self.counters["dedups"] += 1
                     return self.recorder.reply(
                         attempt, {"seq": seq, "commit": str(head.id), "tree": capture.tree},
@@ -397,6 +429,7 @@ class Service:
         """Tell the listeners that ``attempt`` ended. When it owned its worktree's tier-2
         captures and another attempt is still active there (two agent sessions in one folder),
         the newest of those takes them over."""
+        self.ownership.forget(attempt)
         with self._routing_lock:
             for listener in self.on_attempt_inactive:
                 try:
@@ -418,6 +451,13 @@ class Service:
         with self._routing_lock:
             if self._tier2_owner.get(attempt.worktree) != attempt.key:
                 self.announce_active(attempt)
+
+    def route_in_flight(self, worktree: str) -> None:
+        """With several sessions in one folder, tier 2 goes to the one whose tool call runs,
+        when exactly one has a call in flight (else it stays where it is)."""
+        running = self.ownership.in_flight(worktree)
+        if len(running) == 1:
+            self.route_tier2(running[0])
 
     # -- helpers ---------------------------------------------------------------------------
 

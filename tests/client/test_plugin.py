@@ -3,7 +3,9 @@
 ``contrib/gemini/settings.json``, and the marketplace that offers the plugin
 (``.claude-plugin/marketplace.json``). Valid JSON with the fields each CLI requires, matchers that
 cover exactly the tools that can change files, every session lifecycle event, synchronous hooks
-with a timeout in each CLI's unit, and a command that really is the installed ``snapshot-hook``."""
+with a timeout in each CLI's unit, and a command that really is the installed ``snapshot-hook`` (the
+plugin's: ``snapshot-hook-native`` when it is installed, else ``snapshot-hook``; what that command
+does when run is in test_plugin_launch.py)."""
 
 from __future__ import annotations
 
@@ -32,6 +34,11 @@ CLAUDE_WRITERS = ["Write", "Edit", "MultiEdit", "NotebookEdit", "Bash", "mcp__gi
 CLAUDE_LIFECYCLE = {"SessionStart", "UserPromptSubmit", "Stop", "SessionEnd"}
 CODEX_LIFECYCLE = {"SessionStart", "UserPromptSubmit", "Stop"}  # Codex has no SessionEnd
 GEMINI_LIFECYCLE = {"SessionStart", "BeforeAgent", "AfterAgent", "SessionEnd"}
+# The plugin's one command for every event: the first executable ``snapshot-hook-native`` on the
+# PATH (a regular file), else ``snapshot-hook``; shell builtins only, so choosing costs no process.
+PLUGIN_COMMAND = ('set -f; IFS=:; for d in $PATH; do if [ -f "$d/snapshot-hook-native" ] && '
+                  '[ -x "$d/snapshot-hook-native" ]; then exec "$d/snapshot-hook-native"; fi; '
+                  'done; exec snapshot-hook')
 CLAUDE_READERS = ["Read", "Glob", "Grep", "WebFetch", "WebSearch", "Task", "TodoWrite",
                   "NotebookRead", "LS", "BashOutput"]
 
@@ -66,7 +73,7 @@ def check_entries(entries: object, *, timeout_max: float) -> list[dict]:
 
 
 def check_lifecycle(hooks: dict, events: set[str], *, timeout_max: float,
-                    timeout_min: float) -> None:
+                    timeout_min: float, command: str = "snapshot-hook") -> None:
     """A session's lifecycle events: one ``snapshot-hook`` each, for every occasion (no matcher:
     a session that starts by resuming or after ``/clear`` is a session all the same),
     synchronous, with a timeout longer than the hook's own budget."""
@@ -75,7 +82,7 @@ def check_lifecycle(hooks: dict, events: set[str], *, timeout_max: float,
         assert isinstance(entries, list) and len(entries) == 1, event
         assert "matcher" not in entries[0], event
         [hook] = entries[0]["hooks"]
-        assert (hook["type"], hook["command"]) == ("command", "snapshot-hook"), event
+        assert (hook["type"], hook["command"]) == ("command", command), event
         assert "async" not in hook and "background" not in hook, event
         assert isinstance(hook["timeout"], int) and timeout_min < hook["timeout"] <= timeout_max
 
@@ -131,11 +138,12 @@ def test_plugin_hooks_cover_the_tools_that_change_files() -> None:
     config = load("hooks/hooks.json")
     hooks = config["hooks"]
     assert set(hooks) == {"PreToolUse", "PostToolUse", "PostToolUseFailure", *CLAUDE_LIFECYCLE}
-    check_lifecycle(hooks, CLAUDE_LIFECYCLE, timeout_max=600, timeout_min=HOOK_BUDGET_S)
+    check_lifecycle(hooks, CLAUDE_LIFECYCLE, timeout_max=600, timeout_min=HOOK_BUDGET_S,
+                    command=PLUGIN_COMMAND)
     for event in ("PreToolUse", "PostToolUse", "PostToolUseFailure"):
         commands = check_entries(hooks[event], timeout_max=600)  # seconds
         for hook in commands:
-            assert hook["command"] == "snapshot-hook"
+            assert hook["command"] == PLUGIN_COMMAND
             assert hook["timeout"] > HOOK_BUDGET_S  # the hook always ends first, writing a gap
         for tool in CLAUDE_WRITERS:
             assert matches(hooks[event], tool), (event, tool)

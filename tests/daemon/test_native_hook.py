@@ -102,6 +102,11 @@ def handovers(native: tuple[Path, Path]) -> int:
     return len(marker.read_text().splitlines()) if marker.exists() else 0
 
 
+def handed_start_ns(native: tuple[Path, Path]) -> int:
+    """The ``SNAPSHOTD_HOOK_STARTED_NS`` the last hand-over gave the Python hook."""
+    return int(native[1].read_text().splitlines()[-1])
+
+
 def checkpoint(env: Env, worktree: Path) -> dict:
     rows = env.ledger_query(
         "SELECT run_id, node_id, iteration, attempt, source, tier, label, tool_use_id "
@@ -190,46 +195,50 @@ def test_no_daemon_hands_over_and_the_python_hook_records_the_gap(native, hook_e
                                                                    short_dir: Path) -> None:
     before = handovers(native)
     payload = claude_payload(short_dir, "toolu_nodaemon", session_id="s-nodaemon")
-    started = time.monotonic()
+    launched_ns = time.monotonic_ns()
     proc = run_native(native, hook_env, payload)
+    returned_ns = time.monotonic_ns()
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, b"", b"")
-    assert time.monotonic() - started < 5.0
     assert handovers(native) == before + 1
     gaps = [json.loads(line) for line in (short_dir / "gaps.ndjson").read_text().splitlines()]
     assert [(g["reason"], g["tool_use_id"]) for g in gaps] == [
         ("daemon-unavailable", "toolu_nodaemon")]
-    # The Python hook was given the native hook's start: one budget for both.
-    started_ns = int(native[1].read_text().splitlines()[-1])
-    assert 0 < time.monotonic_ns() - started_ns < 5_000_000_000
+    assert launched_ns <= handed_start_ns(native) <= returned_ns  # one budget for both
 
 
 @needs_cc
-@pytest.mark.parametrize("slow_start", [0.0, 0.2], ids=["python-starts-fast",
+@pytest.mark.parametrize("slow_start", [0.0, 0.5], ids=["python-starts-fast",
                                                         "python-starts-slow"])
-def test_a_stopped_daemon_gets_the_timeout_gap_within_the_budget(
+def test_a_stopped_daemon_gets_the_timeout_gap_within_one_budget(
         native, sd_env: Env, make_daemon, tmp_path: Path, slow_start: float) -> None:
+    """The contract without a stopwatch: with the daemon stopped (SIGSTOP), the hook still
+    exits, cleanly, and leaves the timeout gap naming its budget; the Python hook it hands over
+    to counts from the native hook's start (one budget, not two: ``started_at`` takes the start
+    it is handed: test_a_start_handed_over_counts_only_when_it_is_recent). ``python-starts-slow``
+    begins only after the whole 300 ms budget is spent (it sleeps 0.5 s first, as on a loaded
+    machine): the payload it was handed is still read whole, and the gap still says timeout."""
     daemon = make_daemon(sd_env, QUIET_WATCHER)
     worktree = make_git_worktree(tmp_path / "wt")
     (worktree / "a.txt").write_text("a\n")
     before = handovers(native)
     os.kill(daemon.proc.pid, signal.SIGSTOP)
     try:
-        started = time.monotonic()
-        # A slow start (a loaded machine) takes the Python hook past the whole budget: the
-        # payload it was handed is still read whole, and the gap still says timeout.
-        proc = run_native(native, sd_env.environ(SNAPSHOTD_HOOK_TIMEOUT_MS="800",
+        launched_ns = time.monotonic_ns()
+        proc = run_native(native, sd_env.environ(SNAPSHOTD_HOOK_TIMEOUT_MS="300",
                                                  TEST_SLOW_START_S=str(slow_start)),
-                          claude_payload(worktree, "toolu_stopped", session_id="s-stopped"), cwd=worktree)
-        elapsed = time.monotonic() - started
+                          claude_payload(worktree, "toolu_stopped", session_id="s-stopped"),
+                          cwd=worktree)
+        returned_ns = time.monotonic_ns()
     finally:
         os.kill(daemon.proc.pid, signal.SIGCONT)
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, b"", b"")
     assert handovers(native) == before + 1
-    # The budget is shared: the Python hook found the deadline passed and wrote the gap at
-    # once (a generous bound for a loaded machine: one budget, not two).
-    assert 0.7 < elapsed < 1.6 + slow_start
+    assert launched_ns <= handed_start_ns(native) <= returned_ns
     (gap,) = [g for g in sd_env.read_gaps() if g["tool_use_id"] == "toolu_stopped"]
-    assert gap["reason"] == "timeout" and "800 ms" in gap["detail"]
+    assert gap["reason"] == "timeout" and "within 300 ms" in gap["detail"], gap
+    assert (gap["source"], gap["tier"], gap["worktree"]) == ("hook", 1, str(worktree)), gap
+    assert sd_env.ledger_query("SELECT seq FROM checkpoints WHERE tool_use_id = ?",
+                               ("toolu_stopped",)) == []
 
 
 @needs_cc
@@ -314,12 +323,10 @@ def test_stdin_that_never_closes_is_one_gap_within_the_budget(native, hook_env,
                             stderr=subprocess.PIPE, env={**hook_env,
                                                          "SNAPSHOTD_HOOK_TIMEOUT_MS": "300"})
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-    started = time.monotonic()
     try:
         proc.stdin.write(b'{"session_id": "s", ')  # and then nothing, and never closed
         proc.stdin.flush()
-        proc.wait(timeout=10)
-        elapsed = time.monotonic() - started
+        proc.wait(timeout=10)  # a hang guard only: it exits on its own, stdin still open
         out, err = proc.stdout.read(), proc.stderr.read()
     finally:
         proc.kill()
@@ -327,7 +334,6 @@ def test_stdin_that_never_closes_is_one_gap_within_the_budget(native, hook_env,
         for stream in (proc.stdin, proc.stdout, proc.stderr):
             stream.close()
     assert (proc.returncode, out, err) == (0, b"", b"")
-    assert elapsed < 1.5
     assert handovers(native) == before + 1
     gaps = [json.loads(line) for line in (short_dir / "gaps.ndjson").read_text().splitlines()]
     assert [g["reason"] for g in gaps] == ["bad-payload"]

@@ -1,21 +1,22 @@
-"""Bracketing: a capture before each tool call, so changes made between two tool calls (by a
-person, a background process) are their own checkpoint instead of part of the next tool call's.
+"""A tool call's start: it is in flight from now on, and (``bracket``) a capture before it.
 
 Owns the ``before_tool`` op (``attach``), which ``snapshot-hook`` sends on an agent's before-tool
-event (Claude Code and Codex ``PreToolUse``, Gemini ``BeforeTool``). The hook never reads the
-daemon's configuration; this op decides (docs/agents.md, docs/protocol.md).
+event (Claude Code, Codex and Qwen ``PreToolUse``, Gemini ``BeforeTool``). The hook never reads
+the daemon's configuration; this op decides (docs/agents.md, docs/protocol.md).
 
 Promises:
-- With ``bracket = false`` (the default) the op is a no-op that touches nothing (no attempt is
-  created, no gap written) and answers ``{"bracket": false}`` at once.
-- With ``bracket = true`` it is a ``snapshot`` request with source ``outside``, tier 1 and no
+- Always: the attempt the request would be attributed to has the tool call (its ids, its label)
+  in flight from now (``Service.tool_started``; docs/review.md, "Who changed what"): memory only,
+  no capture, no store or ledger write, no attempt created, no gap. ``"in_flight"`` says whether
+  an active attempt was found.
+- With ``bracket = true`` first a ``snapshot`` request with source ``outside``, tier 1 and no
   tool call id (so the after-tool capture of the same call is not taken for a retry of it); an
-  unchanged tree deduplicates, so a call with nothing in between costs one stat pass and adds
-  no checkpoint. The reply is the ``snapshot`` reply with ``"bracket": true``.
+  unchanged tree deduplicates. The reply is the ``snapshot`` reply with ``"bracket": true``.
 """
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -26,12 +27,15 @@ SOURCE = "outside"
 
 
 def before_tool(service: Service, fields: dict) -> dict:
-    """The ``before_tool`` op: a capture with source ``outside`` when bracketing is on."""
-    if not service.config.bracket:
-        return {"bracket": False}
-    request = dict(fields, source=SOURCE, tier=1, tool_use_id=None)
-    result = service.snapshot(request)
-    result["bracket"] = True
+    """The ``before_tool`` op: the call in flight, after a capture with source ``outside`` when
+    bracketing is on."""
+    started_at = time.time()
+    result: dict = {"bracket": False}
+    if service.config.bracket:
+        request = dict(fields, source=SOURCE, tier=1, tool_use_id=None, tool_aliases=None)
+        result = service.snapshot(request)
+        result["bracket"] = True
+    result["in_flight"] = service.tool_started(fields, started_at)
     return result
 
 
