@@ -13,6 +13,8 @@ deduplicate is still listed.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from snapshotd.core import check_fault
@@ -20,10 +22,12 @@ from snapshotd.ledger.base import (
     ALIAS_STEP,
     TOOL_CALL_INSERT,
     Attempt,
+    Tx,
     outcome_of,
     run_filter,
     tool_ids,
 )
+from snapshotd.ledger.cache import TOOL_CALLS_KEPT, ReadCache
 
 # How a checkpoint came to be owned by a tool call it was not the capture of.
 IN_FLIGHT = "in-flight"  # taken between the call's start event and its end
@@ -32,9 +36,16 @@ OWNER_HOWS = (IN_FLIGHT, INFERRED)
 
 
 class ToolCallRows:
-    """``Ledger``'s tool-call methods (the mixin reads and writes through its helpers)."""
+    """``Ledger``'s tool-call methods. What the mixin needs of its host, ``Ledger``, is
+    declared here (annotations only: the host defines them)."""
 
-    def tool_call(self: Any, attempt_pk: int, tool_use_id: str) -> dict | None:
+    _cache: ReadCache
+    _one: Callable[[str, Any], Any]
+    _all: Callable[[str, Any], list]
+    _write: Callable[..., AbstractContextManager[Tx]]
+    _cached: Callable[[str, Any, Callable[[], Any]], Any]
+
+    def tool_call(self, attempt_pk: int, tool_use_id: str) -> dict | None:
         """The checkpoint a tool call of the attempt maps to, or None (for a new one, nearly
         every one, the cached set of the attempt's recorded tool calls answers)."""
         if self._cache.enabled:
@@ -51,7 +62,7 @@ class ToolCallRows:
         return {"seq": row["seq"], "commit": row["commit_id"], "tree": row["tree"],
                 **outcome_of(row["outcome"])}
 
-    def record_tool_call(self: Any, attempt: Attempt, tool_use_id: str, seq: int,
+    def record_tool_call(self, attempt: Attempt, tool_use_id: str, seq: int,
                          outcome: str | None = None, aliases: list[str] | None = None, *,
                          label: str | None = None, started_at: float | None = None,
                          kind: str | None = None) -> None:
@@ -67,7 +78,7 @@ class ToolCallRows:
                 db.execute(TOOL_CALL_INSERT, (attempt.pk, tool_id, seq, 1, now + i * ALIAS_STEP,
                                               outcome, label, started_at, kind))
 
-    def tool_calls(self: Any, run_id: str, node_id: str | None = None,
+    def tool_calls(self, run_id: str, node_id: str | None = None,
                    attempt: int | None = None) -> list[dict]:
         """Every tool call row of a run (of one node, one attempt number), by attempt and
         creation: the attempt's key, ``tool_use_id``, ``seq``, ``deduped``, ``created_at``,
@@ -86,7 +97,7 @@ class ToolCallRows:
                  "label": r["label"], "started_at": r["started_at"], "kind": r["kind"],
                  **outcome_of(r["outcome"])} for r in rows]
 
-    def set_owner(self: Any, attempt: Attempt, seqs: list[int], owner: str, how: str) -> int:
+    def set_owner(self, attempt: Attempt, seqs: list[int], owner: str, how: str) -> int:
         """Give the attempt's tier-2 checkpoints ``seqs`` that have no owner yet to the tool
         call ``owner`` (``how``: ``IN_FLIGHT`` or ``INFERRED``); how many it gave."""
         if how not in OWNER_HOWS:
@@ -103,22 +114,21 @@ class ToolCallRows:
                 f" AND owner IS NULL AND seq IN ({marks})", (owner, how, attempt.pk, *seqs))
             return int(cur.rowcount or 0)
 
-    def tool_use_ids(self: Any, run_id: str) -> set[str]:
+    def tool_use_ids(self, run_id: str) -> set[str]:
         rows = self._all(
             "SELECT t.tool_use_id FROM tool_calls t JOIN attempts a ON a.pk = t.attempt_pk"
             " WHERE a.run_id=?", (run_id,))
         return {r["tool_use_id"] for r in rows}
 
-    def covered_tool_calls(self: Any) -> set[tuple[str, str]]:
+    def covered_tool_calls(self) -> set[tuple[str, str]]:
         """Every (run, tool_use_id) that maps to a checkpoint."""
         rows = self._all("SELECT a.run_id AS run_id, t.tool_use_id AS tool_use_id FROM"
                          " tool_calls t JOIN attempts a ON a.pk = t.attempt_pk")
         return {(r["run_id"], r["tool_use_id"]) for r in rows}
 
-    def _tool_use_ids_of(self: Any, attempt_pk: int) -> set[str] | None:
+    def _tool_use_ids_of(self, attempt_pk: int) -> set[str] | None:
         """The attempt's recorded tool use ids, or None when there are more than the cache
         keeps (``TOOL_CALLS_KEPT``: memory bounded by what is active, not by history)."""
-        from snapshotd.ledger.cache import TOOL_CALLS_KEPT
         rows = self._all("SELECT tool_use_id FROM tool_calls WHERE attempt_pk=? LIMIT ?",
                          (attempt_pk, TOOL_CALLS_KEPT + 1))
         return {r["tool_use_id"] for r in rows} if len(rows) <= TOOL_CALLS_KEPT else None

@@ -45,8 +45,10 @@ def test_copilot_hooks_file() -> None:
 
 def test_qwen_settings() -> None:
     hooks = _json("qwen/settings.json")["hooks"]
-    assert set(hooks) >= {"PostToolUse", "PostToolUseFailure"}
-    for entries in (hooks["PostToolUse"], hooks["PostToolUseFailure"]):
+    assert set(hooks) >= {"PreToolUse", "PostToolUse", "PostToolUseFailure"}
+    # The start event (a tool call in flight, docs/agents.md "Start events") for the same tools.
+    assert hooks["PreToolUse"][0]["matcher"] == hooks["PostToolUse"][0]["matcher"]
+    for entries in (hooks["PreToolUse"], hooks["PostToolUse"], hooks["PostToolUseFailure"]):
         [entry] = entries
         matcher = re.compile(entry["matcher"])
         for tool in ("write_file", "edit", "run_shell_command", "mcp__fs__write"):

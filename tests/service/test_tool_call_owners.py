@@ -119,6 +119,7 @@ def test_start_event_makes_tier2_checkpoints_the_calls(sd_env: Env, watching: Da
     assert trailer_owner(sd_env, found[0]["commit_id"]) is None  # t1's own capture
     t2 = call_row(sd_env, "claude-s1", "t2")
     assert t2["label"] == f"Bash {COMMAND}"
+    assert t2["deduped"] == 1 and t2["seq"] == tier2[-1]["seq"]  # its end found nothing new
     assert t2["started_at"] is not None and t2["started_at"] <= tier2[0]["created_at"]
     assert call_row(sd_env, "claude-s1", "t1")["started_at"] is None  # no start event
 
@@ -213,3 +214,48 @@ def test_shared_folder_tier2_goes_to_the_session_whose_call_runs(
             and r["created_at"] > since] == []
     hook(sd_env, wt, claude(wt, "PostToolUse", "a2", session="A", command="make"))
     assert call_row(sd_env, "claude-A", "a2")["seq"] == cp["seq"]  # deduplicated onto it
+
+
+def test_start_without_a_stable_id_is_matched_by_order(sd_env: Env, watching: Daemon,
+                                                       tmp_path: Path) -> None:
+    """Gemini CLI derives its ids from each event's timestamp: the start names no id the end
+    repeats, so the end takes the start's place and the checkpoints since it (ledger only)."""
+    wt = make_git_worktree(tmp_path / "proj")
+    raw = load_payloads("gemini/after-tool.ndjson")
+    shell = [p for p in raw if p["tool_name"] == "run_shell_command"][0]
+    end = dict(localize(shell, "<harness>/runs/final-basic/proj", wt))  # type: ignore[arg-type]
+    first = dict(end, timestamp="2026-11-29T11:50:00.000Z", tool_input={"command": "true"})
+    hook(sd_env, wt, first)  # the session's attempt, watched from here on
+    start = {k: v for k, v in end.items() if k != "tool_response"}
+    start.update(hook_event_name="BeforeTool", timestamp="2026-11-29T11:51:00.000Z")
+    hook(sd_env, wt, start)
+    (wt / "out.txt").write_text("out\n")
+    run = f"gemini-{end['session_id']}"
+    tier2 = wait_tier2(sd_env, run, 1)
+    assert [trailer_owner(sd_env, r["commit_id"]) for r in tier2] == [None]  # no id yet
+    hook(sd_env, wt, end)
+    ended = [r for r in sd_env.ledger_query(
+        "SELECT t.tool_use_id, t.started_at FROM tool_calls t JOIN attempts a"
+        " ON a.pk = t.attempt_pk WHERE a.run_id=? ORDER BY t.created_at", (run,))][-1]
+    assert ended["started_at"] is not None
+    found = [r for r in rows(sd_env, run) if r["seq"] == tier2[0]["seq"]]
+    assert [(r["owner"], r["owner_how"]) for r in found] == [(ended["tool_use_id"], "in-flight")]
+
+
+def test_a_restart_forgets_the_call_in_flight(sd_env: Env, make_daemon: MakeDaemon,
+                                              tmp_path: Path) -> None:
+    """The calls in flight live in the daemon's memory: across a restart the call's changes
+    are inferred, as for an agent that sends no start event."""
+    wt = make_git_worktree(tmp_path / "proj")
+    first = make_daemon(sd_env, FAST_WATCHER)
+    (wt / "a.txt").write_text("one\n")
+    hook(sd_env, wt, claude(wt, "PostToolUse", "t1", file_path="a.txt"))
+    hook(sd_env, wt, claude(wt, "PreToolUse", "t2", command=COMMAND))
+    assert first.stop() == 0
+    make_daemon(sd_env, FAST_WATCHER)
+    (wt / "b.txt").write_text("two\n")
+    [cp] = wait_tier2(sd_env, "claude-s1", 1)
+    hook(sd_env, wt, claude(wt, "PostToolUse", "t2", command=COMMAND))
+    found = {r["seq"]: r for r in rows(sd_env, "claude-s1")}
+    assert (found[cp["seq"]]["owner"], found[cp["seq"]]["owner_how"]) == ("t2", "inferred")
+    assert call_row(sd_env, "claude-s1", "t2")["started_at"] is None

@@ -1,14 +1,14 @@
 """Export: an attempt's checkpoints as commits in the user's own repository, or as patches.
 
 Owns ``export_checkpoints`` (the ``export`` op, ``snapshotd export``, the MCP tool),
-``export_fields`` (a request's fields, validated) and ``attach``; front ends reach it through ``ops``. Promises (docs/review.md, "Export"):
+``export_fields`` and ``attach``; front ends reach it through ``ops``. Promises (docs/review.md):
 - One commit per checkpoint in (``from_seq``, ``to_seq``] of one attempt, or one with ``squash``;
   a checkpoint whose tree equals the previous one gives none (``skipped``); messages carry the
-  label and the trailers (``Checkpoint.export_message``, ``squash_message``; a tier-2 one by
-  its owning tool call). First parent: HEAD when the attempt began, else now (``base_source``).
-- ``branch`` writes only objects and a new ``refs/heads/NAME`` (existing: ``conflict``, before
-  any write) in git's modes (user's umask, ``core.sharedRepository``: ``_Shared``); ``patches``
-  a ``git am``-able series into a new or empty directory, via a scratch repository.
+  label and the checkpoint's trailers (``Checkpoint.export_message``, ``squash_message``; a
+  tier-2 checkpoint a tool call owns is named by that call). The first parent is the user's
+  HEAD when the attempt began (the base trailer), else HEAD now, else none (``base_source``).
+- ``branch`` writes only objects and a new ``refs/heads/NAME`` (existing: ``conflict``, before any
+  write) in git's modes (umask, ``core.sharedRepository``); ``patches`` a ``git am``-able series.
 - A tree holding an unreleased secret finding (the secrets trailer, ``withhold``) is refused
   (``secret-held``, naming path:line kind, never the value) before any write, unless
   ``allow_secrets``; a file the base already holds byte for byte is not counted. Trees are
