@@ -61,16 +61,31 @@ async function runsView(main) {
     h("td", { cls: "state " + r.state }, r.state),
     h("td", { cls: "num" }, String(r.checkpoints)),
     h("td", { cls: "num" + (r.unresolved_gaps ? " bad" : "") }, String(r.gaps)),
+    coverageCell(r.coverage),
     h("td", {}, when(r.last_activity)),
     h("td", {}, strip(r.strip))));
   main.replaceChildren(h("h1", {}, "Runs"),
     data.runs.length ? h("table", { cls: "runs" }, h("tr", {},
-      ...["run", "agent", "worktree", "state", "checkpoints", "gaps", "last activity", "activity"]
+      ...["run", "agent", "worktree", "state", "checkpoints", "gaps", "coverage", "last activity",
+          "activity"]
         .map((t) => h("th", {}, t))), rows)
       : h("p", {}, "Nothing captured yet: start an agent with the snapshotd hook."),
     data.truncated ? h("p", { cls: "note" }, `${data.runs.length} of ${data.total} runs`) : "");
   const key = (runs) => JSON.stringify(runs.map((r) => [r.run_id, r.checkpoints, r.gaps, r.state]));
   live(main, async () => key((await api("/api/runs")).runs), route, key(data.runs));
+}
+// Coverage (issue 43): tool calls captured as theirs of those seen, and the open gaps.
+function coverageCell(c) {
+  if (!c) return h("td", { cls: "coverage" }, "—");
+  const text = (c.tool_calls_seen ? `${c.tool_calls_captured}/${c.tool_calls_seen} ` +
+    `(${c.percent} %)` : "no tool calls") + (c.gaps ? `, ${c.gaps} gap${c.gaps === 1 ? "" : "s"}` : "");
+  return h("td", { cls: "coverage " + (c.complete && !c.gaps ? "complete" : "incomplete"),
+                   title: c.summary }, text);
+}
+function coverageList(items) {
+  return h("ul", { cls: "coverage" }, ...(items || []).map((c) => h("li", {
+    cls: c.complete && !c.gaps ? "complete" : "incomplete" },
+    `${c.node_id} · it ${c.iteration} · #${c.attempt}: ${c.summary}`)));
 }
 function strip(counts) {
   const max = Math.max(1, ...counts);
@@ -173,6 +188,7 @@ async function runView(main, run) {
   main.replaceChildren(h("h1", {}, "Run ", h("code", {}, run)),
     h("p", {}, `${data.checkpoints.length} checkpoints, ${data.gaps.length} gaps, `,
       h("a", { href: "#/gaps/" + enc(run) }, "gaps and what to do")),
+    coverageList(data.coverage),
     timeline(data, (l, c) => { location.hash = cpHash(run, l, c.seq); }),
     ...toolCalls(run, data));
   live(main, async () => (await api("/api/version", { run })).version, route, data.version);
