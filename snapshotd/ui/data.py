@@ -86,6 +86,8 @@ class Reader:
         checkpoints = []
         for c in found["checkpoints"]:
             row = {k: c[k] for k in ROW_KEYS}
+            # snapshotd's own events at this seq (restore, purge), deduplicated ones too.
+            row["events"] = [t for t in c.get("tool_calls") or [] if t.get("kind")]
             row["lane"] = lane_of.get((c["node_id"], c["iteration"], c["attempt"]), 0)
             checkpoints.append(row)
         gaps = [dict(g, help=help_for(g.get("reason"))) for g in found["gaps"]]

@@ -129,6 +129,7 @@ function timeline(data, onPick, current) {
     const title = svg("title"), call = c.tool_call;
     title.textContent = `seq ${c.seq} · ${c.source}, tier ${c.tier}\n` +
       `${(call && call.label) || c.label || "(no label)"}` +
+      (c.events || []).map((e) => `\n${e.kind}: ${e.label || e.id}`).join("") +
       `${call ? "\ntool call " + call.id + howText(call) : ""}\n+${c.added} ~${c.modified} ` +
       `-${c.deleted} · ${when(c.created_at)}${safety ? "\nrestore safety point" : ""}`;
     mark.append(title);
@@ -190,8 +191,17 @@ async function runView(main, run) {
       h("a", { href: "#/gaps/" + enc(run) }, "gaps and what to do")),
     coverageList(data.coverage),
     timeline(data, (l, c) => { location.hash = cpHash(run, l, c.seq); }),
-    ...toolCalls(run, data));
+    ...toolCalls(run, data), eventList(run, data));
   live(main, async () => (await api("/api/version", { run })).version, route, data.version);
+}
+// snapshotd's own events (a restore, a purge), each at the seq that holds the state after it,
+// listed even when its checkpoints deduplicated onto earlier ones.
+function eventList(run, data) {
+  const items = data.checkpoints.flatMap((c) => (c.events || []).map((e) =>
+    h("li", {}, h("a", { href: cpHash(run, data.lanes[c.lane], c.seq) }, `seq ${c.seq}`), " ",
+      e.label || e.kind, " ", h("code", {}, e.id))));
+  return items.length ? h("div", { cls: "events" }, h("h2", {}, "Events"),
+    h("ul", { id: "events" }, ...items)) : "";
 }
 
 // -- checkpoint and diff -------------------------------------------------------------------------
