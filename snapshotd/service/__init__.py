@@ -15,6 +15,6 @@ FACE: dict[str, tuple[str, ...]] = {
     "request": ("SnapshotRequest",),
     "service": ("Service",),
     "tool_calls": ("OWN", "ToolCallIndex", "annotate", "call_span", "count_calls", "key_of",
-        "read_calls", "with_tool_calls"),
+        "read_calls", "run_calls", "with_tool_calls"),
 }
 __all__, __getattr__, __dir__ = face(__name__, FACE)

@@ -4,7 +4,7 @@ Owns the ``list`` op (``list_op``/``list_page``: a page of a run's checkpoint ro
 of one node or attempt, in attempt and seq order, then the run's gaps in spool order, each marked
 ``resolved`` when its tool call later got a checkpoint; pages keep a reply far under the frame
 limit, docs/protocol.md), the whole listing (``list_run``: ``snapshots --json``, handoff), each
-row with its ``tool_call`` and ``tool_calls`` (``tool_calls.annotate``), the run summary
+row with its ``tool_call`` and ``tool_calls``, one entry per tool call besides, the run summary
 (``collect_runs``, behind ``snapshotd runs`` and the MCP ``list_runs``: it names the run's
 damaged attempts from their ``attempt-damaged`` gaps, counts its tool calls and adds its
 attempts' ``coverage`` up), the gap listing with each gap marked resolved or not
@@ -27,7 +27,7 @@ from snapshotd.core import NOT_FOUND, ServiceError, id_field, int_field, opt_int
 from snapshotd.service.coverage import run_coverage, total_coverage
 from snapshotd.service.damage import ATTEMPT_DAMAGED
 from snapshotd.service.gaps import GapSpool
-from snapshotd.service.tool_calls import annotate, count_calls
+from snapshotd.service.tool_calls import annotate, count_calls, run_calls
 from snapshotd_client import gaps_path, pack_plain
 
 if TYPE_CHECKING:
@@ -62,7 +62,8 @@ def list_run(ledger: Ledger, gaps: GapSpool, run_id: str, node_id: str | None = 
     checkpoints = annotate(ledger.checkpoints(run_id, node_id, attempt),
                            ledger.tool_calls(run_id, node_id, attempt))
     gap_rows = _run_gaps(ledger, gaps, run_id, node_id, attempt)
-    return {"run_id": run_id, "checkpoints": checkpoints, "gaps": gap_rows,
+    return {"run_id": run_id, "checkpoints": checkpoints, "tool_calls": run_calls(checkpoints),
+            "gaps": gap_rows,
             "coverage": run_coverage(ledger, gap_rows, run_id, node_id, attempt)}
 
 

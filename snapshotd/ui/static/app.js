@@ -126,9 +126,11 @@ function timeline(data, onPick, current) {
     mark.setAttribute("fill", COLORS[c.source] || "#555");
     mark.setAttribute("data-seq", c.seq);
     mark.setAttribute("data-lane", c.lane);
-    const title = svg("title");
-    title.textContent = `seq ${c.seq} · ${c.source}, tier ${c.tier}\n${c.label || "(no label)"}` +
-      `${c.tool_use_id ? "\ntool call " + c.tool_use_id : ""}\n+${c.added} ~${c.modified} ` +
+    const title = svg("title"), call = c.tool_call;
+    title.textContent = `seq ${c.seq} · ${c.source}, tier ${c.tier}\n` +
+      `${(call && call.label) || c.label || "(no label)"}` +
+      (c.events || []).map((e) => `\n${e.kind}: ${e.label || e.id}`).join("") +
+      `${call ? "\ntool call " + call.id + howText(call) : ""}\n+${c.added} ~${c.modified} ` +
       `-${c.deleted} · ${when(c.created_at)}${safety ? "\nrestore safety point" : ""}`;
     mark.append(title);
     mark.addEventListener("click", () => onPick(l, c));
@@ -155,14 +157,51 @@ function legend() {
 const cpHash = (run, l, seq, q) => `#/cp/${enc(run)}/${enc(l.node_id)}/${l.iteration}/` +
   `${l.attempt}/${seq}` + (q ? "?" + new URLSearchParams(q) : "");
 
+// How a checkpoint is a tool call's ("own": its capture), and how the call ended.
+const HOW = { "in-flight": " (in flight)", "inferred": " (inferred)" };
+const howText = (call) => HOW[call.how] || "";
+const outcomeText = (call) => call.failed
+  ? "FAILED" + (call.exit_code !== null && call.exit_code !== undefined ? ` (exit ${call.exit_code})` : "") +
+    (call.error ? ": " + call.error : "") : "";
+// Every tool call of the run as text: by label and id, with the checkpoints it owns.
+function toolCalls(run, data) {
+  const rows = data.tool_calls.map((t) => {
+    const l = data.lanes[t.lane];
+    const seqs = t.seqs.map((s) => h("a", { href: cpHash(run, l, s) }, `seq ${s}`));
+    const held = t.held_at === null || t.held_at === undefined ? null
+      : h("a", { href: cpHash(run, l, t.held_at) }, `= seq ${t.held_at}`);
+    return h("tr", { cls: "toolcall" + (t.failed ? " bad" : "") },
+      h("td", { cls: "label" }, (t.kind ? t.kind + ": " : "") + (t.label || "(no label)")),
+      h("td", {}, h("code", { cls: "call-id" }, t.id),
+        t.aliases.length ? h("small", {}, " also " + t.aliases.join(", ")) : null),
+      h("td", {}, ...seqs.flatMap((a, i) => (i ? [", ", a] : [a])), howText(t),
+        held ? [seqs.length ? " " : "", held] : null),
+      h("td", {}, outcomeText(t)));
+  });
+  return [h("h2", {}, "Tool calls ", h("small", {}, `${data.tool_calls.length}`)),
+    rows.length ? h("table", { id: "toolcalls", cls: "toolcalls" }, h("tr", {},
+      ...["tool call", "id", "checkpoints", "outcome"].map((t) => h("th", {}, t))), rows)
+      : h("p", { cls: "note" }, "No tool call recorded in this run.")];
+}
+
 async function runView(main, run) {
   const data = await api("/api/run", { run });
   main.replaceChildren(h("h1", {}, "Run ", h("code", {}, run)),
     h("p", {}, `${data.checkpoints.length} checkpoints, ${data.gaps.length} gaps, `,
       h("a", { href: "#/gaps/" + enc(run) }, "gaps and what to do")),
     coverageList(data.coverage),
-    timeline(data, (l, c) => { location.hash = cpHash(run, l, c.seq); }));
+    timeline(data, (l, c) => { location.hash = cpHash(run, l, c.seq); }),
+    ...toolCalls(run, data), eventList(run, data));
   live(main, async () => (await api("/api/version", { run })).version, route, data.version);
+}
+// snapshotd's own events (a restore, a purge), each at the seq that holds the state after it,
+// listed even when its checkpoints deduplicated onto earlier ones.
+function eventList(run, data) {
+  const items = data.checkpoints.flatMap((c) => (c.events || []).map((e) =>
+    h("li", {}, h("a", { href: cpHash(run, data.lanes[c.lane], c.seq) }, `seq ${c.seq}`), " ",
+      e.label || e.kind, " ", h("code", {}, e.id))));
+  return items.length ? h("div", { cls: "events" }, h("h2", {}, "Events"),
+    h("ul", { id: "events" }, ...items)) : "";
 }
 
 // -- checkpoint and diff -------------------------------------------------------------------------
@@ -191,7 +230,13 @@ async function checkpointView(main, run, node, iteration, attempt, seq, q) {
     h("h1", {}, `Checkpoint ${cp.seq} `, h("small", {}, `${run} / ${node} · iteration ${iteration}` +
       ` · attempt ${attempt}`)),
     h("dl", { cls: "facts" }, h("dt", {}, "tool call"), h("dd", { id: "toolcall" },
-      cp.label || "(no label)", cp.tool_use_id ? h("code", {}, " " + cp.tool_use_id) : null),
+      (cp.tool_call && cp.tool_call.label) || cp.label || "(no label)",
+      cp.tool_call ? h("code", {}, " " + cp.tool_call.id) : null,
+      cp.tool_call ? howText(cp.tool_call) : "",
+      cp.tool_call && cp.tool_call.failed ? h("span", { cls: "error" }, " " + outcomeText(cp.tool_call)) : null,
+      ...(cp.tool_calls || []).map((t) => h("div", { cls: "held" }, "= ",
+        (t.kind ? t.kind + ": " : "") + (t.label || "(no label)"), h("code", {}, " " + t.id),
+        " (its capture found this checkpoint's state)", t.failed ? " " + outcomeText(t) : ""))),
       h("dt", {}, "source"), h("dd", {}, `${cp.source}, tier ${cp.tier}`),
       h("dt", {}, "when"), h("dd", {}, when(cp.created_at)),
       h("dt", {}, "commit"), h("dd", {}, h("code", {}, cp.commit.slice(0, 12)))),
