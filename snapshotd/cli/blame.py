@@ -57,16 +57,27 @@ def blame(run_id: str, path: str, node_id: str, seq: int | None, line_range: str
         return
     width = len(str(result.get("last_line") or len(result["lines"])))
     for line in result["lines"]:
-        mark = "*" if outside_tool_call(line) else " "
+        mark = "^" if _other_run(line, run_id) else "*" if outside_tool_call(line) else " "
         seq = "-" if line["seq"] is None else line["seq"]  # a line the base already held
-        click.echo(f"{seq:>4}{mark} {who(line):<{WHO_WIDTH}} "
+        click.echo(f"{seq:>4}{mark} {who(line, run_id):<{WHO_WIDTH}} "
                    f"{line['line']:>{width}}) {escape_text(line['text'])}")
 
 
-def who(line: dict) -> str:
+def _other_run(line: dict, run_id: str) -> str | None:
+    """The run of another session whose tool call wrote the line (``review.others``), else None."""
+    other = (line.get("tool_call") or {}).get("run_id")
+    return other if other and other != run_id else None
+
+
+def who(line: dict, run_id: str = "") -> str:
     """The blame's "who" column: ``[ID label]`` of the tool call credited with the line (its id
-    whole, the label cut to the column), else its checkpoint's label or source."""
+    whole, the label cut to the column), ``[ID] RUN`` for another session's (marked ``^``),
+    else its checkpoint's label or source."""
     call = line.get("tool_call")
+    other = _other_run(line, run_id)
+    if call and other:
+        text = f"[{field(call['id'])}] {field(other)}"
+        return text if len(text) <= WHO_WIDTH else text[:WHO_WIDTH - 1] + "…"
     if not call:
         return field(line["label"] or f"({line['source']})")[:WHO_WIDTH]
     head = f"[{field(call['id'])}"

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from snapshotd.cli.common import home_option, json_option, print_json
-from snapshotd.cli.show import describe_call, read_only
+from snapshotd.cli.show import describe_call, foreign_text, read_only
 from snapshotd.cli.terminal import field
 
 
@@ -44,3 +44,5 @@ def find(path: str, since: str | None, cwd: Path | None, limit: int | None,
     for cp in result["checkpoints"]:
         click.echo(f"{cp['status']}  {field(cp['run_id'])}/{field(cp['node_id'])}/{cp['iteration']}/"
                    f"{cp['attempt']} seq {cp['seq']}  {describe_call(cp)}")
+        if cp.get("foreign"):  # captured here, made by another session's tool call
+            click.echo(f"     change {foreign_text(cp['foreign'])}")

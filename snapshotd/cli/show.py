@@ -74,6 +74,8 @@ def show(run_id: str, node_id: str | None, seq: int | None, tool_call: str | Non
     for held in cp.get("tool_calls") or []:
         click.echo(f"           = {held_text(held, cp)}")
     click.echo("against    " + against(result))
+    for other in result.get("foreign") or []:
+        click.echo(f"other session  {foreign_text(other)}")
     for side in ("before", "after", "undated"):
         for gap in result["gaps"][side]:
             state = "resolved" if gap["resolved"] else "unresolved"
@@ -84,6 +86,17 @@ def show(run_id: str, node_id: str | None, seq: int | None, tool_call: str | Non
                    " (kept here, not replicated unless released)")
     click.echo("")
     echo_change(result, fmt)
+
+
+def foreign_text(other: dict) -> str:
+    """``PATH  by RUN/NODE seq N [ID] label`` for a change another session's tool call made
+    (``review.others``), ``(mixed)`` when this session changed the file too."""
+    call = other["tool_call"]
+    label = f" {field(call['label'])}" if call.get("label") else ""
+    kind = f"{field(call['kind'])} " if call.get("kind") else ""
+    return (f"{field(other['path'])}  by {field(other['run_id'])}/{field(other['node_id'])} "
+            f"seq {other['seq']} {kind}[{field(call['id'])}]{label}"
+            + (" (mixed: this session changed it too)" if other.get("mixed") else ""))
 
 
 def _show_tool_call(run_id: str, node_id: str | None, tool_call: str, fmt: str,

@@ -11,8 +11,8 @@ full: docs/secrets.md, "Purge"):
   attempt the path is gone from all of its chain or none; ``purge`` run again finishes a run.
 - The worktree's stat cache and its keep ref are forgotten (``StatCaches.forget``); the old
   objects go at the next ``gc`` past its safety interval (never from a capture in flight).
-- A path that is absent, absolute, or climbs out (``..``) is ``bad-request``; an unknown run is
-  ``not-found``.
+- Each rewritten attempt lists the purge as an event (``features.events``) at its newest seq.
+- A path that is absent, absolute, or climbs out (``..``) is ``bad-request``; unknown run: ``not-found``.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from snapshotd.core import (
     id_field,
     without_findings,
 )
+from snapshotd.features.events import record_event
 from snapshotd.store import read_journal, write_journal
 
 if TYPE_CHECKING:
@@ -88,6 +89,8 @@ def purge_attempt(service: Service, attempt: Attempt, path: str) -> int:
         _complete(service, journal)
         (service.home / JOURNAL).unlink(missing_ok=True)
         service.store.release_purge_holds(attempt.key)
+        # Listed as an event at the newest seq: its state is the first without the path.
+        record_event(service.ledger, current, "purge", chain[-1]["seq"], f"purge {path}")
     log.warning("purged %s from %d checkpoint(s) of %s", path, len(chain), attempt.key)
     return len(chain)
 

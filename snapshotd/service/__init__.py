@@ -7,6 +7,7 @@ FACE: dict[str, tuple[str, ...]] = {
     "change_source": ("ChangeSource",),
     "checkpoints": ("checkpoint_tree", "current_tree_of", "find_checkpoint",
         "format_seqs", "selection"),
+    "coverage": ("GapFollower", "active_coverage", "run_coverage", "total_coverage"),
     "gaps": ("GapSpool",),
     "listing": ("collect_runs", "list_from_ledger", "list_gaps", "list_run", "open_ledger_if_any",
         "require_known_run", "unknown_run"),

@@ -437,8 +437,10 @@ def test_resume_into_a_fresh_git_worktree_of_its_own(sd_env: Env, daemon: Daemon
     assert worktree_files(fresh) == expected
     assert git(fresh, "rev-parse", "HEAD") == head_before  # the user's repository untouched
     cps = [c for c in listing(sd_env, "run-1")["checkpoints"] if c["attempt"] == 2]
-    assert [c["source"] for c in cps] == ["restore"]
+    # The safety checkpoint, then the restored state (issue 43: a restore is recorded).
+    assert [c["source"] for c in cps] == ["restore", "restore"]
     assert "scratch.txt" in files_at(sd_env, cps[0]["commit"])  # nothing lost: undo has it
+    assert files_at(sd_env, cps[1]["commit"]) == expected
     restore = begun["resumed_from"]["restore"]
     assert restore["safety"]["attempt"] == 2 and "--attempt 2" in restore["undo_command"]
 

@@ -147,7 +147,10 @@ def test_list_checkpoints_diff_and_restore_through_mcp(sd_env: Env, daemon: Daem
         assert safety["seq"] == 2 and safety["deduped"] is False
         assert f"--seq {safety['seq']}" in done["undo_command"]
         after = (await call(client, "list_checkpoints", run_id=RUN))["checkpoints"]
-        assert [(cp["seq"], cp["source"]) for cp in after][-1] == (2, "restore")
+        # The safety checkpoint, then the restored state, where the restore is an event.
+        assert [(cp["seq"], cp["source"]) for cp in after][-2:] == [(2, "restore"),
+                                                                    (3, "restore")]
+        assert [t["kind"] for t in after[-1]["tool_calls"]] == ["restore"]
 
         # Undo through MCP: the safety checkpoint brings the pre-restore files back.
         await call(client, "restore_checkpoint", run_id=RUN, node_id="session",

@@ -198,3 +198,27 @@ def test_gaps_tree_and_blame(browser, ui: UiServer, sd_env: Env) -> None:
     page.wait_for_selector("table.blame td.who a")
     assert page.locator("table.blame td.who").all_inner_texts() == ["seq 1", "seq 0", "seq 1"]
     page.close()
+
+
+def test_a_restore_whose_checkpoints_deduplicate_shows_on_the_run_page(
+        browser, ui: UiServer, sd_env: Env, wt: Path, daemon: Daemon) -> None:
+    """Issue 43: the watcher already holds the state, so the restore's safety checkpoint and the
+    restored state both deduplicate onto it; the run page still names the restore."""
+    import subprocess
+    import sys
+
+    with daemon.client() as c:
+        (wt / "f.py").write_text("by hand\n")
+        c.flush(str(wt))  # seq 3, tier 2, no label
+    proc = subprocess.run([sys.executable, "-m", "snapshotd", "restore", "r", "--node", "n",
+                           "--seq", "3", "--force"], env=sd_env.environ(), capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    page = browser.new_page()
+    page.goto(ui.login_url())
+    page.goto(ui.base + "#/run/r")
+    page.wait_for_selector("#events li")
+    assert page.locator("svg.timeline .mark").count() == 4  # nothing new was numbered
+    [item] = page.locator("#events li").all_inner_texts()
+    assert item.startswith("seq 3 restore to seq 3 (safety checkpoint seq 3) restore-"), item
+    page.close()

@@ -1,13 +1,13 @@
 """Restore: bring a worktree, or a fresh directory, back to a checkpoint, precisely and confined.
 
-Owns ``restore_checkpoint`` (the one implementation behind the ``restore`` op, the CLI and
-``attempt begin --resume``), ``undo_command``, ``end_command``, ``page_plan`` and the daemon ops
-``restore`` and ``restore_progress`` (``attach``); ``checkpoints`` finds, ``plan``
-computes, ``apply`` writes. Promises (in full: docs/restore.md, "Internals"):
+Owns ``restore_checkpoint`` (behind the ``restore`` op, the CLI and ``attempt begin --resume``),
+``undo_command``, ``end_command``, ``page_plan`` and the ops ``restore`` and ``restore_progress``
+(``attach``); ``plan`` computes, ``apply`` writes. Promises (docs/restore.md, "Internals"):
 - In place: under the worktree's lock, after a safety checkpoint (source ``restore``) recorded in
   the restored checkpoint's attempt, ended or not, returning the exact undo command; refused
   (``conflict``) while an attempt is working there unless forced, or when the worktree's path now
-  resolves elsewhere. Only what differs is touched; writes are confined and atomic per file.
+  resolves elsewhere. Only what differs is touched; writes are confined and atomic per file;
+  then the restored state is captured and the restore recorded as an event (``restored``).
 - Ignored and uncaptured files are never deleted or altered (one in the way is left, in ``kept``);
   ``.git``, HEAD, the index and branches are never touched.
 - ``to=DIR`` fills a new or empty directory outside the home and store; ``dry_run`` changes nothing.
@@ -49,6 +49,7 @@ from snapshotd.features.restore.apply import (
     open_confined,
 )
 from snapshotd.features.restore.plan import Plan, check_paths, obstacles, plan_trees, walk_tree
+from snapshotd.features.restore.restored import record_restore
 from snapshotd.ledger import Attempt
 from snapshotd.service import (
     Service,
@@ -163,7 +164,7 @@ def fit_reply(result: dict) -> dict:
         reason = str(exc)
     log.warning("restore: the reply did not fit one frame (%s); sent without the plan", reason)
     out = {k: v for k, v in result.items() if not isinstance(v, (list, dict)) or k in
-           ("safety", "counts", "timings")}
+           ("safety", "counts", "timings", "restored", "event")}
     out.update(plan=[], kept=[], plan_truncated=True, reply_trimmed=reason)
     try:
         encode_frame({"id": 0, "ok": True, "result": out})
@@ -272,9 +273,11 @@ def _restore_in_place(service: Service, repo: pygit2.Repository, owner: Attempt,
         if not dry_run and (plan.writes or plan.deletes):
             _apply(repo, root, plan, progress, owner, cp, safety, modes)
         timings["apply_ms"] = _ms(t0)
+        # The restored state captured, and the restore recorded as an event (restored.py).
+        recorded = {} if dry_run else record_restore(service, owner, root, cp, safety)
     out: dict = {"target": str(root), "mode": "in-place", "plan": plan.as_list(),
                  "kept": plan.kept_list(), "applied": not dry_run, "timings": timings,
-                 "scan": scan}
+                 "scan": scan, **recorded}
     if safety is not None:
         k = owner.key
         out["safety"] = {"seq": safety["seq"], "commit": safety["commit"], "run_id": k.run_id,

@@ -5,8 +5,8 @@ blame of one attempt's chain, hunks mapped to checkpoints by trailers; ``ops`` c
 too large for a frame with it), ``BlameLines`` and ``attach``. Promises:
 - Every line of PATH at checkpoint N (default: the attempt's newest) carries the checkpoint that
   introduced it (``seq``, ``tool_use_id``, ``label``, ``tier``, ``source``) and the tool call
-  credited with it (``tool_call``: the checkpoint's own, or the owner of a tier-2 one), unless
-  its base held it (``seq`` None, ``source`` ``base``); else ``outside_tool_call``.
+  credited with it (``tool_call``: the checkpoint's own, a tier-2 one's owner, another session's
+  that wrote it: ``review.others``), unless the base held it (``seq`` None); ``outside_tool_call``.
 - The chain is linear: this is ``git blame --first-parent`` on the store; it writes nothing.
 - Result (``public_shape``): ``{"path", "seq", "total_lines", "first_line", "last_line", "lines":
   [{"line", "text", "seq", "tool_use_id", "label", "tier", "source", "tool_call"}]}``.
@@ -36,6 +36,7 @@ from snapshotd.core import (
     Trailers,
 )
 from snapshotd.features.review.base import base_tree_of_root
+from snapshotd.features.review.others import credit_blame
 from snapshotd.service import ToolCallIndex, find_checkpoint, selection
 
 if TYPE_CHECKING:
@@ -75,6 +76,8 @@ def blame_checkpoint(service: Service, *, run_id: object, node_id: object, path:
     if not omit:
         _fill(repo, cp["commit"], rel, lines)
         attribute(lines, by_seq)
+        # Lines another session's tool call wrote, credited to it (review.others).
+        credit_blame(service.ledger, repo, cp, rel, lines, lines.origins, lines.who)
     out: dict[str, Any] = {
         "path": rel, "seq": cp["seq"], "lines": lines, "total_lines": lines.total,
         "first_line": lines.first, "last_line": lines.first + len(lines) - 1, "run_id": run,

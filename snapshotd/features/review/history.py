@@ -37,6 +37,7 @@ from snapshotd.core import (
 )
 from snapshotd.features.review.base import EMPTY_NOTE, Base, first_base
 from snapshotd.features.review.diff import render_trees
+from snapshotd.features.review.others import ForeignChanges
 from snapshotd.features.review.view import HomeView
 from snapshotd.ledger import Attempt
 from snapshotd.service import (
@@ -83,6 +84,8 @@ def show_checkpoint(view: HomeView, *, run_id: object, node_id: object, seq: obj
     if base.kind == "empty-tree":
         out["base_note"] = EMPTY_NOTE
     out["gaps"] = _gaps_around(view, cp, rows)
+    # What other sessions' tool calls made, in this change (review.others).
+    out["foreign"] = ForeignChanges(view.ledger, view.repo).of(cp, by_commit)
     out["secrets"] = findings(cp)
     out.update(render_trees(view.repo, *pruned_pair(view.repo, parent_tree, cp["tree"]),
                             patch=patch))
@@ -122,6 +125,7 @@ def log_run(view: HomeView, *, run_id: object, node_id: object = None, iteration
     entries: list[dict] = []
     # Each checkpoint's tree is the next one's parent tree: read once for both.
     cache: dict = {}
+    others, by_commit = ForeignChanges(view.ledger, view.repo), {r["commit"]: r for r in rows}
     for cp in newest_first(r for r in rows if not r.get("pruned_at")):
         if after is not None and cp["created_at"] < after:
             continue
@@ -130,6 +134,7 @@ def log_run(view: HomeView, *, run_id: object, node_id: object = None, iteration
         entry = _log_entry(view.repo, cp, trees, (rel, needle, patch, root), cache)
         if entry is None:
             continue
+        entry["foreign"] = others.of(cp, by_commit)
         entries.append(entry)
         if most is not None and len(entries) >= most:
             break
@@ -155,16 +160,19 @@ def find_path(view: HomeView, *, path: object, cwd: object = None, since: object
         rel = ""
     found: list[dict] = []
     pruned = 0
+    others = ForeignChanges(view.ledger, view.repo)
     for att in (a for a in attempts if a.worktree == worktree):
         rows, skipped = _attempt_rows(view, att)
         pruned += skipped
         trees = {r["commit"]: r["tree"] for r in rows}
+        by_commit = {r["commit"]: r for r in rows}
         for cp in rows:
             if after is not None and cp["created_at"] < after:
                 continue
             status = _path_status(view.repo, cp, trees, rel)
-            if status is not None:
-                found.append(dict(call_of(cp), status=status))
+            if status is not None:  # ``foreign``: another session's tool call made it
+                found.append(dict(call_of(cp), status=status,
+                                  foreign=others.of_path(cp, by_commit, rel)))
     found = newest_first(found)
     if most is not None:
         found = found[:most]

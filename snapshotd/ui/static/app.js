@@ -61,16 +61,31 @@ async function runsView(main) {
     h("td", { cls: "state " + r.state }, r.state),
     h("td", { cls: "num" }, String(r.checkpoints)),
     h("td", { cls: "num" + (r.unresolved_gaps ? " bad" : "") }, String(r.gaps)),
+    coverageCell(r.coverage),
     h("td", {}, when(r.last_activity)),
     h("td", {}, strip(r.strip))));
   main.replaceChildren(h("h1", {}, "Runs"),
     data.runs.length ? h("table", { cls: "runs" }, h("tr", {},
-      ...["run", "agent", "worktree", "state", "checkpoints", "gaps", "last activity", "activity"]
+      ...["run", "agent", "worktree", "state", "checkpoints", "gaps", "coverage", "last activity",
+          "activity"]
         .map((t) => h("th", {}, t))), rows)
       : h("p", {}, "Nothing captured yet: start an agent with the snapshotd hook."),
     data.truncated ? h("p", { cls: "note" }, `${data.runs.length} of ${data.total} runs`) : "");
   const key = (runs) => JSON.stringify(runs.map((r) => [r.run_id, r.checkpoints, r.gaps, r.state]));
   live(main, async () => key((await api("/api/runs")).runs), route, key(data.runs));
+}
+// Coverage (issue 43): tool calls captured as theirs of those seen, and the open gaps.
+function coverageCell(c) {
+  if (!c) return h("td", { cls: "coverage" }, "—");
+  const text = (c.tool_calls_seen ? `${c.tool_calls_captured}/${c.tool_calls_seen} ` +
+    `(${c.percent} %)` : "no tool calls") + (c.gaps ? `, ${c.gaps} gap${c.gaps === 1 ? "" : "s"}` : "");
+  return h("td", { cls: "coverage " + (c.complete && !c.gaps ? "complete" : "incomplete"),
+                   title: c.summary }, text);
+}
+function coverageList(items) {
+  return h("ul", { cls: "coverage" }, ...(items || []).map((c) => h("li", {
+    cls: c.complete && !c.gaps ? "complete" : "incomplete" },
+    `${c.node_id} · it ${c.iteration} · #${c.attempt}: ${c.summary}`)));
 }
 function strip(counts) {
   const max = Math.max(1, ...counts);
@@ -114,6 +129,7 @@ function timeline(data, onPick, current) {
     const title = svg("title"), call = c.tool_call;
     title.textContent = `seq ${c.seq} · ${c.source}, tier ${c.tier}\n` +
       `${(call && call.label) || c.label || "(no label)"}` +
+      (c.events || []).map((e) => `\n${e.kind}: ${e.label || e.id}`).join("") +
       `${call ? "\ntool call " + call.id + howText(call) : ""}\n+${c.added} ~${c.modified} ` +
       `-${c.deleted} · ${when(c.created_at)}${safety ? "\nrestore safety point" : ""}`;
     mark.append(title);
@@ -173,9 +189,19 @@ async function runView(main, run) {
   main.replaceChildren(h("h1", {}, "Run ", h("code", {}, run)),
     h("p", {}, `${data.checkpoints.length} checkpoints, ${data.gaps.length} gaps, `,
       h("a", { href: "#/gaps/" + enc(run) }, "gaps and what to do")),
+    coverageList(data.coverage),
     timeline(data, (l, c) => { location.hash = cpHash(run, l, c.seq); }),
-    ...toolCalls(run, data));
+    ...toolCalls(run, data), eventList(run, data));
   live(main, async () => (await api("/api/version", { run })).version, route, data.version);
+}
+// snapshotd's own events (a restore, a purge), each at the seq that holds the state after it,
+// listed even when its checkpoints deduplicated onto earlier ones.
+function eventList(run, data) {
+  const items = data.checkpoints.flatMap((c) => (c.events || []).map((e) =>
+    h("li", {}, h("a", { href: cpHash(run, data.lanes[c.lane], c.seq) }, `seq ${c.seq}`), " ",
+      e.label || e.kind, " ", h("code", {}, e.id))));
+  return items.length ? h("div", { cls: "events" }, h("h2", {}, "Events"),
+    h("ul", { id: "events" }, ...items)) : "";
 }
 
 // -- checkpoint and diff -------------------------------------------------------------------------

@@ -575,8 +575,10 @@ def test_after_the_attempt_ends_a_restore_takes_the_fast_path_and_is_exact(
         seqs = [cp["seq"] for cp in c.list("r")["checkpoints"]]
     assert undo["scan"] == "fast"
     assert _captured(wt) == pre_restore
-    # Nothing but restores' safety checkpoints was recorded after the end: no tier-2.
-    assert seqs == [0, 1, r["safety"]["seq"], undo["safety"]["seq"]]
+    # Nothing but restores' own checkpoints (safety, restored state) was recorded after the
+    # end: no tier-2. The undo's safety checkpoint is the restored state (deduplicated).
+    assert undo["safety"]["seq"] == r["restored"]["seq"] and undo["safety"]["deduped"]
+    assert seqs == [0, 1, r["safety"]["seq"], r["restored"]["seq"], undo["restored"]["seq"]]
 
 
 def test_linger_off_means_unwatched_and_still_exact(sd_env: Env, tmp_path: Path,
