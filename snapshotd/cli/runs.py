@@ -48,8 +48,8 @@ def runs(home: Path | None, as_json: bool) -> None:
 
 def _print_table(summary: list[dict]) -> None:
     now = time.time()
-    rows = [("RUN", "NODES", "ATTEMPTS", "STATES", "CHECKPOINTS", "TOOL CALLS", "GAPS",
-             "COVERAGE", "LAST",
+    rows = [("RUN", "NODES", "ATTEMPTS", "STATES", "CHECKPOINTS", "CALLS", "GAPS", "COVERAGE",
+             "LAST",
              "WORKTREE")]
     for r in summary:
         states = ",".join(f"{k}={v}" for k, v in sorted(r["states"].items()))

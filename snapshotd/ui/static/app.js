@@ -377,7 +377,9 @@ async function blameView(main, run, node, iteration, attempt, seq, path) {
   const rows = (lines) => lines.map((x) => h("tr", {},
     h("td", { cls: "ln" }, String(x.line)),
     h("td", { cls: "who" }, x.seq === null || x.seq === undefined ? x.source || "" :
-      h("a", { href: cpHash(run, l, x.seq), title: x.label || "" }, `seq ${x.seq}`)),
+      h("a", { href: cpHash(run, l, x.seq), title: x.tool_call
+        ? `tool call ${x.tool_call.id}${howText(x.tool_call)}: ${x.tool_call.label || ""}`
+        : x.label || "" }, `seq ${x.seq}`)),
     h("td", { cls: "ctx" }, HL(x.text, path))));
   const table = h("table", { cls: "patch blame" }, rows(b.lines));
   const status = h("p", { cls: "blame-count" });
