@@ -49,8 +49,7 @@ def runs(home: Path | None, as_json: bool) -> None:
 def _print_table(summary: list[dict]) -> None:
     now = time.time()
     rows = [("RUN", "NODES", "ATTEMPTS", "STATES", "CHECKPOINTS", "CALLS", "GAPS", "COVERAGE",
-             "LAST",
-             "WORKTREE")]
+             "LAST", "WORKTREE")]
     for r in summary:
         states = ",".join(f"{k}={v}" for k, v in sorted(r["states"].items()))
         if r.get("damaged_attempts"):

@@ -41,27 +41,32 @@ def attempt_coverage(key: dict, owners: list[tuple[str, str]], outside: int,
     """The figures of one attempt (``key``: run_id, node_id, iteration, attempt) from the
     (owner, how) of its owned checkpoints, its count of changes from outside, its
     ``tool_calls`` rows and its gaps (each marked ``resolved``)."""
-    calls = _calls(tool_calls)  # one set of ids per call, and how it was captured
-    by_id = {tool_id: call for call in calls for tool_id in call["ids"]}
+    # Each id the ledger maps, to its call's number (a call's aliases share it); every call
+    # with a row is captured as its (own checkpoint, or deduplicated onto its state).
+    by_id: dict[str, int] = {}
+    count = 0
+    for call in group_calls(tool_calls):
+        if not call["kind"]:  # snapshotd's own events are not tool calls
+            for tool_id in (call["id"], *call["aliases"]):
+                by_id[tool_id] = count
+            count += 1
+    hows: dict[int, set[str]] = defaultdict(set)
     for owner, how in owners:
-        call = by_id.get(owner)
-        if call is None:  # its end was never captured, but what it changed was
-            call = {"ids": {owner}, "captured": True, "hows": set()}
-            calls.append(call)
-            by_id[owner] = call
-        call["hows"].add(how)
+        if owner not in by_id:  # its end was never captured, but what it changed was
+            by_id[owner] = count
+            count += 1
+        hows[by_id[owner]].add(how)
     open_gaps = [g for g in gaps if not g.get("resolved")]
     missed: list[str] = []
     for gap in open_gaps:
         tool_id = gap.get("tool_use_id")
         if tool_id and tool_id not in by_id and tool_id not in missed:
             missed.append(tool_id)
-    captured = sum(1 for c in calls if c["captured"])
     figures = {k: key.get(k) for k in KEY_FIELDS}
     figures.update(
-        tool_calls_seen=len(calls) + len(missed), tool_calls_captured=captured,
-        in_flight=sum(1 for c in calls if IN_FLIGHT in c["hows"]),
-        inferred=sum(1 for c in calls if INFERRED in c["hows"]),
+        tool_calls_seen=count + len(missed), tool_calls_captured=count,
+        in_flight=sum(1 for h in hows.values() if IN_FLIGHT in h),
+        inferred=sum(1 for h in hows.values() if INFERRED in h),
         missed=missed[:MISSED_SHOWN], gaps=len(open_gaps),
         resolved_gaps=len(gaps) - len(open_gaps),
         last_gap=_named(max(open_gaps, key=gap_time)) if open_gaps else None,
@@ -158,15 +163,6 @@ def gap_time(gap: dict) -> float:
         return seconds + (int(frac[:3].ljust(3, "0")) / 1000 if frac.isdigit() else 0.0)
     except ValueError:
         return 0.0
-
-
-def _calls(tool_calls: list[dict]) -> list[dict]:
-    """The distinct tool calls of an attempt's rows, grouped by the shared read model
-    (``service.tool_calls.group_calls``: a call's aliases are one call); snapshotd's own
-    events (``kind``) are left out."""
-    return [{"ids": {call["id"], *call["aliases"]}, "captured": True,
-             "hows": {"deduplicated" if call["deduped"] else "own"}}
-            for call in group_calls(tool_calls) if not call["kind"]]
 
 
 def _gaps_by_key(gaps: list[dict], keys: list[tuple]) -> dict[tuple, list[dict]]:

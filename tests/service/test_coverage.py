@@ -183,7 +183,7 @@ def test_owned_tier2_checkpoints_count_as_their_tool_calls(
         ("toolu_4", "in-flight")]
 
 
-def test_a_tool_call_with_two_ids_is_one_tool_call(sd_env: Env, daemon: Daemon,
+def test_a_tool_call_with_two_ids_is_one_tool_call_and_a_restore_none(sd_env: Env, daemon: Daemon,
                                                    tmp_path: Path) -> None:
     # Qwen Code names a call by its own id and the model's: one call, whatever its capture.
     wt = tmp_path / "wt"
@@ -195,9 +195,16 @@ def test_a_tool_call_with_two_ids_is_one_tool_call(sd_env: Env, daemon: Daemon,
                        tool_aliases=[alias], source="hook")
         c.snapshot(str(wt), run_id="q", node_id="n", tool_use_id="t3",
                    tool_aliases=["call_3"], source="hook")  # deduplicated onto t2's state
-    proc = cli(sd_env, "snapshots", "q", "--json")
-    [cov] = json.loads(proc.stdout)["coverage"]
-    assert (cov["tool_calls_seen"], cov["tool_calls_captured"]) == (3, 3)
+    # A restore is snapshotd's own event (its safety checkpoint and restored state are not a
+    # tool call's, nor a change from outside): it changes no figure.
+    restored = cli(sd_env, "restore", "q", "--node", "n", "--seq", "0", "--force")
+    assert restored.returncode == 0, restored.stderr
+    listing = json.loads(cli(sd_env, "snapshots", "q", "--json").stdout)
+    assert [t["kind"] for cp in listing["checkpoints"] for t in cp["tool_calls"]
+            if t["kind"]] == ["restore"]
+    [cov] = listing["coverage"]
+    assert (cov["tool_calls_seen"], cov["tool_calls_captured"], cov["changes_from_outside"]) \
+        == (3, 3, 0)
 
 
 @pytest.mark.one_ledger("the gap spool alone: a file, no ledger")
