@@ -52,6 +52,7 @@ from tests.support.helpers import (
     stop_daemons_under,
     stop_processes,
 )
+from tests.support.slow_first import order as order_slow_first
 
 LEDGER_BACKENDS = ("sqlite", "postgres")
 REPO = Path(__file__).resolve().parents[1]
@@ -122,6 +123,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--all-ledgers", action="store_true",
                      default=os.environ.get("SNAPSHOTD_TEST_ALL_LEDGERS", "") == "1",
                      help="run the one_ledger tests on every backend of --ledgers too")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The known-slow tests first (``support/slow_first.py``): on three workers the suite's
+    wall time is otherwise set by whichever 30 s test happened to start last. Deterministic, so
+    every xdist worker collects the same order."""
+    order_slow_first(items)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -2,7 +2,8 @@
 
 Owns the table of the run summary (``snapshotd.service.listing.collect_runs``): per run its nodes,
 attempts (by state), checkpoints, tool calls (and how many deduplicated onto an earlier
-checkpoint), gaps (and how many are unresolved), worktrees and last activity. Reads the configured ledger (SQLite WAL or PostgreSQL, both safe beside a running
+checkpoint), gaps (and how many are unresolved), coverage (tool calls captured of those seen),
+worktrees and last activity. Reads the configured ledger (SQLite WAL or PostgreSQL, both safe beside a running
 daemon) and the gap spool; needs no daemon.
 """
 
@@ -47,8 +48,8 @@ def runs(home: Path | None, as_json: bool) -> None:
 
 def _print_table(summary: list[dict]) -> None:
     now = time.time()
-    rows = [("RUN", "NODES", "ATTEMPTS", "STATES", "CHECKPOINTS", "TOOL CALLS", "GAPS", "LAST",
-             "WORKTREE")]
+    rows = [("RUN", "NODES", "ATTEMPTS", "STATES", "CHECKPOINTS", "CALLS", "GAPS", "COVERAGE",
+             "LAST", "WORKTREE")]
     for r in summary:
         states = ",".join(f"{k}={v}" for k, v in sorted(r["states"].items()))
         if r.get("damaged_attempts"):
@@ -59,12 +60,25 @@ def _print_table(summary: list[dict]) -> None:
         calls = str(r.get("tool_calls", 0)) + (f" ({r['tool_calls_deduped']} deduplicated)"
                                                 if r.get("tool_calls_deduped") else "")
         rows.append((field(r["run_id"]), str(r["nodes"]), str(r["attempts"]), states,
-                     str(r["checkpoints"]), calls, gaps, age(now - r["last_activity"]) + " ago",
+                     str(r["checkpoints"]), calls, gaps, coverage_cell(r.get("coverage")),
+                     age(now - r["last_activity"]) + " ago",
                      field(worktree)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         click.echo("  ".join(c.ljust(w) for c, w in zip(row[:-1], widths, strict=True))
                    + "  " + row[-1])
+
+
+def coverage_cell(cov: dict | None) -> str:
+    """``11/12 (92 %), 1 gap``: a run's tool calls captured of those seen (issue 43)."""
+    if not cov:
+        return "-"
+    if not cov.get("tool_calls_seen"):
+        text = "no tool calls"
+    else:
+        text = f"{cov['tool_calls_captured']}/{cov['tool_calls_seen']} ({cov['percent']} %)"
+    gaps = cov.get("gaps") or 0
+    return text + (f", {gaps} gap{'' if gaps == 1 else 's'}" if gaps else "")
 
 
 def age(seconds: float) -> str:

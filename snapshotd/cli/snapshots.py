@@ -4,7 +4,8 @@ Owns the human listing of a run: one row per checkpoint (seq, node, iteration, a
 tier/source, age, short commit, files changed against the previous checkpoint, its tool call:
 its own, or the one that owns a tier-2 checkpoint, "(in flight)"/"(inferred)"), a line under it
 per tool call whose capture deduplicated onto it ("= [ID] label"), and one row per gap at its
-place in time (reason, tool call id, and whether a checkpoint covered it).
+place in time (reason, tool call id, and whether a checkpoint covered it), then one coverage
+line per attempt shown (``service.coverage``).
 Reads the ledger and the gap spool directly (safe beside a running daemon).
 
 Promises: ``--json`` prints the complete listing of the filters given (``--node``, ``--attempt``)
@@ -100,8 +101,8 @@ def print_listing(listing: dict, *, show_all: bool, attempt_given: bool = False)
     checkpoints = listing["checkpoints"]
     gaps = listing["gaps"]
     notes: list[str] = []
+    newest: dict[str, tuple[int, int]] = {}
     if not show_all and not attempt_given:
-        newest: dict[str, tuple[int, int]] = {}
         for cp in checkpoints:
             k = (cp["iteration"], cp["attempt"])
             newest[cp["node_id"]] = max(newest.get(cp["node_id"], k), k)
@@ -141,6 +142,10 @@ def print_listing(listing: dict, *, show_all: bool, attempt_given: bool = False)
                 continue
             line = "  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True))
             click.echo((line + "  " + r[-1]).rstrip())
+    for cov in listing.get("coverage") or []:  # one line per attempt shown (issue 43)
+        if newest.get(cov["node_id"]) in (None, (cov["iteration"], cov["attempt"])):
+            click.echo(f"{field(cov['node_id'])}/{cov['iteration']}/{cov['attempt']} "
+                       f"{field(cov['summary'])}")
     if notes:
         click.echo("(" + "; ".join(notes) + "; --all shows everything)")
 

@@ -68,6 +68,7 @@ def render(info: dict) -> list[str]:
                f"{human_bytes(spool.get('bytes'))}")
     out.extend(_process_lines(info))
     out.extend(_worktree_lines(info))
+    out.extend(_coverage_line(info.get("coverage")))
     out.extend(_capture_lines(info))
     out.extend(_config_lines(info.get("config") or {}))
     out.extend(_replication_lines(info.get("replication")))
@@ -123,6 +124,16 @@ def _worktree_lines(info: dict) -> list[str]:
         out.append(f"      {field(row.get('attempt') or '-')}  {field(row.get('state') or '-')}  "
                    f"{last}{extra}")
     return out
+
+
+def _coverage_line(coverage: object) -> list[str]:
+    """The active attempts' coverage, added up, in one line (issue 43)."""
+    total = coverage.get("total") if isinstance(coverage, dict) else None
+    if not isinstance(total, dict):
+        return []
+    count = total.get("attempts", 0)
+    text = str(total.get("summary", "-")).removeprefix("coverage: ")
+    return [f"coverage  {field(text)}  ({count} active attempt{'' if count == 1 else 's'})"]
 
 
 def _capture_lines(info: dict) -> list[str]:

@@ -4,9 +4,9 @@ Owns the fields ``snapshotd status`` documents (docs/service.md) that are not th
 ``store_bytes``, ``stat_cache_bytes``, ``ledger_bytes``, ``gap_spool`` (path, bytes, every
 record in the spool by reason, including the ones the hook wrote while the daemon was down),
 ``process`` (RSS, CPU, threads, fds; psutil), ``config`` (the effective policy and where each
-value came from), ``log_level``, and ``worktrees``: one row per active attempt with the age of its
+value came from), ``log_level``, ``worktrees``: one row per active attempt with the age of its
 last checkpoint, joined with the watcher's ``watched`` rows (state, degraded reason) when the
-watcher reports them.
+watcher reports them, and ``coverage``: each active attempt's figures and their total.
 
 Promises: computing status never raises because of a vanished file or a busy process table
 (the field is then ``None``); reading the gap spool is incremental, so a long spool costs once;
@@ -27,7 +27,7 @@ from pathlib import Path
 import psutil
 
 from snapshotd.core import Config, Registry, files_under
-from snapshotd.service import Service
+from snapshotd.service import GapFollower, Service, active_coverage
 
 log = logging.getLogger("snapshotd.metrics")
 
@@ -58,6 +58,7 @@ class Metrics:
         self.process = psutil.Process()
         self._cpu_mark: tuple[float, float] | None = None
         self._spool = _SpoolCounter(Path(service.gaps.path))
+        self._gaps = GapFollower(Path(service.gaps.path))
         self._lock = threading.Lock()
         self._sizes: dict[Path, tuple[float, int | None]] = {}
 
@@ -75,7 +76,14 @@ class Metrics:
             "log_level": logging.getLevelName(
                 logging.getLogger("snapshotd").getEffectiveLevel()).lower(),
             "worktrees": self._worktrees(),
+            "coverage": self._coverage(),
         }
+
+    def _coverage(self) -> dict:
+        """Each active attempt's coverage figures and their total (issue 43)."""
+        attempts = self.service.ledger.active_attempts()
+        gaps = self._gaps.gaps({a.key.run_id for a in attempts})
+        return active_coverage(self.service.ledger, attempts, gaps)
 
     def _ledger_bytes(self) -> int | None:
         # A PostgreSQL size is a query: reused for SIZE_TTL_S like the tree walks.

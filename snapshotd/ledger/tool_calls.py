@@ -126,6 +126,25 @@ class ToolCallRows:
                          " tool_calls t JOIN attempts a ON a.pk = t.attempt_pk")
         return {(r["run_id"], r["tool_use_id"]) for r in rows}
 
+    def checkpoint_owners(self, run_id: str, node_id: str | None = None,
+                          attempt: int | None = None) -> dict[str, list[dict]]:
+        """What coverage needs of a run's checkpoints, added up in SQL (no row is read
+        whole): ``owners``, each attempt's distinct (``owner``, ``owner_how``), and
+        ``outside``, each attempt's count (``n``) of tier-2 or ``outside`` checkpoints with
+        neither a tool call id nor an owner."""
+        where, args = run_filter(run_id, node_id, attempt)
+        owners = self._all(
+            "SELECT node_id, iteration, attempt, owner, owner_how FROM checkpoints"
+            f" WHERE {where} AND owner IS NOT NULL"
+            " GROUP BY node_id, iteration, attempt, owner, owner_how", args)
+        outside = self._all(
+            "SELECT node_id, iteration, attempt, COUNT(*) AS n FROM checkpoints"
+            f" WHERE {where} AND owner IS NULL AND (tool_use_id IS NULL OR tool_use_id = '')"
+            " AND (tier = 2 OR source = 'outside') GROUP BY node_id, iteration, attempt", args)
+        keys = ("node_id", "iteration", "attempt")
+        return {"owners": [{k: r[k] for k in (*keys, "owner", "owner_how")} for r in owners],
+                "outside": [{**{k: r[k] for k in keys}, "n": int(r["n"])} for r in outside]}
+
     def _tool_use_ids_of(self, attempt_pk: int) -> set[str] | None:
         """The attempt's recorded tool use ids, or None when there are more than the cache
         keeps (``TOOL_CALLS_KEPT``: memory bounded by what is active, not by history)."""

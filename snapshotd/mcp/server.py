@@ -83,6 +83,7 @@ class RunRow(TypedDict, total=False):
     worktrees: list[str]
     started_at: float | None
     last_activity: float | None
+    coverage: dict[str, Any]
 
 
 @with_config(ConfigDict(extra="allow"))
@@ -100,6 +101,7 @@ class CheckpointsResult(TypedDict, total=False):
     checkpoints_total: int
     truncated: bool
     source: str
+    coverage: list[dict[str, Any]]
 
 
 @with_config(ConfigDict(extra="allow"))
@@ -191,7 +193,8 @@ def _add_listing_tools(app: MCPServer, ops: Operations) -> None:
     ) -> RunsResult:
         """The runs snapshotd knows, oldest activity first, as `snapshotd runs --json` lists
         them: node and attempt counts, attempts by state, checkpoints, gaps (and how many are
-        unresolved), worktrees, started_at and last_activity (epoch seconds)."""
+        unresolved), worktrees, started_at, last_activity (epoch seconds) and coverage (tool
+        calls captured of those seen, gaps, changes from outside, added up over its attempts)."""
         return _tool(ops.list_runs, limit=limit)
 
     @app.tool(annotations=_read_only("List checkpoints"))
@@ -206,7 +209,9 @@ def _add_listing_tools(app: MCPServer, ops: Operations) -> None:
         files added/modified/deleted, created_at, `tool_call`: the tool call it is, its own or
         the one that owned a tier-2 checkpoint, and `tool_calls`: those whose capture
         deduplicated onto it) with its gaps in line (a gap whose tool call got a checkpoint
-        later is marked resolved). The same fields as `snapshotd snapshots --json`."""
+        later is marked resolved), and `coverage`: per attempt, the tool calls seen and
+        captured as theirs, inferred, open gaps (the last named), changes from outside and a
+        one-line `summary`. The same fields as `snapshotd snapshots --json`."""
         return _tool(ops.list_checkpoints, run_id=run_id, node_id=node_id, attempt=attempt,
                      limit=limit)
 
@@ -293,8 +298,8 @@ def _add_health_tools(app: MCPServer, ops: Operations) -> None:
     @app.tool(annotations=_read_only("Daemon status"))
     def status() -> dict[str, Any]:
         """The daemon's status map as `snapshotd status --json` prints it (pid, version, uptime,
-        home, socket, sizes, watched worktrees, counters, gaps by reason, latencies), with
-        `running: true`; `{running: false, socket, message}` when no daemon answers. Passwords
+        home, socket, sizes, watched worktrees, counters, gaps by reason, latencies, and
+        `coverage`: each active attempt's figures and their `total`), with `running: true`; `{running: false, socket, message}` when no daemon answers. Passwords
         in URLs (remote, ledger) are shown as `***`."""
         return redact(_tool(ops.status))
 

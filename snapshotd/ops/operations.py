@@ -28,7 +28,13 @@ from snapshotd.ops.bisect import run_bisect, run_checkout
 from snapshotd.ops.restore import RESTORE_TIMEOUT_S, Progress, run_restore
 from snapshotd.ops.review import DIFF_TIMEOUT_S as WHOLE_DIFF_TIMEOUT_S
 from snapshotd.ops.review import run_blame, run_diff, run_export
-from snapshotd.service import collect_runs, list_from_ledger, list_gaps, require_known_run
+from snapshotd.service import (
+    collect_runs,
+    list_from_ledger,
+    list_gaps,
+    require_known_run,
+    run_calls,
+)
 from snapshotd_client import Client, DaemonUnavailable, SnapshotdError, home_dir, socket_path
 
 if TYPE_CHECKING:
@@ -86,6 +92,7 @@ class Operations:
         if not result.get("checkpoints") and not result.get("gaps"):
             require_known_run(self.home, run_id)
         checkpoints = result.get("checkpoints") or []
+        result["tool_calls"] = run_calls(checkpoints)  # one entry per call, as snapshots --json
         result["checkpoints_total"] = len(checkpoints)
         if limit is not None and len(checkpoints) > limit:
             result["checkpoints"] = checkpoints[-limit:]

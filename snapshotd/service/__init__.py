@@ -7,6 +7,7 @@ FACE: dict[str, tuple[str, ...]] = {
     "change_source": ("ChangeSource",),
     "checkpoints": ("checkpoint_tree", "current_tree_of", "find_checkpoint",
         "format_seqs", "selection"),
+    "coverage": ("GapFollower", "active_coverage", "run_coverage", "total_coverage"),
     "gaps": ("GapSpool",),
     "listing": ("collect_runs", "list_from_ledger", "list_gaps", "list_run", "open_ledger_if_any",
         "require_known_run", "unknown_run"),
@@ -14,6 +15,6 @@ FACE: dict[str, tuple[str, ...]] = {
     "request": ("SnapshotRequest",),
     "service": ("Service",),
     "tool_calls": ("OWN", "ToolCallIndex", "annotate", "call_span", "count_calls", "key_of",
-        "read_calls", "with_tool_calls"),
+        "read_calls", "run_calls", "with_tool_calls"),
 }
 __all__, __getattr__, __dir__ = face(__name__, FACE)

@@ -4,12 +4,12 @@ Owns the ``list`` op (``list_op``/``list_page``: a page of a run's checkpoint ro
 of one node or attempt, in attempt and seq order, then the run's gaps in spool order, each marked
 ``resolved`` when its tool call later got a checkpoint; pages keep a reply far under the frame
 limit, docs/protocol.md), the whole listing (``list_run``: ``snapshots --json``, handoff), each
-row with its ``tool_call`` and ``tool_calls`` (``tool_calls.annotate``), the run summary
+row with its ``tool_call`` and ``tool_calls``, one entry per tool call besides, the run summary
 (``collect_runs``, behind ``snapshotd runs`` and the MCP ``list_runs``: it names the run's
-damaged attempts from their ``attempt-damaged`` gaps and counts its tool calls), the gap listing
-with each gap marked resolved or not (``list_gaps``), a run's listing read from the ledger
-(``list_from_ledger``, when no daemon answers) and the one sentence for an unknown run. The
-ledger (SQLite WAL or PostgreSQL) and the spool are safe to read beside a running daemon.
+damaged attempts from their ``attempt-damaged`` gaps, counts its tool calls and adds its
+attempts' ``coverage`` up), the gap listing with each gap marked resolved or not
+(``list_gaps``), a run's listing read from the ledger (``list_from_ledger``) and the one
+sentence for an unknown run. Ledger and spool are safe to read beside a running daemon.
 Promises: nothing here writes; an unknown run is a ``ServiceError(not-found)`` naming the
 known runs; a spool or ledger that cannot be read raises (``OSError``, ``LedgerError``,
 ``ConfigError``) for the front end to report.
@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from snapshotd.core import NOT_FOUND, ServiceError, id_field, int_field, opt_int_field
+from snapshotd.service.coverage import run_coverage, total_coverage
 from snapshotd.service.damage import ATTEMPT_DAMAGED
 from snapshotd.service.gaps import GapSpool
-from snapshotd.service.tool_calls import annotate, count_calls
+from snapshotd.service.tool_calls import annotate, count_calls, run_calls
 from snapshotd_client import gaps_path, pack_plain
 
 if TYPE_CHECKING:
@@ -60,8 +61,10 @@ def list_run(ledger: Ledger, gaps: GapSpool, run_id: str, node_id: str | None = 
     marked resolved."""
     checkpoints = annotate(ledger.checkpoints(run_id, node_id, attempt),
                            ledger.tool_calls(run_id, node_id, attempt))
-    return {"run_id": run_id, "checkpoints": checkpoints,
-            "gaps": _run_gaps(ledger, gaps, run_id, node_id, attempt)}
+    gap_rows = _run_gaps(ledger, gaps, run_id, node_id, attempt)
+    return {"run_id": run_id, "checkpoints": checkpoints, "tool_calls": run_calls(checkpoints),
+            "gaps": gap_rows,
+            "coverage": run_coverage(ledger, gap_rows, run_id, node_id, attempt)}
 
 
 def list_page(ledger: Ledger, gaps: GapSpool, run_id: str, node_id: str | None = None,
@@ -70,7 +73,8 @@ def list_page(ledger: Ledger, gaps: GapSpool, run_id: str, node_id: str | None =
     """One page of ``list_run``'s items: the checkpoints, then the gaps, counted as one
     sequence from ``offset``; at most ``limit`` (and ``PAGE_ROWS``) items and about ``budget``
     bytes of msgpack (always at least one item). ``next_offset`` is where the next page starts,
-    None after the last; ``total`` counts every item."""
+    None after the last; ``total`` counts every item. The first page (``offset`` 0) carries
+    the run's ``coverage`` too (its size taken from the budget)."""
     count = ledger.count_checkpoints(run_id, node_id, attempt)
     cap = min(limit or PAGE_ROWS, PAGE_ROWS)
     rows = ledger.checkpoints(run_id, node_id, attempt, offset=offset, limit=cap) \
@@ -79,6 +83,10 @@ def list_page(ledger: Ledger, gaps: GapSpool, run_id: str, node_id: str | None =
         rows = annotate(rows, ledger.tool_calls(run_id, node_id, attempt))
     gap_rows = _run_gaps(ledger, gaps, run_id, node_id, attempt)
     items = rows + (gap_rows[max(0, offset - count):] if offset + len(rows) >= count else [])
+    extra: dict = {}
+    if offset == 0:  # one list per reply: later pages would append it again (Client.pages)
+        extra["coverage"] = run_coverage(ledger, gap_rows, run_id, node_id, attempt)
+        budget -= len(pack_plain(extra) or b"")
     used = taken = 0
     for item in items[:cap]:
         size = len(pack_plain(item) or b"") or len(repr(item))
@@ -92,24 +100,29 @@ def list_page(ledger: Ledger, gaps: GapSpool, run_id: str, node_id: str | None =
     return {"run_id": run_id, "checkpoints": rows[:kept_rows],
             "gaps": items[kept_rows:taken], "offset": offset, "total": total,
             "checkpoints_total": count, "gaps_total": len(gap_rows),
-            "next_offset": end if end < total else None}
+            "next_offset": end if end < total else None, **extra}
 
 
 def collect_runs(home: Path) -> list[dict]:
     """The run summaries, oldest activity first (none when nothing was captured)."""
+    gaps: dict[str, list[dict]] = defaultdict(list)
+    for gap in GapSpool(gaps_path(home)).all():
+        if gap.get("run_id"):
+            gaps[gap["run_id"]].append(gap)
     with open_ledger_if_any(home) as ledger:
         if ledger is None:
             return []
         attempts = ledger.attempts()
         stats = ledger.checkpoint_stats()
         covered = ledger.covered_tool_calls()
-        calls = {run: count_calls(ledger.tool_calls(run))
-                 for run in dict.fromkeys(a.key.run_id for a in attempts)}
-
-    gaps: dict[str, list[dict]] = defaultdict(list)
-    for gap in GapSpool(gaps_path(home)).all():
-        if gap.get("run_id"):
-            gaps[gap["run_id"]].append(gap)
+        calls: dict[str, dict] = {}
+        coverage: dict[str, dict] = {}
+        for run in dict.fromkeys(a.key.run_id for a in attempts):
+            rows = ledger.tool_calls(run)
+            calls[run] = count_calls(rows)
+            coverage[run] = total_coverage(run_coverage(ledger, [
+                dict(g, resolved=bool(g.get("tool_use_id")) and (run, g["tool_use_id"]) in covered)
+                for g in gaps.get(run, [])], run, call_rows=rows))
     by_run: dict[str, list] = defaultdict(list)
     for a in attempts:
         by_run[a.key.run_id].append(a)
@@ -133,6 +146,7 @@ def collect_runs(home: Path) -> list[dict]:
             "unresolved_gaps": unresolved,
             "worktrees": sorted({a.worktree for a in items}),
             "damaged_attempts": _damaged(run_gaps),
+            "coverage": coverage[run_id],
             "started_at": min(a.started_at for a in items),
             "last_activity": max(times),
         })

@@ -4,7 +4,8 @@ every front end (snapshots, runs, show, log, find, blame, export, the web app, M
 
 Owns ``ToolCallIndex`` (built from checkpoint rows and ``Ledger.tool_calls`` rows), ``annotate``
 and ``with_tool_calls`` (rows given ``tool_call`` and ``tool_calls``), ``call_span`` (the
-checkpoints one tool call's change runs over, by any of its ids) and ``count_calls``.
+checkpoints one tool call's change runs over, by any of its ids), ``run_calls`` (one entry per
+call of a listing) and ``count_calls``.
 Promises: a checkpoint's ``tool_call`` is its own id ("own"), else its owner ("in-flight",
 "inferred") with the owner's label and outcome from its tool call row, else None; its
 ``tool_calls`` are the deduplicated calls and snapshotd's events mapped to its seq, one entry
@@ -132,6 +133,36 @@ def annotate(checkpoints: list[dict], call_rows: Iterable[dict],
     index = ToolCallIndex(checkpoints, call_rows)
     out = [index.annotate(cp) for cp in checkpoints]
     return out if extend is None else [dict(cp, **extend(cp, index)) for cp in out]
+
+
+def run_calls(annotated: list[dict]) -> list[dict]:
+    """One entry per tool call (and event) of annotated checkpoint rows, in the order they
+    first appear: ``id``, ``aliases``, ``label``, ``kind``, ``how`` (its first checkpoint's;
+    None for a call that owns none), the outcome, the attempt's key fields, ``seqs`` (the
+    checkpoints it owns) and ``held_at`` (the seq its deduplicated capture found, or None)."""
+    out: dict[tuple, dict] = {}
+
+    def entry(cp: dict, call: dict, how: str | None) -> dict:
+        ids = (call["id"], *call.get("aliases", ()))
+        place = next((k for k in ((key_of(cp), i) for i in ids) if k in out), None)
+        if place is None:
+            place = (key_of(cp), call["id"])
+            out[place] = {"id": call["id"], "aliases": list(call.get("aliases", [])),
+                          "label": call.get("label"), "kind": call.get("kind"), "how": how,
+                          **{k: call.get(k) for k in OUTCOME},
+                          **{k: cp[k] for k in ("run_id", "node_id", "iteration", "attempt")},
+                          "seqs": [], "held_at": None}
+        found = out[place]
+        found["label"] = found["label"] or call.get("label")
+        found["how"] = found["how"] or how
+        return found
+
+    for cp in annotated:
+        if cp.get("tool_call"):
+            entry(cp, cp["tool_call"], cp["tool_call"].get("how"))["seqs"].append(cp["seq"])
+        for held in cp.get("tool_calls") or []:
+            entry(cp, held, None)["held_at"] = cp["seq"]
+    return list(out.values())
 
 
 def read_calls(ledger: Ledger, rows: list[dict]) -> list[dict]:

@@ -1,10 +1,10 @@
 """What the web app shows, read from the ledger, the gap spool and the store (nothing written).
 
 Owns ``Reader``: the runs summary (newest first, with an activity strip), a run's timeline (one
-lane per node/iteration/attempt, every checkpoint row, the gaps with what to do), a cheap
-fingerprint of a run for live updates, the tree and a file at a checkpoint; and, through the
-front ends' one surface (``snapshotd.ops.operations.Operations``), the gaps, one checkpoint
-with the files it changed and the diff of any two checkpoints (across attempts too). Promises:
+lane per node/iteration/attempt, every checkpoint row with its tool call, one entry per tool
+call, the gaps with what to do, each attempt's coverage), a run's fingerprint for live updates,
+the tree and a file at a checkpoint; and, through ``snapshotd.ops.operations.Operations``, the
+gaps, one checkpoint with the files it changed and the diff of any two checkpoints (across attempts too). Promises:
 - Reads only: the ledger (safe beside a running daemon), the spool and a per-call handle on the
   store (``Store.reader``); restore and export go through ``snapshotd.ops.operations`` instead.
 - Diffs are the CLI's and the MCP tools' (``snapshotd.features.review.diff.render_trees``:
@@ -44,7 +44,7 @@ MAX_PATCH_BYTES = 2 << 20
 MAX_BLOB_BYTES = 1 << 20
 AGENT_PREFIXES = ("claude", "codex", "gemini")
 ROW_KEYS = ("seq", "tier", "source", "label", "tool_use_id", "created_at", "added",
-            "modified", "deleted", "pruned_at")
+            "modified", "deleted", "pruned_at", "tool_call", "tool_calls")
 
 
 class Reader:
@@ -91,8 +91,10 @@ class Reader:
             row["lane"] = lane_of.get((c["node_id"], c["iteration"], c["attempt"]), 0)
             checkpoints.append(row)
         gaps = [dict(g, help=help_for(g.get("reason"))) for g in found["gaps"]]
+        calls = [dict(c, lane=lane_of.get((c["node_id"], c["iteration"], c["attempt"]), 0))
+                 for c in found["tool_calls"]]
         return {"run_id": run_id, "lanes": lanes, "checkpoints": checkpoints, "gaps": gaps,
-                "version": version}
+                "tool_calls": calls, "coverage": found["coverage"], "version": version}
 
     def version(self, run_id: str) -> str:
         """Changes whenever the run gains a checkpoint or a gap, or an attempt changes state:

@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from snapshotd_client.paths import socket_dir_problem, socket_problem
 from snapshotd_client.protocol import SOCKET_UNTRUSTED
 from tests.conftest import Env
 from tests.support.fake_daemon import (
+    WAIT_WOULD_HANG,
     FakeDaemon,
     assert_silent_success,
     hook_stdin,
@@ -56,9 +56,9 @@ def test_hook_records_socket_untrusted_for_a_squatted_directory(hook_env, short_
     hook_env["SNAPSHOTD_GAPS"] = str(Path(hook_env["SNAPSHOTD_HOME"]) / "gaps.ndjson")
     with FakeDaemon(short_dir / "d.sock", ok()) as fake:
         _squat(short_dir, how)
-        proc, elapsed = run_hook_timed(hook_env, hook_stdin("/srv/proj"))
+        hook_env.update(WAIT_WOULD_HANG)  # it refuses at once, never waiting on its budget
+        proc, _ = run_hook_timed(hook_env, hook_stdin("/srv/proj"))
     assert_silent_success(proc)
-    assert elapsed < 2.0
     assert fake.requests == []
     (gap,) = read_gaps(hook_env["SNAPSHOTD_GAPS"])
     assert gap["reason"] == "socket-untrusted"
@@ -153,12 +153,10 @@ def test_daemon_refuses_to_serve_in_a_squatted_directory(sd_env: Env, how):
     squatted = sd_env.sockdir / "squatted"
     squatted.mkdir(mode=0o700)
     _squat(squatted, how)
-    start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "snapshotd", "serve"],
+    proc = subprocess.run([sys.executable, "-m", "snapshotd", "serve"],  # it exits: refuses
                           env=sd_env.environ(SNAPSHOTD_SOCKET=str(squatted / "s.sock")),
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1, proc.stderr
-    assert time.monotonic() - start < 30
     assert f"refusing to serve in {squatted}" in proc.stderr
     assert "remove it" in proc.stderr and "SNAPSHOTD_SOCKET" in proc.stderr
     assert not (squatted / "s.sock").exists()

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from snapshotd_client.hook import try_autostart
 from tests.support.fake_daemon import (
     HOOK,
     SESSION,
+    WAIT_WOULD_HANG,
     FakeDaemon,
     assert_silent_success,
     fail,
@@ -30,17 +32,13 @@ from tests.support.fake_daemon import (
     run_hook_timed,
 )
 
-# The hook must not wait out its 5 s budget when no daemon can answer: a bound well under the
-# budget, generous for a Python start-up on a loaded 2-core machine (not a speed figure).
-HOOK_QUICK_S = 3.0
-
 # -- snapshot-hook, as the agent runs it --------------------------------------------------------
 
 
 def test_hook_with_no_daemon_exits_0_silently_fast_and_records_a_gap(hook_env, short_dir):
-    proc, elapsed = run_hook_timed(hook_env, hook_stdin("/srv/proj"))
+    hook_env.update(WAIT_WOULD_HANG)  # fast: it gives up without waiting on its budget
+    proc, _ = run_hook_timed(hook_env, hook_stdin("/srv/proj"))
     assert_silent_success(proc)
-    assert elapsed < HOOK_QUICK_S
     (gap,) = read_gaps(short_dir / "gaps.ndjson")
     assert gap["reason"] == "daemon-unavailable"
     assert gap["tool_use_id"] == "toolu_test_1"
@@ -54,12 +52,12 @@ def test_hook_with_no_daemon_exits_0_silently_fast_and_records_a_gap(hook_env, s
 def test_hook_with_a_stale_socket_file_reports_refused(hook_env, short_dir):
     stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     stale.bind(hook_env["SNAPSHOTD_SOCKET"])  # bound, never listening: like a crashed daemon's
+    hook_env.update(WAIT_WOULD_HANG)
     try:
-        proc, elapsed = run_hook_timed(hook_env, hook_stdin("/srv/proj"))
+        proc, _ = run_hook_timed(hook_env, hook_stdin("/srv/proj"))
     finally:
         stale.close()
     assert_silent_success(proc)
-    assert elapsed < HOOK_QUICK_S
     (gap,) = read_gaps(short_dir / "gaps.ndjson")
     assert gap["reason"] == "daemon-unavailable"
     assert "Connection refused" in gap["detail"]
@@ -68,9 +66,8 @@ def test_hook_with_a_stale_socket_file_reports_refused(hook_env, short_dir):
 def test_hook_times_out_on_a_mute_daemon_within_its_budget(hook_env, short_dir):
     hook_env["SNAPSHOTD_HOOK_TIMEOUT_MS"] = "500"
     with FakeDaemon(short_dir / "d.sock", lambda req: "silent") as daemon:
-        proc, elapsed = run_hook_timed(hook_env, hook_stdin("/srv/proj"))
-    assert_silent_success(proc)
-    assert 0.45 <= elapsed < 0.5 + HOOK_QUICK_S
+        proc, _ = run_hook_timed(hook_env, hook_stdin("/srv/proj"))
+    assert_silent_success(proc)  # it returned (the 20 s guard), and the gap says why
     assert [r["op"] for r in daemon.requests] == ["snapshot"]
     (gap,) = read_gaps(short_dir / "gaps.ndjson")
     assert gap["reason"] == "timeout"
@@ -80,9 +77,8 @@ def test_hook_times_out_on_a_mute_daemon_within_its_budget(hook_env, short_dir):
 
 def test_hook_zero_setup_request_and_no_gap_on_success(hook_env, short_dir):
     with FakeDaemon(short_dir / "d.sock", ok()) as daemon:
-        proc, elapsed = run_hook_timed(hook_env, hook_stdin("/srv/proj"))
+        proc, _ = run_hook_timed(hook_env, hook_stdin("/srv/proj"))
     assert_silent_success(proc)
-    assert elapsed < HOOK_QUICK_S
     assert not (short_dir / "gaps.ndjson").exists()
     (req,) = daemon.requests
     assert isinstance(req.pop("id"), int)
@@ -137,9 +133,9 @@ def test_hook_records_a_protocol_error_for_a_garbled_reply(hook_env, short_dir):
 
 @pytest.mark.parametrize("stdin", [b"", b"not json", b"[1, 2]", b"\xff\xfe"])
 def test_hook_records_a_bad_payload(hook_env, short_dir, stdin):
-    proc, elapsed = run_hook_timed(hook_env, stdin)
+    hook_env.update(WAIT_WOULD_HANG)
+    proc, _ = run_hook_timed(hook_env, stdin)
     assert_silent_success(proc)
-    assert elapsed < HOOK_QUICK_S
     (gap,) = read_gaps(short_dir / "gaps.ndjson")
     assert gap["reason"] == "bad-payload"
     assert gap["run_id"] is None and gap["tool_use_id"] is None
@@ -149,12 +145,10 @@ def test_hook_whose_stdin_never_closes_still_returns_within_its_budget(hook_env,
     hook_env["SNAPSHOTD_HOOK_TIMEOUT_MS"] = "300"
     proc = subprocess.Popen(HOOK, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env=hook_env)
-    start = time.monotonic()
     try:
         proc.stdin.write(b'{"session_id": "s", "cwd": "/x"')  # half a payload, pipe kept open
         proc.stdin.flush()
-        assert proc.wait(timeout=5) == 0
-        elapsed = time.monotonic() - start
+        assert proc.wait(timeout=20) == 0  # a hang guard: it returns, the pipe still open
         out, err = proc.stdout.read(), proc.stderr.read()
     finally:
         proc.stdin.close()
@@ -163,7 +157,6 @@ def test_hook_whose_stdin_never_closes_still_returns_within_its_budget(hook_env,
         proc.stdout.close()
         proc.stderr.close()
     assert (out, err) == (b"", b"")
-    assert elapsed < 1.5
     (gap,) = read_gaps(short_dir / "gaps.ndjson")
     assert gap["reason"] == "bad-payload" and "300 ms" in gap["detail"]
 
@@ -263,10 +256,15 @@ def test_autostart_spawns_a_detached_daemon_and_waits_for_its_socket(hook_env, s
 
 def test_autostart_gives_up_early_when_the_daemon_cannot_start(hook_env, monkeypatch):
     monkeypatch.setenv("SNAPSHOTD_AUTOSTART", "1")
-    start = time.monotonic()
-    assert not try_autostart(hook_env["SNAPSHOTD_SOCKET"], time.monotonic() + 5,
-                              argv=[sys.executable, "-c", "raise SystemExit(3)"])
-    assert time.monotonic() - start < 2.0  # not the whole 5 s budget
+    # A deadline an hour away: giving up early is returning at all (the 60 s guard), not
+    # waiting for the deadline.
+    gave_up: list[bool] = []
+    waiter = threading.Thread(target=lambda: gave_up.append(not try_autostart(
+        hook_env["SNAPSHOTD_SOCKET"], time.monotonic() + 3600,
+        argv=[sys.executable, "-c", "raise SystemExit(3)"])), daemon=True)
+    waiter.start()
+    waiter.join(60)
+    assert gave_up == [True]
 
 
 def test_autostart_is_off_with_snapshotd_autostart_0(hook_env, short_dir, monkeypatch):
@@ -286,13 +284,12 @@ def test_hook_autostarts_and_never_holds_the_agents_pipes(hook_env, short_dir, s
               "h.try_autostart = lambda s, d: real(s, d, [sys.executable, '-c', sys.argv[1]]); "
               "h.main()")
     hook_env.update(SNAPSHOTD_AUTOSTART="1", FAKE_DAEMON_INFO=str(spawned))
-    start = time.monotonic()
+    # The 20 s guard is shorter than the fake daemon's 30 s life: a daemon holding the pipes
+    # would trip it.
     proc = subprocess.run([sys.executable, "-c", script, FAKE_DAEMON_PROCESS],
                           input=hook_stdin("/srv/proj"), env=hook_env,
                           capture_output=True, timeout=20)
-    elapsed = time.monotonic() - start
     assert_silent_success(proc)
-    assert elapsed < 4.0
     assert Path(str(spawned) + ".req").read_text() == "snapshot\n"
     assert not (short_dir / "gaps.ndjson").exists()
 
@@ -350,11 +347,9 @@ def test_client_errors(short_dir):
 def test_client_timeout_and_a_daemon_that_hangs_up(short_dir):
     with FakeDaemon(short_dir / "d.sock", lambda req: "silent"), \
             Client(short_dir / "d.sock", timeout=0.3) as client:
-        start = time.monotonic()
-        with pytest.raises(DaemonTimeout) as info:
+        with pytest.raises(DaemonTimeout) as info:  # the mute daemon never answers
             client.ping()
         assert info.value.code == "timeout"
-        assert 0.25 < time.monotonic() - start < 1.0
     with FakeDaemon(short_dir / "d.sock", lambda req: "close"), \
             Client(short_dir / "d.sock") as client:
         with pytest.raises(DaemonUnavailable, match="without replying"):

@@ -53,9 +53,8 @@ def test_budget_setting_rule(raw, used, noted):
 @pytest.mark.parametrize("raw", [str(10 ** 30), "-1", "nan", "text", "0"])
 def test_hook_with_an_absurd_timeout_still_writes_a_noted_gap(hook_env, short_dir, raw):
     hook_env["SNAPSHOTD_HOOK_TIMEOUT_MS"] = raw
-    proc, elapsed = run_hook_timed(hook_env, hook_stdin("/srv/proj"))
+    proc, _ = run_hook_timed(hook_env, hook_stdin("/srv/proj"))
     assert_silent_success(proc)
-    assert elapsed < 2.0
     (gap,) = read_gaps(short_dir / "gaps.ndjson")
     assert gap["reason"] == "daemon-unavailable"
     assert "SNAPSHOTD_HOOK_TIMEOUT_MS" in gap["detail"]
@@ -64,9 +63,8 @@ def test_hook_with_an_absurd_timeout_still_writes_a_noted_gap(hook_env, short_di
 def test_hook_with_a_tiny_timeout_is_clamped_and_still_asks(hook_env, short_dir):
     hook_env["SNAPSHOTD_HOOK_TIMEOUT_MS"] = "1"
     with FakeDaemon(short_dir / "d.sock", ok()) as daemon:
-        proc, elapsed = run_hook_timed(hook_env, hook_stdin("/srv/proj"))
+        proc, _ = run_hook_timed(hook_env, hook_stdin("/srv/proj"))
     assert_silent_success(proc)
-    assert elapsed < 2.0
     gaps = read_gaps(short_dir / "gaps.ndjson")
     # Within the clamped budget the request usually goes out; if it did not, the gap says why.
     if gaps:

@@ -11,7 +11,7 @@ from mcp import Client
 
 from tests.conftest import Daemon, Env, make_git_worktree
 from tests.support.mcp_session import call, call_error, with_mcp
-from tests.support.tool_call_session import RUN, T2, T3, cli_json, run_session
+from tests.support.tool_call_session import RUN, T1, T2, T3, cli_json, run_session
 
 pytestmark = pytest.mark.one_ledger("the read model on both backends: "
                                     "tests/service/test_tool_call_model.py")
@@ -25,6 +25,8 @@ def test_mcp_lists_and_shows_tool_calls(sd_env: Env, daemon: Daemon, tmp_path: P
     async def body(client: Client) -> None:
         listing = await call(client, "list_checkpoints", run_id=RUN)
         assert listing["checkpoints"] == expected["checkpoints"]
+        assert listing["tool_calls"] == expected["tool_calls"]
+        assert [t["id"] for t in listing["tool_calls"]] == [T1, T2, T3]
         cps = {c["seq"]: c for c in listing["checkpoints"]}
         assert (cps[1]["tool_call"]["id"], cps[1]["tool_call"]["how"]) == (T2, "in-flight")
         assert [c["id"] for c in cps[2]["tool_calls"]] == [T2]

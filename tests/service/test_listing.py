@@ -52,10 +52,17 @@ def populate(env: Env, daemon: Daemon, tmp_path: Path) -> dict[str, Path]:
     return {"wa": wa, "wb": wb, "wc": wc}
 
 
+def without_coverage(text: str) -> list[str]:
+    """The listing's lines but its coverage lines (tests/service/test_coverage.py)."""
+    return [line for line in text.splitlines() if " coverage: " not in line]
+
+
 def columns_aligned(lines: list[str]) -> None:
     """Every row's cells start where the header's do (a readable aligned table)."""
     header = lines[0]
-    starts = [i for i in range(len(header)) if header[i] != " " and (i == 0 or header[i - 1] == " ")]
+    # Cells are joined by two spaces: a one-space title ("TOOL CALLS") is one column.
+    starts = [i for i in range(len(header))
+              if header[i] != " " and (i == 0 or header[max(0, i - 2):i] == "  ")]
     for line in lines[1:]:
         for s in starts[1:]:
             if s >= len(line) and s == starts[-1]:
@@ -86,7 +93,7 @@ def test_snapshots_table_with_gaps_in_line(sd_env: Env, daemon: Daemon, tmp_path
     populate(sd_env, daemon, tmp_path)
     proc = cli(sd_env, "snapshots", "r1", "--node", "alpha", "--attempt", "1")
     assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
+    lines = without_coverage(proc.stdout)
     assert lines[0].startswith("run r1: 2 checkpoint(s), 2 gap(s), 1 unresolved")
     table = lines[1:]
     columns_aligned(table)
@@ -101,16 +108,16 @@ def test_snapshots_table_with_gaps_in_line(sd_env: Env, daemon: Daemon, tmp_path
 
 def test_snapshots_default_all_and_filters(sd_env: Env, daemon: Daemon, tmp_path: Path) -> None:
     populate(sd_env, daemon, tmp_path)
-    default = cli(sd_env, "snapshots", "r1").stdout.splitlines()
+    default = without_coverage(cli(sd_env, "snapshots", "r1").stdout)
     rows = [line for line in default[2:] if not line.startswith("(")]
     # Newest attempt of each node: alpha attempt 2 and beta attempt 1; earlier ones hidden.
     assert sorted((r.split()[1], r.split()[3]) for r in rows) == [("alpha", "2"), ("beta", "1")]
     assert "2 checkpoint(s) of earlier attempts hidden" in default[-1]
-    every = cli(sd_env, "snapshots", "r1", "--all").stdout.splitlines()
+    every = without_coverage(cli(sd_env, "snapshots", "r1", "--all").stdout)
     rows = [line for line in every[2:]]
     assert len(rows) == 6 and not every[-1].startswith("(")
     columns_aligned(every[1:])
-    beta = cli(sd_env, "snapshots", "r1", "--node", "beta").stdout.splitlines()
+    beta = without_coverage(cli(sd_env, "snapshots", "r1", "--node", "beta").stdout)
     assert [r.split()[1] for r in beta[2:]] == ["beta"]
     # --json is the complete listing, whatever the table hides.
     data = json.loads(cli(sd_env, "snapshots", "r1", "--json").stdout)

@@ -32,6 +32,12 @@ def hook_stdin(cwd: str, tool_use_id: str = "toolu_test_1") -> bytes:
     }).encode()
 
 
+# A budget (the maximum, 120 s) far past ``run_hook_timed``'s 20 s guard: a hook that waited on
+# its budget instead of giving up at once fails with ``TimeoutExpired``, with no bound on how
+# long a Python start-up takes on a loaded machine.
+WAIT_WOULD_HANG = {"SNAPSHOTD_HOOK_TIMEOUT_MS": "120000"}
+
+
 def run_hook_timed(env: dict, stdin: bytes,
                    timeout: float = 20) -> tuple[subprocess.CompletedProcess, float]:
     """Run the real ``snapshot-hook`` with ``stdin``: its result and how long it took (s)."""

@@ -8,9 +8,9 @@ invisible"), through the real ``snapshot-hook`` and daemon, in Claude Code's pay
 - ``t3``: a Bash call that writes ``z.txt`` and exits 3 (PostToolUseFailure), captured by the
   watcher first, so its failure deduplicates too.
 
-Which tool call owns a tier-2 checkpoint is the daemon's to decide from the start events; where
-the daemon does not record one, the test gives the owner through the real ledger API
-(``Ledger.set_owner`` on the daemon's ledger) before the call's end, as a start event would.
+Each call's start event (PreToolUse) comes first, so the daemon makes the watcher's checkpoints
+the running call's ("in-flight"); with ``start=False`` none is sent and the daemon infers the
+owner at the call's end ("inferred").
 """
 
 from __future__ import annotations
@@ -61,21 +61,7 @@ def cli_json(env: Env, *args: str) -> dict:
     return json.loads(cli(env, *args, "--json").stdout)
 
 
-def give_owner(env: Env, seqs: list[int], owner: str, how: str = "in-flight") -> None:
-    """The owner of tier-2 checkpoints ``seqs`` through the daemon's ledger's own API (a start
-    event's work where the daemon does not record one); never moves an owned one."""
-    from snapshotd.core.config import load_config
-    from snapshotd.ledger import open_ledger
-
-    ledger = open_ledger(env.home, load_config(environ=env.environ()))
-    try:
-        [attempt] = [a for a in ledger.attempts(RUN)]
-        ledger.set_owner(attempt, seqs, owner, how)
-    finally:
-        ledger.close()
-
-
-def run_session(env: Env, daemon: Daemon, wt: Path, *, owners: bool = True,
+def run_session(env: Env, daemon: Daemon, wt: Path, *, start: bool = True,
                 b_text: str = "two\n") -> Session:
     """Replay t1, t2 and t3 against ``daemon`` (settle windows longer than the test: tier-2
     captures happen on ``flush`` only); t2 writes ``b_text`` into ``b.txt``."""
@@ -87,6 +73,9 @@ def run_session(env: Env, daemon: Daemon, wt: Path, *, owners: bool = True,
     with daemon.client() as c:
         for call, writes in ((T2, [("b.txt", b_text), ("c.txt", "three\n")]),
                              (T3, [("z.txt", "z\n")])):
+            command = T2_COMMAND if call == T2 else T3_COMMAND
+            if start:
+                hook(env, wt, payload(wt, "PreToolUse", "Bash", {"command": command}, call))
             for name, text in writes:
                 (wt / name).write_text(text)
                 before = len(c.list(RUN)["checkpoints"])
@@ -94,8 +83,6 @@ def run_session(env: Env, daemon: Daemon, wt: Path, *, owners: bool = True,
                 rows = c.list(RUN)["checkpoints"]
                 assert len(rows) == before + 1 and rows[-1]["tier"] == 2, rows
                 s.tier2.setdefault(call, []).append(rows[-1]["seq"])
-            if owners:
-                give_owner(env, s.tier2[call], call)
             if call == T2:
                 hook(env, wt, payload(wt, "PostToolUse", "Bash", {"command": T2_COMMAND,
                                                                    "description": "long"}, T2,

@@ -15,9 +15,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 SKIP_EXIT = 125
 # After TERM, how long the group gets before KILL.
@@ -61,14 +64,21 @@ def run_command(argv: list[str], cwd: Path, *, env: dict[str, str], timeout: flo
     sink = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600) \
         if isinstance(output, Path) else output
     started = time.monotonic()
+    # A signal that lands while Popen is starting the command would leave it running unseen
+    # (Popen has not returned its pid yet): held until ``proc`` is known, then delivered.
+    hold = _SignalHold()
     try:
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                                 stdout=sink, stderr=sink, start_new_session=True)
+    except BaseException:
+        hold.release()
+        raise
     finally:
         if isinstance(output, Path):
             os.close(sink)
     timed_out = False
     try:
+        hold.release()
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -83,6 +93,29 @@ def run_command(argv: list[str], cwd: Path, *, env: dict[str, str], timeout: flo
     verdict = "bad" if timed_out else verdict_of(code)
     return Outcome(verdict, code if code >= 0 else None, -code if code < 0 else None, timed_out,
                    seconds, tail)
+
+
+class _SignalHold:
+    """SIGINT and SIGTERM recorded instead of handled (main thread only: Python runs signal
+    handlers there), until ``release`` puts the handlers back and re-raises what came."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.caught: list[int] = []
+        self.saved: dict[int, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            self.saved = {sig: signal.signal(sig, self._record) for sig in self.SIGNALS}
+
+    def _record(self, signum: int, _frame: FrameType | None) -> None:
+        self.caught.append(signum)
+
+    def release(self) -> None:
+        saved, self.saved = self.saved, {}
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        if saved and self.caught:
+            signal.raise_signal(self.caught[0])
 
 
 def _stop_group(proc: subprocess.Popen) -> None:

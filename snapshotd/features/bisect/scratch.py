@@ -70,6 +70,7 @@ class ScratchTree:
         self.counts = {"written": 0, "deleted": 0}
         self.root_fd = os.open(root, _OPEN_DIR)
         self.root_id = _ident(os.fstat(self.root_fd))
+        self.root_mode = stat.S_IMODE(os.fstat(self.root_fd).st_mode)
 
     def close(self) -> None:
         if self.root_fd >= 0:
@@ -177,6 +178,8 @@ class ScratchTree:
             return {"repaired": 0, "removed": 0}
         if _ident(_lstat_or_none(self.root)) != self.root_id:
             return self._rebuild()
+        if stat.S_IMODE(os.fstat(self.root_fd).st_mode) != self.root_mode:
+            os.fchmod(self.root_fd, self.root_mode)
         present: set[bytes] = set()
         fixes: list[bytes] = []
         removed = self._sweep_dir(self.root_fd, b"", present, fixes)

@@ -61,16 +61,31 @@ async function runsView(main) {
     h("td", { cls: "state " + r.state }, r.state),
     h("td", { cls: "num" }, String(r.checkpoints)),
     h("td", { cls: "num" + (r.unresolved_gaps ? " bad" : "") }, String(r.gaps)),
+    coverageCell(r.coverage),
     h("td", {}, when(r.last_activity)),
     h("td", {}, strip(r.strip))));
   main.replaceChildren(h("h1", {}, "Runs"),
     data.runs.length ? h("table", { cls: "runs" }, h("tr", {},
-      ...["run", "agent", "worktree", "state", "checkpoints", "gaps", "last activity", "activity"]
+      ...["run", "agent", "worktree", "state", "checkpoints", "gaps", "coverage", "last activity",
+          "activity"]
         .map((t) => h("th", {}, t))), rows)
       : h("p", {}, "Nothing captured yet: start an agent with the snapshotd hook."),
     data.truncated ? h("p", { cls: "note" }, `${data.runs.length} of ${data.total} runs`) : "");
   const key = (runs) => JSON.stringify(runs.map((r) => [r.run_id, r.checkpoints, r.gaps, r.state]));
   live(main, async () => key((await api("/api/runs")).runs), route, key(data.runs));
+}
+// Coverage (issue 43): tool calls captured as theirs of those seen, and the open gaps.
+function coverageCell(c) {
+  if (!c) return h("td", { cls: "coverage" }, "—");
+  const text = (c.tool_calls_seen ? `${c.tool_calls_captured}/${c.tool_calls_seen} ` +
+    `(${c.percent} %)` : "no tool calls") + (c.gaps ? `, ${c.gaps} gap${c.gaps === 1 ? "" : "s"}` : "");
+  return h("td", { cls: "coverage " + (c.complete && !c.gaps ? "complete" : "incomplete"),
+                   title: c.summary }, text);
+}
+function coverageList(items) {
+  return h("ul", { cls: "coverage" }, ...(items || []).map((c) => h("li", {
+    cls: c.complete && !c.gaps ? "complete" : "incomplete" },
+    `${c.node_id} · it ${c.iteration} · #${c.attempt}: ${c.summary}`)));
 }
 function strip(counts) {
   const max = Math.max(1, ...counts);
@@ -111,10 +126,11 @@ function timeline(data, onPick, current) {
     mark.setAttribute("fill", COLORS[c.source] || "#555");
     mark.setAttribute("data-seq", c.seq);
     mark.setAttribute("data-lane", c.lane);
-    const title = svg("title");
-    title.textContent = `seq ${c.seq} · ${c.source}, tier ${c.tier}\n${c.label || "(no label)"}` +
+    const title = svg("title"), call = c.tool_call;
+    title.textContent = `seq ${c.seq} · ${c.source}, tier ${c.tier}\n` +
+      `${(call && call.label) || c.label || "(no label)"}` +
       (c.events || []).map((e) => `\n${e.kind}: ${e.label || e.id}`).join("") +
-      `${c.tool_use_id ? "\ntool call " + c.tool_use_id : ""}\n+${c.added} ~${c.modified} ` +
+      `${call ? "\ntool call " + call.id + howText(call) : ""}\n+${c.added} ~${c.modified} ` +
       `-${c.deleted} · ${when(c.created_at)}${safety ? "\nrestore safety point" : ""}`;
     mark.append(title);
     mark.addEventListener("click", () => onPick(l, c));
@@ -141,12 +157,41 @@ function legend() {
 const cpHash = (run, l, seq, q) => `#/cp/${enc(run)}/${enc(l.node_id)}/${l.iteration}/` +
   `${l.attempt}/${seq}` + (q ? "?" + new URLSearchParams(q) : "");
 
+// How a checkpoint is a tool call's ("own": its capture), and how the call ended.
+const HOW = { "in-flight": " (in flight)", "inferred": " (inferred)" };
+const howText = (call) => HOW[call.how] || "";
+const outcomeText = (call) => call.failed
+  ? "FAILED" + (call.exit_code !== null && call.exit_code !== undefined ? ` (exit ${call.exit_code})` : "") +
+    (call.error ? ": " + call.error : "") : "";
+// Every tool call of the run as text: by label and id, with the checkpoints it owns.
+function toolCalls(run, data) {
+  const rows = data.tool_calls.map((t) => {
+    const l = data.lanes[t.lane];
+    const seqs = t.seqs.map((s) => h("a", { href: cpHash(run, l, s) }, `seq ${s}`));
+    const held = t.held_at === null || t.held_at === undefined ? null
+      : h("a", { href: cpHash(run, l, t.held_at) }, `= seq ${t.held_at}`);
+    return h("tr", { cls: "toolcall" + (t.failed ? " bad" : "") },
+      h("td", { cls: "label" }, (t.kind ? t.kind + ": " : "") + (t.label || "(no label)")),
+      h("td", {}, h("code", { cls: "call-id" }, t.id),
+        t.aliases.length ? h("small", {}, " also " + t.aliases.join(", ")) : null),
+      h("td", {}, ...seqs.flatMap((a, i) => (i ? [", ", a] : [a])), howText(t),
+        held ? [seqs.length ? " " : "", held] : null),
+      h("td", {}, outcomeText(t)));
+  });
+  return [h("h2", {}, "Tool calls ", h("small", {}, `${data.tool_calls.length}`)),
+    rows.length ? h("table", { id: "toolcalls", cls: "toolcalls" }, h("tr", {},
+      ...["tool call", "id", "checkpoints", "outcome"].map((t) => h("th", {}, t))), rows)
+      : h("p", { cls: "note" }, "No tool call recorded in this run.")];
+}
+
 async function runView(main, run) {
   const data = await api("/api/run", { run });
   main.replaceChildren(h("h1", {}, "Run ", h("code", {}, run)),
     h("p", {}, `${data.checkpoints.length} checkpoints, ${data.gaps.length} gaps, `,
       h("a", { href: "#/gaps/" + enc(run) }, "gaps and what to do")),
-    timeline(data, (l, c) => { location.hash = cpHash(run, l, c.seq); }), eventList(run, data));
+    coverageList(data.coverage),
+    timeline(data, (l, c) => { location.hash = cpHash(run, l, c.seq); }),
+    ...toolCalls(run, data), eventList(run, data));
   live(main, async () => (await api("/api/version", { run })).version, route, data.version);
 }
 // snapshotd's own events (a restore, a purge), each at the seq that holds the state after it,
@@ -185,7 +230,13 @@ async function checkpointView(main, run, node, iteration, attempt, seq, q) {
     h("h1", {}, `Checkpoint ${cp.seq} `, h("small", {}, `${run} / ${node} · iteration ${iteration}` +
       ` · attempt ${attempt}`)),
     h("dl", { cls: "facts" }, h("dt", {}, "tool call"), h("dd", { id: "toolcall" },
-      cp.label || "(no label)", cp.tool_use_id ? h("code", {}, " " + cp.tool_use_id) : null),
+      (cp.tool_call && cp.tool_call.label) || cp.label || "(no label)",
+      cp.tool_call ? h("code", {}, " " + cp.tool_call.id) : null,
+      cp.tool_call ? howText(cp.tool_call) : "",
+      cp.tool_call && cp.tool_call.failed ? h("span", { cls: "error" }, " " + outcomeText(cp.tool_call)) : null,
+      ...(cp.tool_calls || []).map((t) => h("div", { cls: "held" }, "= ",
+        (t.kind ? t.kind + ": " : "") + (t.label || "(no label)"), h("code", {}, " " + t.id),
+        " (its capture found this checkpoint's state)", t.failed ? " " + outcomeText(t) : ""))),
       h("dt", {}, "source"), h("dd", {}, `${cp.source}, tier ${cp.tier}`),
       h("dt", {}, "when"), h("dd", {}, when(cp.created_at)),
       h("dt", {}, "commit"), h("dd", {}, h("code", {}, cp.commit.slice(0, 12)))),
@@ -326,7 +377,9 @@ async function blameView(main, run, node, iteration, attempt, seq, path) {
   const rows = (lines) => lines.map((x) => h("tr", {},
     h("td", { cls: "ln" }, String(x.line)),
     h("td", { cls: "who" }, x.seq === null || x.seq === undefined ? x.source || "" :
-      h("a", { href: cpHash(run, l, x.seq), title: x.label || "" }, `seq ${x.seq}`)),
+      h("a", { href: cpHash(run, l, x.seq), title: x.tool_call
+        ? `tool call ${x.tool_call.id}${howText(x.tool_call)}: ${x.tool_call.label || ""}`
+        : x.label || "" }, `seq ${x.seq}`)),
     h("td", { cls: "ctx" }, HL(x.text, path))));
   const table = h("table", { cls: "patch blame" }, rows(b.lines));
   const status = h("p", { cls: "blame-count" });

@@ -9,6 +9,8 @@ the scratch directory.
 from __future__ import annotations
 
 import json
+import os
+import pty
 import signal
 import subprocess
 import sys
@@ -51,6 +53,7 @@ def bisect_json(env: Env, tmp_path: Path, *cmd: str, **extra: str) -> tuple[dict
     proc = cli(env, "bisect", RUN, "--node", NODE, "--json", "--", *cmd,
                COUNTER=str(counter), TMPDIR=str(scratch), **extra)
     assert proc.returncode in (0, 4), proc.stderr
+    assert "step 1 of" not in proc.stderr, "progress lines off a terminal"
     assert list(scratch.iterdir()) == [], "the scratch directory was left behind"
     runs = len(counter.read_text().splitlines()) if counter.exists() else 0
     return json.loads(proc.stdout), proc.returncode, runs
@@ -92,6 +95,40 @@ def test_a_skip_next_to_the_break_still_names_it(sd_env: Env, daemon: Daemon,
     assert result["status"] == "ambiguous" and code == 4
     assert result["could_be"] == [BREAKS - 2]
     assert runs == result["runs"]
+    # On a terminal: a progress line per run on stderr, and the report naming both.
+    code, out, err = on_a_tty(sd_env, tmp_path, "bisect", RUN, "--node", NODE, "--", "sh",
+                              "-c", CHECK, SKIP="1", COUNTER=str(tmp_path / "tty-runs.txt"))
+    assert code == 4, err
+    assert "step 1 of ~6: seq 19 (Edit step 20)" in err
+    assert f"step {result['runs']} of ~" in err
+    assert f"first bad checkpoint: seq {BREAKS - 1} of {RUN}/{NODE}" in out
+    assert f"or one of seqs {BREAKS - 2} (skipped)" in out
+    assert f"(id call-{BREAKS})" in out
+
+
+def on_a_tty(env: Env, tmp_path: Path, *args: str, **extra: str) -> tuple[int, str, str]:
+    """The CLI with its stderr on a pseudo-terminal: exit code, stdout, what the terminal
+    showed."""
+    scratch = tmp_path / "tty-scratch"
+    scratch.mkdir(exist_ok=True)
+    primary, secondary = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "snapshotd", *args], stdout=subprocess.PIPE,
+                            stderr=secondary, text=True,
+                            env=env.environ(TMPDIR=str(scratch), **extra))
+    os.close(secondary)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(primary, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        shown += chunk
+    out = proc.stdout.read()
+    proc.wait(timeout=60)
+    os.close(primary)
+    return proc.returncode, out, shown.decode(errors="replace").replace("\r\n", "\n")
 
 
 def test_sigint_mid_bisect_leaves_no_scratch_directory(sd_env: Env, daemon: Daemon,
@@ -106,7 +143,8 @@ def test_sigint_mid_bisect_leaves_no_scratch_directory(sd_env: Env, daemon: Daem
         env=sd_env.environ(TMPDIR=str(scratch)), stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), what="CMD started")
+        wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), timeout=90,
+                 what="CMD started")
         sleeper = int(pidfile.read_text())
         [made] = list(scratch.iterdir())
         assert (made / "tree" / "app.py").is_file()
@@ -118,7 +156,7 @@ def test_sigint_mid_bisect_leaves_no_scratch_directory(sd_env: Env, daemon: Daem
     assert proc.returncode == 130, err
     assert list(scratch.iterdir()) == []
     assert "interrupted" in err
-    wait_for(lambda: not _alive(sleeper), what="CMD's sleep killed")
+    wait_for(lambda: not _alive(sleeper), what="CMD's sleep killed", timeout=60)
 
 
 def test_a_timeout_counts_bad_and_kills_the_group(sd_env: Env, daemon: Daemon,

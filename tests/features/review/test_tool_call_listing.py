@@ -1,7 +1,8 @@
 """No tool call is invisible (issue 43): a long Bash tool call whose writes the watcher took as
 tier-2 checkpoints, and a failing one (PostToolUseFailure), are listed by id and label in
 ``snapshots`` (table and ``--json``: ``tool_call``, ``tool_calls``) and counted in ``runs``,
-through the real hook and daemon (tests/support/tool_call_session.py)."""
+through the real hook and daemon, end to end: PreToolUse, writes, the watcher's checkpoints,
+PostToolUse (tests/support/tool_call_session.py)."""
 
 from __future__ import annotations
 
@@ -78,18 +79,18 @@ def test_snapshots_table_lists_the_owner_and_the_deduplicated_call(
     assert lines.index(held[0]) == lines.index(rows["2"]) + 1
 
 
-def test_a_deduplicated_call_without_an_owner_is_listed(sd_env: Env, daemon: Daemon,
-                                                        tmp_path: Path) -> None:
-    """Today's flow where no start event was seen and nothing inferred an owner: the watcher's
-    checkpoints stay a change from outside, and the call is still listed at its state's seq."""
+def test_without_a_start_event_the_owner_is_inferred(sd_env: Env, daemon: Daemon,
+                                                     tmp_path: Path) -> None:
+    """No PreToolUse: the daemon infers the owner at the call's end; listed as such, and the
+    call is still listed at its state's seq."""
     wt = make_git_worktree(tmp_path / "proj")
-    run_session(sd_env, daemon, wt, owners=False)
+    run_session(sd_env, daemon, wt, start=False)
     cps = by_seq(sd_env)
-    if cps[2]["tool_call"] is not None:  # the daemon inferred the owner itself (issue 43)
-        assert cps[2]["tool_call"]["how"] == "inferred" and cps[2]["tool_call"]["id"] == T2
+    for seq, call in ((1, T2), (2, T2), (3, T3)):
+        assert (cps[seq]["tool_call"]["id"], cps[seq]["tool_call"]["how"]) == (call, "inferred")
     assert [c["id"] for c in cps[2]["tool_calls"]] == [T2]
     out = cli(sd_env, "snapshots", RUN).stdout
-    assert f"  = [{T2}] Bash {T2_COMMAND} (" in out
+    assert f"[{T2}] Bash {T2_COMMAND} (inferred)" in out
     assert f"  = [{T3}] Bash {T3_COMMAND} (" in out
 
 
@@ -100,5 +101,5 @@ def test_runs_counts_tool_calls_with_the_deduplicated_ones(sd_env: Env, daemon: 
     [row] = [r for r in cli_json(sd_env, "runs")["runs"] if r["run_id"] == RUN]
     assert (row["tool_calls"], row["tool_calls_deduped"], row["events"]) == (3, 2, 0)
     out = cli(sd_env, "runs").stdout
-    assert "TOOL CALLS" in out.splitlines()[0]
+    assert out.splitlines()[0].split()[5] == "CALLS"
     assert "3 (2 deduplicated)" in out
