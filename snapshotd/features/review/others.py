@@ -9,8 +9,8 @@ entry; when N holds another version of a file C changed too (both edited), the p
 ``mixed`` and ``blame`` splits it line by line (``credit_blame``); ``ForeignChanges`` serves a
 whole command (show, log, find). Result per path (``foreign``):
 ``{"path", "run_id", "node_id", "iteration", "attempt", "seq", "tool_call", "mixed"}``.
-Promises: bounded: the other attempts' rows are read once per command and indexed by time; the
-paths each candidate changed are diffed once; only the store and ledger are read.
+Promises: bounded: another attempt's rows are read once per command (never one begun after the
+checkpoint), indexed by time; each candidate's change is diffed once; it only reads.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import MutableSequence, Sequence
 import pygit2
 
 from snapshotd.features.review.base import first_base
-from snapshotd.ledger import Ledger
+from snapshotd.ledger import Attempt, Ledger
 from snapshotd.service import annotate
 
 FOREIGN_KEYS = ("run_id", "node_id", "iteration", "attempt", "seq")
@@ -32,32 +32,45 @@ class OtherSessions:
     there to ask which of their changes another attempt made."""
 
     def __init__(self, ledger: Ledger, repo: pygit2.Repository, worktree: str) -> None:
-        self.repo = repo
-        rows: list[dict] = []
-        for att in (a for a in ledger.attempts() if a.worktree == worktree):
-            live = [r for r in ledger.attempt_checkpoints(att.pk) if not r.get("pruned_at")]
-            calls = ledger.tool_calls(att.key.run_id, att.key.node_id, att.key.attempt)
+        self.ledger, self.repo = ledger, repo
+        self.attempts = [a for a in ledger.attempts() if a.worktree == worktree]
+        self._rows: dict[tuple, tuple[list[dict], list[float]]] = {}
+        self._changed: dict[tuple, dict[str, str | None]] = {}
+
+    def candidates(self, cp: dict, after: float | None) -> list[dict]:
+        """Other attempts' credited checkpoints taken after ``after`` and before ``cp``, oldest
+        first (an attempt begun after ``cp`` is never read)."""
+        out: list[dict] = []
+        for att in self.attempts:
+            key = (att.key.run_id, att.key.node_id, att.key.iteration, att.key.attempt)
+            if key == _key(cp) or att.started_at > cp["created_at"]:
+                continue
+            rows, times = self._rows_of(att, key)
+            low = 0 if after is None else bisect_right(times, after)
+            out += rows[low:bisect_left(times, cp["created_at"])]
+        return sorted(out, key=lambda r: (r["created_at"], r["seq"]))
+
+    def _rows_of(self, att: Attempt, key: tuple) -> tuple[list[dict], list[float]]:
+        """An attempt's credited checkpoints by time, read once."""
+        if key not in self._rows:
+            live = [r for r in self.ledger.attempt_checkpoints(att.pk) if not r.get("pruned_at")]
+            calls = self.ledger.tool_calls(att.key.run_id, att.key.node_id, att.key.attempt)
             trees = {r["commit"]: r["tree"] for r in live}
+            rows = []
             for row in annotate(live, calls):
                 credit = row["tool_call"] or next(
                     (t for t in row["tool_calls"] if t.get("kind")), None)
                 if credit is not None:
                     rows.append(dict(row, credit=credit, before=self._before(row, trees)))
-        rows.sort(key=lambda r: (r["created_at"], r["seq"]))
-        self.rows = rows
-        self.times = [r["created_at"] for r in rows]
-        self._changed: dict[tuple, dict[str, str | None]] = {}
+            rows.sort(key=lambda r: (r["created_at"], r["seq"]))
+            self._rows[key] = rows, [r["created_at"] for r in rows]
+        return self._rows[key]
 
     def foreign(self, cp: dict, before: str | None, after: float | None) -> list[dict]:
         """The paths of ``cp``'s change (from tree ``before``, None: empty) that another
         attempt's checkpoint taken after ``after`` (None: any time) and before ``cp`` made."""
         out: dict[str, dict] = {}
-        low = 0 if after is None else bisect_right(self.times, after)
-        high = bisect_left(self.times, cp["created_at"])
-        key = _key(cp)
-        for other in reversed(self.rows[low:high]):
-            if _key(other) == key:
-                continue
+        for other in reversed(self.candidates(cp, after)):
             for path, entry in self._changes(other).items():
                 if path in out:
                     continue
@@ -80,7 +93,8 @@ class OtherSessions:
             return [None] * len(texts)
         if not found["mixed"]:
             return [found] * len(texts)
-        other = next(r for r in self.rows if all(r[k] == found[k] for k in FOREIGN_KEYS))
+        other = next(r for r in self.candidates(cp, after)
+                     if all(r[k] == found[k] for k in FOREIGN_KEYS))
         added = _added_lines(self.repo, other["before"], other["tree"], path)
         return [found if text in added else None for text in texts]
 
