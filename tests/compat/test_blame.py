@@ -53,7 +53,8 @@ def test_blame_agrees_with_git_blame_first_parent(sd_env: Env, daemon: Daemon,
         assert got["path"] == path and got["seq"] == newest
         assert set(got) == {"path", "seq", "total_lines", "first_line", "last_line", "lines"}
         assert (got["first_line"], got["last_line"]) == (1, got["total_lines"])
-        assert all(set(x) == {"line", "text", "seq", "tool_use_id", "label", "tier", "source"}
+        assert all(set(x) == {"line", "text", "seq", "tool_use_id", "label", "tier", "source",
+                                "tool_call"}
                    for x in got["lines"])
         mine = [(x["line"], x["seq"], x["text"]) for x in got["lines"]]
         assert mine == oracle(rep, path, commits[-1]), path
