@@ -8,7 +8,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -196,11 +195,10 @@ def test_kill_9_then_restart_never_reuses_a_seq(sd_env: Env, tmp_path: Path,
 
 def test_no_daemon_hook_exits_fast_with_a_gap(sd_env: Env, tmp_path: Path) -> None:
     wt = make_git_worktree(tmp_path / "wt")
-    started = time.monotonic()
-    result = run_hook(sd_env, claude_payload(wt, "toolu_nodaemon"))
-    elapsed = time.monotonic() - started
+    # Fast: with a 120 s budget past run_hook's 30 s guard, waiting on it would fail the run.
+    result = run_hook(sd_env, claude_payload(wt, "toolu_nodaemon"),
+                      SNAPSHOTD_HOOK_TIMEOUT_MS="120000")
     assert result.returncode == 0 and result.stdout == b"" and result.stderr == b""
-    assert elapsed < 1.0
     [gap] = sd_env.read_gaps()
     assert gap["tool_use_id"] == "toolu_nodaemon"
     assert gap["reason"] == "daemon-unavailable"
@@ -212,15 +210,12 @@ def test_frozen_daemon_hook_times_out_with_a_gap(sd_env: Env, daemon: Daemon,
     wt = make_git_worktree(tmp_path / "wt")
     assert daemon.proc is not None
     os.kill(daemon.proc.pid, signal.SIGSTOP)
-    try:
-        started = time.monotonic()
+    try:  # it returns (run_hook's 30 s guard) and its gap says it timed out
         result = run_hook(sd_env, claude_payload(wt, "toolu_frozen"),
                           SNAPSHOTD_HOOK_TIMEOUT_MS="500")
-        elapsed = time.monotonic() - started
     finally:
         os.kill(daemon.proc.pid, signal.SIGCONT)
     assert result.returncode == 0 and result.stdout == b"" and result.stderr == b""
-    assert 0.4 < elapsed < 3.0
     gaps = [g for g in sd_env.read_gaps() if g["tool_use_id"] == "toolu_frozen"]
     assert [g["reason"] for g in gaps] == ["timeout"]
 

@@ -77,27 +77,27 @@ def test_a_frame_sent_a_byte_at_a_time_is_cut_at_the_idle_timeout(
     make_daemon(sd_env, {"SNAPSHOTD_IDLE_TIMEOUT_S": "0.5"})
     s = connect_raw(sd_env.socket)
     s.sendall(struct.pack(">I", 40))
-    started = time.monotonic()
-    cut = None
-    # Each byte comes well inside the idle timeout; the frame as a whole would take 4 s.
+    cut = False
+    # Each byte comes well inside the idle timeout; the frame as a whole would take 4 s. A hang-up
+    # before its last byte (no reply: it never was a whole frame) is the cut, no stopwatch.
     for _ in range(40):
         time.sleep(0.1)
         try:
             s.sendall(b"\x90")
         except OSError:
-            cut = time.monotonic() - started
+            cut = True
             break
         s.setblocking(False)
         try:
             if s.recv(10) == b"":
-                cut = time.monotonic() - started
+                cut = True
                 break
         except BlockingIOError:
             pass
         finally:
             s.setblocking(True)
     s.close()
-    assert cut is not None and cut < 3.0, cut
+    assert cut
 
 
 def test_a_stop_wakes_idle_connections_and_refuses_new_ones(sd_env: Env,
@@ -217,15 +217,12 @@ def test_a_stop_that_hangs_past_its_limit_dumps_the_stacks_and_exits(
                              "SNAPSHOTD_STOP_LIMIT_S": "2"})
     assert d.ping()
     assert d.proc is not None
-    began = time.monotonic()
     d.proc.send_signal(signal.SIGTERM)
-    assert d.proc.wait(timeout=30) == 1
-    took = time.monotonic() - began
+    assert d.proc.wait(timeout=30) == 1  # 30 s, against the 10 minutes the hang would last
     log = d.log.read_text()
     assert "stopping within 2s" in log
     assert "Timeout (0:00:02)!" in log
     assert "Thread 0x" in log and "in run_daemon" in log and "in injected_delay" in log, log[-2000:]
-    assert took < 20, took
     assert make_daemon(sd_env).ping()  # the home was let go: a new daemon takes it
 
 

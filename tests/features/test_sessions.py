@@ -306,9 +306,8 @@ def test_lifecycle_payloads_are_told_apart(agent: str) -> None:
 def test_an_event_no_daemon_hears_is_a_gap(sd_env: Env, tmp_path: Path) -> None:
     wt = make_git_worktree(tmp_path / "proj")
     for name in ("SessionStart", "Stop", "SessionEnd"):
-        started = time.monotonic()
-        proc = hook(sd_env, wt, event(wt, "deaf", name))
-        assert proc.stdout == b"" and time.monotonic() - started < 5
+        proc = hook(sd_env, wt, event(wt, "deaf", name))  # it returns: run_hook's guard
+        assert proc.stdout == b""
     gaps = sd_env.read_gaps()
     assert [(g["reason"], g["run_id"], g["worktree"], g["tool_use_id"]) for g in gaps] == [
         ("daemon-unavailable", "claude-deaf", str(wt), None)] * 3

@@ -479,13 +479,11 @@ def test_daemon_on_postgresql_hooks_listing_and_kill_9(sd_env: Env, pg_url: str,
 
 def test_serve_refuses_an_unreachable_ledger(sd_env: Env) -> None:
     pytest.importorskip("psycopg")
-    started = time.monotonic()
     out = subprocess.run([sys.executable, "-m", "snapshotd", "serve", "--ledger",
                           "postgresql://u:pw@127.0.0.1:1/x?connect_timeout=2"],
                          env=sd_env.environ(), capture_output=True, timeout=60)
     err = out.stderr.decode()
     assert out.returncode == 1 and "cannot connect" in err and "pw" not in err, err
-    assert time.monotonic() - started < 30
 
 
 def _raw(url: str):  # noqa: ANN202 - a DB-API connection of either kind

@@ -422,6 +422,6 @@ def throwaway_suite(root: Path) -> Path:
     for package in (suite, suite / "support"):
         (package / "__init__.py").write_text("")
     shutil.copy(tests / "conftest.py", suite / "conftest.py")
-    for name in ("conftest_pg.py", "helpers.py"):
+    for name in ("conftest_pg.py", "helpers.py", "slow_first.py"):
         shutil.copy(tests / "support" / name, suite / "support" / name)
     return suite
