@@ -88,6 +88,22 @@ def kept_for(store: Store, key: AttemptKey, seq: int | None = None
     return None
 
 
+def kept_seqs(store: Store, key: AttemptKey) -> list[int]:
+    """The seqs of ``key``'s checkpoints that have kept files, oldest first."""
+    repo = store.reader()
+    try:
+        commit = repo.references[kept_ref(key)].peel(pygit2.Commit)
+    except KeyError:
+        return []
+    seqs: set[int] = set()
+    while commit is not None:
+        found = _trailer(commit.message, SEQ_TRAILER)
+        if found is not None and found.isdigit():
+            seqs.add(int(found))
+        commit = commit.parents[0] if commit.parents else None
+    return sorted(seqs)
+
+
 def drop_kept(store: Store, keys: Iterable[AttemptKey]) -> None:
     """Delete the kept chains of ``keys`` (their attempts were deleted); absent ones are fine."""
     with store.lock:
