@@ -85,7 +85,8 @@ class Guard:
             log.warning("guard checkpoint before %r failed: %s", label, exc.message)
             return dict(out, error=exc.code, message=exc.message)
         self._count("checkpoints")
-        out.update(seq=reply["seq"], commit=reply["commit"], deduped=reply["deduped"])
+        out.update(seq=reply["seq"], commit=reply["commit"], deduped=reply["deduped"],
+                   checkpoint_ms=reply["elapsed_ms"])
         try:
             out["ignored"] = self.keep(reply, label)
         except Exception as exc:  # noqa: BLE001 - said in the reply, counted, logged
@@ -101,8 +102,10 @@ class Guard:
         store = self.service.store
         key = AttemptKey(reply["run_id"], reply["node_id"], reply["iteration"], reply["attempt"])
         with store.gate.shared():
+            t0 = time.perf_counter()
             found = collect(Path(reply["worktree"]), store.thread_reader(), reply["tree"],
                             self.budget)
+            t1 = time.perf_counter()
             lines = [f"{s['path']}: {s['reason']}" for s in found.skipped]
             if found.unlisted:
                 lines.append(f"... and {found.unlisted} more")
@@ -113,7 +116,9 @@ class Guard:
         self._count("ignored_kept", len(found.files))
         self._count("ignored_skipped", len(found.skipped) + found.unlisted)
         return {"commit": commit, "files": len(found.files), "bytes": found.bytes,
-                "skipped": found.skipped, "skipped_unlisted": found.unlisted}
+                "skipped": found.skipped, "skipped_unlisted": found.unlisted,
+                "walk_ms": round((t1 - t0) * 1000, 3),
+                "keep_ms": round((time.perf_counter() - t1) * 1000, 3)}
 
     def _count(self, name: str, n: int = 1) -> None:
         with self._lock:

@@ -79,11 +79,10 @@ def _visit(entry: os.DirEntry, rel: str, held: dict, repo: pygit2.Repository, bu
         return
     path = rel + name
     try:
-        st = entry.stat(follow_symlinks=False)
+        is_dir = entry.is_dir(follow_symlinks=False)  # the directory entry's type: no stat
     except OSError:
-        out.skip(path, "unreadable")
-        return
-    if stat.S_ISDIR(st.st_mode):
+        is_dir = False
+    if is_dir:
         found = held.get(name)
         sub = repo[found.id] if found is not None and found.type_str == "tree" else None
         if sub is None and name in budget.skip_dirs:
@@ -92,7 +91,12 @@ def _visit(entry: os.DirEntry, rel: str, held: dict, repo: pygit2.Repository, bu
             stack.append((path + "/", sub))
         return
     if name in held:
-        return  # in the checkpoint
+        return  # in the checkpoint: never read
+    try:
+        st = entry.stat(follow_symlinks=False)
+    except OSError:
+        out.skip(path, "unreadable")
+        return
     if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
         out.skip(path, "special")
         return
