@@ -119,3 +119,21 @@ def test_kept_objects_are_private(sd_env: Env, tmp_path: Path, make_daemon: Make
     loose = sd_env.home / "store.git" / "objects" / blob[:2] / blob[2:]
     assert loose.is_file()
     assert os.stat(loose).st_mode & 0o077 == 0
+
+
+def test_deleting_a_run_drops_its_kept_files(sd_env: Env, tmp_path: Path,
+                                             make_daemon: MakeDaemon) -> None:
+    wt = project(tmp_path)
+    make_daemon(sd_env, QUIET_WATCHER)
+    begun = cli(sd_env, "attempt", "begin", "--run", "r1", "--node", "n", "--cwd", str(wt))
+    assert begun.returncode == 0, begun.stderr
+    proc = run_hook(sd_env, bash(wt, "toolu_rm", COMMAND), SNAPSHOTD_RUN_ID="r1",
+                    SNAPSHOTD_NODE_ID="n")
+    assert proc.returncode == 0
+    ref = "refs/snapshotd-local/guard/r1/n/0/1"
+    assert store_git(sd_env, "for-each-ref", "--format=%(refname)", ref).strip() == ref
+    ended = cli(sd_env, "attempt", "end", "--run", "r1", "--node", "n", "--status", "finished")
+    assert ended.returncode == 0, ended.stderr
+    gone = cli(sd_env, "gc", "--run", "r1", "--all")
+    assert gone.returncode == 0, gone.stderr
+    assert store_git(sd_env, "for-each-ref", "refs/snapshotd-local/") == ""
