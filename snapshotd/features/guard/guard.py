@@ -33,6 +33,10 @@ log = logging.getLogger("snapshotd.guard")
 
 SOURCE = "guard"
 LABEL_MAX = 300
+# The agents whose shipped hook settings send a before-tool event (``PreToolUse``, Gemini's
+# ``BeforeTool``): hooks/hooks.json and contrib/{codex,qwen,gemini}. The others' settings wire
+# only the after-tool event, so their commands are not guarded (docs/guard.md).
+GUARDED_AGENTS = ("claude", "codex", "qwen", "gemini")
 
 
 class Guard:
@@ -126,7 +130,8 @@ class Guard:
 
     def status(self) -> dict:
         with self._lock:
-            return {"guard": dict(self.counts, enabled=self.config.guard)}
+            return {"guard": dict(self.counts, enabled=self.config.guard,
+                                  agents=list(GUARDED_AGENTS) if self.config.guard else [])}
 
 
 def attach(service: Service, server: Registry, config: Config) -> None:

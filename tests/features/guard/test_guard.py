@@ -84,6 +84,7 @@ def test_a_destructive_command_gets_a_guard_checkpoint_with_its_ignored_files(
     assert ".env.local" not in tracked and "src/app.py" in tracked
     counts = guard_status(sd_env)
     assert counts["enabled"] is True
+    assert counts["agents"] == ["claude", "codex", "qwen", "gemini"]
     assert counts["commands"] == 2 and counts["destructive"] == 1
     assert counts["checkpoints"] == 1 and counts["ignored_kept"] == 3
     assert counts["failed"] == 0
@@ -107,7 +108,7 @@ def test_guard_off_takes_nothing(sd_env: Env, tmp_path: Path, make_daemon: MakeD
     assert run_hook(sd_env, bash(wt, "toolu_rm", COMMAND)).returncode == 0
     assert store_git(sd_env, "for-each-ref", "refs/snapshotd-local/") == ""
     counts = guard_status(sd_env)
-    assert counts["enabled"] is False and counts["commands"] == 0
+    assert counts["enabled"] is False and counts["commands"] == 0 and counts["agents"] == []
 
 
 def test_kept_objects_are_private(sd_env: Env, tmp_path: Path, make_daemon: MakeDaemon) -> None:
@@ -137,3 +138,24 @@ def test_deleting_a_run_drops_its_kept_files(sd_env: Env, tmp_path: Path,
     gone = cli(sd_env, "gc", "--run", "r1", "--all")
     assert gone.returncode == 0, gone.stderr
     assert store_git(sd_env, "for-each-ref", "refs/snapshotd-local/") == ""
+
+
+SHIPPED = {"claude": "hooks/hooks.json", "codex": "contrib/codex/hooks.json",
+           "qwen": "contrib/qwen/settings.json", "gemini": "contrib/gemini/settings.json"}
+
+
+def test_the_guarded_agents_are_those_whose_settings_send_a_before_tool_event() -> None:
+    from snapshotd.features.guard.guard import GUARDED_AGENTS
+
+    root = Path(__file__).resolve().parents[3]
+    assert set(GUARDED_AGENTS) == set(SHIPPED)
+    for agent, path in SHIPPED.items():
+        text = (root / path).read_text()
+        assert '"PreToolUse"' in text or '"BeforeTool"' in text, agent
+    for other in (root / "contrib").iterdir():
+        if other.name in SHIPPED or not other.is_dir():
+            continue
+        for f in other.rglob("*"):
+            if f.is_file():
+                text = f.read_text(errors="replace")
+                assert "PreToolUse" not in text and "BeforeTool" not in text, f
