@@ -23,6 +23,7 @@ def claude(cwd: Path, command: str) -> dict:
 
 def qwen(cwd: Path, command: str) -> dict:
     return {"session_id": "q-1", "cwd": str(cwd), "hook_event_name": "PreToolUse",
+            "transcript_path": "/home/u/.qwen/projects/-proj/chats/q-1.jsonl",
             "timestamp": "2026-12-01T11:39:49.224Z", "permission_mode": "yolo",
             "prompt_id": "q-1########0", "tool_name": "run_shell_command",
             "tool_input": {"command": command, "description": "scripted"},

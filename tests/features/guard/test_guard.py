@@ -159,3 +159,21 @@ def test_the_guarded_agents_are_those_whose_settings_send_a_before_tool_event() 
             if f.is_file():
                 text = f.read_text(errors="replace")
                 assert "PreToolUse" not in text and "BeforeTool" not in text, f
+
+
+@pytest.mark.parametrize("agent", ["gemini", "codex", "qwen"])
+def test_each_guarded_agents_before_tool_event_takes_the_guard(
+        sd_env: Env, tmp_path: Path, make_daemon: MakeDaemon, agent: str) -> None:
+    from tests.features.guard.test_commands import codex, gemini, qwen
+
+    wt = project(tmp_path)
+    make_daemon(sd_env, QUIET_WATCHER)
+    payload = {"gemini": gemini, "codex": codex, "qwen": qwen}[agent](wt, COMMAND)
+    assert run_hook(sd_env, payload).returncode == 0
+    runs = json.loads(cli(sd_env, "runs", "--json").stdout)["runs"]
+    [run] = [r["run_id"] for r in runs]
+    assert run.startswith(agent + "-")
+    listed = json.loads(cli(sd_env, "snapshots", run, "--json").stdout)
+    assert [c["source"] for c in listed["checkpoints"]] == ["guard"]
+    ref = f"refs/snapshotd-local/guard/{run}/session/0/1"
+    assert ".env.local" in store_git(sd_env, "ls-tree", "-r", "--name-only", ref).split()
