@@ -40,6 +40,8 @@ GAP_FIELD_MAX = 1024
 # The most of a command (or of apply_patch's paths) a label sends: the daemon redacts it whole,
 # then keeps a hook label's first 100 characters (its request limit is 1000 bytes in all).
 LABEL_PART_MAX_BYTES = 800
+# The most of a shell command ``before_tool`` sends for the guard to read (docs/protocol.md).
+COMMAND_MAX_BYTES = 16 * 1024
 # An agent session's lifecycle events and what each tells the daemon (docs/agents.md has the table
 # per agent): each agent module's LIFECYCLE (snapshotd_client.agents) renames its events to these.
 SESSION_EVENTS = {"SessionStart": "start", "UserPromptSubmit": "working", "BeforeAgent": "working",
@@ -308,7 +310,29 @@ def before_tool_fields(payload: Mapping[str, Any], env: Mapping[str, str]) -> di
         fields["tool_use_id"] = None
     if fields.get("label"):
         fields["label"] = "before " + fields["label"]
+    command = shell_command(payload)
+    if command:
+        fields["command"] = command  # the guard reads it whole (docs/guard.md)
     return fields
+
+
+def shell_command(payload: Mapping[str, Any]) -> str | None:
+    """The shell command a tool call runs, whole (its first ``COMMAND_MAX_BYTES``), or None: a
+    list (older Codex argv) quoted back into one line; never ``apply_patch``'s patch."""
+    tool_input = payload.get("tool_input")
+    if not isinstance(tool_input, dict) or _text(payload.get("tool_name")) == "apply_patch":
+        return None
+    command = tool_input.get("command")
+    if isinstance(command, list) and all(isinstance(a, str) for a in command):
+        import shlex
+
+        command = shlex.join(command)
+    if not isinstance(command, str) or not command.strip():
+        return None
+    data = command.encode(errors="replace")
+    if len(data) > COMMAND_MAX_BYTES:
+        command = data[:COMMAND_MAX_BYTES].decode(errors="ignore")
+    return command.replace("\0", "")
 
 
 def _derived_id(tool_id: str, agent: str) -> bool:

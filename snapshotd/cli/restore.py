@@ -45,10 +45,14 @@ RESTORE_TIMEOUT_S = 3600.0
 @click.option("--dry-run", is_flag=True, help="Print the plan (A/M/D per path); change nothing.")
 @click.option("--force", is_flag=True,
               help="Restore in place even while an attempt is working on the worktree.")
+@click.option("--include-ignored", is_flag=True,
+              help="Also write back a guard checkpoint's kept ignored files where none is "
+                   "(docs/guard.md).")
 @op_options
 def restore(run_id: str, node_id: str, seq: int | None, iteration: int | None,
             attempt: int | None, to: Path | None, dry_run: bool, force: bool,
-            home: Path | None, socket_: Path | None, as_json: bool) -> None:
+            include_ignored: bool, home: Path | None, socket_: Path | None,
+            as_json: bool) -> None:
     """Restore a checkpoint of RUN in place, or into --to DIR.
 
     In place, the current state is first saved as a safety checkpoint and the command that
@@ -59,6 +63,8 @@ def restore(run_id: str, node_id: str, seq: int | None, iteration: int | None,
                               "iteration": iteration, "attempt": attempt,
                               "to": str(to.absolute()) if to is not None else None,
                               "dry_run": dry_run, "force": force}
+    if include_ignored:
+        fields["include_ignored"] = True
     show_bar = not as_json and not dry_run and sys.stdout.isatty()
     result = run_restore(home, socket_, fields, show_bar=show_bar)
     if as_json:
@@ -112,6 +118,13 @@ def _print_result(r: dict) -> None:
     total = r.get("plan_total", len(r["plan"]))
     for kept in r.get("kept", []):
         click.echo(field(f"snapshotd: kept {kept['path']}: {kept['reason']}"), err=True)
+    ignored = r.get("ignored")
+    if ignored:
+        verb = "would write" if r["dry_run"] else "wrote"
+        click.echo(f"ignored files: {verb} {ignored['written_total']}, left "
+                   f"{ignored['left_total']} (kept set {ignored['commit'][:10]})", err=True)
+        for left in ignored["left"]:
+            click.echo(field(f"snapshotd: left {left['path']}: {left['reason']}"), err=True)
     if r["dry_run"]:
         for row in r["plan"]:
             click.echo(f"{row['op']} {field(row['path'])}")

@@ -78,6 +78,14 @@ class Config:
     push_interval_ms: int = 200
     # Before-tool captures (source "outside"): separate a person's edits from the tool call's.
     bracket: bool = False
+    # The guard (docs/guard.md): before a destructive shell command, a checkpoint plus the
+    # ignored files under the worktree, within these bounds; dependency folders kept only when
+    # named in ``guard_keep_dirs``.
+    guard: bool = True
+    guard_max_file_bytes: int = 16 << 20
+    guard_max_total_bytes: int = 256 << 20
+    guard_max_files: int = 10_000
+    guard_keep_dirs: tuple[str, ...] = ()
     # "skip": credential files (.env, private keys, ...) are not captured; "capture": they are.
     secret_files: str = "skip"
     # Scan the files a capture changed for tokens; a checkpoint holding one is never pushed.
@@ -144,6 +152,11 @@ ENV_VARS: dict[str, str] = {
     "remote": "SNAPSHOTD_REMOTE",
     "push_interval_ms": "SNAPSHOTD_PUSH_INTERVAL_MS",
     "bracket": "SNAPSHOTD_BRACKET",
+    "guard": "SNAPSHOTD_GUARD",
+    "guard_max_file_bytes": "SNAPSHOTD_GUARD_MAX_FILE_BYTES",
+    "guard_max_total_bytes": "SNAPSHOTD_GUARD_MAX_TOTAL_BYTES",
+    "guard_max_files": "SNAPSHOTD_GUARD_MAX_FILES",
+    "guard_keep_dirs": "SNAPSHOTD_GUARD_KEEP_DIRS",
     "secret_files": "SNAPSHOTD_SECRET_FILES",
     "secret_scan": "SNAPSHOTD_SECRET_SCAN",
     "http_hook": "SNAPSHOTD_HTTP_HOOK",
@@ -179,6 +192,9 @@ BOUNDS: dict[str, tuple[int | float, int | float]] = {
     "ownerless_idle_s": (0.0, _TEN_YEARS_S),
     "blame_max_lines": (1, 1_000_000_000),
     "blame_max_bytes": (1, 1 << 40),
+    "guard_max_file_bytes": (0, 1 << 40),
+    "guard_max_total_bytes": (0, 1 << 40),
+    "guard_max_files": (0, 10_000_000),
 }
 
 
@@ -347,13 +363,14 @@ def _set(config: Config, key: str, value: object, source: str) -> None:
 
 def _coerce(key: str, value: object, source: str) -> object:
     where = f"{key} (from {source})"
-    if key == "excludes":
+    if key in ("excludes", "guard_keep_dirs"):
         if isinstance(value, str):
             items = [v.strip() for v in value.split(",") if v.strip()]
         elif isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
             items = list(value)
         else:
-            raise ConfigError(f"{where}: expected a list of gitignore patterns, got {value!r}")
+            what = "gitignore patterns" if key == "excludes" else "folder names"
+            raise ConfigError(f"{where}: expected a list of {what}, got {value!r}")
         return tuple(items)
     if key == "worktree":
         return _worktree_tables(value, source)
@@ -382,7 +399,7 @@ def _coerce(key: str, value: object, source: str) -> object:
         if not isinstance(value, str) or "\0" in value or "\n" in value:
             raise ConfigError(f"{where}: expected a git remote URL or path, got {value!r}")
         return value.strip()
-    if key in ("bracket", "secret_scan", "http_hook"):
+    if key in ("bracket", "secret_scan", "http_hook", "guard"):
         return _boolean(value, where)
     if key == "secret_files":
         if value not in SECRET_FILE_MODES:

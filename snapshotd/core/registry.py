@@ -26,8 +26,9 @@ Wrapper = Callable[[dict, Handler], dict]
 
 # Where a wrapper sits around an op's handler, innermost first: the engine extends the core ops
 # (``resume`` on attempt_begin, the flush before attempt_end); metrics completes ``status`` after
-# everything else has contributed to it. A part that wraps an op names its layer here.
-LAYERS = ("engine", "metrics")
+# everything else has contributed to it; the guard takes its checkpoint before ``before_tool``
+# records the call. A part that wraps an op names its layer here.
+LAYERS = ("guard", "engine", "metrics")
 
 
 @runtime_checkable

@@ -46,7 +46,8 @@ OPTIONAL_PARTS = ("snapshotd.watch.watcher", "snapshotd.features.restore.restore
                   "snapshotd.daemon.sdnotify", "snapshotd.daemon.metrics", "snapshotd.features.gc",
                   "snapshotd.features.replication.replication", "snapshotd.features.review.diff",
                   "snapshotd.features.review.blame", "snapshotd.features.review.export",
-                  "snapshotd.features.review.bracket", "snapshotd.features.sessions", "snapshotd.features.purge",
+                  "snapshotd.features.review.bracket", "snapshotd.features.guard.guard",
+                  "snapshotd.features.sessions", "snapshotd.features.purge",
                   "snapshotd.daemon.http_hook", "snapshotd.daemon.hook_relay", "snapshotd.daemon.fifo_guard")
 
 # libgit2 keeps every tree and commit it parses, up to 256 MiB per process by default: a full

@@ -45,7 +45,7 @@ from snapshotd.core import (
 )
 from snapshotd.ledger import ACTIVE, Attempt
 from snapshotd.service import Service
-from snapshotd.store import read_journal, write_journal
+from snapshotd.store import drop_kept, read_journal, write_journal
 
 if TYPE_CHECKING:
     from snapshotd.core import Registry
@@ -201,6 +201,7 @@ def delete_run(service: Service, run_id: str) -> int:
     keys = [a.key for a in service.ledger.attempts(run_id)]
     removed = service.ledger.delete_run(run_id)
     service.store.delete_attempt_refs(keys)
+    drop_kept(service.store, keys)  # a guard's kept ignored files (docs/guard.md)
     drop_run_gaps(service.gaps.path, {run_id})
     return removed
 

@@ -140,6 +140,7 @@ class RestoreResult(TypedDict, total=False):
     kept: list[dict[str, Any]]
     safety: dict[str, Any] | None
     undo_command: str | None
+    ignored: dict[str, Any]
 
 
 @with_config(ConfigDict(extra="allow"))
@@ -270,6 +271,9 @@ def _add_restore_tool(app: MCPServer, ops: Operations) -> None:
         plan_limit: Annotated[int, Field(ge=1, le=5000, description="At most this many plan "
                                          "entries in the result (plan_total tells the rest).")
                               ] = DEFAULT_PLAN_LIMIT,
+        include_ignored: Annotated[bool, Field(description="Also write back the ignored files "
+                                               "(.env.local, local config) a guard checkpoint "
+                                               "kept, where none is now.")] = False,
     ) -> RestoreResult:
         """Bring the worktree (or `to_dir`) back to a checkpoint. In place it first captures the
         current state as a safety checkpoint and returns `safety.seq` and `undo_command`; it
@@ -277,7 +281,8 @@ def _add_restore_tool(app: MCPServer, ops: Operations) -> None:
         target. Default dry_run=true returns the plan and changes nothing."""
         return await _restore_with_progress(ctx, ops, dict(
             run_id=run_id, node_id=node_id, seq=seq, dry_run=dry_run, to_dir=to_dir,
-            iteration=iteration, attempt=attempt, force=force, plan_limit=plan_limit))
+            iteration=iteration, attempt=attempt, force=force, plan_limit=plan_limit,
+            include_ignored=include_ignored))
 
 
 def _add_health_tools(app: MCPServer, ops: Operations) -> None:

@@ -58,7 +58,8 @@ def run_restore(fields: dict[str, Any], *, home: Path | None = None,
             service, run_id=fields["run_id"], node_id=fields["node_id"], seq=fields["seq"],
             iteration=fields["iteration"], attempt=fields["attempt"],
             to=Path(fields["to"]) if fields["to"] else None, dry_run=fields["dry_run"],
-            force=fields["force"], progress=progress, umask=sent["umask"])
+            force=fields["force"], progress=progress, umask=sent["umask"],
+            include_ignored=bool(fields.get("include_ignored")))
         if plan_limit is not None:
             return page_plan(result, 0, plan_limit)
         # The same keys as the op's reply, whole.

@@ -35,7 +35,7 @@ from snapshotd.ledger import Attempt
 if TYPE_CHECKING:
     from snapshotd.service.change_source import OffLockScan
 
-SOURCES = ("hook", "wrap", "watch", "restore", "cli", "outside")
+SOURCES = ("hook", "wrap", "watch", "restore", "cli", "outside", "guard")
 MAX_TEXT_BYTES = 1000
 # A hook's label kept (commit messages, ledger rows, listings): its first characters once the
 # whole of what the hook sent is redacted. The hook sends the command whole (its first 800

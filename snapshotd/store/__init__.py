@@ -8,6 +8,8 @@ FACE: dict[str, tuple[str, ...]] = {
         "SizeMismatch", "StoreError", "WRITE_FAILURE_MESSAGES", "changed_while_read",
         "disk_reason", "odb_retry", "refused_path"),
     "journal": ("read_journal", "write_journal"),
+    "kept": ("KEPT_PREFIX", "KeptFile", "drop_kept", "keep_ignored", "kept_for", "kept_ref",
+        "kept_seqs"),
     "lending": ("cache_git_env", "open_cache"),
     "object_import": ("import_objects",),
     "read_trees": ("empty_tree", "pruned_pair"),

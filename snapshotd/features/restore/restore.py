@@ -48,6 +48,7 @@ from snapshotd.features.restore.apply import (
     materialize,
     open_confined,
 )
+from snapshotd.features.restore.ignored import kept_set, write_ignored
 from snapshotd.features.restore.plan import Plan, check_paths, obstacles, plan_trees, walk_tree
 from snapshotd.features.restore.restored import record_restore
 from snapshotd.ledger import Attempt
@@ -82,12 +83,14 @@ def restore_checkpoint(service: Service, *, run_id: str, node_id: str, seq: int 
                        iteration: int | None = None, attempt: int | None = None,
                        to: Path | None = None, dry_run: bool = False, force: bool = False,
                        progress: Progress | None = None, into: Attempt | None = None,
-                       umask: int = DEFAULT_UMASK) -> dict:
+                       umask: int = DEFAULT_UMASK, include_ignored: bool = False) -> dict:
     """Restore one checkpoint in place (default) or into ``to``; see the module docstring.
 
     ``into`` (the engine's resume into a directory of its own): restore in place into that
     attempt's worktree instead, with the safety checkpoint recorded in that attempt.
     ``umask``: the user's; what the restore creates gets git's modes less it (``Modes``).
+    ``include_ignored``: then also the guard checkpoint's kept ignored files, where nothing is
+    (``ignored.write_ignored``); ``not-found`` before anything changes when it has none.
 
     Raises ``ServiceError`` with code ``not-found`` (names the runs, nodes, attempts or seqs that
     exist), ``conflict`` (an attempt is active on the worktree and ``force`` is false),
@@ -103,6 +106,7 @@ def restore_checkpoint(service: Service, *, run_id: str, node_id: str, seq: int 
         raise ServiceError(NOT_FOUND, f"attempt {key} is not in the ledger")
     # Restore anywhere: a checkpoint this store lacks is fetched and checked against the row.
     ensure_commit(service, cp["commit"], cp["tree"], ref=key.ref)
+    kept = kept_set(service.store, key, cp["seq"]) if include_ignored else None
     repo = service.store.reader()
     target_tree = checkpoint_tree(repo, cp)
     result: dict = {
@@ -118,6 +122,9 @@ def restore_checkpoint(service: Service, *, run_id: str, node_id: str, seq: int 
         result.update(_restore_in_place(service, repo, into or owner, cp, target_tree,
                                         dry_run=dry_run, force=force, progress=progress,
                                         modes=Modes(umask)))
+    if kept is not None:
+        result["ignored"] = write_ignored(Path(result["target"]), *kept, dry_run=dry_run,
+                                          modes=Modes(umask))
     result["counts"] = {op: sum(1 for p in result["plan"] if p["op"] == op) for op in "AMD"}
     result["elapsed_ms"] = _ms(started)
     return result
@@ -198,7 +205,8 @@ def attach(service: Service, server: Registry, config: Config) -> None:
                 seq=fields.get("seq"), iteration=fields.get("iteration"),
                 attempt=fields.get("attempt"), to=to, dry_run=bool_field(fields, "dry_run"),
                 force=bool_field(fields, "force"),
-                progress=board.callback(token) if token else None, umask=umask_field(fields))
+                progress=board.callback(token) if token else None, umask=umask_field(fields),
+                include_ignored=bool_field(fields, "include_ignored"))
         finally:
             if token:
                 board.finish(token)

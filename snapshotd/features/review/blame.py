@@ -170,10 +170,11 @@ def _base_lines(repo: pygit2.Repository, oid: pygit2.Oid,
 
 def outside_tool_call(line: dict) -> bool:
     """Whether a blamed line came in outside the agent's tool calls (tier 2 that no tool call
-    owns, a before-tool capture, a restore's safety checkpoint)."""
+    owns, a before-tool capture or guard checkpoint, a restore's safety checkpoint)."""
     if line.get("tool_call"):
         return False
-    return line.get("tier") == 2 or line.get("source") in ("outside", "watch", "restore")
+    return line.get("tier") == 2 or line.get("source") in ("outside", "guard", "watch",
+                                                           "restore")
 
 
 def calls_by_seq(ledger: Ledger, cp: dict, path: str) -> dict[int, dict | None]:

@@ -1,0 +1,1 @@
+"""Tests of snapshotd.features.guard: destructive commands and the guard checkpoint."""
