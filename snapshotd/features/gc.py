@@ -44,6 +44,7 @@ from snapshotd.core import (
     parse_size,
 )
 from snapshotd.features import maintenance
+from snapshotd.features.disk_usage import du_op
 from snapshotd.features.maintenance import RUN_LOCK
 from snapshotd.ledger import ACTIVE, Attempt
 from snapshotd.service import Service
@@ -354,6 +355,7 @@ def attach(service: Service, server: Registry, config: Config) -> None:
         return {"retention": out}
 
     server.status_extras.append(status)
+    server.register("du", lambda fields: du_op(service, fields))
     maintenance.attach(service, server, config)
 
 
