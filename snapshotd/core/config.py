@@ -78,6 +78,11 @@ class Config:
     maintenance_interval_s: float = 900.0
     maintenance_loose_objects: int = 2000
     maintenance_pack_limit: int = 20
+    # A byte budget for the home's store and the free space to leave on its disk: past either,
+    # a warning (status ``disk``, the log) and the oldest ended runs go until both hold again
+    # ("" = no budget / no floor; docs/durability.md, "The disk budget").
+    store_budget: str = "20G"
+    free_space_floor: str = "2G"
     # "" = SQLite at <home>/snapshotd.db; "postgresql://…" = a ledger shared by several hosts.
     ledger_url: str = ""
     remote: str = ""
@@ -149,6 +154,8 @@ ENV_VARS: dict[str, str] = {
     "maintenance_interval_s": "SNAPSHOTD_MAINTENANCE_INTERVAL_S",
     "maintenance_loose_objects": "SNAPSHOTD_MAINTENANCE_LOOSE_OBJECTS",
     "maintenance_pack_limit": "SNAPSHOTD_MAINTENANCE_PACK_LIMIT",
+    "store_budget": "SNAPSHOTD_STORE_BUDGET",
+    "free_space_floor": "SNAPSHOTD_FREE_SPACE_FLOOR",
     "ledger_url": "SNAPSHOTD_LEDGER_URL",
     "remote": "SNAPSHOTD_REMOTE",
     "push_interval_ms": "SNAPSHOTD_PUSH_INTERVAL_MS",
@@ -403,7 +410,8 @@ def _coerce(key: str, value: object, source: str) -> object:
             raise ConfigError(f"{where}: expected one of {', '.join(SECRET_FILE_MODES)}, "
                               f"got {value!r}")
         return value
-    if key in ("gc_older_than", "gc_max_store_size", "store_size_warn"):
+    if key in ("gc_older_than", "gc_max_store_size", "store_size_warn", "store_budget",
+               "free_space_floor"):
         if value in ("", None):
             return ""
         parse = parse_duration if key == "gc_older_than" else parse_size

@@ -356,7 +356,13 @@ def attach(service: Service, server: Registry, config: Config) -> None:
 
     server.status_extras.append(status)
     server.register("du", lambda fields: du_op(service, fields))
-    maintenance.attach(service, server, config)
+    # The disk budget deletes runs as ``--max-store-size`` does, with a zero grace: with the
+    # default one a deleted run's young objects stay, the store does not shrink, and run after
+    # run would go. The zero-grace prune does not hold captures back.
+    maintenance.attach(service, server, config, (
+        lambda: store_bytes(service),
+        lambda target: run_gc(service, Policy(max_store_bytes=target, safety_interval_s=0.0,
+                                              grace_given=True))))
 
 
 def tick(service: Service, auto: Policy | None, state: dict) -> None:

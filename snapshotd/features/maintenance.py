@@ -19,9 +19,11 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from snapshotd.core import INTERNAL, Config, ServiceError
+from snapshotd.features.budget import check_budget, limits
 from snapshotd.service import Service
 from snapshotd.store import (
     cruft_packs,
@@ -46,8 +48,10 @@ log = logging.getLogger("snapshotd.maintenance")
 # One gc or maintenance at a time: a prune's rewritten chain is unreferenced until its ref
 # moves, and a cruft pack is deleted only by the pass that wrote it.
 RUN_LOCK = threading.Lock()
-# How often the thread looks at the loose object count (a listing of 256 directories).
+# How often the thread looks at the loose object count (a listing of 256 directories), and at
+# the disk budget (``git count-objects``, ``statvfs``).
 POLL_S = 5.0
+BUDGET_POLL_S = 60.0
 
 
 def store_size(service: Service) -> int:
@@ -131,26 +135,43 @@ def _split(tips: dict[str, str]) -> tuple[list[str], list[str]]:
     return sorted(commits), sorted(trees - roots)
 
 
-def attach(service: Service, server: Registry, config: Config) -> None:
-    """Run the maintenance thread and add the ``maintenance`` status section."""
+def attach(service: Service, server: Registry, config: Config,
+           budget: tuple[Callable[[], int], Callable[[int], dict]]) -> None:
+    """Run the maintenance thread (packing, the disk budget) and add the ``maintenance`` and
+    ``disk`` status sections. ``budget``: gc's measure and size policy (``check_budget``)."""
     state: dict = {"last": None, "errors": 0, "last_error": None, "running": False,
                    "interval_s": float(config.maintenance_interval_s),
                    "loose_threshold": int(config.maintenance_loose_objects)}
+    disk: dict = {**limits(config), "warning": None, "last_prune": None, "errors": 0}
     stop = threading.Event()
     limit = int(config.maintenance_pack_limit)
+    budget_every = min(BUDGET_POLL_S, state["interval_s"] or BUDGET_POLL_S)
 
     def loop() -> None:
-        last = time.monotonic()
+        last = checked = time.monotonic()
         while not stop.wait(min(POLL_S, state["interval_s"] or POLL_S)):
             loose = loose_count(service.store.path)
             due = state["interval_s"] > 0 and time.monotonic() - last >= state["interval_s"]
             if loose and (due or loose >= state["loose_threshold"] > 0):
                 last = time.monotonic()
                 run_once(service, state, limit)
+            if time.monotonic() - checked >= budget_every:
+                checked = time.monotonic()
+                _budget(service, disk, budget)
 
     threading.Thread(target=loop, name="snapshotd-maintenance", daemon=True).start()
     server.shutdown_hooks.append(stop.set)
-    server.status_extras.append(lambda: {"maintenance": dict(state)})
+    server.status_extras.append(lambda: {"maintenance": dict(state), "disk": dict(disk)})
+
+
+def _budget(service: Service, disk: dict,
+            budget: tuple[Callable[[], int], Callable[[int], dict]]) -> None:
+    try:
+        check_budget(service, disk, *budget)
+    except Exception as exc:  # noqa: BLE001 - counted and logged, the next check tries again
+        disk["errors"] += 1
+        disk["last_error"] = f"{type(exc).__name__}: {exc}"
+        log.error("the disk budget check failed: %s", exc)
 
 
 def run_once(service: Service, state: dict, pack_limit: int) -> None:
