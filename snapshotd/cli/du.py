@@ -15,11 +15,11 @@ from snapshotd.cli.common import daemon_or_local, op_options, print_json
 @op_options
 def du(run_id: str | None, home: Path | None, socket_: Path | None, as_json: bool) -> None:
     """Show where the store's bytes are, and what `snapshotd gc` would reclaim."""
-    from snapshotd.features import disk_usage
+    from snapshotd.features import du_report
 
     fields = {"run_id": run_id} if run_id else {}
     report = daemon_or_local(socket_, home, "du",
-                             lambda service: disk_usage(service, run_id), **fields)
+                             lambda service: du_report(service, run_id), **fields)
     if as_json:
         print_json(report)
         return

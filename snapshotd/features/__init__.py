@@ -4,7 +4,7 @@ retention, purge, the engine, agent sessions and ledger repair."""
 from snapshotd.faces import face
 
 FACE: dict[str, tuple[str, ...]] = {
-    "disk_usage": ("disk_usage",),
+    "disk_usage": ("du_report",),
     "gc": ("policy_from_fields", "run_gc"),
     "purge": ("purge_op", "recover_journal"),
     "repair": ("repair_ledger",),

@@ -18,7 +18,7 @@ from snapshotd.store import object_counts
 LARGEST = 10
 
 
-def disk_usage(service: Service, run_id: str | None = None) -> dict:
+def du_report(service: Service, run_id: str | None = None) -> dict:
     """The ``du`` report, for every run or only ``run_id``."""
     store = service.store.path
     counts = object_counts(store)
@@ -88,4 +88,4 @@ def _largest(store: object, refs: list[str]) -> list[dict]:
 
 def du_op(service: Service, fields: dict) -> dict:
     """The ``du`` op's handler: ``run_id`` optional."""
-    return disk_usage(service, opt_id_field(fields, "run_id"))
+    return du_report(service, opt_id_field(fields, "run_id"))

@@ -159,6 +159,13 @@ def attach(service: Service, server: Registry, config: Config,
                 checked = time.monotonic()
                 _budget(service, disk, budget)
 
+    def maintain_op(_fields: dict) -> dict:
+        # One pass now (a bench, a script): waits for a gc or a pass already running.
+        with RUN_LOCK:
+            state["last"] = maintain(service, limit)
+        return dict(state["last"])
+
+    server.register("maintain", maintain_op)
     threading.Thread(target=loop, name="snapshotd-maintenance", daemon=True).start()
     server.shutdown_hooks.append(stop.set)
     server.status_extras.append(lambda: {"maintenance": dict(state), "disk": dict(disk)})
