@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import QUIET_WATCHER, Daemon, Env, MakeDaemon, make_git_worktree
 
 WIDTH = 120  # files of the wide worktree: 20 directories of 6 (the big shapes: bench)
@@ -53,6 +55,8 @@ def _archive_file(env: Env, commit: str, path: str) -> bytes:
     return out.stdout
 
 
+@pytest.mark.one_ledger("what is checked is the store, with git as the oracle; 2,000 captures "
+                        "are long enough on one backend")
 def test_two_thousand_checkpoints_packed_keep_every_byte(sd_env: Env, service,
                                                          tmp_path: Path) -> None:
     from snapshotd.features import maintenance
