@@ -12,7 +12,8 @@ automatic pass: ``git repack -d``) with captures running beside it: ``store_byte
 ``store_bytes_final`` after one more pass with no capture beside it, to compare with
 ``git_gc_copy_bytes_end`` (``git gc`` of a copy holding the same commits).
 
-Usage: ``python -m bench.maintenance [--sizes 10000,100000] [--calls 1000]``; prints JSON.
+Usage: ``python -m bench.maintenance [--sizes 10000,100000] [--calls 1000]``; prints one JSON
+document per size as it is measured.
 """
 
 from __future__ import annotations
@@ -120,8 +121,9 @@ def main() -> None:
     parser.add_argument("--sizes", default="10000")
     parser.add_argument("--calls", type=int, default=1000)
     args = parser.parse_args()
-    rows = [run(int(size), args.calls) for size in args.sizes.split(",")]
-    print(json.dumps(rows, indent=2))
+    for size in args.sizes.split(","):
+        # One JSON document per size, printed as soon as it is measured.
+        print(json.dumps(run(int(size), args.calls), indent=2), flush=True)
 
 
 if __name__ == "__main__":
