@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "checkout": "checkout:checkout",
     "config": "config:config",
     "diff": "diff:diff",
+    "du": "du:du",
     "exec": "exec:exec_command",
     "export": "export:export",
     "fetch": "fetch:fetch",

@@ -72,6 +72,17 @@ class Config:
     gc_max_store_size: str = ""
     store_size_warn: str = "50G"
     gc_interval_s: float = 3600.0
+    # Automatic packing of the store (docs/durability.md, "Maintenance"): at least this often
+    # while loose objects exist (0: not on a schedule), and as soon as this many objects are
+    # loose (0: never for that); past this many packs they are consolidated into one.
+    maintenance_interval_s: float = 900.0
+    maintenance_loose_objects: int = 2000
+    maintenance_pack_limit: int = 20
+    # A byte budget for the home's store and the free space to leave on its disk: past either,
+    # a warning (status ``disk``, the log) and the oldest ended runs go until both hold again
+    # ("" = no budget / no floor; docs/durability.md, "The disk budget").
+    store_budget: str = "20G"
+    free_space_floor: str = "2G"
     # "" = SQLite at <home>/snapshotd.db; "postgresql://…" = a ledger shared by several hosts.
     ledger_url: str = ""
     remote: str = ""
@@ -148,6 +159,11 @@ ENV_VARS: dict[str, str] = {
     "gc_max_store_size": "SNAPSHOTD_GC_MAX_STORE_SIZE",
     "store_size_warn": "SNAPSHOTD_STORE_SIZE_WARN",
     "gc_interval_s": "SNAPSHOTD_GC_INTERVAL_S",
+    "maintenance_interval_s": "SNAPSHOTD_MAINTENANCE_INTERVAL_S",
+    "maintenance_loose_objects": "SNAPSHOTD_MAINTENANCE_LOOSE_OBJECTS",
+    "maintenance_pack_limit": "SNAPSHOTD_MAINTENANCE_PACK_LIMIT",
+    "store_budget": "SNAPSHOTD_STORE_BUDGET",
+    "free_space_floor": "SNAPSHOTD_FREE_SPACE_FLOOR",
     "ledger_url": "SNAPSHOTD_LEDGER_URL",
     "remote": "SNAPSHOTD_REMOTE",
     "push_interval_ms": "SNAPSHOTD_PUSH_INTERVAL_MS",
@@ -169,7 +185,9 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 _DAY_MS = 86_400_000
 _TEN_YEARS_S = 315_360_000.0
-# The range of each numeric setting (inclusive; the seconds settings but ``linger_s`` must be
+# Seconds settings where 0 means "off" (every other one must be above 0).
+ZERO_OFF_S = ("linger_s", "maintenance_interval_s")
+# The range of each numeric setting (inclusive; the seconds settings but ``ZERO_OFF_S`` must be
 # above 0). Past the maximum no value is useful, and some break what uses them: ``status``
 # encodes the policy as msgpack (integers up to 2**64), a thread waits at most
 # ``threading.TIMEOUT_MAX`` seconds. An int maximum means a whole number.
@@ -181,6 +199,8 @@ BOUNDS: dict[str, tuple[int | float, int | float]] = {
     "max_zero_setup_files": (0, 1_000_000_000),
     "max_connections": (1, 1_000_000),
     "gc_keep_last": (0, 1_000_000_000),
+    "maintenance_loose_objects": (0, 1_000_000_000),
+    "maintenance_pack_limit": (2, 10_000),
     "push_interval_ms": (1, _DAY_MS),
     "http_hook_port": (0, 65535),
     "max_watches": (0, 1_000_000_000),
@@ -188,6 +208,7 @@ BOUNDS: dict[str, tuple[int | float, int | float]] = {
     "scan_interval_s": (0.0, _TEN_YEARS_S),
     "verify_interval_s": (0.0, _TEN_YEARS_S),
     "gc_interval_s": (0.0, _TEN_YEARS_S),
+    "maintenance_interval_s": (0.0, _TEN_YEARS_S),
     "linger_s": (0.0, _TEN_YEARS_S),
     "ownerless_idle_s": (0.0, _TEN_YEARS_S),
     "blame_max_lines": (1, 1_000_000_000),
@@ -406,7 +427,8 @@ def _coerce(key: str, value: object, source: str) -> object:
             raise ConfigError(f"{where}: expected one of {', '.join(SECRET_FILE_MODES)}, "
                               f"got {value!r}")
         return value
-    if key in ("gc_older_than", "gc_max_store_size", "store_size_warn"):
+    if key in ("gc_older_than", "gc_max_store_size", "store_size_warn", "store_budget",
+               "free_space_floor"):
         if value in ("", None):
             return ""
         parse = parse_duration if key == "gc_older_than" else parse_size
@@ -428,7 +450,7 @@ def _bounded(key: str, value: object, where: str) -> int | float:
     whole = isinstance(high, int)
     unit = "a whole number" if whole else "a number of seconds"
     span = (f"between {low} and {high}" if whole
-            else f"between {low:g}{'' if key == 'linger_s' else ' (exclusive)'} and {high:.0f}")
+            else f"between {low:g}{'' if key in ZERO_OFF_S else ' (exclusive)'} and {high:.0f}")
     if isinstance(value, bool):
         raise ConfigError(f"{where}: expected {unit} {span}, got {value!r}")
     try:
@@ -439,7 +461,7 @@ def _bounded(key: str, value: object, where: str) -> int | float:
         # The settle scheduler waits on these: on inf its tick is NaN and its thread ends.
         raise ConfigError(f"{where}: expected a finite number of seconds {span}, "
                           f"got {value!r}")
-    too_low = number < low or (not whole and number == 0 and key != "linger_s")
+    too_low = number < low or (not whole and number == 0 and key not in ZERO_OFF_S)
     if too_low or number > high:
         raise ConfigError(f"{where}: expected {unit} {span}, got {value!r}")
     return number

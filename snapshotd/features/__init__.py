@@ -4,6 +4,7 @@ retention, purge, the engine, agent sessions and ledger repair."""
 from snapshotd.faces import face
 
 FACE: dict[str, tuple[str, ...]] = {
+    "disk_usage": ("du_report",),
     "events": ("EVENT_KINDS", "record_event"),
     "gc": ("policy_from_fields", "run_gc"),
     "purge": ("purge_op", "recover_journal"),

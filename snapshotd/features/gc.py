@@ -11,7 +11,7 @@ methods write. Promises (in full, with the reasons: docs/durability.md, "Retenti
 - Crash safety: commits, then journal, then ledger, then ref; a left journal is completed at the
   next start or gc, under the worktree lock. Only ended attempts are pruned.
 - ``git gc`` never removes an object reachable from an attempt ref or a stat cache, nor one
-  younger than the prune grace (shorter grace: captures wait, ``Store.gate``); one gc at a time;
+  younger than the prune grace (shorter grace: ``maintenance.prune_unreachable``); one at a time;
   libgit2 handles are reopened after it. Pruned rows stay in the ledger, marked when and why.
 """
 
@@ -43,6 +43,9 @@ from snapshotd.core import (
     parse_duration,
     parse_size,
 )
+from snapshotd.features import maintenance
+from snapshotd.features.disk_usage import du_op
+from snapshotd.features.maintenance import RUN_LOCK
 from snapshotd.ledger import ACTIVE, Attempt
 from snapshotd.service import Service
 from snapshotd.store import drop_kept, read_journal, write_journal
@@ -54,7 +57,7 @@ log = logging.getLogger("snapshotd.gc")
 
 RESTORE_PROTECT_S = 7 * 86400
 SAFETY_INTERVAL_S = 3600.0
-_RUN_LOCK = threading.Lock()
+_RUN_LOCK = RUN_LOCK
 
 
 @dataclass
@@ -245,18 +248,16 @@ def reclaim(service: Service, safety_interval_s: float = SAFETY_INTERVAL_S) -> N
     ``git gc`` reads the refs, then deletes what they do not reach. A capture that writes a
     commit and moves its ref in between is safe only while the grace covers its objects (they
     are younger than it). A grace shorter than ``SAFETY_INTERVAL_S`` does not vouch for that, so
-    then gc runs with the store's object gate held alone: captures wait for it (no capture is
-    in flight, every object a capture wrote is named by a ref or a stat cache's keep ref)."""
+    then the prune is ``maintenance.prune_unreachable``: git's whole-store work runs beside
+    live captures, which wait only for its two short steps under the store's object gate
+    (docs/durability.md, "Maintenance")."""
     if safety_interval_s >= SAFETY_INTERVAL_S:
         service.caches.refresh_keep_refs(service.worktree_lock)
         _git_gc(service, safety_interval_s)
         return
-    with service.store.gate.exclusive():
-        # No capture holds the gate, and captures are what change a stat cache: the caches are
-        # read without their worktree locks (taking one here could wait on a capture that is
-        # waiting on the gate).
-        service.caches.refresh_keep_refs(lambda _root: contextlib.nullcontext())
-        _git_gc(service, safety_interval_s)
+    report = maintenance.prune_unreachable(service)
+    log.info("pruned unreachable objects: %d bytes of cruft freed, captures held back %.3fs "
+             "at most", report["cruft_bytes_freed"], report["longest_gate_hold_s"])
 
 
 def _git_gc(service: Service, safety_interval_s: float) -> None:
@@ -355,6 +356,14 @@ def attach(service: Service, server: Registry, config: Config) -> None:
         return {"retention": out}
 
     server.status_extras.append(status)
+    server.register("du", lambda fields: du_op(service, fields))
+    # The disk budget deletes runs as ``--max-store-size`` does, with a zero grace: with the
+    # default one a deleted run's young objects stay, the store does not shrink, and run after
+    # run would go. The zero-grace prune does not hold captures back.
+    maintenance.attach(service, server, config, (
+        lambda: store_bytes(service),
+        lambda target: run_gc(service, Policy(max_store_bytes=target, safety_interval_s=0.0,
+                                              grace_given=True))))
 
 
 def tick(service: Service, auto: Policy | None, state: dict) -> None:

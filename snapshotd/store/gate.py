@@ -2,8 +2,8 @@
 
 Owns ``ObjectGate``, a shared/exclusive lock. A capture holds it *shared* from its first object
 write until its ref has moved (so every object it wrote is either named by a ref or by its
-worktree's stat cache once it lets go); gc holds it *exclusive* while it refreshes the stat-cache
-keep refs and runs ``git gc`` with a prune grace too short to cover a capture in flight. Without
+worktree's stat cache once it lets go); a short-grace prune holds it *exclusive* for its two
+short steps (``features.maintenance.prune_unreachable``), never for git's packing. Without
 it, ``git gc --prune=now`` read the refs, a capture then wrote a commit and moved its ref, and
 the prune deleted that (acknowledged) commit as unreachable.
 
