@@ -213,6 +213,35 @@ class Operations:
         return self.restore(fields, plan_limit=plan_limit, progress=progress,
                             progress_token=progress_token, timeout=MCP_RESTORE_TIMEOUT_S)
 
+    def list_turns(self, *, run_id: str, node_id: str | None = None,
+                   attempt: int | None = None) -> dict:
+        """``snapshotd turns --json``, the MCP ``list_turns``: the run's turns with their tool
+        calls, files changed and gaps (``snapshotd.ops.turns.list_turns``)."""
+        from snapshotd.ops.turns import list_turns
+
+        run_id = id_field("run_id", run_id)
+        return backend.read_home(lambda view: list_turns(view, run_id, node_id, attempt),
+                                 home=self._home)
+
+    def restore_turn(self, fields: dict[str, Any], *, before: int | None = None,
+                     after: int | None = None, **kwargs: Any) -> dict:
+        """``restore --before-turn N`` / ``--after-turn N``: ``fields`` as ``restore`` takes
+        them (``node_id`` may be None: the node of the run's turns), the seq chosen by turn
+        (``snapshotd.ops.turns.turn_target``); the reply adds ``turn`` (its number and first
+        line) and ``resume_command`` (None when the agent cannot resume by id)."""
+        from snapshotd.ops.turns import resume_command, turn_target
+
+        run_id = id_field("run_id", fields["run_id"])
+        target = backend.read_home(lambda view: turn_target(
+            view.ledger, run_id, fields.get("node_id"), fields.get("iteration"),
+            fields.get("attempt"), before=before, after=after), home=self._home)
+        turn = target.pop("turn")
+        result = self.restore({**fields, **target}, **kwargs)
+        result["turn"] = {"turn": turn["turn"], "first_line": turn["first_line"],
+                          "before": before is not None}
+        result["resume_command"] = resume_command(run_id, turn)
+        return result
+
     def restore_progress(self, token: str) -> dict:
         """The daemon's progress board for an in-flight restore (empty if it cannot say: a
         restore running without a daemon, or an older daemon)."""
