@@ -242,6 +242,21 @@ class Operations:
         result["resume_command"] = resume_command(run_id, turn)
         return result
 
+    def restore_turn_checkpoint(self, *, run_id: str, before_turn: int | None = None,
+                                after_turn: int | None = None, node_id: str | None = None,
+                                dry_run: bool = True, to_dir: str | None = None,
+                                iteration: int | None = None, attempt: int | None = None,
+                                force: bool = False,
+                                plan_limit: int = DEFAULT_PLAN_LIMIT) -> dict:
+        """The MCP tool's restore by turn: ``restore_turn`` with ``to_dir`` absolute and the
+        plan's first ``plan_limit`` paths."""
+        fields = {"run_id": id_field("run_id", run_id),
+                  "node_id": id_field("node_id", node_id) if node_id is not None else None,
+                  "seq": None, "iteration": iteration, "attempt": attempt,
+                  "to": _absolute_dir(to_dir), "dry_run": dry_run, "force": force}
+        return self.restore_turn(fields, before=before_turn, after=after_turn,
+                                 plan_limit=plan_limit, timeout=MCP_RESTORE_TIMEOUT_S)
+
     def restore_progress(self, token: str) -> dict:
         """The daemon's progress board for an in-flight restore (empty if it cannot say: a
         restore running without a daemon, or an older daemon)."""
