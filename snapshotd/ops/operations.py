@@ -18,6 +18,7 @@ Promises:
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,7 @@ from snapshotd.service import (
     list_gaps,
     require_known_run,
     run_calls,
+    set_turns,
 )
 from snapshotd_client import Client, DaemonUnavailable, SnapshotdError, home_dir, socket_path
 
@@ -147,9 +149,9 @@ class Operations:
                         patch: bool = True, max_patch_bytes: int = DEFAULT_PATCH_BYTES) -> dict:
         from snapshotd.features.review import show_checkpoint
 
-        result = backend.read_home(lambda view: show_checkpoint(
+        result = backend.read_home(lambda view: _turned(view, show_checkpoint(
             view, run_id=run_id, node_id=node_id, seq=seq, iteration=iteration,
-            attempt=attempt, patch=patch), home=self._home)
+            attempt=attempt, patch=patch), lambda r: [r["checkpoint"]]), home=self._home)
         return _cut_patch(result, max_patch_bytes)
 
     def show_tool_call(self, *, run_id: str, tool_call: str, node_id: str | None = None,
@@ -170,10 +172,10 @@ class Operations:
                         root: bool = False, max_patch_bytes: int = DEFAULT_PATCH_BYTES) -> dict:
         from snapshotd.features.review import log_run
 
-        result = backend.read_home(lambda view: log_run(
+        result = backend.read_home(lambda view: _turned(view, log_run(
             view, run_id=run_id, node_id=node_id, iteration=iteration, attempt=attempt,
             path=path, since=since, pickaxe=pickaxe, patch=patch, limit=limit, root=root),
-            home=self._home)
+            lambda r: r["entries"]), home=self._home)
         result["entries"] = [_cut_patch(e, max_patch_bytes) for e in result["entries"]]
         return result
 
@@ -181,8 +183,9 @@ class Operations:
                   limit: int | None = None) -> dict:
         from snapshotd.features.review import find_path
 
-        return backend.read_home(lambda view: find_path(view, path=path, cwd=cwd, since=since,
-                                                        limit=limit), home=self._home)
+        return backend.read_home(lambda view: _turned(view, find_path(
+            view, path=path, cwd=cwd, since=since, limit=limit), lambda r: r["checkpoints"]),
+            home=self._home)
 
     def restore(self, fields: dict[str, Any], *, plan_limit: int | None = None,
                 progress: Progress | None = None, progress_token: str | None = None,
@@ -344,6 +347,12 @@ class Operations:
                                "`snapshotd serve` or `snapshotd install-service`"}
         info["running"] = True
         return info
+
+
+def _turned(view: HomeView, result: dict, rows: Callable[[dict], list[dict]]) -> dict:
+    """``result`` with a ``turn`` on each of its checkpoint ``rows`` (issue 44)."""
+    set_turns(view.ledger, rows(result))
+    return result
 
 
 def _absolute_dir(to_dir: str | None) -> str | None:

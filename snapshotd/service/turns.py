@@ -5,7 +5,7 @@ attempt submitted at or before it (``created_at``, a gap's ``ts``); before an at
 prompt (a session's baseline, an attempt with no prompt events) it is None. Nothing is stored
 per checkpoint: the turns rows (``Ledger.turns``) and the times already in the ledger and the
 spool decide it, so rows written before turns existed, and gaps the hook wrote, get one too.
-Promises: reads only; the listing it is given gains keys (``turn`` per item, ``turns``) and
+Promises: reads only; a listing or row it is given gains keys (``turn``, ``turns``) and
 loses none.
 """
 
@@ -15,6 +15,10 @@ import bisect
 import calendar
 import time
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from snapshotd.ledger import Ledger
 
 Key = tuple[str, int, int]  # node, iteration, attempt (within one run)
 
@@ -59,6 +63,19 @@ def with_turns(listing: dict, turn_rows: Iterable[dict]) -> dict:
     out["gaps"] = [dict(g, turn=index.of_gap(g)) for g in listing.get("gaps") or []]
     out["turns"] = [public_turn(r) for r in rows]
     return out
+
+
+def set_turns(ledger: Ledger, rows: list[dict]) -> list[dict]:
+    """``rows`` (checkpoint rows of any runs: ``run_id``, ``node_id``, ``iteration``,
+    ``attempt``, ``created_at``), each given its ``turn`` in place (``log``, ``show``,
+    ``find``); one read of the turns per run."""
+    indexes: dict[str, TurnIndex] = {}
+    for row in rows:
+        run = str(row.get("run_id"))
+        if run not in indexes:
+            indexes[run] = TurnIndex(ledger.turns(run))
+        row["turn"] = indexes[run].of_checkpoint(row)
+    return rows
 
 
 def public_turn(row: dict) -> dict:

@@ -82,6 +82,15 @@ def test_turns_list_restore_before_turn_and_resume(sd_env: Env, make_daemon: Mak
     text = cli(sd_env, "snapshots", RUN)
     assert "turn 1: add a greeting file" in text.stdout, text.stdout
 
+    log = ok_json(sd_env, "log", RUN)["entries"]
+    assert {e["tool_use_id"]: e["turn"] for e in log if e["tool_use_id"]} == by_tool
+    seq = next(c["seq"] for c in listing["checkpoints"] if c["tool_use_id"] == "toolu_t2a")
+    assert ok_json(sd_env, "show", RUN, "--node", "session", "--seq", str(seq))[
+        "checkpoint"]["turn"] == 2
+    assert "turn 2" in cli(sd_env, "show", RUN, "--node", "session", "--seq", str(seq)).stdout
+    found = ok_json(sd_env, "find", "extra.txt", "--cwd", str(wt))["checkpoints"]
+    assert [c["turn"] for c in found] == [2]
+
     proc = cli(sd_env, "restore", RUN, "--before-turn", "2")
     assert proc.returncode == 0, proc.stderr
     assert tree_of(wt) == end_of_turn_1
