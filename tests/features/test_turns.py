@@ -82,6 +82,9 @@ def test_turns_list_restore_before_turn_and_resume(sd_env: Env, make_daemon: Mak
     text = cli(sd_env, "snapshots", RUN)
     assert "turn 1: add a greeting file" in text.stdout, text.stdout
 
+    runs = cli(sd_env, "runs").stdout  # the session waits for its user: idle, not active
+    assert "idle=1" in runs and "active=" not in runs, runs
+
     log = ok_json(sd_env, "log", RUN)["entries"]
     assert {e["tool_use_id"]: e["turn"] for e in log if e["tool_use_id"]} == by_tool
     seq = next(c["seq"] for c in listing["checkpoints"] if c["tool_use_id"] == "toolu_t2a")
