@@ -20,6 +20,7 @@ import click
 
 from snapshotd.cli.common import (
     attempt_options,
+    node_or_only,
     op_options,
     operations,
     print_json,
@@ -36,7 +37,7 @@ RESTORE_TIMEOUT_S = 3600.0
 @click.command()
 @click.argument("run_id")
 @click.option("--node", "node_id", default=None,
-              help="The node whose checkpoint to restore (required unless by turn).")
+              help="The node whose checkpoint to restore (default: the run's only node).")
 @click.option("--seq", type=click.IntRange(min=0), default=None,
               help="Checkpoint seq (default: the newest of the attempt, not counting safety "
                    "checkpoints).")
@@ -70,8 +71,8 @@ def restore(run_id: str, node_id: str | None, seq: int | None, before_turn: int 
     if by_turn and seq is not None:
         raise click.UsageError("--seq and --before-turn/--after-turn name different states: "
                                "give one")
-    if not by_turn and node_id is None:
-        raise click.UsageError("Missing option '--node'.")
+    if not by_turn:
+        fields["node_id"] = node_or_only(home, run_id, node_id)
     if by_turn:
         result = run_turn_restore(home, socket_, fields, before_turn, after_turn, show_bar)
     else:

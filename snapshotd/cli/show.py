@@ -21,6 +21,7 @@ from snapshotd.cli.common import (
     fail,
     home_option,
     json_option,
+    node_or_only,
     print_json,
 )
 from snapshotd.cli.snapshots import HOW_TEXT, call_text, relative
@@ -58,8 +59,7 @@ def show(run_id: str, node_id: str | None, seq: int | None, tool_call: str | Non
             raise click.UsageError("--tool-call selects the checkpoints itself; drop --seq")
         _show_tool_call(run_id, node_id, tool_call, fmt, home, as_json)
         return
-    if node_id is None:
-        raise click.UsageError("give --node NODE (or --tool-call ID)")
+    node_id = node_or_only(home, run_id, node_id)
 
     def call(view: Any) -> dict:
         from snapshotd.service import set_turns

@@ -90,7 +90,11 @@ def test_turns_list_restore_before_turn_and_resume(sd_env: Env, make_daemon: Mak
     seq = next(c["seq"] for c in listing["checkpoints"] if c["tool_use_id"] == "toolu_t2a")
     assert ok_json(sd_env, "show", RUN, "--node", "session", "--seq", str(seq))[
         "checkpoint"]["turn"] == 2
-    assert "turn 2" in cli(sd_env, "show", RUN, "--node", "session", "--seq", str(seq)).stdout
+    # A run with one node (every zero-setup session) needs no --node.
+    assert "turn 2" in cli(sd_env, "show", RUN, "--seq", str(seq)).stdout
+    for args in (("diff", RUN, "--seq", str(seq)), ("blame", RUN, "greeting.txt")):
+        proc = cli(sd_env, *args)
+        assert proc.returncode == 0, proc.stderr
     found = ok_json(sd_env, "find", "extra.txt", "--cwd", str(wt))["checkpoints"]
     assert [c["turn"] for c in found] == [2]
 
