@@ -95,6 +95,7 @@ def test_turns_list_restore_before_turn_and_resume(sd_env: Env, make_daemon: Mak
     for args in (("diff", RUN, "--seq", str(seq)), ("blame", RUN, "greeting.txt")):
         proc = cli(sd_env, *args)
         assert proc.returncode == 0, proc.stderr
+    assert ok_json(sd_env, "blame", RUN, "greeting.txt")["turn"] == 2
     found = ok_json(sd_env, "find", "extra.txt", "--cwd", str(wt))["checkpoints"]
     assert [c["turn"] for c in found] == [2]
 
