@@ -33,9 +33,11 @@ from snapshotd.service import (
     collect_runs,
     list_from_ledger,
     list_gaps,
+    open_ledger_if_any,
     require_known_run,
     run_calls,
     set_turns,
+    with_turns,
 )
 from snapshotd_client import Client, DaemonUnavailable, SnapshotdError, home_dir, socket_path
 
@@ -93,6 +95,8 @@ class Operations:
             result["source"] = "ledger"
         if not result.get("checkpoints") and not result.get("gaps"):
             require_known_run(self.home, run_id)
+        with open_ledger_if_any(self.home) as ledger:  # issue 44: as snapshots --json
+            result = with_turns(result, ledger.turns(run_id, node_id, attempt) if ledger else [])
         checkpoints = result.get("checkpoints") or []
         result["tool_calls"] = run_calls(checkpoints)  # one entry per call, as snapshots --json
         result["checkpoints_total"] = len(checkpoints)
