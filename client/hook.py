@@ -412,14 +412,16 @@ def _session(payload: Mapping[str, Any], gaps: _GapWriter, *, deadline: float,
              budget_ms: int) -> str:
     """Tell the daemon a session's lifecycle event (``snapshotd_client.lifecycle``). An attempt
     begun for the agent (``SNAPSHOTD_RUN_ID``: exec, an engine) has its own lifecycle."""
-    from .lifecycle import tell_daemon
+    from .lifecycle import tell_daemon, turn_fields
 
     env = os.environ
     if env.get("SNAPSHOTD_RUN_ID") and env.get("SNAPSHOTD_NODE_ID"):
         return "ok"
     fields = snapshot_fields(payload, env)
+    event = SESSION_EVENTS[payload["hook_event_name"]]
     return tell_daemon(
-        SESSION_EVENTS[payload["hook_event_name"]], fields, budget_ms=budget_ms,
+        event, fields, turn=turn_fields(payload) if event == "working" else None,
+        budget_ms=budget_ms,
         deadline=deadline - min(_GAP_RESERVE_S, budget_ms / 10000.0), autostart=try_autostart,
         write_gap=lambda reason, detail: gaps.write(_gap_attribution(None, env, fields),
                                                     tool_use_id=None, reason=reason,

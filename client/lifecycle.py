@@ -22,19 +22,53 @@ if TYPE_CHECKING:
     from typing import Any
 
 
+# A prompt's first line sent at most this long (the daemon redacts it whole, then keeps its
+# first ``snapshotd.features.sessions.FIRST_LINE_MAX`` characters); other turn fields this long.
+PROMPT_SENT_MAX = 800
+TURN_FIELD_MAX = 1000
+
+
+def turn_fields(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """What a prompt's payload tells of its turn (docs/review.md, "Turns"): the prompt's first
+    non-blank line (cut), the agent's session id, its turn or prompt id (Codex ``turn_id``,
+    Qwen ``prompt_id``), its transcript file and that file's size now (one ``stat``). Fields
+    the payload lacks, or too long to send, are left out."""
+    out: dict[str, Any] = {}
+    prompt = payload.get("prompt")
+    if isinstance(prompt, str):
+        line = next((part.strip() for part in prompt.splitlines() if part.strip()), "")
+        out["prompt"] = line[:PROMPT_SENT_MAX]
+    for name, keys in (("session_id", ("session_id",)), ("agent_turn_id", ("turn_id", "prompt_id")),
+                       ("transcript_path", ("transcript_path",))):
+        value = next((payload[k] for k in keys if isinstance(payload.get(k), str) and payload[k]),
+                     None)
+        if value is not None and len(value.encode(errors="replace")) <= TURN_FIELD_MAX:
+            out[name] = value
+    path = out.get("transcript_path")
+    if path:
+        try:
+            out["transcript_pos"] = os.stat(path).st_size
+        except (OSError, ValueError):  # not written yet, or not on this host
+            pass
+    return out
+
+
 def tell_daemon(event: str, fields: Mapping[str, Any], *, deadline: float, budget_ms: int,
                 autostart: Callable[[str, float], bool], write_gap: Callable[[str, str], None],
-                stdout: int | None) -> str:
+                stdout: int | None, turn: Mapping[str, Any] | None = None) -> str:
     """Send the ``session`` request for ``event`` of the session ``fields`` (the hook's
     snapshot fields: ``cwd`` and the zero-setup ``fallback``) and return the outcome: ``"ok"`` or
     the failure's code. ``autostart(socket, deadline)`` starts a daemon; ``write_gap(reason,
-    detail)`` records a failure; ``stdout`` is the agent's stdout for a start's context."""
+    detail)`` records a failure; ``stdout`` is the agent's stdout for a start's context;
+    ``turn``, a ``working`` event's ``turn_fields``."""
     from .client import Client, DaemonUnavailable, SnapshotdError
 
     # The hook's parent is the agent, or a shell the agent ran the hook's command with: the
     # daemon walks up from it past shells (snapshotd.features.sessions.agent_process).
     request = {"event": event, "cwd": fields["cwd"], "fallback": fields["fallback"],
                "agent_pid": os.getppid()}
+    if turn:
+        request["turn"] = dict(turn)
     client = Client(timeout=budget_ms / 1000.0, deadline=deadline)
     try:
         try:

@@ -30,7 +30,8 @@ def normalize(p: Mapping[str, Any]) -> dict[str, Any]:
     event = p.get("hook_event_name") or _event(p)
     fields = {"hook_event_name": event, "session_id": session, "cwd": p.get("cwd"),
               "tool_name": tool, "tool_input": args, "tool_use_id": None,
-              "error": p.get("error")}  # postToolUseFailure's: the hook marks the call failed
+              "error": p.get("error"),  # postToolUseFailure's: the hook marks the call failed
+              "prompt": p.get("prompt")}  # userPromptSubmitted's: the turn's first line
     if tool is not None:
         fields["tool_use_id"] = derived("copilot", [session, p.get("timestamp"), tool, args])
     return fields

@@ -33,7 +33,9 @@ def normalize(p: Mapping[str, Any]) -> dict[str, Any]:
               "session_id": p.get("conversation_id") or p.get("session_id"),
               "cwd": first(p.get("workspace_roots")) or p.get("cwd")}
     if is_lifecycle(LIFECYCLE, event):
-        return dict(fields, tool_name=None, tool_input={}, tool_use_id=None)
+        # beforeSubmitPrompt's prompt: the turn's first line (docs/review.md, "Turns").
+        return dict(fields, tool_name=None, tool_input={}, tool_use_id=None,
+                    prompt=p.get("prompt"))
     if event == "afterFileEdit":
         tool_input = {"file_path": p.get("file_path")}
         material = [p.get("conversation_id"), p.get("generation_id"), event,

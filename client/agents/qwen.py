@@ -23,4 +23,4 @@ def normalize(p: Mapping[str, Any]) -> dict[str, Any]:
     """Qwen's payload in the hook's shape (``agents.normalize`` adds the agent's name)."""
     return {k: p.get(k) for k in ("hook_event_name", "session_id", "cwd", "tool_name",
                                     "tool_input", "tool_use_id", "transcript_path", "tool_response",
-                                    "error", "tool_call_id")}
+                                    "error", "tool_call_id", "prompt", "prompt_id")}

@@ -44,6 +44,7 @@ COMMANDS: dict[str, str] = {
     "show": "show:show",
     "snapshots": "snapshots:snapshots",
     "status": "status:status",
+    "turns": "turns:turns",
     "ui": "ui:ui",
 }
 

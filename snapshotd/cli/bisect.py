@@ -25,6 +25,7 @@ from snapshotd.cli.common import (
     attempt_options,
     home_option,
     json_option,
+    node_or_only,
     operations,
     print_json,
     run_call,
@@ -44,7 +45,8 @@ class Interrupted(BaseException):
 
 @click.command()
 @click.argument("run_id")
-@click.option("--node", "node_id", required=True, help="The node whose attempt to bisect.")
+@click.option("--node", "node_id", default=None,
+              help="The node whose attempt to bisect (default: the run's only node).")
 @click.option("--good", type=click.IntRange(min=0), default=None,
               help="A seq known good (default: the attempt's first checkpoint).")
 @click.option("--bad", type=click.IntRange(min=0), default=None,
@@ -57,7 +59,7 @@ class Interrupted(BaseException):
 @home_option
 @json_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def bisect(run_id: str, node_id: str, good: int | None, bad: int | None,
+def bisect(run_id: str, node_id: str | None, good: int | None, bad: int | None,
            timeout: float | None, max_steps: int | None, iteration: int | None,
            attempt: int | None, home: Path | None, as_json: bool,
            command: tuple[str, ...]) -> None:
@@ -67,6 +69,7 @@ def bisect(run_id: str, node_id: str, good: int | None, bad: int | None,
     worktree and the home; your worktree, the store and the ledger are never written): exit 0
     good, 125 skip, 1-127 bad, 128 or more aborts.
     """
+    node_id = node_or_only(home, run_id, node_id)
     fields = {"run_id": run_id, "node_id": node_id, "good": good, "bad": bad,
               "iteration": iteration, "attempt": attempt}
     show = not as_json and os.isatty(2)

@@ -16,7 +16,13 @@ from pathlib import Path
 
 import click
 
-from snapshotd.cli.common import attempt_options, call_or_fail, op_options, operations
+from snapshotd.cli.common import (
+    attempt_options,
+    call_or_fail,
+    node_or_only,
+    op_options,
+    operations,
+)
 from snapshotd.cli.terminal import escape_text, field
 
 # How wide the "who" column is in the text form (a tool call's id is never cut).
@@ -28,14 +34,15 @@ JSON_BATCH = 2000
 @click.command()
 @click.argument("run_id")
 @click.argument("path")
-@click.option("--node", "node_id", required=True, help="The node whose checkpoints to read.")
+@click.option("--node", "node_id", default=None,
+              help="The node whose checkpoints to read (default: the run's only node).")
 @click.option("--seq", type=click.IntRange(min=0), default=None,
               help="The checkpoint whose file to blame (default: the newest).")
 @click.option("-L", "--lines", "line_range", default=None, metavar="A,B",
               help="Blame lines A to B only (from 1; 'A,' runs to the end).")
 @attempt_options
 @op_options
-def blame(run_id: str, path: str, node_id: str, seq: int | None, line_range: str | None,
+def blame(run_id: str, path: str, node_id: str | None, seq: int | None, line_range: str | None,
           iteration: int | None, attempt: int | None, home: Path | None, socket_: Path | None,
           as_json: bool) -> None:
     """Show every line of PATH (relative to the worktree, or absolute inside it) at a
@@ -44,6 +51,7 @@ def blame(run_id: str, path: str, node_id: str, seq: int | None, line_range: str
     long tool call ran). Lines written outside the agent's tool calls (tier 2 no tool call
     owns, before-tool captures) are marked with '*'; lines the worktree held before the
     attempt's first checkpoint (its base commit) show '-' as their seq."""
+    node_id = node_or_only(home, run_id, node_id)
     from snapshotd.features.review import outside_tool_call
 
     if os.path.isabs(path):

@@ -16,6 +16,7 @@ from snapshotd.cli.common import (
     attempt_options,
     home_option,
     json_option,
+    node_or_only,
     operations,
     print_json,
     run_call,
@@ -25,7 +26,8 @@ from snapshotd.cli.terminal import field
 
 @click.command()
 @click.argument("run_id")
-@click.option("--node", "node_id", required=True, help="The node of the checkpoint.")
+@click.option("--node", "node_id", default=None,
+              help="The node of the checkpoint (default: the run's only node).")
 @click.option("--seq", type=click.IntRange(min=0), required=True, help="The checkpoint's seq.")
 @attempt_options
 @click.option("--writable", is_flag=True,
@@ -33,13 +35,14 @@ from snapshotd.cli.terminal import field
 @home_option
 @json_option
 @click.argument("target", type=click.Path(path_type=Path))
-def checkout(run_id: str, node_id: str, seq: int, iteration: int | None, attempt: int | None,
+def checkout(run_id: str, node_id: str | None, seq: int, iteration: int | None, attempt: int | None,
              writable: bool, home: Path | None, as_json: bool, target: Path) -> None:
     """Materialize checkpoint --seq of RUN into the new or empty directory TARGET, read-only.
 
     For looking, building or running tests at that point; `restore --to` keeps its meaning.
     Symlinks stay symlinks; nothing is written outside TARGET.
     """
+    node_id = node_or_only(home, run_id, node_id)
     fields = {"run_id": run_id, "node_id": node_id, "seq": seq, "iteration": iteration,
               "attempt": attempt, "target": str(target.absolute()), "writable": writable}
     result = run_call(operations(home, None).checkout, fields)

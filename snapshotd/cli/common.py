@@ -92,6 +92,28 @@ def read_ledger_or_fail(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     raise AssertionError("unreachable")
 
 
+def node_or_only(home: Path | None, run_id: str, node_id: str | None) -> str:
+    """``node_id``, or when None the run's one node (every zero-setup session has one,
+    ``session``); a run with several nodes (or none known) is a usage error naming them."""
+    if node_id is not None:
+        return node_id
+    from snapshotd.service import open_ledger_if_any
+
+    def nodes() -> list[str]:
+        with open_ledger_if_any(resolve_home(home)) as ledger:
+            if ledger is None:
+                return []
+            return sorted({a.key.node_id for a in ledger.attempts(run_id)})
+
+    found = read_ledger_or_fail(nodes)
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise click.UsageError(f"Missing option '--node' (the ledger knows no run {run_id!r}).")
+    raise click.UsageError(f"Missing option '--node': run {run_id!r} has nodes "
+                           f"{', '.join(found)}.")
+
+
 def print_json(value: object) -> None:
     """``value`` as JSON text that is always valid UTF-8: a byte of a name that is not UTF-8
     appears as the escape ``\\udcNN`` (the lone surrogate ``os.fsdecode`` makes of byte NN), so

@@ -15,6 +15,7 @@ import click
 
 from snapshotd.cli.common import (
     attempt_options,
+    node_or_only,
     op_options,
     operations,
     print_json,
@@ -26,7 +27,8 @@ from snapshotd.cli.terminal import field, raw_stdout
 
 @click.command()
 @click.argument("run_id")
-@click.option("--node", "node_id", required=True, help="The node whose checkpoints to compare.")
+@click.option("--node", "node_id", default=None,
+              help="The node whose checkpoints to compare (default: the run's only node).")
 @click.option("--seq", type=click.IntRange(min=0), required=True,
               help="The checkpoint to start from.")
 @click.option("--to-seq", type=click.IntRange(min=0), default=None,
@@ -36,11 +38,12 @@ from snapshotd.cli.terminal import field, raw_stdout
 @click.option("--name-status", is_flag=True, help="One 'STATUS<TAB>path' line per file.")
 @attempt_options
 @op_options
-def diff(run_id: str, node_id: str, seq: int, to_seq: int | None, worktree: bool,
+def diff(run_id: str, node_id: str | None, seq: int, to_seq: int | None, worktree: bool,
          show_stat: bool, name_status: bool, iteration: int | None, attempt: int | None,
          home: Path | None, socket_: Path | None, as_json: bool) -> None:
     """Show the changes from checkpoint --seq to --to-seq, to the worktree now (--worktree),
     or, with neither, what checkpoint --seq changed against the previous one."""
+    node_id = node_or_only(home, run_id, node_id)
     if to_seq is not None and worktree:
         raise click.UsageError("give --to-seq or --worktree, not both")
     if show_stat and name_status:

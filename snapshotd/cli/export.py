@@ -13,13 +13,21 @@ from pathlib import Path
 
 import click
 
-from snapshotd.cli.common import attempt_options, call_or_fail, op_options, operations, print_json
+from snapshotd.cli.common import (
+    attempt_options,
+    call_or_fail,
+    node_or_only,
+    op_options,
+    operations,
+    print_json,
+)
 from snapshotd.core import finding_text
 
 
 @click.command()
 @click.argument("run_id")
-@click.option("--node", "node_id", required=True, help="The node whose checkpoints to export.")
+@click.option("--node", "node_id", default=None,
+              help="The node whose checkpoints to export (default: the run's only node).")
 @click.option("--from-seq", type=click.IntRange(min=0), default=None,
               help="Export the checkpoints after this one (default: from the first).")
 @click.option("--to-seq", type=click.IntRange(min=0), default=None,
@@ -35,7 +43,7 @@ from snapshotd.core import finding_text
                    "(default: refuse; release after review with `snapshotd push --release`).")
 @attempt_options
 @op_options
-def export(run_id: str, node_id: str, from_seq: int | None, to_seq: int | None,
+def export(run_id: str, node_id: str | None, from_seq: int | None, to_seq: int | None,
            branch: str | None, squash: bool, repo: Path | None, patches: Path | None,
            allow_secrets: bool, iteration: int | None, attempt: int | None, home: Path | None,
            socket_: Path | None, as_json: bool) -> None:
@@ -45,6 +53,7 @@ def export(run_id: str, node_id: str, from_seq: int | None, to_seq: int | None,
     tree, the config or an existing branch. Refused, before anything is written, when a file
     it would write holds a secret finding that was not released (see `snapshotd push
     --release`), unless --allow-secrets."""
+    node_id = node_or_only(home, run_id, node_id)
     if (branch is None) == (patches is None):
         raise click.UsageError("give --branch NAME or --patches DIR, one of the two")
     if repo is not None and patches is not None:

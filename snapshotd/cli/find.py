@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -32,10 +33,16 @@ def find(path: str, since: str | None, cwd: Path | None, limit: int | None,
     """List the checkpoints of every run that changed PATH (a file or a directory), newest
     first: A added, M modified, D deleted."""
     from snapshotd.features.review import find_path
+    from snapshotd.service import set_turns
 
     base = os.path.abspath(cwd if cwd is not None else os.getcwd())
-    result = read_only(home, lambda view: find_path(view, path=path, cwd=base, since=since,
-                                                    limit=limit))
+
+    def call(view: Any) -> dict:
+        result = find_path(view, path=path, cwd=base, since=since, limit=limit)
+        set_turns(view.ledger, result["checkpoints"])  # issue 44: each names its turn
+        return result
+
+    result = read_only(home, call)
     if as_json:
         print_json(result)
         return

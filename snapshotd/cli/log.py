@@ -8,6 +8,7 @@ often TEXT occurs (git's pickaxe). Reads the home directly, with or without a da
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -46,10 +47,16 @@ def log(run_id: str, node_id: str | None, iteration: int | None, attempt: int | 
     """List the run's checkpoints newest first across nodes and attempts, each with its tool
     call and what it changed."""
     from snapshotd.features.review import log_run
+    from snapshotd.service import set_turns
 
-    result = read_only(home, lambda view: log_run(
-        view, run_id=run_id, node_id=node_id, iteration=iteration, attempt=attempt, path=path,
-        since=since, pickaxe=pickaxe, patch=fmt == "patch", limit=limit, root=root))
+    def call(view: Any) -> dict:
+        result = log_run(view, run_id=run_id, node_id=node_id, iteration=iteration,
+                         attempt=attempt, path=path, since=since, pickaxe=pickaxe,
+                         patch=fmt == "patch", limit=limit, root=root)
+        set_turns(view.ledger, result["entries"])  # issue 44: each entry names its turn
+        return result
+
+    result = read_only(home, call)
     if as_json:
         print_json(result)
         return

@@ -20,6 +20,7 @@ import click
 
 from snapshotd.cli.common import (
     attempt_options,
+    node_or_only,
     op_options,
     operations,
     print_json,
@@ -35,10 +36,15 @@ RESTORE_TIMEOUT_S = 3600.0
 
 @click.command()
 @click.argument("run_id")
-@click.option("--node", "node_id", required=True, help="The node whose checkpoint to restore.")
+@click.option("--node", "node_id", default=None,
+              help="The node whose checkpoint to restore (default: the run's only node).")
 @click.option("--seq", type=click.IntRange(min=0), default=None,
               help="Checkpoint seq (default: the newest of the attempt, not counting safety "
                    "checkpoints).")
+@click.option("--before-turn", type=click.IntRange(min=1), default=None,
+              help="The state when prompt N was submitted (docs/restore.md, by turn).")
+@click.option("--after-turn", type=click.IntRange(min=1), default=None,
+              help="The state at the end of turn N (before prompt N+1).")
 @attempt_options
 @click.option("--to", "to", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Materialize into this new or empty directory instead of the worktree.")
@@ -49,10 +55,10 @@ RESTORE_TIMEOUT_S = 3600.0
               help="Also write back a guard checkpoint's kept ignored files where none is "
                    "(docs/guard.md).")
 @op_options
-def restore(run_id: str, node_id: str, seq: int | None, iteration: int | None,
-            attempt: int | None, to: Path | None, dry_run: bool, force: bool,
-            include_ignored: bool, home: Path | None, socket_: Path | None,
-            as_json: bool) -> None:
+def restore(run_id: str, node_id: str | None, seq: int | None, before_turn: int | None,
+            after_turn: int | None, iteration: int | None, attempt: int | None,
+            to: Path | None, dry_run: bool, force: bool, include_ignored: bool,
+            home: Path | None, socket_: Path | None, as_json: bool) -> None:
     """Restore a checkpoint of RUN in place, or into --to DIR.
 
     In place, the current state is first saved as a safety checkpoint and the command that
@@ -66,11 +72,22 @@ def restore(run_id: str, node_id: str, seq: int | None, iteration: int | None,
     if include_ignored:
         fields["include_ignored"] = True
     show_bar = not as_json and not dry_run and sys.stdout.isatty()
-    result = run_restore(home, socket_, fields, show_bar=show_bar)
+    by_turn = before_turn is not None or after_turn is not None
+    if by_turn and seq is not None:
+        raise click.UsageError("--seq and --before-turn/--after-turn name different states: "
+                               "give one")
+    if not by_turn:
+        fields["node_id"] = node_or_only(home, run_id, node_id)
+    if by_turn:
+        result = run_turn_restore(home, socket_, fields, before_turn, after_turn, show_bar)
+    else:
+        result = run_restore(home, socket_, fields, show_bar=show_bar)
     if as_json:
         print_json(result)
         return
     _print_result(result)
+    if by_turn:
+        _print_turn(result)
 
 
 def run_restore(home: Path | None, socket_: Path | None, fields: dict,
@@ -83,6 +100,30 @@ def run_restore(home: Path | None, socket_: Path | None, fields: dict,
                         progress=bar.update if show_bar else None, timeout=RESTORE_TIMEOUT_S)
     finally:
         bar.close()
+
+
+def run_turn_restore(home: Path | None, socket_: Path | None, fields: dict,
+                     before: int | None, after: int | None, show_bar: bool) -> dict:
+    """The restore by turn (``Operations.restore_turn``), with the same progress bar."""
+    bar = _Bar(show_bar)
+    try:
+        return run_call(operations(home, socket_).restore_turn, fields, before=before,
+                        after=after, progress=bar.update if show_bar else None,
+                        timeout=RESTORE_TIMEOUT_S)
+    finally:
+        bar.close()
+
+
+def _print_turn(r: dict) -> None:
+    turn = r.get("turn") or {}
+    when = "before" if turn.get("before") else "after"
+    line = f": {field(turn['first_line'])}" if turn.get("first_line") else ""
+    click.echo(f"that is the state {when} turn {turn.get('turn')}{line}")
+    if r.get("resume_command"):
+        click.echo("continue the conversation with (Claude Code: /rewind in it picks the "
+                   "prompt):" if r["resume_command"].startswith("claude ") else
+                   "continue the conversation with:")
+        click.echo(f"  {field(r['resume_command'])}")
 
 
 class _Bar:

@@ -1,4 +1,4 @@
-"""``snapshotd runs``: every run the ledger knows, newest activity last.
+"""``snapshotd runs``: every run the ledger knows, newest activity first (``--json``: last).
 
 Owns the table of the run summary (``snapshotd.service.listing.collect_runs``): per run its nodes,
 attempts (by state), checkpoints, tool calls (and how many deduplicated onto an earlier
@@ -50,8 +50,12 @@ def _print_table(summary: list[dict]) -> None:
     now = time.time()
     rows = [("RUN", "NODES", "ATTEMPTS", "STATES", "CHECKPOINTS", "CALLS", "GAPS", "COVERAGE",
              "LAST", "WORKTREE")]
-    for r in summary:
-        states = ",".join(f"{k}={v}" for k, v in sorted(r["states"].items()))
+    for r in reversed(summary):  # newest activity first: the session just used is on top
+        counts = dict(r["states"])
+        if r.get("idle") and counts.get("active"):  # an active session waiting for its user
+            counts["active"] -= r["idle"]
+            counts = {k: v for k, v in counts.items() if v} | {"idle": r["idle"]}
+        states = ",".join(f"{k}={v}" for k, v in sorted(counts.items()))
         if r.get("damaged_attempts"):
             states += f",DAMAGED={len(r['damaged_attempts'])}"
         gaps = str(r["gaps"]) + (f" ({r['unresolved_gaps']} open)" if r["unresolved_gaps"] else "")

@@ -21,6 +21,7 @@ from snapshotd.cli.common import (
     fail,
     home_option,
     json_option,
+    node_or_only,
     print_json,
 )
 from snapshotd.cli.snapshots import HOW_TEXT, call_text, relative
@@ -58,12 +59,18 @@ def show(run_id: str, node_id: str | None, seq: int | None, tool_call: str | Non
             raise click.UsageError("--tool-call selects the checkpoints itself; drop --seq")
         _show_tool_call(run_id, node_id, tool_call, fmt, home, as_json)
         return
-    if node_id is None:
-        raise click.UsageError("give --node NODE (or --tool-call ID)")
+    node_id = node_or_only(home, run_id, node_id)
 
-    result = read_only(home, lambda view: show_checkpoint(
-        view, run_id=run_id, node_id=node_id, seq=seq, iteration=iteration, attempt=attempt,
-        patch=fmt == "patch" or as_json))
+    def call(view: Any) -> dict:
+        from snapshotd.service import set_turns
+
+        result = show_checkpoint(view, run_id=run_id, node_id=node_id, seq=seq,
+                                 iteration=iteration, attempt=attempt,
+                                 patch=fmt == "patch" or as_json)
+        set_turns(view.ledger, [result["checkpoint"]])  # issue 44: it names its turn
+        return result
+
+    result = read_only(home, call)
     if as_json:
         print_json(result)
         return
@@ -184,8 +191,9 @@ def describe_call(cp: dict) -> str:
     failed = f"{failed_mark(outcome)}  " if outcome.get("failed") else ""
     held = "".join(f"  + {call_text(c, cp.get('worktree') or '')}"
                    for c in cp.get("tool_calls") or [])
+    turn = f"  turn {cp['turn']}" if cp.get("turn") is not None else ""
     return (f"{label}  {tool}{failed}tier {cp['tier']} {field(cp['source'])}  {cp['time']}"
-            + held)
+            + turn + held)
 
 
 def failed_mark(cp: dict) -> str:

@@ -51,10 +51,11 @@ HOW_TEXT = {"in-flight": "in flight", "inferred": "inferred"}
 @click.option("--all", "show_all", is_flag=True,
               help="Every attempt of every node and every row (default: the newest attempt "
                    f"of each node, its last {DEFAULT_ROWS} rows).")
+@click.option("--flat", is_flag=True, help="One table, not grouped under each turn's prompt.")
 @home_option
 @json_option
 def snapshots(run_id: str, node_id: str | None, attempt: int | None, show_all: bool,
-              home: Path | None, as_json: bool) -> None:
+              flat: bool, home: Path | None, as_json: bool) -> None:
     """List the checkpoints and gaps of RUN."""
     home_path = resolve_home(home)
     ledger = read_ledger_or_fail(_open, home_path)
@@ -65,7 +66,7 @@ def snapshots(run_id: str, node_id: str | None, attempt: int | None, show_all: b
     if as_json:
         print_json(listing)
         return
-    print_listing(listing, show_all=show_all, attempt_given=attempt is not None)
+    print_listing(listing, show_all=show_all, attempt_given=attempt is not None, flat=flat)
 
 
 def _open(home_path: Path) -> Ledger:
@@ -94,10 +95,14 @@ def _listing(ledger: Ledger, home_path: Path, run_id: str, node_id: str | None,
         names = ", ".join(known[-20:])
         more = f" (and {len(known) - 20} older; see `snapshotd runs`)" if len(known) > 20 else ""
         fail(f"unknown run {run_id!r}; known runs: {names}{more}")
-    return list_run(ledger, GapSpool(gaps_path(home_path)), run_id, node_id, attempt)
+    from snapshotd.service import with_turns
+
+    listing = list_run(ledger, GapSpool(gaps_path(home_path)), run_id, node_id, attempt)
+    return with_turns(listing, ledger.turns(run_id, node_id, attempt))  # issue 44: additive
 
 
-def print_listing(listing: dict, *, show_all: bool, attempt_given: bool = False) -> None:
+def print_listing(listing: dict, *, show_all: bool, attempt_given: bool = False,
+                  flat: bool = True) -> None:
     checkpoints = listing["checkpoints"]
     gaps = listing["gaps"]
     notes: list[str] = []
@@ -122,7 +127,14 @@ def print_listing(listing: dict, *, show_all: bool, attempt_given: bool = False)
     now = time.time()
     header = ("SEQ", "NODE", "IT", "ATT", "TIER/SOURCE", "AGE", "COMMIT", "FILES", "LABEL")
     rows: list[tuple[str, ...]] = [header]
+    turn_lines = {} if flat else _turn_lines(listing)
+    shown_turn: object = None
     for when, kind, item in events:
+        turn = (item.get("node_id"), item.get("iteration") or 0, item.get("attempt") or 1,
+                item.get("turn"))
+        if turn_lines and turn != shown_turn and turn in turn_lines:
+            rows.append((turn_lines[turn],))  # a heading: the turn's prompt, then its rows
+        shown_turn = turn
         if kind == 0:
             rows.append(_checkpoint_row(item, now))
             rows.extend(_held_rows(item))
@@ -148,6 +160,16 @@ def print_listing(listing: dict, *, show_all: bool, attempt_given: bool = False)
                        f"{field(cov['summary'])}")
     if notes:
         click.echo("(" + "; ".join(notes) + "; --all shows everything)")
+
+
+def _turn_lines(listing: dict) -> dict[tuple, str]:
+    """The heading of each turn of the listing (docs/review.md, "Turns"), by attempt and turn."""
+    out = {}
+    for t in listing.get("turns") or []:
+        first = field(t["first_line"]) if t.get("first_line") else "(prompt not recorded)"
+        out[(t["node_id"], t["iteration"], t["attempt"], t["turn"])] = \
+            f"-- turn {t['turn']}: {first}"
+    return out
 
 
 def _checkpoint_row(cp: dict, now: float) -> tuple[str, ...]:

@@ -111,6 +111,10 @@ class Config:
     # them it is refused with a clear error, so a huge file cannot take gigabytes (docs/review.md).
     blame_max_lines: int = 200_000
     blame_max_bytes: int = 20 << 20
+    # Each prompt's first line (redacted, capped) in the ledger's turns (docs/review.md,
+    # "Turns"): "local" (true) keeps it in a ledger on this host only, "remote" in a shared
+    # (PostgreSQL) ledger too, "off" (false) keeps only each turn's number and time.
+    record_prompts: str = "local"
     # Per-worktree overrides (config file only): real path -> {WORKTREE_KEYS setting: value}.
     worktree: dict[str, dict[str, object]] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
@@ -180,7 +184,9 @@ ENV_VARS: dict[str, str] = {
     "max_watches": "SNAPSHOTD_MAX_WATCHES",
     "blame_max_lines": "SNAPSHOTD_BLAME_MAX_LINES",
     "blame_max_bytes": "SNAPSHOTD_BLAME_MAX_BYTES",
+    "record_prompts": "SNAPSHOTD_RECORD_PROMPTS",
 }
+RECORD_PROMPTS_MODES = ("local", "remote", "off")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 _DAY_MS = 86_400_000
@@ -422,6 +428,8 @@ def _coerce(key: str, value: object, source: str) -> object:
         return value.strip()
     if key in ("bracket", "secret_scan", "http_hook", "guard"):
         return _boolean(value, where)
+    if key == "record_prompts":
+        return _record_prompts(value, where)
     if key == "secret_files":
         if value not in SECRET_FILE_MODES:
             raise ConfigError(f"{where}: expected one of {', '.join(SECRET_FILE_MODES)}, "
@@ -513,6 +521,16 @@ def _worktree_tables(value: object, source: str) -> dict[str, dict[str, object]]
         real = os.path.realpath(expanded)
         tables[real] = {**tables.get(real, {}), **settings}
     return tables
+
+
+def _record_prompts(value: object, where: str) -> str:
+    if isinstance(value, str) and value.strip().lower() in RECORD_PROMPTS_MODES:
+        return value.strip().lower()
+    try:
+        return "local" if _boolean(value, where) else "off"
+    except ConfigError:
+        raise ConfigError(f"{where}: expected true, false or one of "
+                          f"{', '.join(RECORD_PROMPTS_MODES)}, got {value!r}") from None
 
 
 def _boolean(value: object, where: str) -> bool:

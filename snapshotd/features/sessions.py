@@ -11,8 +11,8 @@ Promises (in full: docs/agents.md, "Session lifecycle"):
 - ``start`` registers the session's attempt owned by the agent's process (abandoned once it is
   gone); one still active under another owner ends ``superseded``; a baseline capture follows
   (source ``hook``, label ``session start``), whose failure is a gap, never a failed start.
-- ``working`` and ``idle`` set ``idle_since`` (registering the attempt if unseen); ``end``
-  flushes and ends it ``finished`` via ``attempt_end``; an ended or missing attempt is left.
+- ``working`` and ``idle`` set ``idle_since`` (registering the attempt if unseen), ``working``
+  records a turn (``features.turns``); ``end`` ends it ``finished``; an ended one is left.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pathlib import Path
 import psutil
 
 from snapshotd.core import BAD_REQUEST, Config, Registry, ServiceError, opt_int_field
+from snapshotd.features.turns import record_turn, turn_request
 from snapshotd.ledger import ACTIVE, Attempt
 from snapshotd.service import Service, SnapshotRequest
 
@@ -40,16 +41,18 @@ _MAX_LAUNCHERS = 8
 
 def attach(service: Service, server: Registry, config: Config) -> None:
     """Register the ``session`` op on the daemon's server."""
-    sessions = Sessions(service, server)
+    sessions = Sessions(service, server, config.record_prompts)
     server.register("session", sessions.session)
 
 
 class Sessions:
     """The ``session`` op's handler."""
 
-    def __init__(self, service: Service, server: Registry | None = None) -> None:
+    def __init__(self, service: Service, server: Registry | None = None,
+                 record_prompts: str = "local") -> None:
         self.service = service
         self.server = server
+        self.record_prompts = record_prompts
 
     def session(self, fields: dict) -> dict:
         """One lifecycle event of an agent session; the reply describes its attempt."""
@@ -57,6 +60,7 @@ class Sessions:
         if event not in EVENTS:
             raise ServiceError(BAD_REQUEST, f"event must be one of {', '.join(EVENTS)}")
         agent_pid = opt_int_field(fields, "agent_pid", 1)
+        turn = turn_request(fields.get("turn")) if event == "working" else None
         req = SnapshotRequest.from_fields({
             "cwd": fields.get("cwd"), "source": "hook", "fallback": fields.get("fallback"),
             "label": f"session {event}"})
@@ -72,7 +76,13 @@ class Sessions:
         attempt = self.service.attribution.session_attempt(req)
         self.service.route_tier2(attempt)
         self.service.set_idle(attempt, event == "idle")
-        return _reply(event, self._reread(attempt))
+        number = None
+        if event == "working":  # a prompt: the attempt's next turn (features.turns)
+            number = record_turn(self.service.ledger, self.record_prompts, attempt, turn or {})
+        reply = _reply(event, self._reread(attempt))
+        if number is not None:
+            reply["turn"] = number
+        return reply
 
     # -- helpers ---------------------------------------------------------------------------
 

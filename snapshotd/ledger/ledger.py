@@ -51,6 +51,7 @@ from snapshotd.ledger.postgres import PostgresBackend
 from snapshotd.ledger.schema import SCHEMA_VERSION, migration_sql
 from snapshotd.ledger.sqlite import SqliteBackend, refuse_emptied, sqlite_path, sqlite_size
 from snapshotd.ledger.tool_calls import ToolCallRows
+from snapshotd.ledger.turns import TurnRows
 
 if TYPE_CHECKING:
     from snapshotd.core import Config
@@ -114,7 +115,7 @@ def describe_ledger(home: Path, config: Config | None = None) -> str:
 # -- the ledger ----------------------------------------------------------------------------------
 
 
-class Ledger(ToolCallRows):
+class Ledger(ToolCallRows, TurnRows):
     """Thread-safe access to the ledger (one connection, one lock, short transactions).
 
     ``Ledger(path)`` opens the SQLite file ``path``; ``Ledger(url=...)`` opens ``sqlite:///…`` or
@@ -437,7 +438,7 @@ class Ledger(ToolCallRows):
                 db.execute("UPDATE attempts SET final_commit=? WHERE pk=?", (final_commit, attempt.pk))
 
     def delete_run(self, run_id: str) -> int:
-        """Remove a run's attempts, checkpoints and tool calls; returns the checkpoints removed."""
+        """Remove a run's attempts, checkpoints, tool calls and turns; returns the checkpoints removed."""
         with self.transaction() as db:
             check_fault("ledger")
             pks = [r["pk"] for r in db.execute("SELECT pk FROM attempts WHERE run_id=?",
@@ -447,6 +448,7 @@ class Ledger(ToolCallRows):
                 db.lock_attempt(pk)
                 removed += db.execute("DELETE FROM checkpoints WHERE attempt_pk=?", (pk,)).rowcount
                 db.execute("DELETE FROM tool_calls WHERE attempt_pk=?", (pk,))
+                db.execute("DELETE FROM turns WHERE attempt_pk=?", (pk,))
                 db.execute("DELETE FROM attempts WHERE pk=?", (pk,))
             return removed
 

@@ -11,7 +11,7 @@ run the same statements in the same order.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 DIALECTS = ("sqlite", "postgresql")
 
@@ -118,6 +118,23 @@ _MIGRATIONS: dict[int, str] = {
     ALTER TABLE tool_calls ADD COLUMN label TEXT;
     ALTER TABLE tool_calls ADD COLUMN started_at {REAL};
     ALTER TABLE tool_calls ADD COLUMN kind TEXT
+    """,
+    # 8: turns (issue 44). One row per prompt of a session's attempt, numbered from 1: when it
+    # was submitted, its first line (redacted, capped; NULL with ``record_prompts = false``),
+    # and where the agent's payload named it: its transcript file, the size in bytes that file
+    # had then (``transcript_pos``), the agent's turn or prompt id and its session id.
+    8: """
+    CREATE TABLE turns (
+        attempt_pk       {REF} NOT NULL REFERENCES attempts (pk),
+        turn             INTEGER NOT NULL,
+        started_at       {REAL} NOT NULL,
+        first_line       TEXT,
+        transcript_path  TEXT,
+        transcript_pos   {REF},
+        agent_turn_id    TEXT,
+        agent_session    TEXT,
+        PRIMARY KEY (attempt_pk, turn)
+    )
     """,
 }
 

@@ -18,6 +18,7 @@ Promises:
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,8 +33,11 @@ from snapshotd.service import (
     collect_runs,
     list_from_ledger,
     list_gaps,
+    open_ledger_if_any,
     require_known_run,
     run_calls,
+    set_turns,
+    with_turns,
 )
 from snapshotd_client import Client, DaemonUnavailable, SnapshotdError, home_dir, socket_path
 
@@ -91,6 +95,8 @@ class Operations:
             result["source"] = "ledger"
         if not result.get("checkpoints") and not result.get("gaps"):
             require_known_run(self.home, run_id)
+        with open_ledger_if_any(self.home) as ledger:  # issue 44: as snapshots --json
+            result = with_turns(result, ledger.turns(run_id, node_id, attempt) if ledger else [])
         checkpoints = result.get("checkpoints") or []
         result["tool_calls"] = run_calls(checkpoints)  # one entry per call, as snapshots --json
         result["checkpoints_total"] = len(checkpoints)
@@ -147,9 +153,9 @@ class Operations:
                         patch: bool = True, max_patch_bytes: int = DEFAULT_PATCH_BYTES) -> dict:
         from snapshotd.features.review import show_checkpoint
 
-        result = backend.read_home(lambda view: show_checkpoint(
+        result = backend.read_home(lambda view: _turned(view, show_checkpoint(
             view, run_id=run_id, node_id=node_id, seq=seq, iteration=iteration,
-            attempt=attempt, patch=patch), home=self._home)
+            attempt=attempt, patch=patch), lambda r: [r["checkpoint"]]), home=self._home)
         return _cut_patch(result, max_patch_bytes)
 
     def show_tool_call(self, *, run_id: str, tool_call: str, node_id: str | None = None,
@@ -170,10 +176,10 @@ class Operations:
                         root: bool = False, max_patch_bytes: int = DEFAULT_PATCH_BYTES) -> dict:
         from snapshotd.features.review import log_run
 
-        result = backend.read_home(lambda view: log_run(
+        result = backend.read_home(lambda view: _turned(view, log_run(
             view, run_id=run_id, node_id=node_id, iteration=iteration, attempt=attempt,
             path=path, since=since, pickaxe=pickaxe, patch=patch, limit=limit, root=root),
-            home=self._home)
+            lambda r: r["entries"]), home=self._home)
         result["entries"] = [_cut_patch(e, max_patch_bytes) for e in result["entries"]]
         return result
 
@@ -181,8 +187,9 @@ class Operations:
                   limit: int | None = None) -> dict:
         from snapshotd.features.review import find_path
 
-        return backend.read_home(lambda view: find_path(view, path=path, cwd=cwd, since=since,
-                                                        limit=limit), home=self._home)
+        return backend.read_home(lambda view: _turned(view, find_path(
+            view, path=path, cwd=cwd, since=since, limit=limit), lambda r: r["checkpoints"]),
+            home=self._home)
 
     def restore(self, fields: dict[str, Any], *, plan_limit: int | None = None,
                 progress: Progress | None = None, progress_token: str | None = None,
@@ -215,6 +222,50 @@ class Operations:
             fields["include_ignored"] = True
         return self.restore(fields, plan_limit=plan_limit, progress=progress,
                             progress_token=progress_token, timeout=MCP_RESTORE_TIMEOUT_S)
+
+    def list_turns(self, *, run_id: str, node_id: str | None = None,
+                   attempt: int | None = None) -> dict:
+        """``snapshotd turns --json``, the MCP ``list_turns``: the run's turns with their tool
+        calls, files changed and gaps (``snapshotd.ops.turns.list_turns``)."""
+        from snapshotd.ops.turns import list_turns
+
+        run_id = id_field("run_id", run_id)
+        return backend.read_home(lambda view: list_turns(view, run_id, node_id, attempt),
+                                 home=self._home)
+
+    def restore_turn(self, fields: dict[str, Any], *, before: int | None = None,
+                     after: int | None = None, **kwargs: Any) -> dict:
+        """``restore --before-turn N`` / ``--after-turn N``: ``fields`` as ``restore`` takes
+        them (``node_id`` may be None: the node of the run's turns), the seq chosen by turn
+        (``snapshotd.ops.turns.turn_target``); the reply adds ``turn`` (its number and first
+        line) and ``resume_command`` (None when the agent cannot resume by id)."""
+        from snapshotd.ops.turns import resume_command, turn_target
+
+        run_id = id_field("run_id", fields["run_id"])
+        target = backend.read_home(lambda view: turn_target(
+            view.ledger, run_id, fields.get("node_id"), fields.get("iteration"),
+            fields.get("attempt"), before=before, after=after), home=self._home)
+        turn = target.pop("turn")
+        result = self.restore({**fields, **target}, **kwargs)
+        result["turn"] = {"turn": turn["turn"], "first_line": turn["first_line"],
+                          "before": before is not None}
+        result["resume_command"] = resume_command(run_id, turn)
+        return result
+
+    def restore_turn_checkpoint(self, *, run_id: str, before_turn: int | None = None,
+                                after_turn: int | None = None, node_id: str | None = None,
+                                dry_run: bool = True, to_dir: str | None = None,
+                                iteration: int | None = None, attempt: int | None = None,
+                                force: bool = False,
+                                plan_limit: int = DEFAULT_PLAN_LIMIT) -> dict:
+        """The MCP tool's restore by turn: ``restore_turn`` with ``to_dir`` absolute and the
+        plan's first ``plan_limit`` paths."""
+        fields = {"run_id": id_field("run_id", run_id),
+                  "node_id": id_field("node_id", node_id) if node_id is not None else None,
+                  "seq": None, "iteration": iteration, "attempt": attempt,
+                  "to": _absolute_dir(to_dir), "dry_run": dry_run, "force": force}
+        return self.restore_turn(fields, before=before_turn, after=after_turn,
+                                 plan_limit=plan_limit, timeout=MCP_RESTORE_TIMEOUT_S)
 
     def restore_progress(self, token: str) -> dict:
         """The daemon's progress board for an in-flight restore (empty if it cannot say: a
@@ -259,8 +310,29 @@ class Operations:
     def blame(self, fields: dict[str, Any]) -> dict:
         """``snapshotd blame --json`` for ``fields`` (``run_id``, ``node_id``, ``path``, ``seq``,
         ``iteration``, ``attempt``, ``first_line``, ``last_line``): the documented shape
-        (``public_shape``; its ``lines`` may be a compact sequence: iterate it)."""
-        return public_shape(run_blame(fields, home=self._home, socket=self._socket))
+        (``public_shape``; its ``lines`` may be a compact sequence: iterate it), plus ``turn``,
+        the blamed checkpoint's turn (issue 44)."""
+        raw = run_blame(fields, home=self._home, socket=self._socket)
+        shaped = public_shape(raw)
+        shaped["turn"] = self._turn_of(raw)
+        return shaped
+
+    def _turn_of(self, raw: dict) -> int | None:
+        """The turn of the checkpoint a reply names (``run_id``, ``node_id``, ``iteration``,
+        ``attempt``, ``seq``), or None (none, or no turns)."""
+        from snapshotd.service import TurnIndex
+
+        if raw.get("seq") is None or not raw.get("run_id"):
+            return None
+
+        def call(view: HomeView) -> dict:
+            rows = [cp for cp in view.ledger.checkpoints(raw["run_id"], raw.get("node_id"),
+                                                         raw.get("attempt"))
+                    if cp["iteration"] == raw.get("iteration") and cp["seq"] == raw["seq"]]
+            index = TurnIndex(view.ledger.turns(raw["run_id"], raw.get("node_id")))
+            return {"turn": index.of_checkpoint(rows[0]) if rows else None}
+
+        return backend.read_home(call, home=self._home)["turn"]
 
     def blame_file(self, *, run_id: str, node_id: str, path: str, seq: int | None = None,
                    iteration: int | None = None, attempt: int | None = None,
@@ -303,6 +375,12 @@ class Operations:
                                "`snapshotd serve` or `snapshotd install-service`"}
         info["running"] = True
         return info
+
+
+def _turned(view: HomeView, result: dict, rows: Callable[[dict], list[dict]]) -> dict:
+    """``result`` with a ``turn`` on each of its checkpoint ``rows`` (issue 44)."""
+    set_turns(view.ledger, rows(result))
+    return result
 
 
 def _absolute_dir(to_dir: str | None) -> str | None:

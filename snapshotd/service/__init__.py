@@ -16,5 +16,6 @@ FACE: dict[str, tuple[str, ...]] = {
     "service": ("Service",),
     "tool_calls": ("OWN", "ToolCallIndex", "annotate", "call_span", "count_calls", "key_of",
         "read_calls", "run_calls", "with_tool_calls"),
+    "turns": ("TurnIndex", "gap_time", "public_turn", "set_turns", "with_turns"),
 }
 __all__, __getattr__, __dir__ = face(__name__, FACE)

@@ -140,6 +140,8 @@ def collect_runs(home: Path) -> list[dict]:
             "nodes": len({a.key.node_id for a in items}),
             "attempts": len(items),
             "states": dict(Counter(a.state for a in items)),
+            # Active attempts whose agent waits for its user (issue 44: `runs` says `idle`).
+            "idle": sum(1 for a in items if a.state == "active" and a.idle_since is not None),
             "checkpoints": count,
             **calls[run_id],
             "gaps": len(run_gaps),

@@ -51,7 +51,8 @@ def test_blame_agrees_with_git_blame_first_parent(sd_env: Env, daemon: Daemon,
     for path in ("src/app.py", "README.md", "src/extra.py"):
         got = blame_json(sd_env, rep, path)
         assert got["path"] == path and got["seq"] == newest
-        assert set(got) == {"path", "seq", "total_lines", "first_line", "last_line", "lines"}
+        assert set(got) == {"path", "seq", "total_lines", "first_line", "last_line", "lines",
+                            "turn"}
         assert (got["first_line"], got["last_line"]) == (1, got["total_lines"])
         assert all(set(x) == {"line", "text", "seq", "tool_use_id", "label", "tier", "source",
                                 "tool_call"}
