@@ -23,6 +23,7 @@ from snapshotd.cli.common import (
     resolve_home,
 )
 from snapshotd.cli.terminal import field
+from snapshotd.cli.texts import age
 
 
 @click.command()
@@ -83,14 +84,3 @@ def coverage_cell(cov: dict | None) -> str:
         text = f"{cov['tool_calls_captured']}/{cov['tool_calls_seen']} ({cov['percent']} %)"
     gaps = cov.get("gaps") or 0
     return text + (f", {gaps} gap{'' if gaps == 1 else 's'}" if gaps else "")
-
-
-def age(seconds: float) -> str:
-    seconds = max(0.0, seconds)
-    if seconds < 90:
-        return f"{seconds:.0f}s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f}m"
-    if seconds < 129600:
-        return f"{seconds / 3600:.0f}h"
-    return f"{seconds / 86400:.0f}d"

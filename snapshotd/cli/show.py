@@ -24,8 +24,8 @@ from snapshotd.cli.common import (
     node_or_only,
     print_json,
 )
-from snapshotd.cli.snapshots import HOW_TEXT, call_text, relative
 from snapshotd.cli.terminal import field
+from snapshotd.cli.texts import HOW_TEXT, call_text, relative
 from snapshotd.core import finding_text
 from snapshotd.ops import read_home
 

@@ -31,8 +31,8 @@ from snapshotd.cli.common import (
     read_ledger_or_fail,
     resolve_home,
 )
-from snapshotd.cli.runs import age
 from snapshotd.cli.terminal import field
+from snapshotd.cli.texts import HOW_TEXT, age, call_text
 from snapshotd.core import finding_text
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 DEFAULT_ROWS = 200
 # How a tier-2 checkpoint came to be a tool call's, as the listing says it.
-HOW_TEXT = {"in-flight": "in flight", "inferred": "inferred"}
+
 
 
 @click.command()
@@ -204,16 +204,8 @@ def _checkpoint_row(cp: dict, now: float) -> tuple[str, ...]:
             f"+{cp['added']} ~{cp['modified']} -{cp['deleted']}", label)
 
 
-def relative(label: str, worktree: str) -> str:
-    """``label`` with the worktree's paths relative to it (labels older than that rule)."""
-    return label.replace(worktree.rstrip("/") + "/", "") if worktree and label else label
 
 
-def call_text(call: dict, worktree: str = "") -> str:
-    """``[ID] label`` of a tool call (its label's paths relative to the worktree), escaped."""
-    label = relative(call.get("label") or "", worktree)
-    kind = f"{field(call['kind'])}: " if call.get("kind") else ""
-    return f"{kind}[{field(call['id'])}]" + (f" {field(label)}" if label else "")
 
 
 def _held_rows(cp: dict) -> list[tuple[str, ...]]:

@@ -16,9 +16,8 @@ from pathlib import Path
 import click
 
 from snapshotd.cli.common import op_options, operations, print_json, run_call
-from snapshotd.cli.runs import age
-from snapshotd.cli.snapshots import call_text
 from snapshotd.cli.terminal import field
+from snapshotd.cli.texts import age, call_text
 
 FILES_SHOWN = 20
 
