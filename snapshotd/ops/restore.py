@@ -43,7 +43,8 @@ def run_restore(fields: dict[str, Any], *, home: Path | None = None,
                 progress: Progress | None = None, progress_token: str | None = None,
                 timeout: float = RESTORE_TIMEOUT_S) -> dict:
     """Restore ``fields`` (``run_id``, ``node_id``, ``seq``, ``iteration``, ``attempt``,
-    ``to``: an absolute path or None, ``dry_run``, ``force``; ``umask``, this process's when
+    ``to``: an absolute path or None, ``dry_run``, ``force``; ``paths`` (optional: only
+    these); ``umask``, this process's when
     absent) through the daemon or here."""
     sent = dict(fields)
     # The restore runs in the daemon (umask 077): what it creates gets git's modes less ours.
@@ -58,7 +59,8 @@ def run_restore(fields: dict[str, Any], *, home: Path | None = None,
             service, run_id=fields["run_id"], node_id=fields["node_id"], seq=fields["seq"],
             iteration=fields["iteration"], attempt=fields["attempt"],
             to=Path(fields["to"]) if fields["to"] else None, dry_run=fields["dry_run"],
-            force=fields["force"], progress=progress, umask=sent["umask"])
+            force=fields["force"], progress=progress, umask=sent["umask"],
+            paths=fields.get("paths"))
         if plan_limit is not None:
             return page_plan(result, 0, plan_limit)
         # The same keys as the op's reply, whole.

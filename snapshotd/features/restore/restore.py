@@ -48,6 +48,7 @@ from snapshotd.features.restore.apply import (
     materialize,
     open_confined,
 )
+from snapshotd.features.restore.paths import in_scope, scope_paths, scope_plan
 from snapshotd.features.restore.plan import Plan, check_paths, obstacles, plan_trees, walk_tree
 from snapshotd.features.restore.restored import record_restore
 from snapshotd.ledger import Attempt
@@ -82,8 +83,11 @@ def restore_checkpoint(service: Service, *, run_id: str, node_id: str, seq: int 
                        iteration: int | None = None, attempt: int | None = None,
                        to: Path | None = None, dry_run: bool = False, force: bool = False,
                        progress: Progress | None = None, into: Attempt | None = None,
-                       umask: int = DEFAULT_UMASK) -> dict:
+                       umask: int = DEFAULT_UMASK, paths: list[str] | None = None) -> dict:
     """Restore one checkpoint in place (default) or into ``to``; see the module docstring.
+
+    ``paths``: restore only these (worktree-relative, or absolute inside it; a directory means
+    everything under it) and leave every other path as it is (``paths.scope_plan``).
 
     ``into`` (the engine's resume into a directory of its own): restore in place into that
     attempt's worktree instead, with the safety checkpoint recorded in that attempt.
@@ -110,14 +114,16 @@ def restore_checkpoint(service: Service, *, run_id: str, node_id: str, seq: int 
         "attempt": cp["attempt"], "seq": cp["seq"], "commit": cp["commit"], "tree": cp["tree"],
         "source": cp["source"], "label": cp["label"], "dry_run": dry_run, "applied": False,
         "safety": None, "undo_command": None, "kept": [], "timings": {}, "scan": None,
+        "paths": paths,
     }
     if to is not None:
         result.update(_restore_to(service, repo, target_tree, Path(to), cp,
-                                  dry_run=dry_run, progress=progress, modes=Modes(umask)))
+                                  dry_run=dry_run, progress=progress, modes=Modes(umask),
+                                  paths=paths))
     else:
         result.update(_restore_in_place(service, repo, into or owner, cp, target_tree,
                                         dry_run=dry_run, force=force, progress=progress,
-                                        modes=Modes(umask)))
+                                        modes=Modes(umask), paths=paths))
     result["counts"] = {op: sum(1 for p in result["plan"] if p["op"] == op) for op in "AMD"}
     result["elapsed_ms"] = _ms(started)
     return result
@@ -198,7 +204,8 @@ def attach(service: Service, server: Registry, config: Config) -> None:
                 seq=fields.get("seq"), iteration=fields.get("iteration"),
                 attempt=fields.get("attempt"), to=to, dry_run=bool_field(fields, "dry_run"),
                 force=bool_field(fields, "force"),
-                progress=board.callback(token) if token else None, umask=umask_field(fields))
+                progress=board.callback(token) if token else None, umask=umask_field(fields),
+                paths=fields.get("paths"))
         finally:
             if token:
                 board.finish(token)
@@ -248,11 +255,13 @@ class _ProgressBoard:
 
 def _restore_in_place(service: Service, repo: pygit2.Repository, owner: Attempt, cp: dict,
                       target_tree: pygit2.Tree, *, dry_run: bool, force: bool,
-                      progress: Progress | None, modes: Modes) -> dict:
+                      progress: Progress | None, modes: Modes,
+                      paths: list[str] | None = None) -> dict:
     root = Path(owner.worktree)
     if not root.is_absolute():
         raise ServiceError(RESTORE_FAILED, f"attempt {owner.key} has no usable worktree "
                            f"path ({owner.worktree!r}); restore it with --to DIR instead")
+    scope = scope_paths(root, paths) if paths is not None else None
     _refuse_links(root)
     if not dry_run and not force:
         _refuse_active(service, root)
@@ -266,6 +275,8 @@ def _restore_in_place(service: Service, repo: pygit2.Repository, owner: Attempt,
         timings["capture_ms"] = _ms(t0)
         t0 = time.perf_counter()
         plan = plan_trees(repo, repo[current_tree].peel(pygit2.Tree), target_tree)
+        if scope is not None:
+            plan = scope_plan(plan, scope)
         check_paths(plan, cp)
         plan.kept = obstacles(root, plan)
         timings["plan_ms"] = _ms(t0)
@@ -359,10 +370,14 @@ def _safety_checkpoint(service: Service, owner: Attempt, cp: dict) -> dict:
 
 
 def _restore_to(service: Service, repo: pygit2.Repository, tree: pygit2.Tree, to: Path, cp: dict,
-                *, dry_run: bool, progress: Progress | None, modes: Modes) -> dict:
+                *, dry_run: bool, progress: Progress | None, modes: Modes,
+                paths: list[str] | None = None) -> dict:
     t0 = time.perf_counter()
     target = _resolve_to_target(to, service)
     entries = list(walk_tree(repo, tree))
+    if paths is not None:
+        scope = scope_paths(target, paths)
+        entries = [w for w in entries if in_scope(w.path, scope)]
     plan = Plan(writes=entries)
     check_paths(plan, cp)
     timings = {"plan_ms": _ms(t0)}
