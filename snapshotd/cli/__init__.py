@@ -38,6 +38,7 @@ COMMANDS: dict[str, str] = {
     "push": "push:push",
     "repair": "repair:repair",
     "restore": "restore:restore",
+    "revert": "revert:revert",
     "runs": "runs:runs",
     "serve": "serve:serve",
     "show": "show:show",

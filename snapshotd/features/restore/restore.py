@@ -262,13 +262,13 @@ def _restore_in_place(service: Service, repo: pygit2.Repository, owner: Attempt,
         raise ServiceError(RESTORE_FAILED, f"attempt {owner.key} has no usable worktree "
                            f"path ({owner.worktree!r}); restore it with --to DIR instead")
     scope = scope_paths(root, paths) if paths is not None else None
-    _refuse_links(root)
+    refuse_links(root)
     if not dry_run and not force:
-        _refuse_active(service, root)
+        refuse_active(service, root)
     timings: dict[str, float] = {}
     with service.worktree_lock(root):
         if not dry_run and not force:
-            _refuse_active(service, root)  # again under the lock: a begin may have raced us
+            refuse_active(service, root)  # again under the lock: a begin may have raced us
         t0 = time.perf_counter()
         current_tree, safety, scan = _current_state(service, repo, owner, cp, root,
                                                     dry_run=dry_run, modes=modes)
@@ -340,7 +340,7 @@ def _apply(repo: pygit2.Repository, root: Path, plan: Plan, progress: Progress |
                            ) from exc
 
 
-def _refuse_active(service: Service, root: Path) -> None:
+def refuse_active(service: Service, root: Path) -> None:
     # An agent session that waits for its user (idle) is not working: restoring then cannot
     # fight it. One that works still refuses.
     active = [a for a in service.ledger.active_attempts(str(root)) if a.working]
@@ -419,7 +419,7 @@ def _resolve_to_target(to: Path, service: Service) -> Path:
     return target
 
 
-def _refuse_links(root: Path) -> None:
+def refuse_links(root: Path) -> None:
     """Worktrees are recorded resolved: one that now resolves elsewhere goes through a link
     made since, and following it would read and write a directory that is not the worktree."""
     real = os.path.realpath(root)
