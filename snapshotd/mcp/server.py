@@ -39,6 +39,8 @@ from snapshotd.core import ConfigError, ServiceError, redact_url
 from snapshotd.ledger import LedgerError
 from snapshotd.mcp.bisect_tool import INSTRUCTIONS as BISECT_INSTRUCTIONS
 from snapshotd.mcp.bisect_tool import add_bisect_tool
+from snapshotd.mcp.revert_tool import INSTRUCTIONS as REVERT_INSTRUCTIONS
+from snapshotd.mcp.revert_tool import add_revert_tool
 from snapshotd.ops import DEFAULT_PATCH_BYTES, DEFAULT_PLAN_LIMIT, Operations
 from snapshotd_client import DaemonUnavailable, SnapshotdError
 
@@ -59,7 +61,7 @@ not be taken; status shows the daemon's health. blame_file tells which checkpoin
 introduced each line of a file; export_checkpoints turns an attempt into a new branch or patches;
 show_checkpoint shows one checkpoint's change with its tool call; log_checkpoints lists a run's
 checkpoints newest first (pickaxe="def parse" finds when a text appeared or disappeared);
-find_path lists the checkpoints that changed a path.""" + BISECT_INSTRUCTIONS
+find_path lists the checkpoints that changed a path.""" + BISECT_INSTRUCTIONS + REVERT_INSTRUCTIONS
 
 PROGRESS_POLL_S = 0.25
 # A URL in text (a status field, a git error): each one goes through redact_url.
@@ -175,6 +177,7 @@ def build_server(*, home: Path | None = None, socket: Path | None = None,
     _add_review_tools(app, ops)
     _add_history_tools(app, ops)
     add_bisect_tool(app, ops, _guarded)
+    add_revert_tool(app, ops, _guarded)
     return app
 
 

@@ -37,7 +37,7 @@ RUN = "claude-sess-1"
 # here is the hook's, so seqs are exact.
 TOOLS = {"list_runs", "list_checkpoints", "diff_checkpoint", "restore_checkpoint", "list_gaps",
          "status", "blame_file", "export_checkpoints"} | {"show_checkpoint", "log_checkpoints",
-                                                         "find_path"} | {"bisect_checkpoints"}
+                                                         "find_path"} | {"bisect_checkpoints", "revert_checkpoint"}
 
 
 def cli_listing(env: Env, run_id: str) -> dict:
