@@ -273,6 +273,10 @@ def _add_restore_tool(app: MCPServer, ops: Operations) -> None:
         plan_limit: Annotated[int, Field(ge=1, le=5000, description="At most this many plan "
                                          "entries in the result (plan_total tells the rest).")
                               ] = DEFAULT_PLAN_LIMIT,
+        paths: Annotated[list[str] | None, Field(description="Restore only these paths "
+                                                 "(relative to the worktree; a directory "
+                                                 "means everything under it); every other "
+                                                 "file is left as it is.")] = None,
     ) -> RestoreResult:
         """Bring the worktree (or `to_dir`) back to a checkpoint. In place it first captures the
         current state as a safety checkpoint and returns `safety.seq` and `undo_command`; it
@@ -280,7 +284,8 @@ def _add_restore_tool(app: MCPServer, ops: Operations) -> None:
         target. Default dry_run=true returns the plan and changes nothing."""
         return await _restore_with_progress(ctx, ops, dict(
             run_id=run_id, node_id=node_id, seq=seq, dry_run=dry_run, to_dir=to_dir,
-            iteration=iteration, attempt=attempt, force=force, plan_limit=plan_limit))
+            iteration=iteration, attempt=attempt, force=force, plan_limit=plan_limit,
+            paths=paths))
 
 
 def _add_health_tools(app: MCPServer, ops: Operations) -> None:

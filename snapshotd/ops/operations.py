@@ -204,12 +204,15 @@ class Operations:
                            iteration: int | None = None, attempt: int | None = None,
                            force: bool = False, plan_limit: int = DEFAULT_PLAN_LIMIT,
                            progress: Progress | None = None,
-                           progress_token: str | None = None) -> dict:
+                           progress_token: str | None = None,
+                           paths: list[str] | None = None) -> dict:
         """The MCP tool's and the web app's restore: ``to_dir`` absolute, the plan's first
-        ``plan_limit`` paths."""
+        ``plan_limit`` paths; ``paths``: only these (``restore --path``)."""
         fields = {"run_id": id_field("run_id", run_id), "node_id": id_field("node_id", node_id),
                   "seq": seq, "iteration": iteration, "attempt": attempt,
                   "to": _absolute_dir(to_dir), "dry_run": dry_run, "force": force}
+        if paths:
+            fields["paths"] = list(paths)
         return self.restore(fields, plan_limit=plan_limit, progress=progress,
                             progress_token=progress_token, timeout=MCP_RESTORE_TIMEOUT_S)
 

@@ -55,3 +55,22 @@ def test_an_agent_reverts_its_own_tool_call_and_never_leaves_its_worktree(
     # Nothing outside the worktree was touched: the link was not followed.
     assert (outside / "x").read_text() == "made by the call\n"
     assert os.path.islink(wt / "d")
+
+
+def test_restore_checkpoint_of_one_path_through_mcp(sd_env: Env, daemon: Daemon,
+                                                    tmp_path: Path) -> None:
+    wt = tmp_path / "proj"
+    wt.mkdir()
+    (wt / "a").write_text("a0\n")
+    (wt / "b").write_text("b0\n")
+    tool_call(sd_env, wt, "toolu_p0", "a")
+    (wt / "a").write_text("a1\n")
+    (wt / "b").write_text("b1\n")
+
+    async def body(client) -> None:  # noqa: ANN001 - the SDK's client
+        done = await call(client, "restore_checkpoint", run_id=RUN, node_id="session", seq=0,
+                          paths=["a"], dry_run=False, force=True)
+        assert done["plan"] == [{"op": "M", "path": "a"}] and done["undo_command"], done
+
+    with_mcp(sd_env, body)
+    assert (wt / "a").read_text() == "a0\n" and (wt / "b").read_text() == "b1\n"
