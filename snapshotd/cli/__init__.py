@@ -39,6 +39,7 @@ COMMANDS: dict[str, str] = {
     "push": "push:push",
     "repair": "repair:repair",
     "restore": "restore:restore",
+    "revert": "revert:revert",
     "runs": "runs:runs",
     "serve": "serve:serve",
     "show": "show:show",

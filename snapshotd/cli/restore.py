@@ -48,6 +48,10 @@ RESTORE_TIMEOUT_S = 3600.0
 @attempt_options
 @click.option("--to", "to", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Materialize into this new or empty directory instead of the worktree.")
+@click.option("--path", "paths", multiple=True,
+              help="Restore only this path (repeatable; a directory means everything under "
+                   "it; relative to the worktree). Every other file is left as it is; a path "
+                   "the checkpoint lacks is deleted.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (A/M/D per path); change nothing.")
 @click.option("--force", is_flag=True,
               help="Restore in place even while an attempt is working on the worktree.")
@@ -57,8 +61,9 @@ RESTORE_TIMEOUT_S = 3600.0
 @op_options
 def restore(run_id: str, node_id: str | None, seq: int | None, before_turn: int | None,
             after_turn: int | None, iteration: int | None, attempt: int | None,
-            to: Path | None, dry_run: bool, force: bool, include_ignored: bool,
-            home: Path | None, socket_: Path | None, as_json: bool) -> None:
+            to: Path | None, paths: tuple[str, ...], dry_run: bool, force: bool,
+            include_ignored: bool, home: Path | None, socket_: Path | None,
+            as_json: bool) -> None:
     """Restore a checkpoint of RUN in place, or into --to DIR.
 
     In place, the current state is first saved as a safety checkpoint and the command that
@@ -71,6 +76,8 @@ def restore(run_id: str, node_id: str | None, seq: int | None, before_turn: int 
                               "dry_run": dry_run, "force": force}
     if include_ignored:
         fields["include_ignored"] = True
+    if paths:
+        fields["paths"] = list(paths)
     show_bar = not as_json and not dry_run and sys.stdout.isatty()
     by_turn = before_turn is not None or after_turn is not None
     if by_turn and seq is not None:

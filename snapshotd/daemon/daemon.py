@@ -43,6 +43,7 @@ log = logging.getLogger("snapshotd")
 
 # The parts that extend the core, attached at start-up when installed.
 OPTIONAL_PARTS = ("snapshotd.watch.watcher", "snapshotd.features.restore.restore", "snapshotd.features.engine",
+                  "snapshotd.features.restore.revert",
                   "snapshotd.daemon.sdnotify", "snapshotd.daemon.metrics", "snapshotd.features.gc",
                   "snapshotd.features.replication.replication", "snapshotd.features.review.diff",
                   "snapshotd.features.review.blame", "snapshotd.features.review.export",

@@ -39,6 +39,8 @@ from snapshotd.core import ConfigError, ServiceError, redact_url
 from snapshotd.ledger import LedgerError
 from snapshotd.mcp.bisect_tool import INSTRUCTIONS as BISECT_INSTRUCTIONS
 from snapshotd.mcp.bisect_tool import add_bisect_tool
+from snapshotd.mcp.revert_tool import INSTRUCTIONS as REVERT_INSTRUCTIONS
+from snapshotd.mcp.revert_tool import add_revert_tool
 from snapshotd.mcp.turns_tool import INSTRUCTIONS as TURNS_INSTRUCTIONS
 from snapshotd.mcp.turns_tool import add_turns_tools
 from snapshotd.ops import DEFAULT_PATCH_BYTES, DEFAULT_PLAN_LIMIT, Operations
@@ -61,7 +63,8 @@ not be taken; status shows the daemon's health. blame_file tells which checkpoin
 introduced each line of a file; export_checkpoints turns an attempt into a new branch or patches;
 show_checkpoint shows one checkpoint's change with its tool call; log_checkpoints lists a run's
 checkpoints newest first (pickaxe="def parse" finds when a text appeared or disappeared);
-find_path lists the checkpoints that changed a path.""" + BISECT_INSTRUCTIONS + TURNS_INSTRUCTIONS
+find_path lists the checkpoints that changed a path.""" + BISECT_INSTRUCTIONS + TURNS_INSTRUCTIONS \
+    + REVERT_INSTRUCTIONS
 
 PROGRESS_POLL_S = 0.25
 # A URL in text (a status field, a git error): each one goes through redact_url.
@@ -179,6 +182,7 @@ def build_server(*, home: Path | None = None, socket: Path | None = None,
     _add_history_tools(app, ops)
     add_bisect_tool(app, ops, _guarded)
     add_turns_tools(app, ops, _guarded)
+    add_revert_tool(app, ops, _guarded)
     return app
 
 
@@ -277,6 +281,10 @@ def _add_restore_tool(app: MCPServer, ops: Operations) -> None:
         include_ignored: Annotated[bool, Field(description="Also write back the ignored files "
                                                "(.env.local, local config) a guard checkpoint "
                                                "kept, where none is now.")] = False,
+        paths: Annotated[list[str] | None, Field(description="Restore only these paths "
+                                                 "(relative to the worktree; a directory "
+                                                 "means everything under it); every other "
+                                                 "file is left as it is.")] = None,
     ) -> RestoreResult:
         """Bring the worktree (or `to_dir`) back to a checkpoint. In place it first captures the
         current state as a safety checkpoint and returns `safety.seq` and `undo_command`; it
@@ -285,7 +293,7 @@ def _add_restore_tool(app: MCPServer, ops: Operations) -> None:
         return await _restore_with_progress(ctx, ops, dict(
             run_id=run_id, node_id=node_id, seq=seq, dry_run=dry_run, to_dir=to_dir,
             iteration=iteration, attempt=attempt, force=force, plan_limit=plan_limit,
-            include_ignored=include_ignored))
+            include_ignored=include_ignored, paths=paths))
 
 
 def _add_health_tools(app: MCPServer, ops: Operations) -> None:

@@ -26,7 +26,7 @@ from snapshotd.core import BAD_REQUEST, ServiceError, id_field
 from snapshotd.features.review import public_shape
 from snapshotd.ops import backend
 from snapshotd.ops.bisect import run_bisect, run_checkout
-from snapshotd.ops.restore import RESTORE_TIMEOUT_S, Progress, run_restore
+from snapshotd.ops.restore import RESTORE_TIMEOUT_S, Progress, run_restore, run_revert
 from snapshotd.ops.review import DIFF_TIMEOUT_S as WHOLE_DIFF_TIMEOUT_S
 from snapshotd.ops.review import run_blame, run_diff, run_export
 from snapshotd.service import (
@@ -212,14 +212,18 @@ class Operations:
                            force: bool = False, plan_limit: int = DEFAULT_PLAN_LIMIT,
                            progress: Progress | None = None,
                            progress_token: str | None = None,
-                           include_ignored: bool = False) -> dict:
+                           include_ignored: bool = False,
+                           paths: list[str] | None = None) -> dict:
         """The MCP tool's and the web app's restore: ``to_dir`` absolute, the plan's first
-        ``plan_limit`` paths; ``include_ignored``: a guard checkpoint's kept files too."""
+        ``plan_limit`` paths; ``include_ignored``: a guard checkpoint's kept files too;
+        ``paths``: only these (``restore --path``)."""
         fields = {"run_id": id_field("run_id", run_id), "node_id": id_field("node_id", node_id),
                   "seq": seq, "iteration": iteration, "attempt": attempt,
                   "to": _absolute_dir(to_dir), "dry_run": dry_run, "force": force}
         if include_ignored:
             fields["include_ignored"] = True
+        if paths:
+            fields["paths"] = list(paths)
         return self.restore(fields, plan_limit=plan_limit, progress=progress,
                             progress_token=progress_token, timeout=MCP_RESTORE_TIMEOUT_S)
 
@@ -266,6 +270,27 @@ class Operations:
                   "to": _absolute_dir(to_dir), "dry_run": dry_run, "force": force}
         return self.restore_turn(fields, before=before_turn, after=after_turn,
                                  plan_limit=plan_limit, timeout=MCP_RESTORE_TIMEOUT_S)
+
+    def revert(self, fields: dict[str, Any], *, timeout: float = RESTORE_TIMEOUT_S) -> dict:
+        """The ``revert`` op on ``fields`` (``snapshotd.ops.restore.run_revert``), daemon or
+        local; an undo command names the home and socket this surface was given."""
+        result = run_revert(fields, home=self._home, socket=self._socket, timeout=timeout)
+        if result.get("undo_command") and (self._home is not None or self._socket is not None):
+            result["undo_command"] = backend.with_location(result["undo_command"], self._home,
+                                                           self._socket)
+        return result
+
+    def revert_checkpoint(self, *, run_id: str, node_id: str, seq: int | None = None,
+                          to_seq: int | None = None, tool_call: str | None = None,
+                          all_: bool = False, dry_run: bool = True,
+                          conflicts: str = "refuse", iteration: int | None = None,
+                          attempt: int | None = None, force: bool = False) -> dict:
+        """The MCP tool's and the web app's revert (a dry run unless asked)."""
+        fields = {"run_id": id_field("run_id", run_id), "node_id": id_field("node_id", node_id),
+                  "seq": seq, "to_seq": to_seq, "tool_call": tool_call, "all": all_,
+                  "iteration": iteration, "attempt": attempt, "dry_run": dry_run,
+                  "force": force, "conflicts": conflicts}
+        return self.revert(fields, timeout=MCP_RESTORE_TIMEOUT_S)
 
     def restore_progress(self, token: str) -> dict:
         """The daemon's progress board for an in-flight restore (empty if it cannot say: a

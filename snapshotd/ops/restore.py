@@ -1,6 +1,6 @@
 """Restore as the front ends run it: daemon or local, with progress and the plan's pages.
 
-Owns ``run_restore``, the one path of ``snapshotd restore``, the MCP tool and the web app into
+Owns ``run_restore`` (and ``run_revert``, the same for ``revert``), the one path of ``snapshotd restore``, the MCP tool and the web app into
 ``snapshotd.features.restore.restore.restore_checkpoint``: in the daemon when one answers (so
 the restore is serialized with the captures of that worktree, under every rule of the
 ``restore`` op), else on the home under the daemon's lock (``snapshotd.ops.backend.run_op``).
@@ -43,7 +43,8 @@ def run_restore(fields: dict[str, Any], *, home: Path | None = None,
                 progress: Progress | None = None, progress_token: str | None = None,
                 timeout: float = RESTORE_TIMEOUT_S) -> dict:
     """Restore ``fields`` (``run_id``, ``node_id``, ``seq``, ``iteration``, ``attempt``,
-    ``to``: an absolute path or None, ``dry_run``, ``force``; ``umask``, this process's when
+    ``to``: an absolute path or None, ``dry_run``, ``force``; ``paths`` (optional: only
+    these); ``umask``, this process's when
     absent) through the daemon or here."""
     sent = dict(fields)
     # The restore runs in the daemon (umask 077): what it creates gets git's modes less ours.
@@ -59,7 +60,8 @@ def run_restore(fields: dict[str, Any], *, home: Path | None = None,
             iteration=fields["iteration"], attempt=fields["attempt"],
             to=Path(fields["to"]) if fields["to"] else None, dry_run=fields["dry_run"],
             force=fields["force"], progress=progress, umask=sent["umask"],
-            include_ignored=bool(fields.get("include_ignored")))
+            include_ignored=bool(fields.get("include_ignored")),
+            paths=fields.get("paths"))
         if plan_limit is not None:
             return page_plan(result, 0, plan_limit)
         # The same keys as the op's reply, whole.
@@ -125,3 +127,25 @@ def _request_with_progress(client: Client, socket: Path | None, fields: dict,
         total = box["result"].get("plan_total", 0)
         progress(total, total)
     return box["result"]
+
+
+def run_revert(fields: dict[str, Any], *, home: Path | None = None,
+               socket: Path | None = None, timeout: float = RESTORE_TIMEOUT_S) -> dict:
+    """Revert ``fields`` (``run_id``, ``node_id``; one of ``seq`` (with ``to_seq``),
+    ``tool_call``, ``all``; ``iteration``, ``attempt``, ``dry_run``, ``force``, ``conflicts``;
+    ``umask``, this process's when absent) through the daemon's ``revert`` op or here."""
+    sent = {k: v for k, v in fields.items() if v is not None}
+    sent.setdefault("umask", process_umask())
+
+    def local(service: Service) -> dict:
+        from snapshotd.features.restore import revert_checkpoints
+
+        return revert_checkpoints(
+            service, run_id=sent.get("run_id"), node_id=sent.get("node_id"),
+            seq=sent.get("seq"), to_seq=sent.get("to_seq"), tool_call=sent.get("tool_call"),
+            all_=bool(sent.get("all")), iteration=sent.get("iteration"),
+            attempt=sent.get("attempt"), dry_run=bool(sent.get("dry_run")),
+            force=bool(sent.get("force")), conflicts=sent.get("conflicts") or "refuse",
+            umask=sent["umask"])
+
+    return backend.run_op("revert", sent, local, home=home, socket=socket, timeout=timeout)

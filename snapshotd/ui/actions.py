@@ -1,6 +1,7 @@
-"""The web app's actions: restore and export with a preview first, and blame.
+"""The web app's actions: restore, revert and export with a preview first, and blame.
 
-Owns ``restore``, ``export`` and ``blame`` (a page of lines, ``offset``/``limit``), each over ``snapshotd.ops.operations.Operations`` (daemon
+Owns ``restore``, ``revert`` ("undo this tool call", "undo this checkpoint", "undo this
+session"), ``export`` and ``blame`` (a page of lines, ``offset``/``limit``), each over ``snapshotd.ops.operations.Operations`` (daemon
 or local, the CLI's path).
 
 Promises:
@@ -21,6 +22,7 @@ from snapshotd.core import BAD_REQUEST, ServiceError, id_field
 from snapshotd.ops import Operations
 
 PLAN_SHOWN = 500
+REVERT_SCOPES = ("tool_call", "checkpoint", "session")
 # A blame reply is a page: this many lines by default, at most BLAME_PAGE_MAX.
 BLAME_PAGE = 2000
 BLAME_PAGE_MAX = 10_000
@@ -38,6 +40,28 @@ def restore(ops: Operations, body: dict[str, Any]) -> dict:
     result["confirmed"] = confirm
     if confirm and to_dir and not result.get("undo_command"):
         result["undo_command"] = f"rm -rf {shlex.quote(str(to_dir))}"
+    return result
+
+
+def revert(ops: Operations, body: dict[str, Any]) -> dict:
+    """A revert's preview (default: per path reverted/merged/conflict/untouched) or, with
+    ``confirm``, the revert itself. ``scope``: ``tool_call`` (``tool_call`` names it),
+    ``checkpoint`` (``seq``) or ``session`` (everything the attempt's tool calls did)."""
+    sel = _selection(body)
+    scope = body.get("scope")
+    if scope not in REVERT_SCOPES:
+        raise ServiceError(BAD_REQUEST, f"scope must be one of {', '.join(REVERT_SCOPES)}")
+    call = body.get("tool_call") if scope == "tool_call" else None
+    if scope == "tool_call" and (not isinstance(call, str) or not call):
+        raise ServiceError(BAD_REQUEST, "name the tool call to undo")
+    confirm = body.get("confirm") is True
+    result = ops.revert_checkpoint(
+        run_id=sel["run"], node_id=sel["node"], tool_call=call,
+        seq=sel["seq"] if scope == "checkpoint" else None, all_=scope == "session",
+        iteration=sel["iteration"], attempt=sel["attempt"], dry_run=not confirm,
+        force=body.get("force") is True)
+    result["confirmed"] = confirm
+    result["scope"] = scope
     return result
 
 

@@ -38,7 +38,7 @@ RUN = "claude-sess-1"
 TOOLS = {"list_runs", "list_checkpoints", "diff_checkpoint", "restore_checkpoint", "list_gaps",
          "status", "blame_file", "export_checkpoints"} | {"show_checkpoint", "log_checkpoints",
                                                          "find_path"} | {"bisect_checkpoints"} \
-    | {"list_turns", "restore_turn"}
+    | {"list_turns", "restore_turn", "revert_checkpoint"}
 
 
 def cli_listing(env: Env, run_id: str) -> dict:

@@ -222,3 +222,22 @@ def test_a_restore_whose_checkpoints_deduplicate_shows_on_the_run_page(
     [item] = page.locator("#events li").all_inner_texts()
     assert item.startswith("seq 3 restore to seq 3 (safety checkpoint seq 3) restore-"), item
     page.close()
+
+
+def test_undo_this_tool_call_in_the_browser(browser, ui: UiServer, wt: Path) -> None:
+    page = browser.new_page()
+    page.goto(ui.login_url())
+    page.click("a.run-link")
+    page.wait_for_selector("svg.timeline rect.mark")
+    page.click("rect.mark[data-seq='2']")
+    page.wait_for_selector("#revert-call-preview")
+    page.check("#restore-force")  # the attempt is still active
+    page.click("#revert-call-preview")
+    page.wait_for_selector("#revert-confirm")
+    assert "f.py" in page.inner_text("#result") and "reverted" in page.inner_text("#result")
+    assert (wt / "f.py").read_text() == "# step 2\none\ntwo\nthree\n"
+    page.click("#revert-confirm")
+    page.wait_for_selector("#revert-done")
+    assert (wt / "f.py").read_text() == "# step 1\none\ntwo\n"
+    assert "snapshotd restore r" in page.inner_text("#undo")
+    page.close()

@@ -5,5 +5,6 @@ from snapshotd.faces import face
 
 FACE: dict[str, tuple[str, ...]] = {
     "restore": ("page_plan", "restore_checkpoint"),
+    "revert": ("revert_checkpoints",),
 }
 __all__, __getattr__, __dir__ = face(__name__, FACE)

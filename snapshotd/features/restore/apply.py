@@ -444,7 +444,7 @@ def _write_entry(repo: pygit2.Repository, dir_fd: int, name: bytes, w: Write, mo
                  fsync: bool, like: bytes | None = None) -> None:
     """Create ``name`` in ``dir_fd`` as the checkpoint's blob or link (never following links):
     a new file gets ``modes``, one replacing a regular file keeps that file's bits."""
-    data = repo.odb.read(w.oid)[1]
+    data = w.data if w.data is not None else repo.odb.read(w.oid)[1]
     if w.mode == MODE_LINK:
         os.symlink(data, name, dir_fd=dir_fd)
         return

@@ -43,6 +43,7 @@ class Write:
     oid: pygit2.Oid
     mode: int
     op: str  # "A": absent from the current capture, "M": present and different
+    data: bytes | None = None  # content not in the store (a revert's merge); None: read ``oid``
 
 
 @dataclass

@@ -49,6 +49,7 @@ from snapshotd.features.restore.apply import (
     open_confined,
 )
 from snapshotd.features.restore.ignored import kept_set, write_ignored
+from snapshotd.features.restore.paths import in_scope, scope_paths, scope_plan
 from snapshotd.features.restore.plan import Plan, check_paths, obstacles, plan_trees, walk_tree
 from snapshotd.features.restore.restored import record_restore
 from snapshotd.ledger import Attempt
@@ -83,8 +84,12 @@ def restore_checkpoint(service: Service, *, run_id: str, node_id: str, seq: int 
                        iteration: int | None = None, attempt: int | None = None,
                        to: Path | None = None, dry_run: bool = False, force: bool = False,
                        progress: Progress | None = None, into: Attempt | None = None,
-                       umask: int = DEFAULT_UMASK, include_ignored: bool = False) -> dict:
+                       umask: int = DEFAULT_UMASK, include_ignored: bool = False,
+                       paths: list[str] | None = None) -> dict:
     """Restore one checkpoint in place (default) or into ``to``; see the module docstring.
+
+    ``paths``: restore only these (worktree-relative, or absolute inside it; a directory means
+    everything under it) and leave every other path as it is (``paths.scope_plan``).
 
     ``into`` (the engine's resume into a directory of its own): restore in place into that
     attempt's worktree instead, with the safety checkpoint recorded in that attempt.
@@ -114,14 +119,16 @@ def restore_checkpoint(service: Service, *, run_id: str, node_id: str, seq: int 
         "attempt": cp["attempt"], "seq": cp["seq"], "commit": cp["commit"], "tree": cp["tree"],
         "source": cp["source"], "label": cp["label"], "dry_run": dry_run, "applied": False,
         "safety": None, "undo_command": None, "kept": [], "timings": {}, "scan": None,
+        "paths": paths,
     }
     if to is not None:
         result.update(_restore_to(service, repo, target_tree, Path(to), cp,
-                                  dry_run=dry_run, progress=progress, modes=Modes(umask)))
+                                  dry_run=dry_run, progress=progress, modes=Modes(umask),
+                                  paths=paths))
     else:
         result.update(_restore_in_place(service, repo, into or owner, cp, target_tree,
                                         dry_run=dry_run, force=force, progress=progress,
-                                        modes=Modes(umask)))
+                                        modes=Modes(umask), paths=paths))
     if kept is not None:
         result["ignored"] = write_ignored(Path(result["target"]), *kept, dry_run=dry_run,
                                           modes=Modes(umask))
@@ -206,7 +213,8 @@ def attach(service: Service, server: Registry, config: Config) -> None:
                 attempt=fields.get("attempt"), to=to, dry_run=bool_field(fields, "dry_run"),
                 force=bool_field(fields, "force"),
                 progress=board.callback(token) if token else None, umask=umask_field(fields),
-                include_ignored=bool_field(fields, "include_ignored"))
+                include_ignored=bool_field(fields, "include_ignored"),
+                paths=fields.get("paths"))
         finally:
             if token:
                 board.finish(token)
@@ -256,24 +264,28 @@ class _ProgressBoard:
 
 def _restore_in_place(service: Service, repo: pygit2.Repository, owner: Attempt, cp: dict,
                       target_tree: pygit2.Tree, *, dry_run: bool, force: bool,
-                      progress: Progress | None, modes: Modes) -> dict:
+                      progress: Progress | None, modes: Modes,
+                      paths: list[str] | None = None) -> dict:
     root = Path(owner.worktree)
     if not root.is_absolute():
         raise ServiceError(RESTORE_FAILED, f"attempt {owner.key} has no usable worktree "
                            f"path ({owner.worktree!r}); restore it with --to DIR instead")
-    _refuse_links(root)
+    scope = scope_paths(root, paths) if paths is not None else None
+    refuse_links(root)
     if not dry_run and not force:
-        _refuse_active(service, root)
+        refuse_active(service, root)
     timings: dict[str, float] = {}
     with service.worktree_lock(root):
         if not dry_run and not force:
-            _refuse_active(service, root)  # again under the lock: a begin may have raced us
+            refuse_active(service, root)  # again under the lock: a begin may have raced us
         t0 = time.perf_counter()
         current_tree, safety, scan = _current_state(service, repo, owner, cp, root,
                                                     dry_run=dry_run, modes=modes)
         timings["capture_ms"] = _ms(t0)
         t0 = time.perf_counter()
         plan = plan_trees(repo, repo[current_tree].peel(pygit2.Tree), target_tree)
+        if scope is not None:
+            plan = scope_plan(plan, scope)
         check_paths(plan, cp)
         plan.kept = obstacles(root, plan)
         timings["plan_ms"] = _ms(t0)
@@ -337,7 +349,7 @@ def _apply(repo: pygit2.Repository, root: Path, plan: Plan, progress: Progress |
                            ) from exc
 
 
-def _refuse_active(service: Service, root: Path) -> None:
+def refuse_active(service: Service, root: Path) -> None:
     # An agent session that waits for its user (idle) is not working: restoring then cannot
     # fight it. One that works still refuses.
     active = [a for a in service.ledger.active_attempts(str(root)) if a.working]
@@ -367,10 +379,14 @@ def _safety_checkpoint(service: Service, owner: Attempt, cp: dict) -> dict:
 
 
 def _restore_to(service: Service, repo: pygit2.Repository, tree: pygit2.Tree, to: Path, cp: dict,
-                *, dry_run: bool, progress: Progress | None, modes: Modes) -> dict:
+                *, dry_run: bool, progress: Progress | None, modes: Modes,
+                paths: list[str] | None = None) -> dict:
     t0 = time.perf_counter()
     target = _resolve_to_target(to, service)
     entries = list(walk_tree(repo, tree))
+    if paths is not None:
+        scope = scope_paths(target, paths)
+        entries = [w for w in entries if in_scope(w.path, scope)]
     plan = Plan(writes=entries)
     check_paths(plan, cp)
     timings = {"plan_ms": _ms(t0)}
@@ -412,7 +428,7 @@ def _resolve_to_target(to: Path, service: Service) -> Path:
     return target
 
 
-def _refuse_links(root: Path) -> None:
+def refuse_links(root: Path) -> None:
     """Worktrees are recorded resolved: one that now resolves elsewhere goes through a link
     made since, and following it would read and write a directory that is not the worktree."""
     real = os.path.realpath(root)

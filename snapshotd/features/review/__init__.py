@@ -9,6 +9,7 @@ FACE: dict[str, tuple[str, ...]] = {
     "diff": ("diff_checkpoints", "render_trees"),
     "export": ("export_fields",),
     "history": ("compare", "find_path", "log_run", "show_checkpoint"),
+    "others": ("ForeignChanges",),
     "tool_call_change": ("show_tool_call",),
     "view": ("HomeView",),
 }

@@ -245,7 +245,7 @@ async function checkpointView(main, run, node, iteration, attempt, seq, q) {
       h("a", { href: "#/run/" + enc(run) }, "back to the run")),
     h("p", { cls: "hint" }, "Click a mark to compare this checkpoint with it."),
     timeline(data, pick, cur),
-    actionsPanel(sel),
+    actionsPanel(sel, cp.tool_call && cp.tool_call.id),
     h("h2", { id: "diff-title" }, `Diff against ${from}`, " ",
       against ? h("a", { href: cpHash(run, { node_id: node, iteration, attempt }, seq) },
         "(back to previous)") : null, " ", modeLink("unified"), " ", modeLink("split")),
@@ -301,7 +301,7 @@ function renderPatch(patch, mode) {
 const HL = (text, path) => SDHighlight.line(text, path);
 
 // -- restore and export --------------------------------------------------------------------------
-function actionsPanel(sel) {
+function actionsPanel(sel, callId) {
   const box = h("div", { cls: "panel", id: "result" });
   const toDir = h("input", { id: "restore-to", placeholder: "empty: restore in place", size: 40 });
   const force = h("input", { type: "checkbox", id: "restore-force" });
@@ -316,11 +316,21 @@ function actionsPanel(sel) {
   const restore = (confirm) => run("/api/restore", Object.assign(body(),
     { to_dir: toDir.value || null, force: force.checked, confirm }), (r) => showRestore(r, box,
     () => restore(true)));
+  const revert = (scope, confirm) => run("/api/revert", Object.assign(body(),
+    { scope, tool_call: callId || null, force: force.checked, confirm }), (r) => showRevert(r, box,
+    () => revert(scope, true)));
   const exp = (confirm) => run("/api/export", Object.assign(body(), { branch: branch.value,
     confirm }), (r) => showExport(r, box, () => exp(true)));
   return h("div", { cls: "actions" },
     h("div", {}, h("b", {}, "Restore "), toDir, h("label", {}, force, " even if an agent is active"),
       " ", h("button", { id: "restore-preview", onclick: () => restore(false) }, "Preview restore")),
+    h("div", {}, h("b", {}, "Undo (keeps later changes) "),
+      callId ? h("button", { id: "revert-call-preview", onclick: () => revert("tool_call", false) },
+        "Undo this tool call…") : null, " ",
+      h("button", { id: "revert-seq-preview", onclick: () => revert("checkpoint", false) },
+        "Undo this checkpoint…"), " ",
+      h("button", { id: "revert-session-preview", onclick: () => revert("session", false) },
+        "Undo this session…")),
     h("div", {}, h("b", {}, "Export "), branch, " ",
       h("button", { id: "export-preview", onclick: () => exp(false) }, "Preview export")), box);
 }
@@ -335,6 +345,27 @@ function showRestore(r, box, confirm) {
       h("button", { id: "restore-confirm", cls: "danger", onclick: confirm }, "Confirm restore"));
   } else {
     box.replaceChildren(h("h3", { id: "restore-done" }, `Restored seq ${r.seq} into ${where}`),
+      h("p", {}, "Undo with: ", h("code", { id: "undo" }, r.undo_command || "(nothing to undo)")));
+  }
+}
+function showRevert(r, box, confirm) {
+  const rows = h("ul", { cls: "plan" }, (r.paths || []).slice(0, 200).map((p) =>
+    h("li", {}, h("span", { cls: "st" }, p.status), " " + p.path +
+      (p.status === "conflict" ? ` — ${p.reason}; now: ${(p.current || "").slice(0, 200)}; ` +
+        `reverted: ${(p.reverted || "").slice(0, 200)}` : ""))));
+  const c = r.counts || {};
+  const summary = `${c.reverted || 0} reverted, ${c.merged || 0} merged, ` +
+    `${c.conflict || 0} conflict(s), ${c.untouched || 0} untouched`;
+  if (!r.confirmed) {
+    box.replaceChildren(h("h3", {}, `Undo ${r.what} in ${r.target}`),
+      h("p", {}, summary + (c.conflict ? "; with conflicts nothing would be written" :
+        "; a safety checkpoint of the current state is taken first")), rows,
+      c.conflict ? null : h("button", { id: "revert-confirm", cls: "danger", onclick: confirm },
+        "Confirm undo"));
+  } else if (r.refused) {
+    box.replaceChildren(h("h3", { cls: "error" }, "Not undone: paths conflict; nothing was written"), rows);
+  } else {
+    box.replaceChildren(h("h3", { id: "revert-done" }, `Undid ${r.what}: ${summary}`),
       h("p", {}, "Undo with: ", h("code", { id: "undo" }, r.undo_command || "(nothing to undo)")));
   }
 }
