@@ -33,6 +33,8 @@ REVERT_TIMEOUT_S = 3600.0
               help="Last checkpoint of the range --seq..--to-seq.")
 @click.option("--tool-call", "tool_call", default=None,
               help="Revert everything this tool call changed (any id it carries).")
+@click.option("--turn", type=click.IntRange(min=1), default=None,
+              help="Revert everything the tool calls of prompt N's turn changed.")
 @click.option("--all", "all_", is_flag=True,
               help="Revert everything the attempt's tool calls changed.")
 @attempt_options
@@ -45,7 +47,7 @@ REVERT_TIMEOUT_S = 3600.0
               help="Revert even while an attempt is working on the worktree.")
 @op_options
 def revert(run_id: str, node_id: str, seq: int | None, to_seq: int | None,
-           tool_call: str | None, all_: bool, iteration: int | None, attempt: int | None,
+           tool_call: str | None, turn: int | None, all_: bool, iteration: int | None, attempt: int | None,
            conflicts: str, dry_run: bool, force: bool, home: Path | None,
            socket_: Path | None, as_json: bool) -> None:
     """Undo a change of RUN against the worktree as it is now, like `git revert`.
@@ -57,6 +59,7 @@ def revert(run_id: str, node_id: str, seq: int | None, to_seq: int | None,
     """
     fields: dict[str, Any] = {"run_id": run_id, "node_id": node_id, "seq": seq,
                               "to_seq": to_seq, "tool_call": tool_call, "all": all_,
+                              "turn": turn,
                               "iteration": iteration, "attempt": attempt,
                               "dry_run": dry_run, "force": force, "conflicts": conflicts}
     result = run_call(operations(home, socket_).revert, fields, timeout=REVERT_TIMEOUT_S)

@@ -43,6 +43,9 @@ def add_revert_tool(app: MCPServer, ops: Operations, guarded: Callable[..., Any]
                                          "(with to_seq: the range seq..to_seq).")] = None,
         to_seq: Annotated[int | None, Field(ge=0, description="Last seq of the range.")
                           ] = None,
+        turn: Annotated[int | None, Field(ge=1, description="Undo everything the tool calls "
+                                          "of prompt N's turn changed (list_turns).")
+                        ] = None,
         all: Annotated[bool, Field(description="Undo everything the attempt's tool calls "  # noqa: A002
                                    "changed.")] = False,
         dry_run: Annotated[bool, Field(description="Only say what each path would become "
@@ -68,6 +71,6 @@ def add_revert_tool(app: MCPServer, ops: Operations, guarded: Callable[..., Any]
             return guarded(ops.revert_checkpoint)(
                 run_id=run_id, node_id=node_id, seq=seq, to_seq=to_seq, tool_call=tool_call,
                 all_=all, dry_run=dry_run, conflicts=conflicts, iteration=iteration,
-                attempt=attempt, force=force)
+                attempt=attempt, force=force, turn=turn)
 
         return await anyio.to_thread.run_sync(work)

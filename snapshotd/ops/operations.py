@@ -284,10 +284,12 @@ class Operations:
                           to_seq: int | None = None, tool_call: str | None = None,
                           all_: bool = False, dry_run: bool = True,
                           conflicts: str = "refuse", iteration: int | None = None,
-                          attempt: int | None = None, force: bool = False) -> dict:
+                          attempt: int | None = None, force: bool = False,
+                          turn: int | None = None) -> dict:
         """The MCP tool's and the web app's revert (a dry run unless asked)."""
         fields = {"run_id": id_field("run_id", run_id), "node_id": id_field("node_id", node_id),
                   "seq": seq, "to_seq": to_seq, "tool_call": tool_call, "all": all_,
+                  "turn": turn,
                   "iteration": iteration, "attempt": attempt, "dry_run": dry_run,
                   "force": force, "conflicts": conflicts}
         return self.revert(fields, timeout=MCP_RESTORE_TIMEOUT_S)

@@ -132,7 +132,7 @@ def _request_with_progress(client: Client, socket: Path | None, fields: dict,
 def run_revert(fields: dict[str, Any], *, home: Path | None = None,
                socket: Path | None = None, timeout: float = RESTORE_TIMEOUT_S) -> dict:
     """Revert ``fields`` (``run_id``, ``node_id``; one of ``seq`` (with ``to_seq``),
-    ``tool_call``, ``all``; ``iteration``, ``attempt``, ``dry_run``, ``force``, ``conflicts``;
+    ``tool_call``, ``turn``, ``all``; ``iteration``, ``attempt``, ``dry_run``, ``force``, ``conflicts``;
     ``umask``, this process's when absent) through the daemon's ``revert`` op or here."""
     sent = {k: v for k, v in fields.items() if v is not None}
     sent.setdefault("umask", process_umask())
@@ -144,7 +144,8 @@ def run_revert(fields: dict[str, Any], *, home: Path | None = None,
             service, run_id=sent.get("run_id"), node_id=sent.get("node_id"),
             seq=sent.get("seq"), to_seq=sent.get("to_seq"), tool_call=sent.get("tool_call"),
             all_=bool(sent.get("all")), iteration=sent.get("iteration"),
-            attempt=sent.get("attempt"), dry_run=bool(sent.get("dry_run")),
+            attempt=sent.get("attempt"), turn=sent.get("turn"),
+            dry_run=bool(sent.get("dry_run")),
             force=bool(sent.get("force")), conflicts=sent.get("conflicts") or "refuse",
             umask=sent["umask"])
 

@@ -59,7 +59,7 @@ MARKED_CHARS = 4096
 def revert_checkpoints(service: Service, *, run_id: object, node_id: object,
                        seq: object = None, to_seq: object = None, tool_call: object = None,
                        all_: bool = False, iteration: object = None, attempt: object = None,
-                       dry_run: bool = False, force: bool = False, conflicts: str = "refuse",
+                       turn: object = None, dry_run: bool = False, force: bool = False, conflicts: str = "refuse",
                        umask: int = DEFAULT_UMASK) -> dict:
     """Revert the selected change against the worktree as it is now; see the module docstring.
     Raises ``ServiceError`` (``not-found``, ``bad-request``, ``conflict``, ``restore-failed``)."""
@@ -68,7 +68,7 @@ def revert_checkpoints(service: Service, *, run_id: object, node_id: object,
         raise ServiceError(BAD_REQUEST, f"conflicts must be one of {CONFLICT_MODES}")
     key, picked, what = select_range(service.ledger, run_id=run_id, node_id=node_id, seq=seq,
                                      to_seq=to_seq, tool_call=tool_call, all_=all_,
-                                     iteration=iteration, attempt=attempt)
+                                     iteration=iteration, attempt=attempt, turn=turn)
     owner = service.ledger.get_attempt(key)
     if owner is None:
         raise ServiceError(NOT_FOUND, f"attempt {key} is not in the ledger")
@@ -220,6 +220,7 @@ def attach(service: Service, server: Registry, config: Config) -> None:
             seq=fields.get("seq"), to_seq=fields.get("to_seq"),
             tool_call=fields.get("tool_call"), all_=bool_field(fields, "all"),
             iteration=fields.get("iteration"), attempt=fields.get("attempt"),
+            turn=fields.get("turn"),
             dry_run=bool_field(fields, "dry_run"), force=bool_field(fields, "force"),
             conflicts=fields.get("conflicts") or "refuse", umask=umask_field(fields)))
 

@@ -1,10 +1,12 @@
 """Which checkpoints a revert undoes, and what each of them changed (its own paths only).
 
-Owns ``select_range`` (``--seq N [--to-seq M]``, ``--tool-call ID``, ``--all``) and
-``own_changes``. Promises (docs/restore.md, "Revert"):
+Owns ``select_range`` (``--seq N [--to-seq M]``, ``--tool-call ID``, ``--turn N``, ``--all``)
+and ``own_changes``. Promises (docs/restore.md, "Revert"):
 - ``--seq N --to-seq M``: the live checkpoints N..M of the attempt; ``--tool-call ID``: the
   checkpoints the call owns (its own capture, in-flight and inferred ones; any of its ids);
-  ``--all``: every checkpoint of the attempt credited to one of its tool calls (a person's edit
+  ``--turn N``: those of prompt N's turn credited to a tool call (service.turns: a
+  checkpoint's turn is the last prompt before it); ``--all``: every checkpoint of the attempt
+  credited to one of its tool calls (a person's edit
   the watcher captured between turns is not the agent's and is never reverted by ``--all``).
 - A checkpoint's change is measured from the tree before it (its parent's, or the first
   checkpoint's base) and never includes a path another session's tool call made in the same
@@ -24,7 +26,14 @@ from snapshotd.features.restore.plan import plan_trees
 from snapshotd.features.restore.revert_merge import Entry
 from snapshotd.features.review import ForeignChanges
 from snapshotd.ledger import Ledger
-from snapshotd.service import ToolCallIndex, call_span, find_checkpoint, key_of, selection
+from snapshotd.service import (
+    ToolCallIndex,
+    TurnIndex,
+    call_span,
+    find_checkpoint,
+    key_of,
+    selection,
+)
 from snapshotd.store import empty_tree
 
 # path -> (before, after) entries of the change of one checkpoint
@@ -33,18 +42,21 @@ Change = dict[str, tuple[Entry, Entry]]
 
 def select_range(ledger: Ledger, *, run_id: object, node_id: object, seq: object = None,
                  to_seq: object = None, tool_call: object = None, all_: bool = False,
-                 iteration: object = None, attempt: object = None
+                 iteration: object = None, attempt: object = None, turn: object = None
                  ) -> tuple[AttemptKey, list[dict], str]:
     """The attempt, its checkpoints to revert (by seq) and a label saying what they are."""
-    chosen = sum(x for x in (seq is not None, tool_call is not None, bool(all_)))
+    chosen = sum(x for x in (seq is not None, tool_call is not None, bool(all_),
+                             turn is not None))
     if chosen != 1:
         raise ServiceError(BAD_REQUEST, "name what to revert with exactly one of seq "
-                           "(with to_seq for a range), tool_call or all")
+                           "(with to_seq for a range), tool_call, turn or all")
     if to_seq is not None and seq is None:
         raise ServiceError(BAD_REQUEST, "to_seq needs seq (the range is seq..to_seq)")
     run, node, first, iteration, attempt = selection(run_id, node_id, seq, iteration, attempt)
     if tool_call is not None:
         return _by_tool_call(ledger, run, node, tool_call, iteration, attempt)
+    if turn is not None:
+        return _by_turn(ledger, run, node, turn, iteration, attempt)
     cp = find_checkpoint(ledger, run, node, seq=first, iteration=iteration, attempt=attempt)
     key = AttemptKey(run, node, cp["iteration"], cp["attempt"])
     rows = _live(ledger, key)
@@ -113,6 +125,31 @@ def _by_tool_call(ledger: Ledger, run: str, node: str, tool_call: object,
     call, owned, _ = max(spans, key=lambda s: key_of(s[0])[2:])
     k = key_of(call)
     return AttemptKey(k[0], k[1], k[2], k[3]), owned, f"tool call {call_id}"
+
+
+def _by_turn(ledger: Ledger, run: str, node: str, turn: object, iteration: int | None,
+             attempt: int | None) -> tuple[AttemptKey, list[dict], str]:
+    """The checkpoints of prompt ``turn``'s turn in the newest attempt that has that turn
+    (or the one named), each credited to one of the attempt's tool calls."""
+    if isinstance(turn, bool) or not isinstance(turn, int) or turn < 1:
+        raise ServiceError(BAD_REQUEST, f"turn must be an integer >= 1, not {turn!r}")
+    rows = [t for t in ledger.turns(run, node) if t["turn"] == turn
+            and (iteration is None or t["iteration"] == iteration)
+            and (attempt is None or t["attempt"] == attempt)]
+    if not rows:
+        raise ServiceError(NOT_FOUND, f"run {run!r} node {node!r} has no turn {turn} "
+                           f"(`snapshotd turns {run}` lists its turns)")
+    t = max(rows, key=lambda r: (r["iteration"], r["attempt"]))
+    key = AttemptKey(run, node, t["iteration"], t["attempt"])
+    live = _live(ledger, key)
+    turns = TurnIndex(ledger.turns(run, node, key.attempt))
+    calls = ToolCallIndex(live, ledger.tool_calls(run, node, key.attempt))
+    picked = [r for r in live if turns.of_checkpoint(r) == turn
+              and calls.of_checkpoint(r) is not None]
+    if not picked:
+        raise ServiceError(NOT_FOUND, f"turn {turn} of run {run!r} changed nothing a tool "
+                           "call made")
+    return key, picked, f"turn {turn}"
 
 
 def _live(ledger: Ledger, key: AttemptKey) -> list[dict]:
