@@ -16,7 +16,6 @@ run exits 1 naming the known runs.
 
 from __future__ import annotations
 
-import calendar
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,6 +33,7 @@ from snapshotd.cli.common import (
 from snapshotd.cli.terminal import field
 from snapshotd.cli.texts import HOW_TEXT, age, call_text
 from snapshotd.core import finding_text
+from snapshotd.service import gap_time
 
 if TYPE_CHECKING:
     from snapshotd.ledger import Ledger
@@ -262,13 +262,7 @@ def _gap_row(gap: dict, when: float, now: float, checkpoints: list[dict]) -> tup
 
 
 def _gap_time(gap: dict) -> float:
-    ts = str(gap.get("ts") or "")
-    try:
-        base, _, frac = ts.rstrip("Z").partition(".")
-        seconds = calendar.timegm(time.strptime(base, "%Y-%m-%dT%H:%M:%S"))
-        return seconds + (int(frac[:3].ljust(3, "0")) / 1000 if frac.isdigit() else 0.0)
-    except ValueError:
-        return 0.0
+    return gap_time(gap) or 0.0
 
 
 def _dash(value: object) -> str:

@@ -341,25 +341,8 @@ class Operations:
         the blamed checkpoint's turn (issue 44)."""
         raw = run_blame(fields, home=self._home, socket=self._socket)
         shaped = public_shape(raw)
-        shaped["turn"] = self._turn_of(raw)
+        shaped["turn"] = raw.get("turn")
         return shaped
-
-    def _turn_of(self, raw: dict) -> int | None:
-        """The turn of the checkpoint a reply names (``run_id``, ``node_id``, ``iteration``,
-        ``attempt``, ``seq``), or None (none, or no turns)."""
-        from snapshotd.service import TurnIndex
-
-        if raw.get("seq") is None or not raw.get("run_id"):
-            return None
-
-        def call(view: HomeView) -> dict:
-            rows = [cp for cp in view.ledger.checkpoints(raw["run_id"], raw.get("node_id"),
-                                                         raw.get("attempt"))
-                    if cp["iteration"] == raw.get("iteration") and cp["seq"] == raw["seq"]]
-            index = TurnIndex(view.ledger.turns(raw["run_id"], raw.get("node_id")))
-            return {"turn": index.of_checkpoint(rows[0]) if rows else None}
-
-        return backend.read_home(call, home=self._home)["turn"]
 
     def blame_file(self, *, run_id: str, node_id: str, path: str, seq: int | None = None,
                    iteration: int | None = None, attempt: int | None = None,

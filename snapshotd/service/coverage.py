@@ -16,7 +16,6 @@ not tool calls; a gap that names no attempt of the run gets an entry of its own.
 
 from __future__ import annotations
 
-import calendar
 import json
 import os
 import threading
@@ -27,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from snapshotd.ledger import IN_FLIGHT, INFERRED
 from snapshotd.service.tool_calls import group_calls
+from snapshotd.service.turns import gap_time as turn_gap_time
 
 if TYPE_CHECKING:
     from snapshotd.ledger import Attempt, Ledger
@@ -155,14 +155,8 @@ def summary(figures: dict) -> str:
 
 
 def gap_time(gap: dict) -> float:
-    """A gap record's ``ts`` (UTC, ISO 8601, ms) in epoch seconds; 0 when unreadable."""
-    ts = str(gap.get("ts") or "")
-    try:
-        base, _, frac = ts.rstrip("Z").partition(".")
-        seconds = calendar.timegm(time.strptime(base, "%Y-%m-%dT%H:%M:%S"))
-        return seconds + (int(frac[:3].ljust(3, "0")) / 1000 if frac.isdigit() else 0.0)
-    except ValueError:
-        return 0.0
+    """A gap record's ``ts`` in epoch seconds; 0 when unreadable (``turns.gap_time``)."""
+    return turn_gap_time(gap) or 0.0
 
 
 def _gaps_by_key(gaps: list[dict], keys: list[tuple]) -> dict[tuple, list[dict]]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import bisect
 import calendar
-import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -83,12 +82,19 @@ def public_turn(row: dict) -> dict:
 
 
 def gap_time(gap: dict) -> float | None:
-    """A gap's ``ts`` (ISO 8601 UTC with milliseconds, as both spools write it) in seconds."""
+    """A gap's ``ts`` (ISO 8601 UTC with milliseconds, as both spools write it) in seconds;
+    None when unreadable. Parsed by hand, not ``time.strptime``: that imports ``_strptime``
+    on first use, which a daemon whose disk fails (or runs as another user) may not load."""
     ts = str(gap.get("ts") or "")
+    base, _, frac = ts.rstrip("Z").partition(".")
+    day, _, clock = base.partition("T")
     try:
-        base, _, frac = ts.rstrip("Z").partition(".")
-        seconds = calendar.timegm(time.strptime(base, "%Y-%m-%dT%H:%M:%S"))
-    except ValueError:
+        year, month, mday = (int(x) for x in day.split("-"))
+        hour, minute, second = (int(x) for x in clock.split(":"))
+        if not (0 <= hour < 24 and 0 <= minute < 60 and 0 <= second < 61):
+            return None
+        seconds = calendar.timegm((year, month, mday, hour, minute, second, 0, 0, 0))
+    except (ValueError, OverflowError):
         return None
     return seconds + (int(frac[:3].ljust(3, "0")) / 1000 if frac.isdigit() else 0.0)
 

@@ -45,7 +45,8 @@ def _pair(tmp_path_factory: pytest.TempPathFactory, name: str,
     made = []
     for side in ("python", "native"):
         env = Env(tmp_path_factory.mktemp(f"{name}-{side}"))
-        made.append((env, Daemon(env, {**QUIET_WATCHER, **extra}).start()))
+        # The guard off: the bracketing capture is what is compared (guard: tests/features/guard).
+        made.append((env, Daemon(env, {**QUIET_WATCHER, "SNAPSHOTD_GUARD": "0", **extra}).start()))
     yield made[0], made[1]
     for env, daemon in made:
         daemon.stop()

@@ -85,7 +85,9 @@ def test_runs_lists_every_run_with_counts(sd_env: Env, daemon: Daemon, tmp_path:
     proc = cli(sd_env, "runs")
     lines = proc.stdout.splitlines()
     assert lines[0].split()[:4] == ["RUN", "NODES", "ATTEMPTS", "STATES"]
-    assert lines[1].startswith("r1 ") and "(1 open)" in lines[1]
+    # The table lists the newest activity first (issue 44); --json keeps the oldest first.
+    assert [line.split()[0] for line in lines[1:3]] == ["r2", "r1"]
+    assert "(1 open)" in lines[2]
     columns_aligned(lines)
 
 

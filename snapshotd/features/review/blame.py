@@ -37,7 +37,7 @@ from snapshotd.core import (
 )
 from snapshotd.features.review.base import base_tree_of_root
 from snapshotd.features.review.others import credit_blame
-from snapshotd.service import ToolCallIndex, find_checkpoint, selection
+from snapshotd.service import ToolCallIndex, TurnIndex, find_checkpoint, selection
 
 if TYPE_CHECKING:
     from snapshotd.core import Config, Registry
@@ -82,7 +82,9 @@ def blame_checkpoint(service: Service, *, run_id: object, node_id: object, path:
         "path": rel, "seq": cp["seq"], "lines": lines, "total_lines": lines.total,
         "first_line": lines.first, "last_line": lines.first + len(lines) - 1, "run_id": run,
         "node_id": node, "iteration": cp["iteration"], "attempt": cp["attempt"],
-        "commit": cp["commit"], "store": str(service.store.path)}
+        "commit": cp["commit"], "store": str(service.store.path),
+        # The blamed checkpoint's turn (issue 44), from the daemon's own ledger.
+        "turn": TurnIndex(service.ledger.turns(run, node)).of_checkpoint(cp)}
     if omit:
         out["lines"] = []
         out["lines_omitted"] = True
