@@ -15,6 +15,7 @@ match costs one checkpoint, a missed one can cost the user's files.
 
 from __future__ import annotations
 
+import logging
 import os
 import shlex
 from collections.abc import Iterator
@@ -42,6 +43,8 @@ WRAPPERS: dict[str, frozenset[str]] = {
 }
 GLOB_CHARS = frozenset("*?[")
 
+log = logging.getLogger("snapshotd.guard")
+
 
 @dataclass(frozen=True)
 class Match:
@@ -58,7 +61,8 @@ def destructive(command: str, cwd: str | None = None) -> list[Match]:
     on what exists do not match."""
     try:
         return list(_script(str(command)[:MAX_COMMAND_CHARS], cwd, 0))
-    except Exception:  # a lexer corner this module does not know: read it word by word
+    except (ValueError, RecursionError) as exc:  # a lexer corner: read it word by word
+        log.info("guard: %r read word by word (%s)", str(command)[:80], exc)
         return list(_simple(str(command)[:MAX_COMMAND_CHARS].split(), cwd, 0))
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from snapshotd.features.guard import destructive
+from snapshotd.features.guard.commands import Match
 from snapshotd_client.hook import before_tool_fields, route
 
 pytestmark = pytest.mark.one_ledger("parses commands; no daemon")
@@ -176,9 +177,12 @@ def test_the_match_says_why(wt: Path) -> None:
 
 def test_no_input_raises() -> None:
     for text in ["", "'", '"', "\\", "&&&&", "|||", "> ", "sh -c", "xargs", "git", "env",
-                 "rm --", "\0rm -rf x", "$(rm -rf x)" * 1000, "a\nb" * 10_000]:
-        destructive(text, "/nonexistent")
-        destructive(text)
+                 "rm --", "a\nb" * 10_000]:
+        # Fragments name nothing to destroy: no match, and no exception.
+        assert destructive(text, "/nonexistent") == [] and destructive(text) == [], text
+    for text in ["\0rm -rf x", "$(rm -rf x)" * 1000]:
+        found = destructive(text, "/nonexistent")
+        assert all(isinstance(m, Match) for m in found), text
 
 
 def test_apply_patch_is_not_read_as_a_command(wt: Path) -> None:
